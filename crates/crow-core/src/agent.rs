@@ -1,0 +1,703 @@
+//! [`BaseAgent::execute_turn`]: the ReAct loop. Model call → tool calls (concurrently) →
+//! repeat, until a text-only reply, `task_complete`, cancellation or the iteration bound.
+//!
+//! The loop knows nothing of coagents or control flow; it streams [`AgentEvent`]s and
+//! appends to one [`Session`]'s history.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+use crate::TASK_COMPLETE;
+use crate::event::{AgentEvent, EventSender};
+use crate::history::{EntryKind, SystemEvent};
+use crate::message::{ChatRequest, ToolDefinition};
+use crate::provider::{FinishReason, Provider, ProviderError, StreamDelta, Usage};
+use crate::session::Session;
+use crate::tool::{PermissionGate, ToolContext, ToolKind, ToolRegistry, ToolResult};
+
+/// How long cancelled tools get to wind down (kill children, report) before they are dropped.
+const CANCEL_GRACE: Duration = Duration::from_millis(50);
+
+/// Knobs of one agent's loop.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentConfig {
+    /// Model calls allowed in one turn.
+    pub max_iterations: u32,
+    pub max_tokens: Option<u32>,
+    pub temperature: Option<f32>,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        Self {
+            max_iterations: 50,
+            max_tokens: None,
+            temperature: None,
+        }
+    }
+}
+
+/// Why a turn ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TurnStop {
+    /// The model answered with text and no tool call.
+    Text,
+    TaskComplete,
+    Cancelled,
+    MaxIterations,
+    /// The model hit its output limit while writing text.
+    MaxTokens,
+    /// The model refused or its output was filtered.
+    Refusal,
+}
+
+/// A tool call that ran (or was refused) during the turn.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExecutedToolCall {
+    pub id: String,
+    pub name: String,
+    pub arguments: serde_json::Value,
+    pub result: ToolResult,
+    pub duration_ms: u64,
+}
+
+/// What one turn produced.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TurnResult {
+    /// Text of the last model response, if it had any.
+    pub text: Option<String>,
+    pub tool_calls: Vec<ExecutedToolCall>,
+    /// Summary passed to `task_complete`, if it was called.
+    pub task_complete: Option<String>,
+    pub usage: Usage,
+    pub files_changed: Vec<PathBuf>,
+    pub stop: TurnStop,
+    /// Model calls made.
+    pub iterations: u32,
+}
+
+/// A turn that could not go on. The history keeps everything up to the failure.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("{0}")]
+    Provider(#[from] ProviderError),
+}
+
+/// One agent: a provider, tools, a system prompt and its loop settings.
+pub struct BaseAgent {
+    pub name: String,
+    provider: Arc<dyn Provider>,
+    tools: ToolRegistry,
+    definitions: Vec<ToolDefinition>,
+    system_prompt: String,
+    permission: Arc<dyn PermissionGate>,
+    pub config: AgentConfig,
+}
+
+impl std::fmt::Debug for BaseAgent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BaseAgent")
+            .field("name", &self.name)
+            .field("provider", &self.provider.name())
+            .field("model", &self.provider.model())
+            .field("tools", &self.tools)
+            .finish_non_exhaustive()
+    }
+}
+
+impl BaseAgent {
+    /// The system prompt is fixed for the agent's lifetime: it is the start of every request,
+    /// so keeping it byte-stable keeps provider prompt caches hitting.
+    pub fn new(
+        name: impl Into<String>,
+        provider: Arc<dyn Provider>,
+        tools: ToolRegistry,
+        system_prompt: impl Into<String>,
+        permission: Arc<dyn PermissionGate>,
+        config: AgentConfig,
+    ) -> Self {
+        let definitions = tools.definitions();
+        Self {
+            name: name.into(),
+            provider,
+            tools,
+            definitions,
+            system_prompt: system_prompt.into(),
+            permission,
+            config,
+        }
+    }
+
+    pub fn provider(&self) -> &Arc<dyn Provider> {
+        &self.provider
+    }
+
+    pub fn tools(&self) -> &ToolRegistry {
+        &self.tools
+    }
+
+    pub fn system_prompt(&self) -> &str {
+        &self.system_prompt
+    }
+
+    /// Runs the ReAct loop on `session` until the model stops, calls `task_complete`, the
+    /// token is cancelled or `max_iterations` model calls were made.
+    pub async fn execute_turn(
+        &self,
+        session: &mut Session,
+        events: &EventSender,
+        cancel: CancellationToken,
+    ) -> Result<TurnResult, AgentError> {
+        let mut turn = TurnResult {
+            text: None,
+            tool_calls: Vec::new(),
+            task_complete: None,
+            usage: Usage::default(),
+            files_changed: Vec::new(),
+            stop: TurnStop::Text,
+            iterations: 0,
+        };
+        self.emit(
+            events,
+            AgentEvent::TurnStart {
+                agent: self.name.clone(),
+            },
+        );
+
+        loop {
+            if cancel.is_cancelled() {
+                return Ok(self.cancelled(session, events, turn));
+            }
+            if turn.iterations >= self.config.max_iterations {
+                session.push(EntryKind::System {
+                    event: SystemEvent::MaxIterationsReached {
+                        iterations: turn.iterations,
+                    },
+                });
+                turn.stop = TurnStop::MaxIterations;
+                break;
+            }
+            turn.iterations += 1;
+            self.emit(
+                events,
+                AgentEvent::ModelCallStart {
+                    agent: self.name.clone(),
+                    iteration: turn.iterations,
+                },
+            );
+
+            let response = match self.stream_response(session, events, &cancel).await {
+                Ok(response) => response,
+                Err(error) => {
+                    self.emit(
+                        events,
+                        AgentEvent::Error {
+                            agent: self.name.clone(),
+                            error: error.to_string(),
+                        },
+                    );
+                    session.push(EntryKind::System {
+                        event: SystemEvent::Error {
+                            message: error.to_string(),
+                        },
+                    });
+                    return Err(error.into());
+                }
+            };
+            turn.usage.add(&response.usage);
+            if response.cancelled {
+                return Ok(self.cancelled(session, events, turn));
+            }
+            turn.text = (!response.text.is_empty()).then(|| response.text.clone());
+
+            if response.calls.is_empty() {
+                turn.stop = match response.finish {
+                    Some(FinishReason::MaxTokens) => TurnStop::MaxTokens,
+                    Some(FinishReason::Refusal | FinishReason::ContentFilter) => TurnStop::Refusal,
+                    _ => TurnStop::Text,
+                };
+                break;
+            }
+
+            let truncated = response.finish == Some(FinishReason::MaxTokens);
+            let executed = self
+                .run_tools(session, events, &cancel, response.calls, truncated)
+                .await;
+            let mut changed = Vec::new();
+            for call in &executed {
+                for file in &call.result.metadata.files_modified {
+                    if !changed.contains(file) {
+                        changed.push(file.clone());
+                    }
+                }
+                if call.name == TASK_COMPLETE && call.result.is_success() {
+                    let summary = call.arguments.get("summary").and_then(|s| s.as_str());
+                    turn.task_complete = Some(summary.unwrap_or_default().to_owned());
+                }
+            }
+            if !changed.is_empty() {
+                self.emit(
+                    events,
+                    AgentEvent::FilesChanged {
+                        agent: self.name.clone(),
+                        files: changed.clone(),
+                    },
+                );
+                for file in changed {
+                    if !turn.files_changed.contains(&file) {
+                        turn.files_changed.push(file);
+                    }
+                }
+            }
+            turn.tool_calls.extend(executed);
+
+            if cancel.is_cancelled() {
+                return Ok(self.cancelled(session, events, turn));
+            }
+            if let Some(summary) = &turn.task_complete {
+                session.push(EntryKind::System {
+                    event: SystemEvent::TaskComplete {
+                        summary: summary.clone(),
+                    },
+                });
+                self.emit(
+                    events,
+                    AgentEvent::TaskComplete {
+                        agent: self.name.clone(),
+                        summary: summary.clone(),
+                    },
+                );
+                turn.stop = TurnStop::TaskComplete;
+                break;
+            }
+        }
+
+        self.emit(
+            events,
+            AgentEvent::TurnComplete {
+                agent: self.name.clone(),
+            },
+        );
+        Ok(turn)
+    }
+
+    fn cancelled(
+        &self,
+        session: &mut Session,
+        events: &EventSender,
+        mut turn: TurnResult,
+    ) -> TurnResult {
+        session.push(EntryKind::System {
+            event: SystemEvent::Cancelled,
+        });
+        self.emit(
+            events,
+            AgentEvent::Cancelled {
+                agent: self.name.clone(),
+            },
+        );
+        turn.stop = TurnStop::Cancelled;
+        turn
+    }
+
+    fn emit(&self, events: &EventSender, event: AgentEvent) {
+        // A closed receiver means nobody is listening any more; the turn itself goes on.
+        let _ = events.send(event);
+    }
+
+    /// One model call: streams deltas out as events and records the response in history.
+    async fn stream_response(
+        &self,
+        session: &mut Session,
+        events: &EventSender,
+        cancel: &CancellationToken,
+    ) -> Result<Response, ProviderError> {
+        let mut acc = Accumulator::default();
+        let outcome = {
+            let request = ChatRequest {
+                system: &self.system_prompt,
+                messages: session.messages(),
+                tools: &self.definitions,
+                max_tokens: self.config.max_tokens,
+                temperature: self.config.temperature,
+                session_id: &session.id,
+            };
+            let started = tokio::select! {
+                biased;
+                () = cancel.cancelled() => None,
+                stream = self.provider.stream(&request) => Some(stream),
+            };
+            match started {
+                None => Outcome::Cancelled,
+                Some(Err(error)) => Outcome::Failed(error),
+                Some(Ok(mut stream)) => loop {
+                    let item = tokio::select! {
+                        biased;
+                        () = cancel.cancelled() => break Outcome::Cancelled,
+                        item = stream.next() => item,
+                    };
+                    match item {
+                        None => break Outcome::Done,
+                        Some(Err(error)) => break Outcome::Failed(error),
+                        Some(Ok(delta)) => self.on_delta(delta, &mut acc, events),
+                    }
+                },
+            }
+            // The stream (and with it the HTTP connection) is dropped here.
+        };
+
+        let partial = !matches!(outcome, Outcome::Done);
+        if !acc.usage.is_empty() {
+            self.emit(events, AgentEvent::usage(&self.name, &acc.usage));
+        }
+        self.record_response(session, events, &mut acc, partial);
+        match outcome {
+            Outcome::Failed(error) => Err(error),
+            Outcome::Cancelled => Ok(acc.into_response(true)),
+            Outcome::Done => Ok(acc.into_response(false)),
+        }
+    }
+
+    fn on_delta(&self, delta: StreamDelta, acc: &mut Accumulator, events: &EventSender) {
+        match delta {
+            StreamDelta::Text { text } => {
+                if text.is_empty() {
+                    return;
+                }
+                acc.text.push_str(&text);
+                self.emit(
+                    events,
+                    AgentEvent::TextDelta {
+                        agent: self.name.clone(),
+                        delta: text,
+                    },
+                );
+            }
+            StreamDelta::Thinking { text } => {
+                if text.is_empty() {
+                    return;
+                }
+                match acc.thinking.last_mut() {
+                    Some(block) if block.signature.is_none() => block.text.push_str(&text),
+                    _ => acc.thinking.push(ThinkingBlock {
+                        text: text.clone(),
+                        signature: None,
+                    }),
+                }
+                self.emit(
+                    events,
+                    AgentEvent::ThinkingDelta {
+                        agent: self.name.clone(),
+                        delta: text,
+                    },
+                );
+            }
+            StreamDelta::ThinkingSignature { signature } => match acc.thinking.last_mut() {
+                Some(block) if block.signature.is_none() => block.signature = Some(signature),
+                _ => acc.thinking.push(ThinkingBlock {
+                    text: String::new(),
+                    signature: Some(signature),
+                }),
+            },
+            StreamDelta::RedactedThinking { data } => acc.redacted.push(data),
+            StreamDelta::ToolCallStart { index, id, name } => {
+                let call = acc.calls.entry(index).or_default();
+                call.id = id;
+                call.name = name;
+            }
+            StreamDelta::ToolCallDelta { index, arguments } => {
+                acc.calls
+                    .entry(index)
+                    .or_default()
+                    .arguments
+                    .push_str(&arguments);
+            }
+            // Calls are complete when the response is; nothing to do per call.
+            StreamDelta::ToolCallEnd { .. } => {}
+            StreamDelta::Usage { usage } => acc.usage.merge_max(&usage),
+            StreamDelta::Retrying {
+                attempt,
+                delay_ms,
+                reason,
+            } => {
+                self.emit(
+                    events,
+                    AgentEvent::Retry {
+                        agent: self.name.clone(),
+                        attempt,
+                        delay_ms,
+                        reason,
+                    },
+                );
+            }
+            StreamDelta::Finish { reason } => acc.finish = Some(reason),
+        }
+    }
+
+    /// Appends what the model said. A cut-off response keeps its text and thinking, marked
+    /// partial; its tool calls are dropped, since none of them ran.
+    fn record_response(
+        &self,
+        session: &mut Session,
+        events: &EventSender,
+        acc: &mut Accumulator,
+        partial: bool,
+    ) {
+        for block in &acc.thinking {
+            if !block.text.is_empty() {
+                self.emit(
+                    events,
+                    AgentEvent::ThinkingComplete {
+                        agent: self.name.clone(),
+                        text: block.text.clone(),
+                    },
+                );
+            }
+            session.push(EntryKind::Thinking {
+                content: block.text.clone(),
+                signature: block.signature.clone(),
+                partial: partial && block.signature.is_none(),
+            });
+        }
+        for data in &acc.redacted {
+            session.push(EntryKind::RedactedThinking { data: data.clone() });
+        }
+        if !acc.text.is_empty() {
+            self.emit(
+                events,
+                AgentEvent::TextComplete {
+                    agent: self.name.clone(),
+                    text: acc.text.clone(),
+                },
+            );
+            session.push(EntryKind::AssistantText {
+                content: acc.text.clone(),
+                partial,
+            });
+        }
+        if partial {
+            acc.calls.clear();
+            return;
+        }
+        for (index, call) in &mut acc.calls {
+            if call.id.is_empty() {
+                // Some OpenAI-compatible servers omit ids; the model must still be able to
+                // match results to calls.
+                call.id = format!("call_{}_{index}", session.entries().len());
+            }
+            session.push(EntryKind::ToolCall {
+                id: call.id.clone(),
+                name: call.name.clone(),
+                arguments: call.arguments.clone(),
+            });
+        }
+    }
+
+    /// Runs one response's tool calls concurrently; records results in call order.
+    async fn run_tools(
+        &self,
+        session: &mut Session,
+        events: &EventSender,
+        cancel: &CancellationToken,
+        calls: Vec<PendingCall>,
+        truncated: bool,
+    ) -> Vec<ExecutedToolCall> {
+        let mut slots: Vec<(PendingCall, serde_json::Value, Option<ToolResult>, u64)> = Vec::new();
+        let mut running = FuturesUnordered::new();
+
+        for (index, call) in calls.into_iter().enumerate() {
+            let tool = self.tools.get(&call.name).cloned();
+            let kind = tool.as_ref().map_or(ToolKind::Other, |t| t.kind());
+            let parsed = parse_arguments(&call.arguments);
+            let shown = parsed
+                .clone()
+                .unwrap_or_else(|_| serde_json::Value::String(call.arguments.clone()));
+            self.emit(
+                events,
+                AgentEvent::ToolCallStart {
+                    agent: self.name.clone(),
+                    call_id: call.id.clone(),
+                    tool: call.name.clone(),
+                    kind,
+                    arguments: shown.clone(),
+                },
+            );
+            let early = match (&tool, parsed) {
+                (None, _) => Some(ToolResult::error(format!(
+                    "error: unknown tool '{}'. Available tools: {}.",
+                    call.name,
+                    self.tools.names().collect::<Vec<_>>().join(", ")
+                ))),
+                (Some(_), Err(problem)) => Some(ToolResult::error(if truncated {
+                    format!(
+                        "error: the arguments of '{}' were cut off at the output token limit ({problem}). \
+                         Send a smaller call, e.g. write the file in parts.",
+                        call.name
+                    )
+                } else {
+                    format!(
+                        "error: the arguments of '{}' are not valid JSON ({problem}). Call it again \
+                         with a JSON object matching its schema.",
+                        call.name
+                    )
+                })),
+                (Some(tool), Ok(input)) => {
+                    let ctx = ToolContext {
+                        session_id: session.id.clone(),
+                        agent: self.name.clone(),
+                        call_id: call.id.clone(),
+                        cwd: session.cwd.clone(),
+                        project_root: session.project_root.clone(),
+                        cancel: cancel.child_token(),
+                        permission: Arc::clone(&self.permission),
+                    };
+                    let tool = Arc::clone(tool);
+                    running.push(async move {
+                        let started = Instant::now();
+                        let result = tool.execute(input, &ctx).await;
+                        (index, result, started.elapsed().as_millis() as u64)
+                    });
+                    None
+                }
+            };
+            slots.push((call, shown, early, 0));
+        }
+
+        // Results stream out as tools finish; history gets them in call order below.
+        let mut grace: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
+        while !running.is_empty() {
+            let next = match grace.as_mut() {
+                None => tokio::select! {
+                    biased;
+                    () = cancel.cancelled() => {
+                        grace = Some(Box::pin(tokio::time::sleep(CANCEL_GRACE)));
+                        continue;
+                    }
+                    next = running.next() => next,
+                },
+                Some(deadline) => tokio::select! {
+                    () = deadline => break,
+                    next = running.next() => next,
+                },
+            };
+            let Some((index, mut result, elapsed)) = next else {
+                break;
+            };
+            if result.metadata.duration_ms == 0 {
+                result.metadata.duration_ms = elapsed;
+            }
+            slots[index].2 = Some(result);
+            slots[index].3 = elapsed;
+        }
+        drop(running); // whatever did not finish in the grace period is dropped (and killed)
+
+        let mut executed = Vec::with_capacity(slots.len());
+        for (call, arguments, result, duration_ms) in slots {
+            let result = result.unwrap_or_else(ToolResult::cancelled);
+            self.emit(
+                events,
+                AgentEvent::ToolCallEnd {
+                    agent: self.name.clone(),
+                    call_id: call.id.clone(),
+                    tool: call.name.clone(),
+                    result: result.clone(),
+                    duration_ms,
+                },
+            );
+            session.push(EntryKind::ToolResult {
+                call_id: call.id.clone(),
+                name: call.name.clone(),
+                status: result.status,
+                output: result.output.clone(),
+                metadata: result.metadata.clone(),
+            });
+            executed.push(ExecutedToolCall {
+                id: call.id,
+                name: call.name,
+                arguments,
+                result,
+                duration_ms,
+            });
+        }
+        executed
+    }
+}
+
+/// Parses tool arguments leniently: empty means `{}`, and a JSON string holding JSON (some
+/// models double-encode) is unwrapped. Anything but an object is refused.
+fn parse_arguments(raw: &str) -> Result<serde_json::Value, String> {
+    let trimmed = raw.trim();
+    if trimmed.is_empty() {
+        return Ok(serde_json::Value::Object(serde_json::Map::new()));
+    }
+    let mut value: serde_json::Value = serde_json::from_str(trimmed).map_err(|e| e.to_string())?;
+    if let serde_json::Value::String(inner) = &value {
+        value = serde_json::from_str(inner).map_err(|e| e.to_string())?;
+    }
+    if value.is_object() {
+        Ok(value)
+    } else {
+        Err(format!("expected a JSON object, got {value}"))
+    }
+}
+
+enum Outcome {
+    Done,
+    Cancelled,
+    Failed(ProviderError),
+}
+
+#[derive(Default)]
+struct ThinkingBlock {
+    text: String,
+    signature: Option<String>,
+}
+
+#[derive(Default)]
+struct PendingCall {
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+#[derive(Default)]
+struct Accumulator {
+    text: String,
+    thinking: Vec<ThinkingBlock>,
+    redacted: Vec<String>,
+    calls: BTreeMap<usize, PendingCall>,
+    usage: Usage,
+    finish: Option<FinishReason>,
+}
+
+struct Response {
+    text: String,
+    calls: Vec<PendingCall>,
+    usage: Usage,
+    finish: Option<FinishReason>,
+    cancelled: bool,
+}
+
+impl Accumulator {
+    fn into_response(self, cancelled: bool) -> Response {
+        Response {
+            text: self.text,
+            calls: self.calls.into_values().collect(),
+            usage: self.usage,
+            finish: self.finish,
+            cancelled,
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "agent_tests.rs"]
+mod tests;

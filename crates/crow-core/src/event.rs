@@ -1,0 +1,136 @@
+//! [`AgentEvent`]: the one stream the terminal renderer, `--json` and ACP all consume.
+//! Every event names the agent it comes from, so a front end can tell a reviewer's words
+//! from a builder's.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+
+use crate::provider::Usage;
+use crate::tool::{ToolKind, ToolResult};
+
+/// Where an agent sends its events.
+pub type EventSender = mpsc::UnboundedSender<AgentEvent>;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum AgentEvent {
+    // Text
+    TextDelta {
+        agent: String,
+        delta: String,
+    },
+    TextComplete {
+        agent: String,
+        text: String,
+    },
+
+    // Thinking / reasoning
+    ThinkingDelta {
+        agent: String,
+        delta: String,
+    },
+    ThinkingComplete {
+        agent: String,
+        text: String,
+    },
+
+    // Tools
+    ToolCallStart {
+        agent: String,
+        call_id: String,
+        tool: String,
+        kind: ToolKind,
+        arguments: serde_json::Value,
+    },
+    ToolCallEnd {
+        agent: String,
+        call_id: String,
+        tool: String,
+        result: ToolResult,
+        duration_ms: u64,
+    },
+
+    // File changes (one per model response that changed files)
+    FilesChanged {
+        agent: String,
+        files: Vec<PathBuf>,
+    },
+
+    // Control flow (emitted by the composition layer, not by BaseAgent)
+    CoagentStart {
+        primary: String,
+        coagent: String,
+    },
+    CoagentEnd {
+        primary: String,
+        coagent: String,
+    },
+    SubagentStart {
+        parent: String,
+        subagent: String,
+        task: String,
+    },
+    SubagentEnd {
+        parent: String,
+        subagent: String,
+        result: String,
+    },
+
+    // Lifecycle
+    TurnStart {
+        agent: String,
+    },
+    /// A model call is about to be made (iteration counts from 1).
+    ModelCallStart {
+        agent: String,
+        iteration: u32,
+    },
+    TurnComplete {
+        agent: String,
+    },
+    TaskComplete {
+        agent: String,
+        summary: String,
+    },
+
+    // Problems
+    /// A transient provider failure is being retried.
+    Retry {
+        agent: String,
+        attempt: u32,
+        delay_ms: u64,
+        reason: String,
+    },
+    Error {
+        agent: String,
+        error: String,
+    },
+    Cancelled {
+        agent: String,
+    },
+
+    // Telemetry
+    Usage {
+        agent: String,
+        input_tokens: u64,
+        output_tokens: u64,
+        reasoning_tokens: Option<u64>,
+        cache_read_tokens: u64,
+        cache_write_tokens: u64,
+    },
+}
+
+impl AgentEvent {
+    pub fn usage(agent: &str, usage: &Usage) -> Self {
+        AgentEvent::Usage {
+            agent: agent.to_owned(),
+            input_tokens: usage.input_tokens,
+            output_tokens: usage.output_tokens,
+            reasoning_tokens: (usage.reasoning_tokens > 0).then_some(usage.reasoning_tokens),
+            cache_read_tokens: usage.cache_read_tokens,
+            cache_write_tokens: usage.cache_write_tokens,
+        }
+    }
+}

@@ -1,0 +1,392 @@
+//! The interleaved history of one agent: the real timeline of a session.
+//!
+//! Entries are appended, never rewritten. [`to_messages`] turns them into the batched shape
+//! the provider APIs require: consecutive assistant parts form one assistant message, tool
+//! results follow in call order, and every tool call is answered (a call whose result was
+//! never recorded, e.g. after a crash, gets a placeholder so the request stays valid).
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::message::{AssistantPart, Message, ToolResultMessage};
+use crate::tool::{ToolMetadata, ToolStatus};
+
+/// One timestamped entry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HistoryEntry {
+    pub timestamp: DateTime<Utc>,
+    #[serde(flatten)]
+    pub kind: EntryKind,
+}
+
+impl HistoryEntry {
+    pub fn now(kind: EntryKind) -> Self {
+        Self {
+            timestamp: Utc::now(),
+            kind,
+        }
+    }
+}
+
+/// What happened.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum EntryKind {
+    User {
+        content: String,
+    },
+    AssistantText {
+        content: String,
+        /// The stream was cut (cancellation or failure) before this text was finished.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        partial: bool,
+    },
+    Thinking {
+        content: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signature: Option<String>,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        partial: bool,
+    },
+    RedactedThinking {
+        data: String,
+    },
+    ToolCall {
+        id: String,
+        name: String,
+        /// Raw JSON text as the model sent it.
+        arguments: String,
+    },
+    ToolResult {
+        call_id: String,
+        name: String,
+        status: ToolStatus,
+        output: String,
+        #[serde(default)]
+        metadata: ToolMetadata,
+    },
+    Handoff {
+        from: String,
+        to: String,
+        prompt: String,
+    },
+    System {
+        event: SystemEvent,
+    },
+}
+
+impl EntryKind {
+    /// Short stable name of the kind (for storage and display).
+    pub fn name(&self) -> &'static str {
+        match self {
+            EntryKind::User { .. } => "user",
+            EntryKind::AssistantText { .. } => "assistant_text",
+            EntryKind::Thinking { .. } => "thinking",
+            EntryKind::RedactedThinking { .. } => "redacted_thinking",
+            EntryKind::ToolCall { .. } => "tool_call",
+            EntryKind::ToolResult { .. } => "tool_result",
+            EntryKind::Handoff { .. } => "handoff",
+            EntryKind::System { .. } => "system",
+        }
+    }
+}
+
+/// Events in the timeline that the model does not see.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum SystemEvent {
+    SessionStart,
+    Cancelled,
+    MaxIterationsReached { iterations: u32 },
+    TaskComplete { summary: String },
+    Error { message: String },
+}
+
+/// Text given to the model for a tool call whose result was never recorded.
+pub const MISSING_RESULT: &str =
+    "error: this tool call was interrupted before it produced a result";
+
+/// Converts the interleaved history into provider messages, borrowing every string.
+pub fn to_messages(entries: &[HistoryEntry]) -> Vec<Message<'_>> {
+    let mut out = Vec::with_capacity(entries.len() / 2 + 1);
+    let mut assistant: Vec<AssistantPart<'_>> = Vec::new();
+    let mut results: Vec<ToolResultMessage<'_>> = Vec::new();
+    // Calls of the last assistant message, to answer any left without a result.
+    let mut open_calls: Vec<(&str, &str)> = Vec::new();
+
+    for entry in entries {
+        match &entry.kind {
+            EntryKind::User { content } => {
+                flush(&mut out, &mut assistant, &mut results, &mut open_calls);
+                out.push(Message::User { text: content });
+            }
+            EntryKind::AssistantText { content, .. } => {
+                start_assistant_part(&mut out, &assistant, &mut results, &mut open_calls);
+                if !content.is_empty() {
+                    assistant.push(AssistantPart::Text(content));
+                }
+            }
+            EntryKind::Thinking {
+                content, signature, ..
+            } => {
+                start_assistant_part(&mut out, &assistant, &mut results, &mut open_calls);
+                assistant.push(AssistantPart::Thinking {
+                    text: content,
+                    signature: signature.as_deref(),
+                });
+            }
+            EntryKind::RedactedThinking { data } => {
+                start_assistant_part(&mut out, &assistant, &mut results, &mut open_calls);
+                assistant.push(AssistantPart::RedactedThinking(data));
+            }
+            EntryKind::ToolCall {
+                id,
+                name,
+                arguments,
+            } => {
+                start_assistant_part(&mut out, &assistant, &mut results, &mut open_calls);
+                assistant.push(AssistantPart::ToolCall {
+                    id,
+                    name,
+                    arguments,
+                });
+                open_calls.push((id, name));
+            }
+            EntryKind::ToolResult {
+                call_id,
+                name,
+                status,
+                output,
+                ..
+            } => {
+                flush_assistant(&mut out, &mut assistant);
+                open_calls.retain(|(id, _)| *id != call_id);
+                results.push(ToolResultMessage {
+                    call_id,
+                    name,
+                    content: output,
+                    is_error: *status != ToolStatus::Success,
+                });
+            }
+            EntryKind::Handoff { .. } | EntryKind::System { .. } => {}
+        }
+    }
+    flush(&mut out, &mut assistant, &mut results, &mut open_calls);
+    out
+}
+
+fn flush<'a>(
+    out: &mut Vec<Message<'a>>,
+    assistant: &mut Vec<AssistantPart<'a>>,
+    results: &mut Vec<ToolResultMessage<'a>>,
+    open_calls: &mut Vec<(&'a str, &'a str)>,
+) {
+    flush_assistant(out, assistant);
+    flush_results(out, results, open_calls);
+}
+
+fn flush_assistant<'a>(out: &mut Vec<Message<'a>>, assistant: &mut Vec<AssistantPart<'a>>) {
+    if !assistant.is_empty() {
+        out.push(Message::Assistant {
+            parts: std::mem::take(assistant),
+        });
+    }
+}
+
+/// Before the first part of a new assistant message, close the previous exchange: its
+/// results (and placeholders for unanswered calls) must come first.
+fn start_assistant_part<'a>(
+    out: &mut Vec<Message<'a>>,
+    assistant: &[AssistantPart<'a>],
+    results: &mut Vec<ToolResultMessage<'a>>,
+    open_calls: &mut Vec<(&'a str, &'a str)>,
+) {
+    if assistant.is_empty() {
+        flush_results(out, results, open_calls);
+    }
+}
+
+/// Emits the pending results; the assistant message they answer must already be in `out`.
+fn flush_results<'a>(
+    out: &mut Vec<Message<'a>>,
+    results: &mut Vec<ToolResultMessage<'a>>,
+    open_calls: &mut Vec<(&'a str, &'a str)>,
+) {
+    // An assistant message with calls must be followed by one result per call.
+    for (call_id, name) in open_calls.drain(..) {
+        results.push(ToolResultMessage {
+            call_id,
+            name,
+            content: MISSING_RESULT,
+            is_error: true,
+        });
+    }
+    if !results.is_empty() {
+        out.push(Message::ToolResults {
+            results: std::mem::take(results),
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn e(kind: EntryKind) -> HistoryEntry {
+        HistoryEntry::now(kind)
+    }
+
+    fn call(id: &str) -> EntryKind {
+        EntryKind::ToolCall {
+            id: id.into(),
+            name: "bash".into(),
+            arguments: "{}".into(),
+        }
+    }
+
+    fn result(id: &str) -> EntryKind {
+        EntryKind::ToolResult {
+            call_id: id.into(),
+            name: "bash".into(),
+            status: ToolStatus::Success,
+            output: format!("out {id}"),
+            metadata: ToolMetadata::default(),
+        }
+    }
+
+    #[test]
+    fn batches_assistant_parts_and_results_in_call_order() {
+        let h = vec![
+            e(EntryKind::User {
+                content: "fix it".into(),
+            }),
+            e(EntryKind::AssistantText {
+                content: "looking".into(),
+                partial: false,
+            }),
+            e(call("a")),
+            e(call("b")),
+            e(result("a")),
+            e(result("b")),
+            e(EntryKind::AssistantText {
+                content: "done".into(),
+                partial: false,
+            }),
+        ];
+        let m = to_messages(&h);
+        assert_eq!(m.len(), 4);
+        assert!(matches!(&m[1], Message::Assistant { parts } if parts.len() == 3));
+        match &m[2] {
+            Message::ToolResults { results } => {
+                let ids: Vec<_> = results.iter().map(|r| r.call_id).collect();
+                assert_eq!(ids, ["a", "b"]);
+            }
+            other => panic!("expected results, got {other:?}"),
+        }
+        assert_eq!(
+            m[3],
+            Message::Assistant {
+                parts: vec![AssistantPart::Text("done")]
+            }
+        );
+    }
+
+    #[test]
+    fn unanswered_calls_get_a_placeholder_result() {
+        let h = vec![
+            e(EntryKind::User {
+                content: "go".into(),
+            }),
+            e(call("a")),
+            e(call("b")),
+            e(result("a")),
+            e(EntryKind::User {
+                content: "again".into(),
+            }),
+        ];
+        let m = to_messages(&h);
+        match &m[2] {
+            Message::ToolResults { results } => {
+                assert_eq!(results.len(), 2);
+                assert_eq!(results[1].call_id, "b");
+                assert!(results[1].is_error);
+                assert_eq!(results[1].content, MISSING_RESULT);
+            }
+            other => panic!("expected results, got {other:?}"),
+        }
+        assert_eq!(m[3], Message::User { text: "again" });
+    }
+
+    #[test]
+    fn crash_after_a_call_then_new_reply_keeps_order() {
+        let h = vec![
+            e(EntryKind::User {
+                content: "go".into(),
+            }),
+            e(call("a")),
+            e(EntryKind::AssistantText {
+                content: "next".into(),
+                partial: false,
+            }),
+        ];
+        let m = to_messages(&h);
+        assert!(matches!(&m[1], Message::Assistant { parts } if parts.len() == 2));
+        assert_eq!(m.len(), 3);
+        assert!(matches!(&m[2], Message::ToolResults { results } if results[0].call_id == "a"));
+    }
+
+    #[test]
+    fn system_and_handoff_entries_are_not_sent() {
+        let h = vec![
+            e(EntryKind::System {
+                event: SystemEvent::SessionStart,
+            }),
+            e(EntryKind::User {
+                content: "hi".into(),
+            }),
+            e(EntryKind::Handoff {
+                from: "a".into(),
+                to: "b".into(),
+                prompt: "p".into(),
+            }),
+        ];
+        assert_eq!(to_messages(&h), vec![Message::User { text: "hi" }]);
+    }
+
+    #[test]
+    fn entries_round_trip_through_json() {
+        let kinds = vec![
+            EntryKind::User {
+                content: "u".into(),
+            },
+            EntryKind::AssistantText {
+                content: "t".into(),
+                partial: true,
+            },
+            EntryKind::Thinking {
+                content: "th".into(),
+                signature: Some("sig".into()),
+                partial: false,
+            },
+            EntryKind::RedactedThinking { data: "xx".into() },
+            call("a"),
+            result("a"),
+            EntryKind::Handoff {
+                from: "p".into(),
+                to: "c".into(),
+                prompt: "review".into(),
+            },
+            EntryKind::System {
+                event: SystemEvent::TaskComplete {
+                    summary: "s".into(),
+                },
+            },
+        ];
+        for kind in kinds {
+            let entry = e(kind);
+            let json = serde_json::to_string(&entry).unwrap();
+            let back: HistoryEntry = serde_json::from_str(&json).unwrap();
+            assert_eq!(back, entry, "{json}");
+        }
+    }
+}

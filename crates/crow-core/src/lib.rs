@@ -1,0 +1,33 @@
+//! crow-core: the ReAct loop and the types every other crate speaks.
+//!
+//! This crate knows no concrete provider, tool, store or protocol. It owns:
+//! - [`history`]: the interleaved timeline of a session and its conversion to provider messages;
+//! - [`message`]: the provider-neutral request shape ([`ChatRequest`], [`Message`]);
+//! - [`provider`]: the streaming [`Provider`] trait, its deltas and classified errors;
+//! - [`tool`]: the [`Tool`] trait, [`ToolContext`], [`ToolResult`] and the [`ToolRegistry`];
+//! - [`event`]: [`AgentEvent`], the one stream every front end consumes;
+//! - [`agent`]: [`BaseAgent::execute_turn`], the loop itself.
+
+pub mod agent;
+pub mod event;
+pub mod history;
+pub mod message;
+pub mod provider;
+pub mod session;
+pub mod tool;
+
+pub use agent::{AgentConfig, AgentError, BaseAgent, ExecutedToolCall, TurnResult, TurnStop};
+pub use event::{AgentEvent, EventSender};
+pub use history::{EntryKind, HistoryEntry, SystemEvent};
+pub use message::{AssistantPart, ChatRequest, Message, ToolDefinition, ToolResultMessage};
+pub use provider::{
+    DeltaStream, FinishReason, Provider, ProviderError, ProviderErrorKind, StreamDelta, Usage,
+};
+pub use session::{HistorySink, Session};
+pub use tool::{
+    AllowAll, PermissionDecision, PermissionGate, PermissionRequest, Tool, ToolContext, ToolKind,
+    ToolMetadata, ToolRegistry, ToolResult, ToolStatus,
+};
+
+/// Name of the tool a model calls to end its work; the loop treats it specially.
+pub const TASK_COMPLETE: &str = "task_complete";

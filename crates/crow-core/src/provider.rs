@@ -1,0 +1,190 @@
+//! The streaming provider contract: one request in, a stream of [`StreamDelta`]s out.
+//!
+//! Concrete wire APIs (OpenAI chat completions, Anthropic messages, ...) live in
+//! crow-providers. Dropping the returned stream must abort the underlying HTTP request, which
+//! is how the loop cancels a model call mid-stream.
+
+use std::pin::Pin;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::Stream;
+use serde::{Deserialize, Serialize};
+
+use crate::message::ChatRequest;
+
+/// A boxed stream of deltas. Ends after [`StreamDelta::Finish`] or the first error.
+pub type DeltaStream = Pin<Box<dyn Stream<Item = Result<StreamDelta, ProviderError>> + Send>>;
+
+/// One streaming model call.
+#[async_trait]
+pub trait Provider: Send + Sync {
+    /// Short provider name for logs and events (`openai`, `anthropic`, ...).
+    fn name(&self) -> &str;
+    /// The model this provider instance talks to.
+    fn model(&self) -> &str;
+    /// Context window of the model in tokens, when known.
+    fn context_window(&self) -> Option<u64> {
+        None
+    }
+    /// Sends the request and returns the delta stream once the response has started.
+    /// Implementations serialise the request before returning; the stream owns no borrow.
+    async fn stream(&self, request: &ChatRequest<'_>) -> Result<DeltaStream, ProviderError>;
+}
+
+/// A piece of a streamed model response, in wire order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum StreamDelta {
+    Text {
+        text: String,
+    },
+    Thinking {
+        text: String,
+    },
+    /// Signature that authenticates the thinking block just streamed (Anthropic); kept for replay.
+    ThinkingSignature {
+        signature: String,
+    },
+    /// An opaque, encrypted thinking block (Anthropic `redacted_thinking`); replayed verbatim.
+    RedactedThinking {
+        data: String,
+    },
+    /// A tool call begins. `index` identifies it among the calls of this response.
+    ToolCallStart {
+        index: usize,
+        id: String,
+        name: String,
+    },
+    /// A fragment of the tool call's JSON arguments.
+    ToolCallDelta {
+        index: usize,
+        arguments: String,
+    },
+    ToolCallEnd {
+        index: usize,
+    },
+    Usage {
+        usage: Usage,
+    },
+    /// The provider layer is about to retry after a transient failure (no content was lost).
+    Retrying {
+        attempt: u32,
+        delay_ms: u64,
+        reason: String,
+    },
+    Finish {
+        reason: FinishReason,
+    },
+}
+
+/// Why the model stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    Stop,
+    ToolCalls,
+    MaxTokens,
+    ContentFilter,
+    Refusal,
+    Other,
+}
+
+/// Token counts reported by the provider for one call (or summed over several).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    #[serde(default)]
+    pub reasoning_tokens: u64,
+    #[serde(default)]
+    pub cache_read_tokens: u64,
+    #[serde(default)]
+    pub cache_write_tokens: u64,
+}
+
+impl Usage {
+    /// Adds another report. Providers that stream several usage frames send cumulative or
+    /// partial counts; [`Usage::merge_max`] is for those, this is for summing calls.
+    pub fn add(&mut self, other: &Usage) {
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+        self.reasoning_tokens += other.reasoning_tokens;
+        self.cache_read_tokens += other.cache_read_tokens;
+        self.cache_write_tokens += other.cache_write_tokens;
+    }
+
+    /// Field-wise maximum: folds several usage frames of one call into one figure.
+    pub fn merge_max(&mut self, other: &Usage) {
+        self.input_tokens = self.input_tokens.max(other.input_tokens);
+        self.output_tokens = self.output_tokens.max(other.output_tokens);
+        self.reasoning_tokens = self.reasoning_tokens.max(other.reasoning_tokens);
+        self.cache_read_tokens = self.cache_read_tokens.max(other.cache_read_tokens);
+        self.cache_write_tokens = self.cache_write_tokens.max(other.cache_write_tokens);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        *self == Usage::default()
+    }
+}
+
+/// What kind of failure a provider hit; decides retry and what the user is told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderErrorKind {
+    /// 429: retried with backoff, honouring Retry-After.
+    RateLimited,
+    /// 5xx, connection refused/reset, a dropped or stalled stream: retried with backoff.
+    Transient,
+    /// 401/403: the key is missing, wrong or lacks access. Never retried.
+    Auth,
+    /// The prompt does not fit the model's context window.
+    ContextOverflow,
+    /// 404 on the model or endpoint.
+    NotFound,
+    /// Any other 4xx: the request itself is wrong. Never retried.
+    BadRequest,
+    /// The response could not be understood (malformed SSE or JSON).
+    Protocol,
+}
+
+/// A classified provider failure. The message never contains an API key.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message}")]
+pub struct ProviderError {
+    pub kind: ProviderErrorKind,
+    pub message: String,
+    /// HTTP status when there was one.
+    pub status: Option<u16>,
+    /// Server-requested delay before retrying (Retry-After).
+    pub retry_after: Option<Duration>,
+}
+
+impl ProviderError {
+    pub fn new(kind: ProviderErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+            status: None,
+            retry_after: None,
+        }
+    }
+
+    pub fn with_status(mut self, status: u16) -> Self {
+        self.status = Some(status);
+        self
+    }
+
+    pub fn with_retry_after(mut self, after: Option<Duration>) -> Self {
+        self.retry_after = after;
+        self
+    }
+
+    /// Whether retrying the same request may succeed.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self.kind,
+            ProviderErrorKind::RateLimited | ProviderErrorKind::Transient
+        )
+    }
+}
