@@ -1,1 +1,384 @@
+//! Loop tests against an in-process scripted provider and fake tools.
 
+use std::collections::VecDeque;
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+use serde_json::json;
+use tokio::sync::{Barrier, mpsc};
+
+use super::*;
+use crate::history::{EntryKind, HistoryEntry};
+use crate::provider::{DeltaStream, ProviderErrorKind};
+use crate::tool::{AllowAll, Tool};
+
+/// Each call pops one scripted response; `None` in a script means "stall forever here".
+struct Scripted {
+    responses: Mutex<VecDeque<Vec<Option<Result<StreamDelta, ProviderError>>>>>,
+    bodies: Mutex<Vec<String>>,
+}
+
+impl Scripted {
+    fn new(responses: Vec<Vec<Option<Result<StreamDelta, ProviderError>>>>) -> Arc<Self> {
+        Arc::new(Self {
+            responses: Mutex::new(responses.into()),
+            bodies: Mutex::new(Vec::new()),
+        })
+    }
+}
+
+#[async_trait]
+impl Provider for Scripted {
+    fn name(&self) -> &str {
+        "scripted"
+    }
+    fn model(&self) -> &str {
+        "scripted-1"
+    }
+    async fn stream(&self, request: &ChatRequest<'_>) -> Result<DeltaStream, ProviderError> {
+        self.bodies
+            .lock()
+            .unwrap()
+            .push(format!("{:?}", request.messages));
+        let script = self
+            .responses
+            .lock()
+            .unwrap()
+            .pop_front()
+            .unwrap_or_default();
+        let stream = futures::stream::unfold(script.into_iter(), |mut it| async move {
+            match it.next()? {
+                Some(item) => Some((item, it)),
+                None => futures::future::pending().await,
+            }
+        });
+        Ok(Box::pin(stream))
+    }
+}
+
+fn text(s: &str) -> Option<Result<StreamDelta, ProviderError>> {
+    Some(Ok(StreamDelta::Text { text: s.into() }))
+}
+
+fn call(
+    index: usize,
+    id: &str,
+    name: &str,
+    args: &str,
+) -> Vec<Option<Result<StreamDelta, ProviderError>>> {
+    vec![
+        Some(Ok(StreamDelta::ToolCallStart {
+            index,
+            id: id.into(),
+            name: name.into(),
+        })),
+        Some(Ok(StreamDelta::ToolCallDelta {
+            index,
+            arguments: args.into(),
+        })),
+        Some(Ok(StreamDelta::ToolCallEnd { index })),
+    ]
+}
+
+fn finish(reason: FinishReason) -> Option<Result<StreamDelta, ProviderError>> {
+    Some(Ok(StreamDelta::Finish { reason }))
+}
+
+/// Waits at a two-party barrier: two calls only both finish if they run concurrently.
+struct Rendezvous(Arc<Barrier>);
+
+#[async_trait]
+impl Tool for Rendezvous {
+    fn name(&self) -> &str {
+        "rendezvous"
+    }
+    fn description(&self) -> &str {
+        "waits for a partner call"
+    }
+    fn parameters_schema(&self) -> serde_json::Value {
+        json!({"type": "object"})
+    }
+    async fn execute(&self, input: serde_json::Value, _ctx: &ToolContext) -> ToolResult {
+        self.0.wait().await;
+        ToolResult::success(format!("met {}", input["who"]))
+    }
+}
+
+/// Blocks until cancelled.
+struct Forever;
+
+#[async_trait]
+impl Tool for Forever {
+    fn name(&self) -> &str {
+        "forever"
+    }
+    fn description(&self) -> &str {
+        "never ends on its own"
+    }
+    fn parameters_schema(&self) -> serde_json::Value {
+        json!({"type": "object"})
+    }
+    async fn execute(&self, _input: serde_json::Value, ctx: &ToolContext) -> ToolResult {
+        ctx.cancel.cancelled().await;
+        ToolResult::cancelled()
+    }
+}
+
+struct Done;
+
+#[async_trait]
+impl Tool for Done {
+    fn name(&self) -> &str {
+        TASK_COMPLETE
+    }
+    fn description(&self) -> &str {
+        "finish"
+    }
+    fn parameters_schema(&self) -> serde_json::Value {
+        json!({"type": "object"})
+    }
+    async fn execute(&self, input: serde_json::Value, _ctx: &ToolContext) -> ToolResult {
+        ToolResult::success(input["summary"].as_str().unwrap_or_default())
+    }
+}
+
+fn agent(provider: Arc<Scripted>, max_iterations: u32) -> BaseAgent {
+    let mut tools = ToolRegistry::new();
+    tools.register(Arc::new(Rendezvous(Arc::new(Barrier::new(2)))));
+    tools.register(Arc::new(Forever));
+    tools.register(Arc::new(Done));
+    BaseAgent::new(
+        "builder",
+        provider,
+        tools,
+        "You are a test.",
+        Arc::new(AllowAll),
+        AgentConfig {
+            max_iterations,
+            ..AgentConfig::default()
+        },
+    )
+}
+
+fn session() -> Session {
+    let mut s = Session::new(
+        "s1",
+        "builder",
+        PathBuf::from("/tmp"),
+        PathBuf::from("/tmp"),
+    );
+    s.add_user_message("do it");
+    s
+}
+
+fn kinds(entries: &[HistoryEntry]) -> Vec<&'static str> {
+    entries.iter().map(|e| e.kind.name()).collect()
+}
+
+#[tokio::test]
+async fn text_only_reply_ends_the_turn() {
+    let provider = Scripted::new(vec![vec![
+        text("Hel"),
+        text("lo"),
+        finish(FinishReason::Stop),
+    ]]);
+    let agent = agent(provider, 10);
+    let mut session = session();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let result = agent
+        .execute_turn(&mut session, &tx, CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(result.stop, TurnStop::Text);
+    assert_eq!(result.text.as_deref(), Some("Hello"));
+    assert_eq!(kinds(session.entries()), ["user", "assistant_text"]);
+    let mut deltas = String::new();
+    while let Ok(event) = rx.try_recv() {
+        if let AgentEvent::TextDelta { delta, agent } = event {
+            assert_eq!(agent, "builder");
+            deltas.push_str(&delta);
+        }
+    }
+    assert_eq!(deltas, "Hello");
+}
+
+#[tokio::test]
+async fn calls_of_one_response_run_concurrently_and_results_keep_call_order() {
+    let mut first = call(0, "a", "rendezvous", r#"{"who":"a"}"#);
+    first.extend(call(1, "b", "rendezvous", r#"{"who":"b"}"#));
+    first.push(finish(FinishReason::ToolCalls));
+    let provider = Scripted::new(vec![first, vec![text("ok"), finish(FinishReason::Stop)]]);
+    let agent = agent(provider, 10);
+    let mut session = session();
+    let (tx, _rx) = mpsc::unbounded_channel();
+    // Sequential execution would deadlock at the barrier; the timeout only bounds a failure.
+    let result = tokio::time::timeout(
+        Duration::from_secs(10),
+        agent.execute_turn(&mut session, &tx, CancellationToken::new()),
+    )
+    .await
+    .expect("tool calls did not run concurrently")
+    .unwrap();
+    assert_eq!(result.tool_calls.len(), 2);
+    let results: Vec<_> = session
+        .entries()
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EntryKind::ToolResult {
+                call_id, output, ..
+            } => Some((call_id.clone(), output.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        results,
+        [
+            ("a".into(), "met \"a\"".into()),
+            ("b".into(), "met \"b\"".into())
+        ]
+    );
+}
+
+#[tokio::test]
+async fn malformed_arguments_and_unknown_tools_become_error_results() {
+    let mut first = call(0, "a", "rendezvous", r#"{"who": "#);
+    first.extend(call(1, "b", "no_such_tool", "{}"));
+    first.push(finish(FinishReason::ToolCalls));
+    let provider = Scripted::new(vec![first, vec![text("sorry"), finish(FinishReason::Stop)]]);
+    let agent = agent(Arc::clone(&provider), 10);
+    let mut session = session();
+    let (tx, _rx) = mpsc::unbounded_channel();
+    let result = agent
+        .execute_turn(&mut session, &tx, CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(result.stop, TurnStop::Text);
+    let outputs: Vec<_> = result
+        .tool_calls
+        .iter()
+        .map(|c| c.result.output.clone())
+        .collect();
+    assert!(outputs[0].contains("not valid JSON"), "{}", outputs[0]);
+    assert!(
+        outputs[1].contains("unknown tool 'no_such_tool'"),
+        "{}",
+        outputs[1]
+    );
+    assert!(
+        outputs[1].contains("rendezvous"),
+        "lists the available tools: {}",
+        outputs[1]
+    );
+    // The model saw both errors on the second call.
+    let second = &provider.bodies.lock().unwrap()[1];
+    assert!(second.contains("is_error: true"), "{second}");
+}
+
+#[tokio::test]
+async fn task_complete_ends_the_turn_with_its_summary() {
+    let mut first = call(0, "t", TASK_COMPLETE, r#"{"summary":"all done"}"#);
+    first.push(finish(FinishReason::ToolCalls));
+    let provider = Scripted::new(vec![first]);
+    let agent = agent(provider, 10);
+    let mut session = session();
+    let (tx, _rx) = mpsc::unbounded_channel();
+    let result = agent
+        .execute_turn(&mut session, &tx, CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(result.stop, TurnStop::TaskComplete);
+    assert_eq!(result.task_complete.as_deref(), Some("all done"));
+}
+
+#[tokio::test]
+async fn the_iteration_bound_holds() {
+    let responses = (0..5)
+        .map(|i| {
+            let mut r = call(0, &format!("c{i}"), "no_such_tool", "{}");
+            r.push(finish(FinishReason::ToolCalls));
+            r
+        })
+        .collect();
+    let agent = agent(Scripted::new(responses), 3);
+    let mut session = session();
+    let (tx, _rx) = mpsc::unbounded_channel();
+    let result = agent
+        .execute_turn(&mut session, &tx, CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(result.stop, TurnStop::MaxIterations);
+    assert_eq!(result.iterations, 3);
+}
+
+#[tokio::test]
+async fn cancel_mid_stream_keeps_partial_text() {
+    // The script stalls after "Hal" until cancelled.
+    let provider = Scripted::new(vec![vec![text("Hal"), None]]);
+    let agent = agent(provider, 10);
+    let mut session = session();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let cancel = CancellationToken::new();
+    let trigger = cancel.clone();
+    tokio::spawn(async move {
+        while let Some(event) = rx.recv().await {
+            if matches!(event, AgentEvent::TextDelta { .. }) {
+                trigger.cancel();
+            }
+        }
+    });
+    let result = agent.execute_turn(&mut session, &tx, cancel).await.unwrap();
+    assert_eq!(result.stop, TurnStop::Cancelled);
+    let last_text = session.entries().iter().find_map(|e| match &e.kind {
+        EntryKind::AssistantText { content, partial } => Some((content.clone(), *partial)),
+        _ => None,
+    });
+    assert_eq!(last_text, Some(("Hal".into(), true)));
+    assert_eq!(kinds(session.entries()).last(), Some(&"system"));
+}
+
+#[tokio::test]
+async fn cancel_mid_tool_records_cancelled_results() {
+    let mut first = call(0, "f", "forever", "{}");
+    first.push(finish(FinishReason::ToolCalls));
+    let agent = agent(Scripted::new(vec![first]), 10);
+    let mut session = session();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let cancel = CancellationToken::new();
+    let trigger = cancel.clone();
+    tokio::spawn(async move {
+        while let Some(event) = rx.recv().await {
+            if matches!(event, AgentEvent::ToolCallStart { .. }) {
+                trigger.cancel();
+            }
+        }
+    });
+    let result = agent.execute_turn(&mut session, &tx, cancel).await.unwrap();
+    assert_eq!(result.stop, TurnStop::Cancelled);
+    assert_eq!(
+        result.tool_calls[0].result.status,
+        crate::tool::ToolStatus::Cancelled
+    );
+    // Every call is answered, so the next request stays valid.
+    assert_eq!(
+        kinds(session.entries()),
+        ["user", "tool_call", "tool_result", "system"]
+    );
+}
+
+#[tokio::test]
+async fn provider_errors_end_the_turn_and_keep_partial_text() {
+    let error = ProviderError::new(ProviderErrorKind::Transient, "connection reset");
+    let provider = Scripted::new(vec![vec![text("Par"), Some(Err(error))]]);
+    let agent = agent(provider, 10);
+    let mut session = session();
+    let (tx, _rx) = mpsc::unbounded_channel();
+    let err = agent
+        .execute_turn(&mut session, &tx, CancellationToken::new())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("connection reset"));
+    assert!(session.entries().iter().any(|e| matches!(
+        &e.kind,
+        EntryKind::AssistantText { content, partial: true } if content == "Par"
+    )));
+}
