@@ -12,14 +12,17 @@ use crate::history::{EntryKind, HistoryEntry};
 use crate::provider::{DeltaStream, ProviderErrorKind};
 use crate::tool::{AllowAll, Tool};
 
+/// One scripted response; `None` stalls the stream forever at that point.
+type Script = Vec<Option<Result<StreamDelta, ProviderError>>>;
+
 /// Each call pops one scripted response; `None` in a script means "stall forever here".
 struct Scripted {
-    responses: Mutex<VecDeque<Vec<Option<Result<StreamDelta, ProviderError>>>>>,
+    responses: Mutex<VecDeque<Script>>,
     bodies: Mutex<Vec<String>>,
 }
 
 impl Scripted {
-    fn new(responses: Vec<Vec<Option<Result<StreamDelta, ProviderError>>>>) -> Arc<Self> {
+    fn new(responses: Vec<Script>) -> Arc<Self> {
         Arc::new(Self {
             responses: Mutex::new(responses.into()),
             bodies: Mutex::new(Vec::new()),
