@@ -1,1 +1,76 @@
-//! placeholder
+//! crow-testkit: a scripted mock LLM server speaking OpenAI Chat Completions and Anthropic
+//! Messages over real HTTP/1.1 + SSE on loopback.
+//!
+//! A [`Scenario`] is a list of [`Step`]s served in order, one per request, whichever API path
+//! the request uses: a [`Reply`] (thinking, text, tool calls, streamed in small deltas) or a
+//! [`Fault`] (an error status, a connection dropped mid-stream, a stalled stream). Every request
+//! is recorded ([`RecordedRequest`]) so tests can assert on what the client sent, down to the
+//! exact bytes. The crate depends on no other crow crate: crow's provider tests, `crow demo`
+//! and the benchmark harness (through the `crow-mock` binary) all use it as an outside fixture.
+//!
+//! ```no_run
+//! # async fn demo() -> std::io::Result<()> {
+//! use crow_testkit::{MockLlm, Reply, Scenario};
+//! let mock = MockLlm::start(Scenario::new().reply(Reply::text("hello"))).await?;
+//! let url = format!("{}/chat/completions", mock.openai_base_url());
+//! # let _ = url;
+//! # Ok(()) }
+//! ```
+
+mod anthropic;
+mod frames;
+mod openai;
+mod scenario;
+mod server;
+
+pub use scenario::{
+    DEFAULT_CHUNK_SIZE, DEFAULT_EXHAUSTED_TEXT, Fault, Reply, Scenario, Step, ToolCall,
+};
+pub use server::{MockLlm, RecordedRequest};
+
+use serde_json::json;
+
+/// The file `crow demo` creates before running [`demo_scenario`]: a script with a typo.
+pub const DEMO_FILE: (&str, &str) = ("hello.py", "print(\"Hello, wrld\")\n");
+
+/// A short, realistic coding session for `crow demo`: look around, read the file, fix the
+/// typo, run it, report. Paced so the streaming is visible.
+pub fn demo_scenario() -> Scenario {
+    Scenario::new()
+        .chunk_size(6)
+        .chunk_delay(15)
+        .reply(
+            Reply::thinking(
+                "The user wants the greeting script fixed. I don't know the layout yet, \
+                 so I should list the project before touching anything.",
+            )
+            .with_text("I'll look at the project first.")
+            .with_tool_call("list_directory", json!({"path": "."})),
+        )
+        .reply(
+            Reply::text("There is a hello.py here; let me read it.")
+                .with_tool_call("read_file", json!({"path": "hello.py"})),
+        )
+        .reply(
+            Reply::thinking("The string says \"wrld\"; it should say \"world\".")
+                .with_text("Found it: the greeting is misspelled. Fixing the typo.")
+                .with_tool_call(
+                    "edit_file",
+                    json!({
+                        "path": "hello.py",
+                        "old_string": "print(\"Hello, wrld\")",
+                        "new_string": "print(\"Hello, world\")",
+                    }),
+                ),
+        )
+        .reply(
+            Reply::text("Now let me run it to make sure it prints the right thing.")
+                .with_tool_call("bash", json!({"command": "python3 hello.py"})),
+        )
+        .reply(
+            Reply::text("It prints \"Hello, world\" now.").with_tool_call(
+                "task_complete",
+                json!({"summary": "Fixed the typo in hello.py; it now prints Hello, world."}),
+            ),
+        )
+}

@@ -1,0 +1,421 @@
+//! The HTTP side: [`MockLlm`] binds a loopback port, records every request, picks the step
+//! that answers it, and streams the answer in the wire format of the path it came in on.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use axum::Json;
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::frames::{Ctx, Ending, Tokens, body_stream};
+use crate::scenario::{Fault, Reply, Scenario, Step};
+use crate::{anthropic, openai};
+
+/// Model name reported when a request names none.
+const DEFAULT_MODEL: &str = "mock-model";
+/// Conversation bodies in long benchmark sessions outgrow axum's 2 MB default.
+const BODY_LIMIT: usize = 256 * 1024 * 1024;
+
+/// One request as the server received it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RecordedRequest {
+    pub path: String,
+    /// Header names lower-cased, values as (lossy) UTF-8, in arrival order.
+    pub headers: Vec<(String, String)>,
+    /// The parsed body; `null` when it was not JSON.
+    pub body: Value,
+    /// The exact bytes received, for byte-prefix (prompt cache) comparisons. Serialised as a
+    /// UTF-8 string for `GET /_mock/requests`.
+    #[serde(with = "raw_body_serde")]
+    pub raw_body: Bytes,
+    pub received_at: SystemTime,
+    /// Index of the scenario step that answered; `None` when the scenario was exhausted or
+    /// the request was rejected.
+    pub step: Option<usize>,
+}
+
+impl RecordedRequest {
+    /// First value of a header, by case-insensitive name.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+mod raw_body_serde {
+    use bytes::Bytes;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &Bytes, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&String::from_utf8_lossy(bytes))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Bytes, D::Error> {
+        String::deserialize(d).map(Bytes::from)
+    }
+}
+
+/// Which wire API a request used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Api {
+    OpenAi,
+    Anthropic,
+}
+
+struct Shared {
+    inner: Mutex<Inner>,
+    /// Cancelled on shutdown: stops accepting, and ends stalled or pausing bodies.
+    shutdown: CancellationToken,
+}
+
+struct Inner {
+    scenario: Scenario,
+    consumed: Vec<bool>,
+    requests: Vec<RecordedRequest>,
+    seq: u64,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock cannot leave the data half-updated in a way that
+        // matters to a test fixture, so recover from poisoning.
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// A running mock LLM server. Shuts down when dropped.
+pub struct MockLlm {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl MockLlm {
+    /// Starts serving `scenario` on `127.0.0.1` with a random free port.
+    pub async fn start(scenario: Scenario) -> std::io::Result<MockLlm> {
+        Self::start_on(scenario, SocketAddr::from(([127, 0, 0, 1], 0))).await
+    }
+
+    pub async fn start_on(scenario: Scenario, addr: SocketAddr) -> std::io::Result<MockLlm> {
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
+        let shared = Arc::new(Shared {
+            inner: Mutex::new(Inner {
+                consumed: vec![false; scenario.steps.len()],
+                scenario,
+                requests: Vec::new(),
+                seq: 0,
+            }),
+            shutdown: CancellationToken::new(),
+        });
+        let app = Router::new()
+            .route("/v1/chat/completions", post(openai_handler))
+            .route("/chat/completions", post(openai_handler))
+            .route("/v1/messages", post(anthropic_handler))
+            .route("/_mock/requests", get(requests_handler))
+            .fallback(not_found)
+            .layer(DefaultBodyLimit::max(BODY_LIMIT))
+            .with_state(shared.clone());
+        let stop = shared.shutdown.clone().cancelled_owned();
+        let task = tokio::spawn(async move {
+            // Errors here mean the listener died; nothing useful to report to a test.
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(stop)
+                .await;
+        });
+        Ok(MockLlm {
+            addr,
+            shared,
+            task: Some(task),
+        })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Base URL for Anthropic clients: `http://127.0.0.1:PORT`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Base URL for OpenAI-compatible clients: `http://127.0.0.1:PORT/v1`.
+    pub fn openai_base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// Every request received so far, in arrival order.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.shared.lock().requests.clone()
+    }
+
+    /// Steps not yet served.
+    pub fn remaining_steps(&self) -> usize {
+        self.shared.lock().consumed.iter().filter(|c| !**c).count()
+    }
+
+    /// Appends a step to the running scenario.
+    pub fn push_step(&self, step: Step) {
+        let mut inner = self.shared.lock();
+        inner.scenario.steps.push(step);
+        inner.consumed.push(false);
+    }
+
+    /// Stops the server: refuses new connections and ends open streams, waiting briefly
+    /// for connections to close.
+    pub async fn shutdown(mut self) {
+        self.shared.shutdown.cancel();
+        if let Some(task) = self.task.take() {
+            let abort = task.abort_handle();
+            if tokio::time::timeout(Duration::from_secs(2), task)
+                .await
+                .is_err()
+            {
+                abort.abort();
+            }
+        }
+    }
+}
+
+impl Drop for MockLlm {
+    fn drop(&mut self) {
+        self.shared.shutdown.cancel();
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+async fn openai_handler(
+    State(shared): State<Arc<Shared>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    handle(&shared, Api::OpenAi, uri.path(), &headers, body)
+}
+
+async fn anthropic_handler(
+    State(shared): State<Arc<Shared>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    handle(&shared, Api::Anthropic, uri.path(), &headers, body)
+}
+
+async fn requests_handler(State(shared): State<Arc<Shared>>) -> Json<Vec<RecordedRequest>> {
+    Json(shared.lock().requests.clone())
+}
+
+async fn not_found(uri: Uri) -> Response {
+    let message = format!("mock: no route for {}", uri.path());
+    let body = openai::error_body(404, &message);
+    (StatusCode::NOT_FOUND, Json(body)).into_response()
+}
+
+/// What the step selection decided, taken out of the lock.
+struct Served {
+    step: Step,
+    seq: u64,
+    tokens_prefix: usize,
+    chunk_size: usize,
+    chunk_delay_ms: u64,
+}
+
+/// Records the request and answers it. Synchronous: the lock is never held across an await,
+/// and the streaming body does its waiting after this returns.
+fn handle(shared: &Shared, api: Api, path: &str, headers: &HeaderMap, raw: Bytes) -> Response {
+    let parsed: Option<Value> = serde_json::from_slice(&raw).ok();
+    let body = parsed.clone().unwrap_or(Value::Null);
+    let system = match api {
+        Api::OpenAi => openai::system_prompt(&body),
+        Api::Anthropic => anthropic::system_prompt(&body),
+    };
+    let record = RecordedRequest {
+        path: path.to_owned(),
+        headers: headers
+            .iter()
+            .map(|(k, v)| {
+                let value = String::from_utf8_lossy(v.as_bytes()).into_owned();
+                (k.as_str().to_owned(), value)
+            })
+            .collect(),
+        body: body.clone(),
+        raw_body: raw.clone(),
+        received_at: SystemTime::now(),
+        step: None,
+    };
+
+    let served = {
+        let mut inner = shared.lock();
+        inner.seq += 1;
+        let seq = inner.seq;
+        // Prompt-cache simulation: the prefix shared with the previous request on this path.
+        let tokens_prefix = inner
+            .requests
+            .iter()
+            .rev()
+            .find(|r| r.path == path)
+            .map_or(0, |prev| common_prefix(&prev.raw_body, &raw));
+        let mut record = record;
+        // Malformed JSON is rejected like a real API would, without consuming a step.
+        let chosen = if parsed.is_none() {
+            None
+        } else {
+            let Inner {
+                scenario, consumed, ..
+            } = &mut *inner;
+            let found = scenario
+                .steps
+                .iter()
+                .enumerate()
+                .find(|(i, step)| !consumed[*i] && step.accepts(&system))
+                .map(|(i, step)| (i, step.clone()));
+            if let Some((i, _)) = &found {
+                consumed[*i] = true;
+            }
+            found
+        };
+        record.step = chosen.as_ref().map(|(i, _)| *i);
+        inner.requests.push(record);
+        if parsed.is_none() {
+            drop(inner);
+            return error_response(
+                api,
+                400,
+                None,
+                Some("mock: the request body is not valid JSON"),
+            );
+        }
+        let scenario = &inner.scenario;
+        let step = match chosen {
+            Some((_, step)) => step,
+            None => Step::Reply(Reply::text(scenario.exhausted_text.clone())),
+        };
+        Served {
+            step,
+            seq,
+            tokens_prefix,
+            chunk_size: scenario.chunk_size,
+            chunk_delay_ms: scenario.chunk_delay_ms,
+        }
+    };
+    let (reply, ending) = match served.step {
+        Step::Fault(Fault::Status {
+            code,
+            retry_after_secs,
+            body,
+        }) => return error_response(api, code, retry_after_secs, body.as_deref()),
+        Step::Reply(reply) => (reply, Ending::Complete),
+        Step::Fault(Fault::DropAfter {
+            reply,
+            after_chunks,
+        }) => (reply, Ending::Drop { after_chunks }),
+        Step::Fault(Fault::Stall {
+            reply,
+            after_chunks,
+        }) => (reply, Ending::Stall { after_chunks }),
+    };
+
+    // Anthropic only writes the cache where the request asks for it.
+    let writes_cache = api == Api::Anthropic && contains(&raw, b"\"cache_control\"");
+    let ctx = Ctx {
+        reply: &reply,
+        chunk_size: reply.chunk_size.unwrap_or(served.chunk_size),
+        model: body
+            .get("model")
+            .and_then(Value::as_str)
+            .unwrap_or(DEFAULT_MODEL)
+            .to_owned(),
+        seq: served.seq,
+        tokens: Tokens::estimate(raw.len(), served.tokens_prefix, writes_cache, &reply),
+        created: SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+    };
+    let delay = Duration::from_millis(reply.chunk_delay_ms.unwrap_or(served.chunk_delay_ms));
+    let stream = match api {
+        Api::OpenAi => openai::Options::from_request(&body).stream,
+        Api::Anthropic => anthropic::wants_stream(&body),
+    };
+
+    if !stream {
+        if ending == Ending::Complete {
+            let full = match api {
+                Api::OpenAi => openai::full_response(&ctx),
+                Api::Anthropic => anthropic::full_response(&ctx),
+            };
+            return (StatusCode::OK, Json(full)).into_response();
+        }
+        // A faulted non-streaming answer: headers, then no body before the drop or stall.
+        let body = body_stream(Vec::new(), ending, delay, shared.shutdown.clone());
+        return (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            Body::from_stream(body),
+        )
+            .into_response();
+    }
+
+    let frames = match api {
+        Api::OpenAi => openai::stream_frames(&ctx, openai::Options::from_request(&body)),
+        Api::Anthropic => anthropic::stream_frames(&ctx),
+    };
+    let body = body_stream(frames, ending, delay, shared.shutdown.clone());
+    (
+        StatusCode::OK,
+        [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        Body::from_stream(body),
+    )
+        .into_response()
+}
+
+/// An error status with the API's own error body and an optional `retry-after` header.
+/// `body`, when valid JSON, is sent verbatim; otherwise it is the error message.
+fn error_response(api: Api, code: u16, retry_after: Option<u64>, body: Option<&str>) -> Response {
+    let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let verbatim = body.and_then(|b| serde_json::from_str::<Value>(b).ok());
+    let json = verbatim.unwrap_or_else(|| {
+        let default = format!(
+            "mock: scripted {code} {}",
+            status.canonical_reason().unwrap_or("error")
+        );
+        let message = body.map_or(default, str::to_owned);
+        match api {
+            Api::OpenAi => openai::error_body(code, &message),
+            Api::Anthropic => anthropic::error_body(code, &message),
+        }
+    });
+    let mut headers = HeaderMap::new();
+    if let Some(secs) = retry_after {
+        headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    }
+    (status, headers, Json(json)).into_response()
+}
+
+fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}

@@ -1,0 +1,212 @@
+//! Fault tests: error statuses in each API's shape, dropped and stalled streams.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use crow_testkit::{Fault, MockLlm, Reply, Scenario};
+use futures::StreamExt;
+use serde_json::{Value, json};
+
+#[tokio::test]
+async fn rate_limit_then_next_step() {
+    let scenario = Scenario::new()
+        .fault(Fault::rate_limited(2))
+        .reply(Reply::text("after the wait"));
+    let mock = MockLlm::start(scenario).await.unwrap();
+
+    let resp = post_anthropic(&mock, &anthropic_request("s", true)).await;
+    assert_eq!(resp.status(), 429);
+    assert_eq!(resp.headers()["retry-after"], "2");
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["type"], "error");
+    assert_eq!(body["error"]["type"], "rate_limit_error");
+    assert!(body["error"]["message"].is_string());
+    assert_eq!(mock.remaining_steps(), 1, "the error consumed its step");
+
+    let resp = post_anthropic(&mock, &anthropic_request("s", true)).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(
+        streamed_text(&parse_sse(&resp.text().await.unwrap())),
+        "after the wait"
+    );
+    assert_eq!(mock.remaining_steps(), 0);
+    let steps: Vec<_> = mock.requests().iter().map(|r| r.step).collect();
+    assert_eq!(steps, [Some(0), Some(1)]);
+}
+
+#[tokio::test]
+async fn openai_error_shapes_and_custom_bodies() {
+    let scenario = Scenario::new()
+        .fault(Fault::status(500))
+        .fault(Fault::status(401).with_body("bad key"))
+        .fault(Fault::status(400).with_body(r#"{"error":{"message":"context_length_exceeded","type":"invalid_request_error","code":"context_length_exceeded"}}"#));
+    let mock = MockLlm::start(scenario).await.unwrap();
+
+    let resp = post_openai(&mock, &openai_request("s", true)).await;
+    assert_eq!(resp.status(), 500);
+    assert!(resp.headers().get("retry-after").is_none());
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["type"], "server_error");
+
+    let body: Value = post_openai(&mock, &openai_request("s", true))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(body["error"]["message"], "bad key");
+    assert_eq!(body["error"]["code"], "invalid_api_key");
+
+    let body: Value = post_openai(&mock, &openai_request("s", true))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        body["error"]["code"], "context_length_exceeded",
+        "JSON bodies go out verbatim"
+    );
+}
+
+/// Reads a body chunk by chunk; returns what arrived and whether it ended in an error.
+async fn read_until_end(resp: reqwest::Response) -> (String, bool) {
+    let mut stream = resp.bytes_stream();
+    let mut got = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        match chunk {
+            Ok(bytes) => got.extend_from_slice(&bytes),
+            Err(_) => return (String::from_utf8_lossy(&got).into_owned(), true),
+        }
+    }
+    (String::from_utf8_lossy(&got).into_owned(), false)
+}
+
+#[tokio::test]
+async fn drop_after_aborts_the_body() {
+    let reply = Reply::text("abcdefghijklmnopqrstuvwxyz").with_chunk_size(4);
+    let scenario = Scenario::new()
+        .fault(Fault::drop_after(reply.clone(), 2))
+        .fault(Fault::drop_after(reply, 2));
+    let mock = MockLlm::start(scenario).await.unwrap();
+
+    let resp = post_openai(&mock, &openai_request("s", true)).await;
+    assert_eq!(resp.status(), 200);
+    let (got, failed) = read_until_end(resp).await;
+    assert!(failed, "the client sees a body error");
+    assert!(!got.contains("[DONE]"));
+    // Exactly the first two content deltas arrived, whole.
+    let events = parse_sse(&got);
+    assert_eq!(streamed_text(&events), "abcdefgh");
+
+    let (got, failed) =
+        read_until_end(post_anthropic(&mock, &anthropic_request("s", true)).await).await;
+    assert!(failed);
+    assert!(!got.contains("message_stop"));
+    assert_eq!(streamed_text(&parse_sse(&got)), "abcdefgh");
+}
+
+#[tokio::test]
+async fn drop_after_more_chunks_than_the_reply_still_drops() {
+    let mock = MockLlm::start(Scenario::new().fault(Fault::drop_after(Reply::text("hi"), 99)))
+        .await
+        .unwrap();
+    let (got, failed) = read_until_end(post_openai(&mock, &openai_request("s", true)).await).await;
+    assert!(failed);
+    assert_eq!(streamed_text(&parse_sse(&got)), "hi");
+    assert!(!got.contains("finish_reason\":\"stop"));
+}
+
+#[tokio::test]
+async fn stall_keeps_the_connection_silent() {
+    let reply = Reply::text("abcdefgh").with_chunk_size(2);
+    let mock = MockLlm::start(
+        Scenario::new()
+            .fault(Fault::stall(reply, 1))
+            .reply(Reply::text("ok")),
+    )
+    .await
+    .unwrap();
+    let resp = post_openai(&mock, &openai_request("s", true)).await;
+    let mut stream = resp.bytes_stream();
+    let mut got = Vec::new();
+    loop {
+        match tokio::time::timeout(Duration::from_millis(300), stream.next()).await {
+            Ok(Some(chunk)) => got.extend_from_slice(&chunk.unwrap()),
+            Ok(None) => panic!("a stalled stream must not end"),
+            Err(_) => break, // silence: the stall
+        }
+    }
+    let events = parse_sse(&String::from_utf8(got).unwrap());
+    assert_eq!(streamed_text(&events), "ab");
+    drop(stream);
+
+    // The server still answers the retry.
+    let events = parse_sse(
+        &post_openai(&mock, &openai_request("s", true))
+            .await
+            .text()
+            .await
+            .unwrap(),
+    );
+    assert_eq!(streamed_text(&events), "ok");
+}
+
+#[tokio::test]
+async fn shutdown_ends_stalled_streams() {
+    let mock = MockLlm::start(Scenario::new().fault(Fault::stall(Reply::text("x"), 0)))
+        .await
+        .unwrap();
+    let resp = post_openai(&mock, &openai_request("s", true)).await;
+    let reader = tokio::spawn(read_until_end(resp));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    tokio::time::timeout(Duration::from_secs(5), mock.shutdown())
+        .await
+        .expect("prompt shutdown");
+    let (_, failed) = tokio::time::timeout(Duration::from_secs(5), reader)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(failed);
+}
+
+#[tokio::test]
+async fn chunk_delay_paces_the_stream() {
+    let scenario = Scenario::new()
+        .chunk_delay(20)
+        .reply(Reply::text("abcdef").with_chunk_size(1));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let started = std::time::Instant::now();
+    let body = post_openai(&mock, &openai_request("s", true))
+        .await
+        .text()
+        .await
+        .unwrap();
+    // role + 6 deltas + finish + usage + [DONE] = 10 events, 9 pauses.
+    assert!(
+        started.elapsed() >= Duration::from_millis(180),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(streamed_text(&parse_sse(&body)), "abcdef");
+}
+
+#[tokio::test]
+async fn invalid_json_is_rejected_without_consuming() {
+    let mock = MockLlm::start(Scenario::new().reply(Reply::text("x")))
+        .await
+        .unwrap();
+    let resp = reqwest::Client::new()
+        .post(format!("{}/v1/messages", mock.base_url()))
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    assert_eq!(
+        resp.json::<Value>().await.unwrap()["error"]["type"],
+        "invalid_request_error"
+    );
+    assert_eq!(mock.remaining_steps(), 1);
+    assert_eq!(mock.requests()[0].body, json!(null));
+}
