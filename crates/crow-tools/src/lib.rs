@@ -1,1 +1,135 @@
-//! placeholder
+//! crow-tools: the built-in tools (files, edits, shell, search, todos) behind `crow_core::Tool`.
+//!
+//! Every tool parses its arguments into a typed struct, resolves paths through
+//! [`resolve_path`] (so nothing outside the project root is read or changed), asks the
+//! permission gate before changing the machine, and never panics on model input.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crow_core::ToolRegistry;
+
+mod args;
+mod bash;
+mod edit;
+mod fuzzy;
+mod glob;
+mod grep;
+mod list;
+mod output;
+mod path;
+mod read;
+mod simple;
+mod todo;
+mod walk;
+mod write;
+
+#[cfg(test)]
+mod test_support;
+
+pub use bash::BashTool;
+pub use edit::EditFileTool;
+pub use glob::GlobTool;
+pub use grep::GrepTool;
+pub use list::ListDirectoryTool;
+pub use path::{PathError, resolve_path};
+pub use read::ReadFileTool;
+pub use simple::{TaskCompleteTool, ThinkTool};
+pub use todo::{Todo, TodoList, TodoReadTool, TodoStatus, TodoWriteTool};
+pub use write::WriteFileTool;
+
+/// Limits shared by the built-in tools.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolOptions {
+    /// Default time limit of a `bash` call (the model may ask for another).
+    pub bash_timeout: Duration,
+    /// Cap on what the model sees of a tool's output (bash, grep, glob...).
+    pub max_output_bytes: usize,
+    /// Cap on the bytes of file content one `read_file` call returns.
+    pub max_read_bytes: u64,
+}
+
+impl Default for ToolOptions {
+    fn default() -> Self {
+        Self {
+            bash_timeout: Duration::from_secs(120),
+            max_output_bytes: 30 * 1024,
+            max_read_bytes: 256 * 1024,
+        }
+    }
+}
+
+/// Every built-in tool. The todo tools share one list per registry, so call this once per
+/// session.
+pub fn builtin_tools(options: &ToolOptions) -> ToolRegistry {
+    let todos = TodoList::default();
+    let mut registry = ToolRegistry::new();
+    registry.register(Arc::new(ReadFileTool::new(options.clone())));
+    registry.register(Arc::new(WriteFileTool::new(options.clone())));
+    registry.register(Arc::new(EditFileTool::new(options.clone())));
+    registry.register(Arc::new(BashTool::new(options.clone())));
+    registry.register(Arc::new(GlobTool::new(options.clone())));
+    registry.register(Arc::new(GrepTool::new(options.clone())));
+    registry.register(Arc::new(ListDirectoryTool::new(options.clone())));
+    registry.register(Arc::new(TodoWriteTool::new(todos.clone())));
+    registry.register(Arc::new(TodoReadTool::new(todos)));
+    registry.register(Arc::new(ThinkTool));
+    registry.register(Arc::new(TaskCompleteTool));
+    registry
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crow_core::ToolKind;
+
+    #[test]
+    fn registry_has_every_tool_with_its_kind() {
+        let reg = builtin_tools(&ToolOptions::default());
+        let expected = [
+            ("bash", ToolKind::Execute),
+            ("edit_file", ToolKind::Edit),
+            ("glob", ToolKind::Search),
+            ("grep", ToolKind::Search),
+            ("list_directory", ToolKind::Read),
+            ("read_file", ToolKind::Read),
+            (crow_core::TASK_COMPLETE, ToolKind::Other),
+            ("think", ToolKind::Think),
+            ("todo_read", ToolKind::Think),
+            ("todo_write", ToolKind::Think),
+            ("write_file", ToolKind::Edit),
+        ];
+        assert_eq!(reg.len(), expected.len());
+        for (name, kind) in expected {
+            let tool = reg.get(name).unwrap_or_else(|| panic!("missing {name}"));
+            assert_eq!(tool.kind(), kind, "{name}");
+        }
+    }
+
+    #[test]
+    fn all_definitions_fit_the_schema_budget() {
+        let reg = builtin_tools(&ToolOptions::default());
+        let defs = reg.definitions();
+        let total: usize = defs
+            .iter()
+            .map(|d| {
+                serde_json::json!({
+                    "name": d.name,
+                    "description": d.description,
+                    "parameters": d.parameters,
+                })
+                .to_string()
+                .len()
+            })
+            .sum();
+        assert!(total <= 6 * 1024, "tool definitions are {total} bytes");
+        for d in &defs {
+            assert_eq!(d.parameters["type"], "object", "{}", d.name);
+            assert!(
+                d.description.len() <= 400,
+                "{} description too long",
+                d.name
+            );
+        }
+    }
+}

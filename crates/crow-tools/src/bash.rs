@@ -1,0 +1,333 @@
+//! `bash`: run a shell command in its own process group, with a timeout and cancellation.
+//!
+//! The command runs as `bash -c` (or `sh -c`) in a fresh process group so that everything it
+//! starts — pipelines, background jobs, test runners' workers — can be signalled at once.
+//! Whatever way the call ends (exit, timeout, cancel, or the future being dropped), the
+//! group is terminated so nothing keeps running behind the agent's back.
+
+use std::os::unix::process::ExitStatusExt;
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use crow_core::{Tool, ToolContext, ToolKind, ToolMetadata, ToolResult, ToolStatus};
+use nix::errno::Errno;
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use serde::Deserialize;
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::process::{Child, Command};
+use tokio::task::JoinHandle;
+
+use crate::ToolOptions;
+use crate::args::{lenient_u64, parse, require_permission};
+use crate::output::HeadTail;
+
+const SHAPE: &str = r#"{"command": string, "timeout"?: integer (seconds)}"#;
+/// Time between SIGTERM and SIGKILL: enough for a clean exit, short enough not to stall.
+const KILL_GRACE: Duration = Duration::from_millis(200);
+/// After the shell exits, how long to wait for the pipes to close before giving up on them.
+const DRAIN_GRACE: Duration = Duration::from_millis(1000);
+/// Upper bound for a timeout the model asks for.
+const MAX_TIMEOUT_SECS: u64 = 3600;
+
+#[derive(Debug, Deserialize)]
+struct Args {
+    command: String,
+    #[serde(default, deserialize_with = "lenient_u64")]
+    timeout: Option<u64>,
+}
+
+/// Runs shell commands in the session's working directory.
+#[derive(Debug, Clone)]
+pub struct BashTool {
+    options: ToolOptions,
+}
+
+impl BashTool {
+    pub fn new(options: ToolOptions) -> Self {
+        Self { options }
+    }
+}
+
+#[async_trait]
+impl Tool for BashTool {
+    fn name(&self) -> &str {
+        "bash"
+    }
+
+    fn description(&self) -> &str {
+        "Run a shell command (bash -c) in the working directory; returns stdout and stderr. \
+         No stdin; background processes are stopped when the command ends. Default timeout 120 s."
+    }
+
+    fn parameters_schema(&self) -> serde_json::Value {
+        serde_json::json!({
+            "type": "object",
+            "properties": {
+                "command": {"type": "string"},
+                "timeout": {"type": "integer", "description": "Seconds"}
+            },
+            "required": ["command"]
+        })
+    }
+
+    fn kind(&self) -> ToolKind {
+        ToolKind::Execute
+    }
+
+    async fn execute(&self, input: serde_json::Value, ctx: &ToolContext) -> ToolResult {
+        let args: Args = match parse(&input, SHAPE) {
+            Ok(a) => a,
+            Err(e) => return e,
+        };
+        if args.command.trim().is_empty() {
+            return ToolResult::error("command is empty");
+        }
+        let timeout = args
+            .timeout
+            .map(|s| Duration::from_secs(s.clamp(1, MAX_TIMEOUT_SECS)))
+            .unwrap_or(self.options.bash_timeout);
+        let title = format!("Run `{}`", short_command(&args.command));
+        if let Err(denied) = require_permission(ctx, self.name(), self.kind(), title, &input).await
+        {
+            return denied;
+        }
+        run(&args.command, ctx, timeout, self.options.max_output_bytes).await
+    }
+}
+
+/// The command's first line, shortened, for permission prompts.
+fn short_command(command: &str) -> String {
+    let first = command.trim().lines().next().unwrap_or_default();
+    let mut short: String = first.chars().take(80).collect();
+    if short.len() < command.trim().len() {
+        short.push('…');
+    }
+    short
+}
+
+enum Ending {
+    Exited(ExitStatus),
+    TimedOut,
+    Cancelled,
+}
+
+async fn run(command: &str, ctx: &ToolContext, timeout: Duration, max_output: usize) -> ToolResult {
+    let mut child = match spawn_shell(command, ctx) {
+        Ok(c) => c,
+        Err(e) => return ToolResult::error(format!("cannot start the shell: {e}")),
+    };
+    let Some(pid) = child.id() else {
+        return ToolResult::error("the shell exited before it could be observed");
+    };
+    // process_group(0) made the shell the leader of a group whose id is its pid.
+    let mut guard = GroupGuard::new(Pid::from_raw(pid as i32));
+
+    let buffer = Arc::new(Mutex::new(HeadTail::new(max_output)));
+    let readers: Vec<JoinHandle<()>> = [
+        child
+            .stdout
+            .take()
+            .map(|s| spawn_reader(s, Arc::clone(&buffer))),
+        child
+            .stderr
+            .take()
+            .map(|s| spawn_reader(s, Arc::clone(&buffer))),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+
+    let ending = tokio::select! {
+        status = child.wait() => status.map(Ending::Exited),
+        () = tokio::time::sleep(timeout) => Ok(Ending::TimedOut),
+        () = ctx.cancel.cancelled() => Ok(Ending::Cancelled),
+    };
+    let ending = match ending {
+        Ok(ending) => ending,
+        Err(e) => {
+            guard.terminate_now(&mut child).await;
+            return ToolResult::error(format!("waiting for the command failed: {e}"));
+        }
+    };
+    match ending {
+        // Leftover background jobs would hold the pipes open; stop them.
+        Ending::Exited(_) => guard.terminate_in_background(),
+        Ending::TimedOut | Ending::Cancelled => guard.terminate_now(&mut child).await,
+    }
+    for mut reader in readers {
+        if tokio::time::timeout(DRAIN_GRACE, &mut reader)
+            .await
+            .is_err()
+        {
+            // A process that escaped the group (setsid) still holds the pipe.
+            reader.abort();
+        }
+    }
+    let text = match buffer.lock() {
+        Ok(b) => {
+            if b.total() == 0 {
+                String::new()
+            } else {
+                b.render()
+            }
+        }
+        Err(_) => String::new(),
+    };
+    finish(text, ending, timeout)
+}
+
+fn spawn_shell(command: &str, ctx: &ToolContext) -> std::io::Result<Child> {
+    let build = |shell: &str| {
+        let mut cmd = Command::new(shell);
+        cmd.arg("-c")
+            .arg(command)
+            .current_dir(&ctx.cwd)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // Pagers and credential prompts would wait forever on a missing terminal.
+            .env("PAGER", "cat")
+            .env("GIT_PAGER", "cat")
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .process_group(0)
+            .kill_on_drop(true);
+        cmd
+    };
+    match build("bash").spawn() {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => build("sh").spawn(),
+        other => other,
+    }
+}
+
+fn spawn_reader(
+    mut stream: impl AsyncRead + Unpin + Send + 'static,
+    buffer: Arc<Mutex<HeadTail>>,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut chunk = vec![0u8; 8192];
+        loop {
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if let Ok(mut b) = buffer.lock() {
+                        b.push(&chunk[..n]);
+                    }
+                }
+            }
+        }
+    })
+}
+
+fn finish(text: String, ending: Ending, timeout: Duration) -> ToolResult {
+    let mut output = if text.trim().is_empty() {
+        "(no output)".to_owned()
+    } else {
+        text.trim_end_matches('\n').to_owned()
+    };
+    let (status, exit_code, signal, timed_out) = match ending {
+        Ending::Exited(s) => {
+            let code = s.code();
+            let signal = s.signal();
+            if let Some(c) = code.filter(|c| *c != 0) {
+                output.push_str(&format!("\n[exit code: {c}]"));
+            }
+            if let Some(sig) = signal {
+                output.push_str(&format!("\n[killed by signal {sig}]"));
+            }
+            let ok = code == Some(0);
+            let status = if ok {
+                ToolStatus::Success
+            } else {
+                ToolStatus::Error
+            };
+            (status, code, signal, false)
+        }
+        Ending::TimedOut => {
+            output.push_str(&format!(
+                "\n[timed out after {} s; the command and its child processes were killed]",
+                timeout.as_secs()
+            ));
+            (ToolStatus::Error, None, None, true)
+        }
+        Ending::Cancelled => {
+            output = format!("cancelled by the user; output so far:\n{output}");
+            (ToolStatus::Cancelled, None, None, false)
+        }
+    };
+    ToolResult {
+        status,
+        output,
+        metadata: ToolMetadata {
+            extra: serde_json::json!({
+                "exit_code": exit_code,
+                "signal": signal,
+                "timed_out": timed_out,
+            }),
+            ..ToolMetadata::default()
+        },
+    }
+}
+
+/// Owns the process group: whoever drops it without disarming kills the group, which covers
+/// the tool's future being dropped mid-command.
+struct GroupGuard {
+    pgid: Pid,
+    done: bool,
+}
+
+impl GroupGuard {
+    fn new(pgid: Pid) -> Self {
+        Self { pgid, done: false }
+    }
+
+    /// SIGTERM the group, give it [`KILL_GRACE`] to exit, then SIGKILL what is left (a
+    /// process may ignore SIGTERM) and reap the shell.
+    async fn terminate_now(&mut self, child: &mut Child) {
+        self.done = true;
+        if signal_group(self.pgid, Signal::SIGTERM) {
+            let _ = tokio::time::timeout(KILL_GRACE, child.wait()).await;
+            signal_group(self.pgid, Signal::SIGKILL);
+        }
+        let _ = child.kill().await;
+    }
+
+    /// Same as [`Self::terminate_now`] but without waiting: SIGKILL follows from a thread,
+    /// so it also works from `Drop` and outside a runtime.
+    fn terminate_in_background(&mut self) {
+        if std::mem::replace(&mut self.done, true) {
+            return;
+        }
+        let pgid = self.pgid;
+        if signal_group(pgid, Signal::SIGTERM) {
+            std::thread::spawn(move || {
+                std::thread::sleep(KILL_GRACE);
+                signal_group(pgid, Signal::SIGKILL);
+            });
+        }
+    }
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        self.terminate_in_background();
+    }
+}
+
+/// Signals the group; false when it no longer exists (nothing left to kill).
+fn signal_group(pgid: Pid, signal: Signal) -> bool {
+    match killpg(pgid, signal) {
+        Ok(()) => true,
+        Err(Errno::ESRCH) => false,
+        Err(e) => {
+            tracing::warn!(pgid = pgid.as_raw(), %e, "cannot signal process group");
+            false
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "bash_tests.rs"]
+mod tests;

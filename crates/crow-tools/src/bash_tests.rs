@@ -1,0 +1,206 @@
+//! Tests of the bash tool: output, exit codes, timeouts, cancellation, drop, caps.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::test_support::TestEnv;
+
+fn tool() -> BashTool {
+    BashTool::new(ToolOptions::default())
+}
+
+async fn bash(env: &TestEnv, input: serde_json::Value) -> ToolResult {
+    tool().execute(input, &env.ctx).await
+}
+
+/// Alive and not a zombie (killed orphans may linger as zombies until init reaps them).
+fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            // The state follows the parenthesised command name.
+            let state = stat.rsplit(')').next().unwrap_or("").trim_start();
+            !state.starts_with('Z') && !state.starts_with('X')
+        }
+        Err(_) => false,
+    }
+}
+
+async fn read_pids(file: &Path, n: usize) -> Vec<i32> {
+    for _ in 0..200 {
+        if let Ok(text) = std::fs::read_to_string(file) {
+            let pids: Vec<i32> = text.lines().filter_map(|l| l.trim().parse().ok()).collect();
+            if pids.len() >= n {
+                return pids;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("pids never written to {}", file.display());
+}
+
+async fn assert_all_dead(pids: &[i32]) {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while pids.iter().any(|p| alive(*p)) {
+        assert!(Instant::now() < deadline, "still alive: {pids:?}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+#[tokio::test]
+async fn captures_stdout_and_stderr() {
+    let env = TestEnv::new();
+    let r = bash(
+        &env,
+        serde_json::json!({"command": "echo out; echo err >&2; pwd"}),
+    )
+    .await;
+    assert_eq!(r.status, ToolStatus::Success, "{}", r.output);
+    assert!(
+        r.output.contains("out") && r.output.contains("err"),
+        "{}",
+        r.output
+    );
+    assert!(
+        r.output.contains(&env.root().display().to_string()),
+        "{}",
+        r.output
+    );
+    assert_eq!(r.metadata.extra["exit_code"], 0);
+    let r = bash(&env, serde_json::json!({"command": "true"})).await;
+    assert_eq!(r.output, "(no output)");
+}
+
+#[tokio::test]
+async fn non_zero_exit_is_an_error_with_the_code() {
+    let env = TestEnv::new();
+    let r = bash(&env, serde_json::json!({"command": "echo failing; exit 3"})).await;
+    assert_eq!(r.status, ToolStatus::Error);
+    assert!(r.output.contains("failing\n[exit code: 3]"), "{}", r.output);
+    assert_eq!(r.metadata.extra["exit_code"], 3);
+}
+
+#[tokio::test]
+async fn stdin_is_null() {
+    let env = TestEnv::new();
+    let r = bash(&env, serde_json::json!({"command": "cat; echo done"})).await;
+    assert!(r.is_success() && r.output.contains("done"), "{}", r.output);
+}
+
+#[tokio::test]
+async fn timeout_kills_a_child_that_ignores_sigterm() {
+    let env = TestEnv::new();
+    let pidfile = env.root().join("pids");
+    let command = format!(
+        "trap '' TERM; sleep 30 & echo $! > {p}; echo $$ >> {p}; wait",
+        p = pidfile.display()
+    );
+    let start = Instant::now();
+    let r = bash(&env, serde_json::json!({"command": command, "timeout": 1})).await;
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(r.status, ToolStatus::Error);
+    assert!(r.output.contains("timed out after 1 s"), "{}", r.output);
+    assert_eq!(r.metadata.extra["timed_out"], true);
+    let pids = read_pids(&pidfile, 2).await;
+    assert_all_dead(&pids).await;
+}
+
+#[tokio::test]
+async fn cancellation_kills_the_process_group() {
+    let env = TestEnv::new();
+    let pidfile = env.root().join("pids");
+    let command = format!(
+        "sleep 30 & echo $! > {p}; echo $$ >> {p}; sleep 30",
+        p = pidfile.display()
+    );
+    let ctx = env.ctx.clone();
+    let handle = tokio::spawn(async move {
+        tool()
+            .execute(serde_json::json!({"command": command}), &ctx)
+            .await
+    });
+    let pids = read_pids(&pidfile, 2).await;
+    assert!(pids.iter().all(|p| alive(*p)));
+    let start = Instant::now();
+    env.ctx.cancel.cancel();
+    let r = handle.await.unwrap();
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(r.status, ToolStatus::Cancelled);
+    assert_all_dead(&pids).await;
+}
+
+#[tokio::test]
+async fn dropping_the_future_kills_the_process_group() {
+    let env = TestEnv::new();
+    let pidfile = env.root().join("pids");
+    let command = format!(
+        "sleep 30 & echo $! > {p}; echo $$ >> {p}; sleep 30",
+        p = pidfile.display()
+    );
+    let ctx = env.ctx.clone();
+    let handle = tokio::spawn(async move {
+        tool()
+            .execute(serde_json::json!({"command": command}), &ctx)
+            .await
+    });
+    let pids = read_pids(&pidfile, 2).await;
+    handle.abort();
+    let _ = handle.await;
+    assert_all_dead(&pids).await;
+}
+
+#[tokio::test]
+async fn background_jobs_do_not_outlive_the_command() {
+    let env = TestEnv::new();
+    let pidfile = env.root().join("pids");
+    let command = format!("sleep 30 & echo $! > {}; echo started", pidfile.display());
+    let start = Instant::now();
+    let r = bash(&env, serde_json::json!({"command": command})).await;
+    assert!(r.is_success(), "{}", r.output);
+    assert!(start.elapsed() < Duration::from_secs(3));
+    let pids = read_pids(&pidfile, 1).await;
+    assert_all_dead(&pids).await;
+}
+
+#[tokio::test]
+async fn output_is_capped_head_and_tail() {
+    let env = TestEnv::new();
+    let opts = ToolOptions {
+        max_output_bytes: 1000,
+        ..ToolOptions::default()
+    };
+    let r = BashTool::new(opts)
+        .execute(
+            serde_json::json!({"command": "echo FIRST; seq 1 20000; echo LAST"}),
+            &env.ctx,
+        )
+        .await;
+    assert!(r.is_success());
+    assert!(r.output.starts_with("FIRST\n"), "{}", &r.output[..50]);
+    assert!(r.output.ends_with("LAST"), "{}", r.output);
+    assert!(r.output.contains("bytes omitted"), "{}", r.output);
+    assert!(r.output.len() < 1200, "{}", r.output.len());
+}
+
+#[tokio::test]
+async fn denied_commands_do_not_run() {
+    let env = TestEnv::denying();
+    let marker = env.root().join("ran");
+    let r = bash(
+        &env,
+        serde_json::json!({"command": format!("touch {}", marker.display())}),
+    )
+    .await;
+    assert_eq!(r.output, "permission denied: user said no");
+    assert!(!marker.exists());
+    let r = bash(&env, serde_json::json!({"cmd": "ls"})).await;
+    assert!(r.output.contains("missing field `command`"), "{}", r.output);
+}

@@ -1,0 +1,208 @@
+//! `write_file`: create or overwrite a file, reporting the diff.
+
+use std::path::Path;
+
+use async_trait::async_trait;
+use crow_core::{Tool, ToolContext, ToolKind, ToolMetadata, ToolResult};
+use serde::Deserialize;
+
+use crate::ToolOptions;
+use crate::args::{parse, require_permission};
+use crate::output::{diff_stats, unified_diff};
+use crate::path::{display_path, resolve_path};
+
+const SHAPE: &str = r#"{"path": string, "content": string}"#;
+
+#[derive(Debug, Deserialize)]
+struct Args {
+    path: String,
+    content: String,
+}
+
+/// Writes a whole file, creating parent directories.
+#[derive(Debug, Clone)]
+pub struct WriteFileTool {
+    _options: ToolOptions,
+}
+
+impl WriteFileTool {
+    pub fn new(options: ToolOptions) -> Self {
+        Self { _options: options }
+    }
+}
+
+#[async_trait]
+impl Tool for WriteFileTool {
+    fn name(&self) -> &str {
+        "write_file"
+    }
+
+    fn description(&self) -> &str {
+        "Create or overwrite a file with the given content (parent directories are created). \
+         Prefer edit_file for changes to existing files."
+    }
+
+    fn parameters_schema(&self) -> serde_json::Value {
+        serde_json::json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string"},
+                "content": {"type": "string"}
+            },
+            "required": ["path", "content"]
+        })
+    }
+
+    fn kind(&self) -> ToolKind {
+        ToolKind::Edit
+    }
+
+    async fn execute(&self, input: serde_json::Value, ctx: &ToolContext) -> ToolResult {
+        let args: Args = match parse(&input, SHAPE) {
+            Ok(a) => a,
+            Err(e) => return e,
+        };
+        let path = match resolve_path(ctx, &args.path) {
+            Ok(p) => p,
+            Err(e) => return ToolResult::error(e.to_string()),
+        };
+        let display = display_path(ctx, &path);
+        let old = match read_existing(&path, &display).await {
+            Ok(old) => old,
+            Err(e) => return ToolResult::error(e),
+        };
+        let verb = if old.is_some() { "Overwrite" } else { "Create" };
+        if let Err(denied) = require_permission(
+            ctx,
+            self.name(),
+            self.kind(),
+            format!("{verb} {display}"),
+            &input,
+        )
+        .await
+        {
+            return denied;
+        }
+        if let Some(parent) = path.parent()
+            && let Err(e) = tokio::fs::create_dir_all(parent).await
+        {
+            return ToolResult::error(format!("cannot create directories for {display}: {e}"));
+        }
+        if let Err(e) = tokio::fs::write(&path, args.content.as_bytes()).await {
+            return ToolResult::error(format!("cannot write {display}: {e}"));
+        }
+        let old_text = old.as_deref().unwrap_or("");
+        let (added, removed) = diff_stats(old_text, &args.content);
+        let output = match old {
+            None => format!(
+                "Created {display} ({} bytes, {} lines)",
+                args.content.len(),
+                args.content.lines().count()
+            ),
+            Some(_) => format!("Overwrote {display} (+{added} -{removed} lines)"),
+        };
+        ToolResult::success(output).with_metadata(ToolMetadata {
+            files_modified: vec![path],
+            diff: Some(unified_diff(&display, old_text, &args.content)),
+            extra: serde_json::json!({"created": old.is_none()}),
+            ..ToolMetadata::default()
+        })
+    }
+}
+
+/// The current content, `None` when the file does not exist yet. Binary or non-UTF-8 files
+/// are shown as lossy text in the diff: overwriting them is allowed, the diff is informative.
+async fn read_existing(path: &Path, display: &str) -> Result<Option<String>, String> {
+    match tokio::fs::metadata(path).await {
+        Ok(m) if m.is_dir() => Err(format!("'{display}' is a directory")),
+        Ok(_) => match tokio::fs::read(path).await {
+            Ok(bytes) => Ok(Some(String::from_utf8_lossy(&bytes).into_owned())),
+            Err(e) => Err(format!("cannot read {display}: {e}")),
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!("cannot access {display}: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::TestEnv;
+    use crow_core::ToolStatus;
+
+    fn tool() -> WriteFileTool {
+        WriteFileTool::new(ToolOptions::default())
+    }
+
+    #[tokio::test]
+    async fn creates_dirs_and_reports_diff() {
+        let env = TestEnv::new();
+        let r = tool()
+            .execute(
+                serde_json::json!({"path": "a/b/new.txt", "content": "one\ntwo\n"}),
+                &env.ctx,
+            )
+            .await;
+        assert_eq!(r.status, ToolStatus::Success, "{}", r.output);
+        assert_eq!(env.read("a/b/new.txt"), "one\ntwo\n");
+        assert_eq!(
+            r.metadata.files_modified,
+            vec![env.root().join("a/b/new.txt")]
+        );
+        let diff = r.metadata.diff.unwrap();
+        assert!(
+            diff.contains("+++ b/a/b/new.txt") && diff.contains("+two"),
+            "{diff}"
+        );
+        assert_eq!(r.metadata.extra["created"], true);
+
+        let r = tool()
+            .execute(
+                serde_json::json!({"path": "a/b/new.txt", "content": "one\nthree\n"}),
+                &env.ctx,
+            )
+            .await;
+        assert!(r.output.contains("+1 -1"), "{}", r.output);
+        let diff = r.metadata.diff.unwrap();
+        assert!(diff.contains("-two") && diff.contains("+three"), "{diff}");
+    }
+
+    #[tokio::test]
+    async fn denial_leaves_the_file_untouched() {
+        let env = TestEnv::denying();
+        env.write("keep.txt", "original");
+        let r = tool()
+            .execute(
+                serde_json::json!({"path": "keep.txt", "content": "changed"}),
+                &env.ctx,
+            )
+            .await;
+        assert_eq!(r.status, ToolStatus::Error);
+        assert_eq!(r.output, "permission denied: user said no");
+        assert_eq!(env.read("keep.txt"), "original");
+        let r = tool()
+            .execute(
+                serde_json::json!({"path": "new/x.txt", "content": "c"}),
+                &env.ctx,
+            )
+            .await;
+        assert_eq!(r.status, ToolStatus::Error);
+        assert!(!env.root().join("new").exists());
+    }
+
+    #[tokio::test]
+    async fn refuses_outside_and_bad_args() {
+        let env = TestEnv::new();
+        let r = tool()
+            .execute(
+                serde_json::json!({"path": "../x", "content": "c"}),
+                &env.ctx,
+            )
+            .await;
+        assert!(r.output.contains("outside the project root"));
+        let r = tool()
+            .execute(serde_json::json!({"path": "x"}), &env.ctx)
+            .await;
+        assert!(r.output.contains("missing field `content`"), "{}", r.output);
+    }
+}
