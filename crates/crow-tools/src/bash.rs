@@ -87,7 +87,7 @@ impl Tool for BashTool {
         }
         let timeout = args
             .timeout
-            .map(|s| Duration::from_secs(s.clamp(1, MAX_TIMEOUT_SECS)))
+            .map(timeout_from_arg)
             .unwrap_or(self.options.bash_timeout);
         let title = format!("Run `{}`", short_command(&args.command));
         if let Err(denied) = require_permission(ctx, self.name(), self.kind(), title, &input).await
@@ -96,6 +96,17 @@ impl Tool for BashTool {
         }
         run(&args.command, ctx, timeout, self.options.max_output_bytes).await
     }
+}
+
+/// Seconds, clamped. Some models were trained on tools taking milliseconds; a value above
+/// the maximum is read as milliseconds rather than as an hour-long wait.
+fn timeout_from_arg(value: u64) -> Duration {
+    let secs = if value > MAX_TIMEOUT_SECS {
+        value / 1000
+    } else {
+        value
+    };
+    Duration::from_secs(secs.clamp(1, MAX_TIMEOUT_SECS))
 }
 
 /// The command's first line, shortened, for permission prompts.

@@ -192,7 +192,8 @@ async fn output_is_capped_head_and_tail() {
 
 #[tokio::test]
 async fn denied_commands_do_not_run() {
-    let env = TestEnv::denying();
+    let gate = std::sync::Arc::new(crate::test_support::DenyAll::default());
+    let env = TestEnv::with_gate(gate.clone());
     let marker = env.root().join("ran");
     let r = bash(
         &env,
@@ -201,6 +202,32 @@ async fn denied_commands_do_not_run() {
     .await;
     assert_eq!(r.output, "permission denied: user said no");
     assert!(!marker.exists());
+    let asked = gate.asked.lock().unwrap().clone();
+    assert_eq!(asked.len(), 1);
+    assert!(
+        asked[0].title.starts_with("Run `touch "),
+        "{}",
+        asked[0].title
+    );
+    assert_eq!(asked[0].kind, ToolKind::Execute);
     let r = bash(&env, serde_json::json!({"cmd": "ls"})).await;
     assert!(r.output.contains("missing field `command`"), "{}", r.output);
+}
+
+#[test]
+fn timeout_argument_is_clamped_and_millis_are_recognised() {
+    assert_eq!(timeout_from_arg(0), Duration::from_secs(1));
+    assert_eq!(timeout_from_arg(30), Duration::from_secs(30));
+    assert_eq!(timeout_from_arg(120_000), Duration::from_secs(120));
+    assert_eq!(
+        timeout_from_arg(u64::MAX),
+        Duration::from_secs(MAX_TIMEOUT_SECS)
+    );
+}
+
+#[test]
+fn permission_title_is_short() {
+    assert_eq!(short_command("cargo test"), "cargo test");
+    assert_eq!(short_command("echo a\necho b"), "echo a…");
+    assert_eq!(short_command(&"x".repeat(200)).chars().count(), 81);
 }

@@ -418,10 +418,14 @@ mod tests {
 
     #[tokio::test]
     async fn denial_leaves_the_file_untouched() {
-        let env = TestEnv::denying();
+        let gate = std::sync::Arc::new(crate::test_support::DenyAll::default());
+        let env = TestEnv::with_gate(gate.clone());
         env.write("k.txt", "keep me\n");
         let r = edit(&env, args("k.txt", "keep", "lose")).await;
         assert_eq!(r.output, "permission denied: user said no");
+        let asked = gate.asked.lock().unwrap().clone();
+        assert_eq!(asked[0].title, "Edit k.txt");
+        assert_eq!(asked[0].tool, "edit_file");
         assert_eq!(env.read("k.txt"), "keep me\n");
     }
 }

@@ -122,6 +122,7 @@ mod tests {
                 .len()
             })
             .sum();
+        eprintln!("all tool definitions: {total} bytes");
         assert!(total <= 6 * 1024, "tool definitions are {total} bytes");
         for d in &defs {
             assert_eq!(d.parameters["type"], "object", "{}", d.name);
