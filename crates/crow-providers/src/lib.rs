@@ -1,1 +1,214 @@
-//! placeholder
+//! crow-providers: the LLM wire APIs behind crow-core's [`Provider`] trait.
+//!
+//! - [`openai`]: OpenAI chat completions and OpenAI-compatible servers (vLLM, llama.cpp,
+//!   Ollama, OpenRouter, LiteLLM, DeepSeek);
+//! - [`anthropic`]: Anthropic messages, with prompt caching and extended thinking;
+//! - [`retry`]: backoff with jitter around either, announced as [`StreamDelta::Retrying`];
+//! - [`key`]: API keys that never print, and their resolution;
+//! - [`catalog`]: context windows of well-known models.
+//!
+//! The binary builds a provider with [`build`] from [`ProviderSettings`].
+//!
+//! [`StreamDelta::Retrying`]: crow_core::StreamDelta::Retrying
+
+pub mod anthropic;
+pub mod catalog;
+mod error;
+mod http;
+pub mod key;
+pub mod openai;
+pub mod retry;
+mod sse;
+
+use std::str::FromStr;
+use std::sync::Arc;
+
+use crow_core::Provider;
+use serde::{Deserialize, Serialize};
+
+pub use anthropic::{ANTHROPIC_API_KEY_ENV, AnthropicProvider};
+pub use catalog::context_window;
+pub use http::WireApi;
+pub use key::{ApiKey, KeyError, KeySource, resolve_api_key};
+pub use openai::{OPENAI_API_KEY_ENV, OpenAiProvider};
+pub use retry::{MAX_RETRY_AFTER, RetryPolicy, Retrying};
+
+use crate::error::ErrorContext;
+
+pub const OPENAI_DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+pub const ANTHROPIC_DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
+
+/// Which wire API a provider speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ProviderKind {
+    /// OpenAI chat completions; also any OpenAI-compatible server.
+    #[serde(rename = "openai", alias = "openai-compatible", alias = "ollama")]
+    OpenAi,
+    #[serde(rename = "anthropic")]
+    Anthropic,
+}
+
+impl ProviderKind {
+    pub fn default_base_url(self) -> &'static str {
+        match self {
+            ProviderKind::OpenAi => OPENAI_DEFAULT_BASE_URL,
+            ProviderKind::Anthropic => ANTHROPIC_DEFAULT_BASE_URL,
+        }
+    }
+
+    /// The env var conventionally holding this kind's key.
+    pub fn default_key_env(self) -> &'static str {
+        match self {
+            ProviderKind::OpenAi => OPENAI_API_KEY_ENV,
+            ProviderKind::Anthropic => ANTHROPIC_API_KEY_ENV,
+        }
+    }
+}
+
+impl FromStr for ProviderKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "openai" | "openai-compatible" | "ollama" => Ok(ProviderKind::OpenAi),
+            "anthropic" => Ok(ProviderKind::Anthropic),
+            other => Err(format!(
+                "unknown provider kind '{other}' (expected openai, openai-compatible, ollama or anthropic)"
+            )),
+        }
+    }
+}
+
+/// Everything needed to build one provider. Debug is safe: the key prints as `[redacted]`.
+#[derive(Debug, Clone)]
+pub struct ProviderSettings {
+    pub kind: ProviderKind,
+    /// Name used in logs, events and error messages (`openai`, `local-vllm`, ...).
+    pub name: String,
+    /// OpenAI: including `/v1`. Anthropic: without it.
+    pub base_url: String,
+    pub model: String,
+    pub api_key: Option<ApiKey>,
+    /// Overrides the [`catalog`] figure.
+    pub context_window: Option<u64>,
+    pub retry: RetryPolicy,
+    /// Extra headers sent on every request (e.g. OpenRouter's `HTTP-Referer`).
+    pub headers: Vec<(String, String)>,
+    /// Default response limit when a request sets none (Anthropic requires one: 8192).
+    pub max_tokens: Option<u32>,
+    /// Anthropic extended thinking budget; `None` disables thinking.
+    pub thinking_budget: Option<u32>,
+}
+
+impl ProviderSettings {
+    /// Settings with the kind's default base URL and name, no key, default retry policy.
+    pub fn new(kind: ProviderKind, model: impl Into<String>) -> Self {
+        Self {
+            kind,
+            name: match kind {
+                ProviderKind::OpenAi => "openai".into(),
+                ProviderKind::Anthropic => "anthropic".into(),
+            },
+            base_url: kind.default_base_url().into(),
+            model: model.into(),
+            api_key: None,
+            context_window: None,
+            retry: RetryPolicy::default(),
+            headers: Vec::new(),
+            max_tokens: None,
+            thinking_budget: None,
+        }
+    }
+
+    /// The configured context window, else the catalog's.
+    pub fn resolved_context_window(&self) -> Option<u64> {
+        self.context_window
+            .or_else(|| catalog::context_window(&self.model))
+    }
+
+    fn error_context(&self, key_env: &'static str) -> ErrorContext {
+        ErrorContext {
+            provider: self.name.clone(),
+            model: self.model.clone(),
+            url: self.base_url.clone(),
+            key_env,
+            key: self.api_key.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProviderBuildError {
+    #[error("invalid base URL '{url}': {reason}")]
+    InvalidUrl { url: String, reason: String },
+    #[error("invalid header '{name}' in the provider configuration")]
+    InvalidHeader { name: String },
+    #[error("could not create the HTTP client: {0}")]
+    Client(String),
+}
+
+/// Builds the provider `settings` describe, wrapped in [`Retrying`].
+pub fn build(settings: ProviderSettings) -> Result<Arc<dyn Provider>, ProviderBuildError> {
+    let retry = settings.retry.clone();
+    Ok(match settings.kind {
+        ProviderKind::OpenAi => Arc::new(Retrying::new(OpenAiProvider::new(&settings)?, retry)),
+        ProviderKind::Anthropic => {
+            Arc::new(Retrying::new(AnthropicProvider::new(&settings)?, retry))
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kind_parses_aliases() {
+        let kind = |s: &str| serde_json::from_str::<ProviderKind>(s).unwrap();
+        assert_eq!(kind("\"openai\""), ProviderKind::OpenAi);
+        assert_eq!(kind("\"openai-compatible\""), ProviderKind::OpenAi);
+        assert_eq!(kind("\"ollama\""), ProviderKind::OpenAi);
+        assert_eq!(kind("\"anthropic\""), ProviderKind::Anthropic);
+        assert_eq!("Ollama".parse::<ProviderKind>(), Ok(ProviderKind::OpenAi));
+        assert!("gemini".parse::<ProviderKind>().is_err());
+    }
+
+    #[test]
+    fn build_rejects_bad_urls_and_uses_the_catalog() {
+        let mut settings = ProviderSettings::new(ProviderKind::OpenAi, "gpt-4o");
+        let provider = build(settings.clone()).unwrap();
+        assert_eq!(provider.context_window(), Some(128_000));
+        assert_eq!(provider.model(), "gpt-4o");
+        settings.context_window = Some(1000);
+        assert_eq!(
+            build(settings.clone()).unwrap().context_window(),
+            Some(1000)
+        );
+
+        settings.base_url = "localhost:8080/v1".into();
+        let err = build(settings.clone()).err().unwrap();
+        assert!(
+            matches!(err, ProviderBuildError::InvalidUrl { .. }),
+            "{err}"
+        );
+        settings.base_url = "not a url".into();
+        assert!(build(settings.clone()).is_err());
+
+        let mut settings = ProviderSettings::new(ProviderKind::Anthropic, "claude-sonnet-4-5");
+        settings.headers.push(("bad header".into(), "x".into()));
+        let err = build(settings).err().unwrap();
+        assert_eq!(
+            err,
+            ProviderBuildError::InvalidHeader {
+                name: "bad header".into()
+            }
+        );
+    }
+
+    #[test]
+    fn settings_debug_hides_the_key() {
+        let mut settings = ProviderSettings::new(ProviderKind::OpenAi, "gpt-4o");
+        settings.api_key = Some(ApiKey::new("sk-very-secret"));
+        assert!(!format!("{settings:?}").contains("sk-very-secret"));
+    }
+}

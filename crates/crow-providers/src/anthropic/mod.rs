@@ -1,0 +1,122 @@
+//! Anthropic messages: provider, body (prompt caching, thinking replay), stream.
+
+mod request;
+mod stream;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use crow_core::{ChatRequest, DeltaStream, Provider, ProviderError, ProviderErrorKind};
+
+use crate::http::{Endpoint, WireApi};
+use crate::{ProviderBuildError, ProviderSettings};
+
+pub use request::DEFAULT_MAX_TOKENS;
+pub(crate) use stream::AnthropicParser;
+
+/// Env var conventionally holding an Anthropic key; named in auth error hints.
+pub const ANTHROPIC_API_KEY_ENV: &str = "ANTHROPIC_API_KEY";
+/// The API version header value this code speaks.
+pub const ANTHROPIC_VERSION: &str = "2023-06-01";
+
+/// Streams `POST {base_url}/v1/messages`.
+#[derive(Debug)]
+pub struct AnthropicProvider {
+    name: String,
+    model: String,
+    context_window: Option<u64>,
+    max_tokens: Option<u32>,
+    thinking_budget: Option<u32>,
+    endpoint: Endpoint,
+}
+
+impl AnthropicProvider {
+    pub fn new(settings: &ProviderSettings) -> Result<Self, ProviderBuildError> {
+        // Accept a base URL given with `/v1` as well as without.
+        let base = settings.base_url.trim_end_matches('/');
+        let base = base.strip_suffix("/v1").unwrap_or(base);
+        let url = format!("{base}/v1/messages");
+        let mut headers = vec![("anthropic-version".to_owned(), ANTHROPIC_VERSION.to_owned())];
+        if let Some(key) = &settings.api_key {
+            headers.push(("x-api-key".to_owned(), key.expose().to_owned()));
+        }
+        headers.extend(settings.headers.iter().cloned());
+        let endpoint = Endpoint::new(
+            url,
+            headers,
+            settings.retry.idle_timeout,
+            settings.error_context(ANTHROPIC_API_KEY_ENV),
+        )?;
+        Ok(Self {
+            name: settings.name.clone(),
+            model: settings.model.clone(),
+            context_window: settings.resolved_context_window(),
+            max_tokens: settings.max_tokens,
+            thinking_budget: settings.thinking_budget,
+            endpoint,
+        })
+    }
+
+    /// The full URL requests go to.
+    pub fn url(&self) -> &str {
+        self.endpoint.url()
+    }
+}
+
+#[async_trait]
+impl WireApi for AnthropicProvider {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn model(&self) -> &str {
+        &self.model
+    }
+
+    fn context_window(&self) -> Option<u64> {
+        self.context_window
+    }
+
+    fn encode(&self, request: &ChatRequest<'_>) -> Result<Bytes, ProviderError> {
+        let options = request::BodyOptions {
+            model: &self.model,
+            max_tokens: self.max_tokens,
+            thinking_budget: self.thinking_budget,
+        };
+        serde_json::to_vec(&request::body(request, &options))
+            .map(Bytes::from)
+            .map_err(|e| {
+                ProviderError::new(
+                    ProviderErrorKind::BadRequest,
+                    format!("could not encode the request: {e}"),
+                )
+            })
+    }
+
+    async fn send(&self, body: Bytes) -> Result<DeltaStream, ProviderError> {
+        let parser = AnthropicParser::new(self.endpoint.ctx.clone());
+        self.endpoint.post_sse(body, parser).await
+    }
+}
+
+#[async_trait]
+impl Provider for AnthropicProvider {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn model(&self) -> &str {
+        &self.model
+    }
+
+    fn context_window(&self) -> Option<u64> {
+        self.context_window
+    }
+
+    async fn stream(&self, request: &ChatRequest<'_>) -> Result<DeltaStream, ProviderError> {
+        let body = WireApi::encode(self, request)?;
+        self.send(body).await
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,253 @@
+//! The Anthropic messages request body: alternating roles, prompt-cache breakpoints and
+//! replayed thinking, built from borrowed crow-core messages.
+
+use crow_core::{AssistantPart, ChatRequest, Message, ToolDefinition};
+use serde::Serialize;
+use serde_json::value::RawValue;
+
+/// Response limit when neither the request nor the settings give one (the API requires it).
+pub const DEFAULT_MAX_TOKENS: u32 = 8192;
+
+pub(crate) struct BodyOptions<'a> {
+    pub model: &'a str,
+    pub max_tokens: Option<u32>,
+    pub thinking_budget: Option<u32>,
+}
+
+#[derive(Serialize)]
+pub(crate) struct Body<'a> {
+    model: &'a str,
+    max_tokens: u32,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    system: Vec<Block<'a>>,
+    messages: Vec<WireMessage<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<WireTool<'a>>,
+    stream: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    thinking: Option<Thinking>,
+}
+
+#[derive(Serialize)]
+struct Thinking {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    budget_tokens: u32,
+}
+
+#[derive(Serialize, Clone, Copy)]
+struct CacheControl {
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+const EPHEMERAL: CacheControl = CacheControl { kind: "ephemeral" };
+
+#[derive(Serialize)]
+struct WireMessage<'a> {
+    role: &'static str,
+    content: Vec<Block<'a>>,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Block<'a> {
+    Text {
+        text: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cache_control: Option<CacheControl>,
+    },
+    Thinking {
+        thinking: &'a str,
+        signature: &'a str,
+    },
+    RedactedThinking {
+        data: &'a str,
+    },
+    ToolUse {
+        id: &'a str,
+        name: &'a str,
+        input: Input<'a>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cache_control: Option<CacheControl>,
+    },
+    ToolResult {
+        tool_use_id: &'a str,
+        content: &'a str,
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        is_error: bool,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cache_control: Option<CacheControl>,
+    },
+}
+
+impl Block<'_> {
+    /// The breakpoint slot of blocks that accept one (thinking blocks do not).
+    fn cache_slot(&mut self) -> Option<&mut Option<CacheControl>> {
+        match self {
+            Block::Text { cache_control, .. }
+            | Block::ToolUse { cache_control, .. }
+            | Block::ToolResult { cache_control, .. } => Some(cache_control),
+            Block::Thinking { .. } | Block::RedactedThinking { .. } => None,
+        }
+    }
+}
+
+/// A tool call's input: the model's own argument text when it is a JSON object (replayed
+/// byte for byte, no re-encoding), else `{}` — the API insists on an object.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Input<'a> {
+    Raw(&'a RawValue),
+    Empty(EmptyObject),
+}
+
+#[derive(Serialize)]
+struct EmptyObject {}
+
+fn input(arguments: &str) -> Input<'_> {
+    match serde_json::from_str::<&RawValue>(arguments) {
+        Ok(raw) if raw.get().starts_with('{') => Input::Raw(raw),
+        _ => Input::Empty(EmptyObject {}),
+    }
+}
+
+#[derive(Serialize)]
+struct WireTool<'a> {
+    name: &'a str,
+    description: &'a str,
+    input_schema: &'a serde_json::Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache_control: Option<CacheControl>,
+}
+
+/// Builds the body. Pure: the same request gives the same bytes, for prompt caches.
+pub(crate) fn body<'a>(request: &'a ChatRequest<'a>, options: &BodyOptions<'a>) -> Body<'a> {
+    let mut messages: Vec<WireMessage<'a>> = Vec::with_capacity(request.messages.len());
+    for message in &request.messages {
+        let (role, blocks) = match message {
+            Message::User { text } => ("user", text_block(text).into_iter().collect()),
+            Message::Assistant { parts } => ("assistant", assistant_blocks(parts)),
+            Message::ToolResults { results } => (
+                "user",
+                results
+                    .iter()
+                    .map(|r| Block::ToolResult {
+                        tool_use_id: r.call_id,
+                        content: r.content,
+                        is_error: r.is_error,
+                        cache_control: None,
+                    })
+                    .collect(),
+            ),
+        };
+        if blocks.is_empty() {
+            continue;
+        }
+        // The API requires alternating roles: a user text after tool results (or two
+        // assistant messages around a skipped one) join into one message, in order.
+        match messages.last_mut() {
+            Some(last) if last.role == role => last.content.extend(blocks),
+            _ => messages.push(WireMessage {
+                role,
+                content: blocks,
+            }),
+        }
+    }
+    // Breakpoint on the conversation so far: the next call reads it all from cache.
+    if let Some(last) = messages.last_mut()
+        && let Some(slot) = last.content.iter_mut().rev().find_map(Block::cache_slot)
+    {
+        *slot = Some(EPHEMERAL);
+    }
+
+    let mut tools: Vec<WireTool<'a>> = request.tools.iter().map(tool).collect();
+    if let Some(last) = tools.last_mut() {
+        last.cache_control = Some(EPHEMERAL);
+    }
+    let system = match text_block(request.system) {
+        Some(Block::Text { text, .. }) => vec![Block::Text {
+            text,
+            cache_control: Some(EPHEMERAL),
+        }],
+        _ => Vec::new(),
+    };
+
+    let mut max_tokens = request
+        .max_tokens
+        .or(options.max_tokens)
+        .unwrap_or(DEFAULT_MAX_TOKENS);
+    let thinking = options.thinking_budget.map(|budget| {
+        // The budget must be below max_tokens; leave room for the answer itself.
+        if max_tokens <= budget {
+            max_tokens = budget.saturating_add(DEFAULT_MAX_TOKENS);
+        }
+        Thinking {
+            kind: "enabled",
+            budget_tokens: budget,
+        }
+    });
+    Body {
+        model: options.model,
+        max_tokens,
+        system,
+        messages,
+        tools,
+        stream: true,
+        // Extended thinking rejects any temperature but the default.
+        temperature: if thinking.is_some() {
+            None
+        } else {
+            request.temperature
+        },
+        thinking,
+    }
+}
+
+/// A text block, or nothing for empty text (the API rejects empty text blocks).
+fn text_block(text: &str) -> Option<Block<'_>> {
+    (!text.is_empty()).then_some(Block::Text {
+        text,
+        cache_control: None,
+    })
+}
+
+fn assistant_blocks<'a>(parts: &'a [AssistantPart<'a>]) -> Vec<Block<'a>> {
+    parts
+        .iter()
+        .filter_map(|part| match *part {
+            AssistantPart::Text(text) => text_block(text),
+            // Unsigned (partial, or from another provider) thinking cannot be replayed.
+            AssistantPart::Thinking {
+                text,
+                signature: Some(signature),
+            } if !signature.is_empty() => Some(Block::Thinking {
+                thinking: text,
+                signature,
+            }),
+            AssistantPart::Thinking { .. } => None,
+            AssistantPart::RedactedThinking(data) => Some(Block::RedactedThinking { data }),
+            AssistantPart::ToolCall {
+                id,
+                name,
+                arguments,
+            } => Some(Block::ToolUse {
+                id,
+                name,
+                input: input(arguments),
+                cache_control: None,
+            }),
+        })
+        .collect()
+}
+
+fn tool(def: &ToolDefinition) -> WireTool<'_> {
+    WireTool {
+        name: &def.name,
+        description: &def.description,
+        input_schema: &def.parameters,
+        cache_control: None,
+    }
+}

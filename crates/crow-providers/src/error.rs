@@ -1,0 +1,376 @@
+//! Classification of HTTP, transport and in-stream failures into crow-core [`ProviderError`]s.
+
+use std::time::{Duration, SystemTime};
+
+use crow_core::{ProviderError, ProviderErrorKind};
+use reqwest::header::HeaderMap;
+
+use crate::key::ApiKey;
+
+/// Longest server message quoted in an error, in characters.
+const MAX_SERVER_MESSAGE: usize = 500;
+
+/// What an error message may mention: enough for the user to fix a wrong model, URL or key,
+/// never the key itself (it is only here so it can be scrubbed from server text).
+#[derive(Debug, Clone)]
+pub(crate) struct ErrorContext {
+    pub provider: String,
+    pub model: String,
+    pub url: String,
+    /// The env var conventionally holding this provider kind's key, for auth hints.
+    pub key_env: &'static str,
+    pub key: Option<ApiKey>,
+}
+
+impl ErrorContext {
+    /// Removes the key (should a server echo it) and key-looking words from server text.
+    fn scrub(&self, text: &str) -> String {
+        let mut text = text.to_owned();
+        if let Some(key) = &self.key
+            && !key.expose().is_empty()
+        {
+            text = text.replace(key.expose(), "[redacted]");
+        }
+        text.split(' ')
+            .map(|word| {
+                if word.starts_with("sk-") || word.contains("***") {
+                    "[redacted]"
+                } else {
+                    word
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    fn auth_hint(&self) -> String {
+        let state = if self.key.is_some() {
+            "the API key was rejected"
+        } else {
+            "no API key is configured"
+        };
+        format!(
+            "{state}: check the key for provider '{}' (set {} or the provider's api_key_env / \
+             api_key_file in the config)",
+            self.provider, self.key_env
+        )
+    }
+}
+
+/// Classifies a non-success HTTP response.
+pub(crate) fn classify_status(
+    status: u16,
+    headers: &HeaderMap,
+    body: &str,
+    ctx: &ErrorContext,
+) -> ProviderError {
+    let server = ctx.scrub(&server_message(body));
+    let said = if server.is_empty() {
+        String::new()
+    } else {
+        format!(": {server}")
+    };
+    let (kind, message) = match status {
+        429 => (
+            ProviderErrorKind::RateLimited,
+            format!("rate limited by {} (HTTP 429){said}", ctx.provider),
+        ),
+        401 | 403 => (
+            ProviderErrorKind::Auth,
+            format!(
+                "authentication failed (HTTP {status}): {}{said}",
+                ctx.auth_hint()
+            ),
+        ),
+        404 => (
+            ProviderErrorKind::NotFound,
+            format!(
+                "not found (HTTP 404): the model '{}' or the base URL is wrong (requested {}){said}",
+                ctx.model, ctx.url
+            ),
+        ),
+        400 | 413 | 422 if is_context_overflow(body) => (
+            ProviderErrorKind::ContextOverflow,
+            format!("the prompt does not fit the model's context window (HTTP {status}){said}"),
+        ),
+        408 | 500..=599 => (
+            ProviderErrorKind::Transient,
+            format!("{} server error (HTTP {status}){said}", ctx.provider),
+        ),
+        _ => (
+            ProviderErrorKind::BadRequest,
+            format!("request rejected by {} (HTTP {status}){said}", ctx.provider),
+        ),
+    };
+    ProviderError::new(kind, message)
+        .with_status(status)
+        .with_retry_after(parse_retry_after(headers, SystemTime::now()))
+}
+
+/// Classifies a failure to send the request or receive the response head.
+pub(crate) fn classify_transport(err: &reqwest::Error, ctx: &ErrorContext) -> ProviderError {
+    let detail = ctx.scrub(&error_chain(err));
+    let message = if err.is_connect() {
+        format!(
+            "could not connect to {} — is the server running? ({detail})",
+            ctx.url
+        )
+    } else if err.is_timeout() {
+        format!("request to {} timed out ({detail})", ctx.url)
+    } else {
+        format!("request to {} failed: {detail}", ctx.url)
+    };
+    ProviderError::new(ProviderErrorKind::Transient, message)
+}
+
+/// The idle-timeout error, shared by the header wait and the body stream.
+pub(crate) fn idle_error(idle: Duration) -> ProviderError {
+    ProviderError::new(
+        ProviderErrorKind::Transient,
+        format!("no data from the model for {} s", idle.as_secs_f64()),
+    )
+}
+
+/// An `error` object that arrived inside an otherwise successful stream. Both APIs put a
+/// `type` (Anthropic: `overloaded_error`, ...; OpenAI: `server_error`, ...) and sometimes a
+/// `code` on it; unknown kinds count as transient, since a stream that started was accepted.
+pub(crate) fn classify_stream_error(
+    error: &serde_json::Value,
+    ctx: &ErrorContext,
+) -> ProviderError {
+    let field = |name: &str| {
+        error
+            .get(name)
+            .map(|v| match v {
+                serde_json::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            })
+            .unwrap_or_default()
+    };
+    let kind_text = format!("{} {}", field("type"), field("code")).to_ascii_lowercase();
+    let message = match error.get("message").and_then(|m| m.as_str()) {
+        Some(m) => truncate(m, MAX_SERVER_MESSAGE),
+        None => truncate(&error.to_string(), MAX_SERVER_MESSAGE),
+    };
+    let message = ctx.scrub(&message);
+    let status = error.get("code").and_then(serde_json::Value::as_u64);
+    let kind = if kind_text.contains("rate_limit") || status == Some(429) {
+        ProviderErrorKind::RateLimited
+    } else if is_context_overflow(&kind_text) || is_context_overflow(&message) {
+        ProviderErrorKind::ContextOverflow
+    } else if kind_text.contains("authentication") || kind_text.contains("permission") {
+        ProviderErrorKind::Auth
+    } else if kind_text.contains("not_found") {
+        ProviderErrorKind::NotFound
+    } else if kind_text.contains("invalid_request") {
+        ProviderErrorKind::BadRequest
+    } else {
+        ProviderErrorKind::Transient
+    };
+    let label = field("type");
+    let label = if label.is_empty() {
+        "error".into()
+    } else {
+        label
+    };
+    ProviderError::new(
+        kind,
+        format!("{} stream error ({label}): {message}", ctx.provider),
+    )
+}
+
+/// Whether error text says the prompt is too long for the model.
+pub(crate) fn is_context_overflow(text: &str) -> bool {
+    const MARKERS: &[&str] = &[
+        "context_length_exceeded",
+        "prompt is too long",
+        "maximum context length",
+        "context length",
+        "context window",
+        "exceeds the available context size",
+        "input is too long",
+        "too many tokens",
+    ];
+    let lower = text.to_ascii_lowercase();
+    MARKERS.iter().any(|m| lower.contains(m))
+}
+
+/// The human part of an error body: `error.message`, `message`, `detail` or `error` (as
+/// string), else the raw text; whitespace-collapsed and truncated.
+pub(crate) fn server_message(body: &str) -> String {
+    let body = body.trim();
+    let extracted = serde_json::from_str::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| {
+            let pick = |v: &serde_json::Value| v.as_str().map(str::to_owned);
+            v.pointer("/error/message")
+                .and_then(pick)
+                .or_else(|| v.get("message").and_then(pick))
+                .or_else(|| v.get("detail").and_then(pick))
+                .or_else(|| v.get("error").and_then(pick))
+        });
+    let text = extracted.unwrap_or_else(|| body.to_owned());
+    let collapsed = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    truncate(&collapsed, MAX_SERVER_MESSAGE)
+}
+
+/// Cuts `text` to at most `max` characters (on a char boundary), marking the cut.
+pub(crate) fn truncate(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_owned(),
+    }
+}
+
+/// Server-requested delay: `retry-after-ms` (OpenAI) first, then `retry-after` as seconds
+/// or an HTTP date relative to `now`.
+pub(crate) fn parse_retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    };
+    if let Some(ms) = header("retry-after-ms").and_then(|v| v.parse::<f64>().ok())
+        && ms.is_finite()
+        && ms >= 0.0
+    {
+        return Some(Duration::from_secs_f64(ms / 1000.0));
+    }
+    let value = header("retry-after")?;
+    if let Ok(secs) = value.parse::<f64>() {
+        return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs));
+    }
+    let date = httpdate::parse_http_date(value).ok()?;
+    Some(date.duration_since(now).unwrap_or(Duration::ZERO))
+}
+
+/// `err` and its sources, joined, so "connection refused" is not hidden behind "error
+/// sending request".
+fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(inner) = source {
+        let part = inner.to_string();
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        source = inner.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reqwest::header::HeaderValue;
+
+    fn ctx() -> ErrorContext {
+        ErrorContext {
+            provider: "openai".into(),
+            model: "gpt-4o".into(),
+            url: "http://127.0.0.1:1/v1/chat/completions".into(),
+            key_env: "OPENAI_API_KEY",
+            key: Some(ApiKey::new("sk-live-abcdef")),
+        }
+    }
+
+    fn classify(status: u16, body: &str) -> ProviderError {
+        classify_status(status, &HeaderMap::new(), body, &ctx())
+    }
+
+    #[test]
+    fn statuses_map_to_kinds() {
+        use ProviderErrorKind::*;
+        assert_eq!(classify(429, "").kind, RateLimited);
+        assert_eq!(classify(500, "").kind, Transient);
+        assert_eq!(classify(529, r#"{"type":"error"}"#).kind, Transient);
+        assert_eq!(classify(401, "").kind, Auth);
+        assert_eq!(classify(403, "").kind, Auth);
+        assert_eq!(classify(404, "").kind, NotFound);
+        assert_eq!(classify(422, "bad").kind, BadRequest);
+        let overflow = r#"{"error":{"message":"This model's maximum context length is 8192 tokens","code":"context_length_exceeded"}}"#;
+        assert_eq!(classify(400, overflow).kind, ContextOverflow);
+        let anthropic = r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}"#;
+        assert_eq!(classify(400, anthropic).kind, ContextOverflow);
+    }
+
+    #[test]
+    fn messages_are_helpful_and_never_contain_the_key() {
+        let err = classify(
+            401,
+            r#"{"error":{"message":"Incorrect API key provided: sk-live-abcdef. Or sk-live-***def"}}"#,
+        );
+        assert!(!err.message.contains("sk-live-abcdef"), "{}", err.message);
+        assert!(!err.message.contains("***"), "{}", err.message);
+        assert!(err.message.contains("OPENAI_API_KEY"), "{}", err.message);
+        let err = classify(404, "");
+        assert!(err.message.contains("gpt-4o") && err.message.contains("127.0.0.1:1"));
+        let err = classify(400, r#"{"error":{"message":"messages: field required"}}"#);
+        assert!(
+            err.message.ends_with(": messages: field required"),
+            "{}",
+            err.message
+        );
+        let long = "x".repeat(2000);
+        assert!(classify(400, &long).message.chars().count() < 600);
+    }
+
+    #[test]
+    fn retry_after_seconds_ms_and_http_date() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let mut headers = HeaderMap::new();
+        headers.insert("retry-after", HeaderValue::from_static("7"));
+        assert_eq!(
+            parse_retry_after(&headers, now),
+            Some(Duration::from_secs(7))
+        );
+        let date = httpdate::fmt_http_date(now + Duration::from_secs(30));
+        headers.insert("retry-after", HeaderValue::from_str(&date).unwrap());
+        assert_eq!(
+            parse_retry_after(&headers, now),
+            Some(Duration::from_secs(30))
+        );
+        headers.insert("retry-after-ms", HeaderValue::from_static("1500"));
+        assert_eq!(
+            parse_retry_after(&headers, now),
+            Some(Duration::from_millis(1500))
+        );
+        headers.clear();
+        headers.insert("retry-after", HeaderValue::from_static("soon"));
+        assert_eq!(parse_retry_after(&headers, now), None);
+    }
+
+    #[test]
+    fn stream_errors_are_classified() {
+        use ProviderErrorKind::*;
+        let e = |v: serde_json::Value| classify_stream_error(&v, &ctx()).kind;
+        assert_eq!(
+            e(serde_json::json!({"type":"overloaded_error","message":"Overloaded"})),
+            Transient
+        );
+        assert_eq!(
+            e(serde_json::json!({"type":"rate_limit_error","message":"slow"})),
+            RateLimited
+        );
+        assert_eq!(
+            e(serde_json::json!({"type":"invalid_request_error","message":"bad"})),
+            BadRequest
+        );
+        assert_eq!(
+            e(serde_json::json!({"message":"boom","code":500})),
+            Transient
+        );
+        assert_eq!(
+            e(serde_json::json!({"message":"x","code":"context_length_exceeded"})),
+            ContextOverflow
+        );
+    }
+
+    #[test]
+    fn truncation_respects_char_boundaries() {
+        assert_eq!(truncate("héllo", 2), "hé…");
+        assert_eq!(truncate("hi", 5), "hi");
+    }
+}

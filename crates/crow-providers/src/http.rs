@@ -1,0 +1,158 @@
+//! The HTTP side of a wire API: one shared client per provider, the POST that starts a
+//! stream (with the idle timeout on the response head), and the [`WireApi`] trait.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use crow_core::{ChatRequest, DeltaStream, ProviderError, ProviderErrorKind};
+use futures::StreamExt;
+use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+
+use crate::ProviderBuildError;
+use crate::error::{
+    ErrorContext, classify_status, classify_stream_error, classify_transport, idle_error, truncate,
+};
+use crate::sse::{self, EventParser};
+
+/// Most of an error body read for its message; the rest is dropped.
+const MAX_ERROR_BODY: usize = 64 * 1024;
+
+/// A wire API split into its two halves so a retry can resend the same bytes: `encode` runs
+/// once per model call, `send` once per attempt. [`crate::Retrying`] drives it.
+#[async_trait]
+pub trait WireApi: Send + Sync + 'static {
+    fn name(&self) -> &str;
+    fn model(&self) -> &str;
+    fn context_window(&self) -> Option<u64>;
+    /// Serialises `request` into the exact request body.
+    fn encode(&self, request: &ChatRequest<'_>) -> Result<Bytes, ProviderError>;
+    /// One attempt: POSTs `body` and returns the delta stream once the response has started.
+    async fn send(&self, body: Bytes) -> Result<DeltaStream, ProviderError>;
+}
+
+/// Where and how a provider POSTs.
+#[derive(Debug)]
+pub(crate) struct Endpoint {
+    client: reqwest::Client,
+    url: String,
+    headers: HeaderMap,
+    idle_timeout: Duration,
+    pub(crate) ctx: ErrorContext,
+}
+
+impl Endpoint {
+    /// `headers` are sent on every request (auth and user-configured extras).
+    pub(crate) fn new(
+        url: String,
+        headers: Vec<(String, String)>,
+        idle_timeout: Duration,
+        ctx: ErrorContext,
+    ) -> Result<Self, ProviderBuildError> {
+        let parsed = reqwest::Url::parse(&url).map_err(|e| ProviderBuildError::InvalidUrl {
+            url: url.clone(),
+            reason: e.to_string(),
+        })?;
+        if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
+            return Err(ProviderBuildError::InvalidUrl {
+                url,
+                reason: "expected an http:// or https:// URL with a host".into(),
+            });
+        }
+        let mut map = HeaderMap::new();
+        for (name, value) in headers {
+            let header_name = HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| ProviderBuildError::InvalidHeader { name: name.clone() })?;
+            let mut header_value = HeaderValue::from_str(&value)
+                .map_err(|_| ProviderBuildError::InvalidHeader { name: name.clone() })?;
+            // Keeps auth values out of reqwest's and hyper's Debug output.
+            header_value.set_sensitive(true);
+            map.append(header_name, header_value);
+        }
+        // No overall timeout: a long answer streams for minutes. Stalls are caught by the
+        // idle timeout instead.
+        let client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .tcp_nodelay(true)
+            .build()
+            .map_err(|e| ProviderBuildError::Client(e.to_string()))?;
+        Ok(Self {
+            client,
+            url,
+            headers: map,
+            idle_timeout,
+            ctx,
+        })
+    }
+
+    pub(crate) fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// POSTs `body` and decodes the SSE response with `parser`.
+    pub(crate) async fn post_sse<P: EventParser>(
+        &self,
+        body: Bytes,
+        parser: P,
+    ) -> Result<DeltaStream, ProviderError> {
+        let request = self
+            .client
+            .post(&self.url)
+            .headers(self.headers.clone())
+            .header(CONTENT_TYPE, "application/json")
+            .header(ACCEPT, "text/event-stream")
+            .body(body);
+        let idle = self.idle_timeout;
+        let response = match tokio::time::timeout(idle, request.send()).await {
+            Err(_) => return Err(idle_error(idle)),
+            Ok(Err(e)) => return Err(classify_transport(&e, &self.ctx)),
+            Ok(Ok(response)) => response,
+        };
+        let status = response.status();
+        if !status.is_success() {
+            let headers = response.headers().clone();
+            let body = read_body(response, idle).await;
+            return Err(classify_status(status.as_u16(), &headers, &body, &self.ctx));
+        }
+        let is_json = response
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("application/json"));
+        if is_json {
+            // Some servers answer a streaming request with a plain JSON error and status 200.
+            let body = read_body(response, idle).await;
+            return Err(self.json_instead_of_stream(&body));
+        }
+        Ok(sse::decode(response.bytes_stream(), parser, idle))
+    }
+
+    fn json_instead_of_stream(&self, body: &str) -> ProviderError {
+        let value = serde_json::from_str::<serde_json::Value>(body).ok();
+        match value.as_ref().and_then(|v| v.get("error")) {
+            Some(error) if error.is_object() => classify_stream_error(error, &self.ctx),
+            _ => ProviderError::new(
+                ProviderErrorKind::Protocol,
+                format!(
+                    "expected an event stream from {}, got JSON: {}",
+                    self.url,
+                    truncate(body, 300)
+                ),
+            ),
+        }
+    }
+}
+
+/// Reads up to [`MAX_ERROR_BODY`] bytes of a response, giving up quietly on a stall.
+async fn read_body(response: reqwest::Response, idle: Duration) -> String {
+    let mut body = Vec::new();
+    let mut chunks = response.bytes_stream();
+    while body.len() < MAX_ERROR_BODY {
+        match tokio::time::timeout(idle, chunks.next()).await {
+            Ok(Some(Ok(chunk))) => body.extend_from_slice(&chunk),
+            _ => break,
+        }
+    }
+    body.truncate(MAX_ERROR_BODY);
+    String::from_utf8_lossy(&body).into_owned()
+}

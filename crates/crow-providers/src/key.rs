@@ -1,0 +1,172 @@
+//! API keys: a redacting newtype and resolution from env var, key file or plaintext config.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// An API key. Debug and Display print `[redacted]` so a key never reaches a log or an error
+/// by accident; [`ApiKey::expose`] is the one door to the secret, used for request headers.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiKey(String);
+
+impl ApiKey {
+    pub fn new(key: impl Into<String>) -> Self {
+        Self(key.into())
+    }
+
+    /// The secret itself. Only for building auth headers; never format it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[redacted]")
+    }
+}
+
+impl fmt::Display for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[redacted]")
+    }
+}
+
+/// Where a resolved key came from. `Plaintext` means the config file holds the secret; the
+/// caller should warn (`tracing::warn!`) and suggest an env var or key file instead.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeySource {
+    Env(String),
+    File(PathBuf),
+    Plaintext,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    #[error("could not read API key file {}: {source}", path.display())]
+    Unreadable {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("API key file {} is empty", path.display())]
+    Empty { path: PathBuf },
+}
+
+/// Resolves a key: a set, non-empty `env_var` wins; then `key_file` (read and trimmed, `~/`
+/// expanded; a missing, unreadable or empty file is an error naming the path, because the
+/// user asked for it explicitly); then `plaintext`. `Ok(None)` when nothing is configured,
+/// which is normal for local servers.
+pub fn resolve_api_key(
+    env_var: Option<&str>,
+    key_file: Option<&Path>,
+    plaintext: Option<&str>,
+) -> Result<Option<(ApiKey, KeySource)>, KeyError> {
+    if let Some(var) = env_var
+        && let Ok(value) = std::env::var(var)
+    {
+        let value = value.trim();
+        if !value.is_empty() {
+            return Ok(Some((ApiKey::new(value), KeySource::Env(var.to_owned()))));
+        }
+    }
+    if let Some(file) = key_file {
+        let path = expand_home(file);
+        let text = std::fs::read_to_string(&path).map_err(|source| KeyError::Unreadable {
+            path: path.clone(),
+            source,
+        })?;
+        let key = text.trim();
+        if key.is_empty() {
+            return Err(KeyError::Empty { path });
+        }
+        return Ok(Some((ApiKey::new(key), KeySource::File(path))));
+    }
+    if let Some(text) = plaintext {
+        let key = text.trim();
+        if !key.is_empty() {
+            return Ok(Some((ApiKey::new(key), KeySource::Plaintext)));
+        }
+    }
+    Ok(None)
+}
+
+/// Expands a leading `~` or `~/` to the home directory; other paths are returned unchanged.
+pub fn expand_home(path: &Path) -> PathBuf {
+    let Some(home) = dirs::home_dir() else {
+        return path.to_path_buf();
+    };
+    if path == Path::new("~") {
+        return home;
+    }
+    match path.strip_prefix("~") {
+        Ok(rest) => home.join(rest),
+        Err(_) => path.to_path_buf(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_is_redacted_in_debug_and_display() {
+        let key = ApiKey::new("sk-secret-123");
+        assert_eq!(format!("{key}"), "[redacted]");
+        assert_eq!(format!("{key:?}"), "[redacted]");
+        assert_eq!(format!("{:?}", Some(key.clone())), "Some([redacted])");
+        assert_eq!(key.expose(), "sk-secret-123");
+    }
+
+    #[test]
+    fn env_var_wins_then_file_then_plaintext() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("key");
+        std::fs::write(&file, "  file-key\n").unwrap();
+
+        // SAFETY-free: tests in this module use unique variable names, so no race on them.
+        let var = "CROW_PROVIDERS_TEST_KEY_UNSET_9f2c";
+        let (key, source) = resolve_api_key(Some(var), Some(&file), Some("plain"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(key.expose(), "file-key");
+        assert_eq!(source, KeySource::File(file.clone()));
+
+        let (key, source) = resolve_api_key(Some(var), None, Some(" plain "))
+            .unwrap()
+            .unwrap();
+        assert_eq!(key.expose(), "plain");
+        assert_eq!(source, KeySource::Plaintext);
+
+        // PATH is always set and non-empty: it stands in for a key variable without mutating
+        // the process environment (which is unsafe in edition 2024).
+        let (key, source) = resolve_api_key(Some("PATH"), Some(&file), Some("plain"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(key.expose(), std::env::var("PATH").unwrap().trim());
+        assert_eq!(source, KeySource::Env("PATH".into()));
+
+        assert!(resolve_api_key(Some(var), None, None).unwrap().is_none());
+        assert!(resolve_api_key(None, None, Some("  ")).unwrap().is_none());
+    }
+
+    #[test]
+    fn missing_or_empty_file_is_an_error_naming_the_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("nope");
+        let err = resolve_api_key(None, Some(&missing), Some("plain")).unwrap_err();
+        assert!(err.to_string().contains(&missing.display().to_string()));
+
+        let empty = dir.path().join("empty");
+        std::fs::write(&empty, "\n").unwrap();
+        let err = resolve_api_key(None, Some(&empty), None).unwrap_err();
+        assert!(err.to_string().contains("empty"));
+    }
+
+    #[test]
+    fn tilde_expands_to_home() {
+        let home = dirs::home_dir().unwrap();
+        assert_eq!(expand_home(Path::new("~/k")), home.join("k"));
+        assert_eq!(expand_home(Path::new("/abs/k")), PathBuf::from("/abs/k"));
+        assert_eq!(expand_home(Path::new("~other")), PathBuf::from("~other"));
+    }
+}

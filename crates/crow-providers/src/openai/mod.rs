@@ -1,0 +1,120 @@
+//! OpenAI chat completions (and every OpenAI-compatible server): provider, body, stream.
+
+mod request;
+mod stream;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use crow_core::{ChatRequest, DeltaStream, Provider, ProviderError, ProviderErrorKind};
+
+use crate::http::{Endpoint, WireApi};
+use crate::{ProviderBuildError, ProviderSettings};
+
+pub(crate) use stream::OpenAiParser;
+
+/// Env var conventionally holding an OpenAI key; named in auth error hints.
+pub const OPENAI_API_KEY_ENV: &str = "OPENAI_API_KEY";
+
+/// Streams `POST {base_url}/chat/completions`. `base_url` includes the `/v1`.
+#[derive(Debug)]
+pub struct OpenAiProvider {
+    name: String,
+    model: String,
+    context_window: Option<u64>,
+    max_tokens: Option<u32>,
+    endpoint: Endpoint,
+}
+
+impl OpenAiProvider {
+    pub fn new(settings: &ProviderSettings) -> Result<Self, ProviderBuildError> {
+        let url = format!(
+            "{}/chat/completions",
+            settings.base_url.trim_end_matches('/')
+        );
+        let mut headers = Vec::new();
+        // Local servers need no key; sending an empty bearer would confuse some of them.
+        if let Some(key) = &settings.api_key {
+            headers.push((
+                "authorization".to_owned(),
+                format!("Bearer {}", key.expose()),
+            ));
+        }
+        headers.extend(settings.headers.iter().cloned());
+        let endpoint = Endpoint::new(
+            url,
+            headers,
+            settings.retry.idle_timeout,
+            settings.error_context(OPENAI_API_KEY_ENV),
+        )?;
+        Ok(Self {
+            name: settings.name.clone(),
+            model: settings.model.clone(),
+            context_window: settings.resolved_context_window(),
+            max_tokens: settings.max_tokens,
+            endpoint,
+        })
+    }
+
+    /// The full URL requests go to.
+    pub fn url(&self) -> &str {
+        self.endpoint.url()
+    }
+}
+
+#[async_trait]
+impl WireApi for OpenAiProvider {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn model(&self) -> &str {
+        &self.model
+    }
+
+    fn context_window(&self) -> Option<u64> {
+        self.context_window
+    }
+
+    fn encode(&self, request: &ChatRequest<'_>) -> Result<Bytes, ProviderError> {
+        let options = request::BodyOptions {
+            model: &self.model,
+            max_tokens: self.max_tokens,
+        };
+        serde_json::to_vec(&request::body(request, &options))
+            .map(Bytes::from)
+            .map_err(|e| {
+                ProviderError::new(
+                    ProviderErrorKind::BadRequest,
+                    format!("could not encode the request: {e}"),
+                )
+            })
+    }
+
+    async fn send(&self, body: Bytes) -> Result<DeltaStream, ProviderError> {
+        let parser = OpenAiParser::new(self.endpoint.ctx.clone());
+        self.endpoint.post_sse(body, parser).await
+    }
+}
+
+#[async_trait]
+impl Provider for OpenAiProvider {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn model(&self) -> &str {
+        &self.model
+    }
+
+    fn context_window(&self) -> Option<u64> {
+        self.context_window
+    }
+
+    async fn stream(&self, request: &ChatRequest<'_>) -> Result<DeltaStream, ProviderError> {
+        let body = WireApi::encode(self, request)?;
+        self.send(body).await
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

@@ -1,0 +1,171 @@
+//! The OpenAI chat-completions request body, built from borrowed crow-core messages.
+
+use std::borrow::Cow;
+
+use crow_core::{AssistantPart, ChatRequest, Message, ToolDefinition};
+use serde::Serialize;
+
+/// Settings that shape the body beyond the request itself.
+pub(crate) struct BodyOptions<'a> {
+    pub model: &'a str,
+    pub max_tokens: Option<u32>,
+}
+
+#[derive(Serialize)]
+pub(crate) struct Body<'a> {
+    model: &'a str,
+    messages: Vec<WireMessage<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<WireTool<'a>>,
+    stream: bool,
+    stream_options: StreamOptions,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f32>,
+}
+
+#[derive(Serialize)]
+struct StreamOptions {
+    include_usage: bool,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "role", rename_all = "lowercase")]
+enum WireMessage<'a> {
+    System {
+        content: &'a str,
+    },
+    User {
+        content: &'a str,
+    },
+    Assistant {
+        /// `null` when the message is only tool calls (explicit null suits chat templates
+        /// that read the field unconditionally).
+        content: Option<Cow<'a, str>>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<WireToolCall<'a>>,
+    },
+    Tool {
+        tool_call_id: &'a str,
+        content: &'a str,
+    },
+}
+
+#[derive(Serialize)]
+struct WireToolCall<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: WireFunctionCall<'a>,
+}
+
+#[derive(Serialize)]
+struct WireFunctionCall<'a> {
+    name: &'a str,
+    /// The model's raw argument text, replayed verbatim.
+    arguments: &'a str,
+}
+
+#[derive(Serialize)]
+struct WireTool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: WireFunction<'a>,
+}
+
+#[derive(Serialize)]
+struct WireFunction<'a> {
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a serde_json::Value,
+}
+
+/// Builds the body. Pure: the same request gives the same bytes, for prompt caches.
+pub(crate) fn body<'a>(request: &'a ChatRequest<'a>, options: &BodyOptions<'a>) -> Body<'a> {
+    let mut messages = Vec::with_capacity(request.messages.len() + 1);
+    if !request.system.is_empty() {
+        messages.push(WireMessage::System {
+            content: request.system,
+        });
+    }
+    for message in &request.messages {
+        match message {
+            Message::User { text } => messages.push(WireMessage::User { content: text }),
+            Message::Assistant { parts } => {
+                if let Some(m) = assistant(parts) {
+                    messages.push(m);
+                }
+            }
+            Message::ToolResults { results } => {
+                messages.extend(results.iter().map(|r| WireMessage::Tool {
+                    tool_call_id: r.call_id,
+                    content: r.content,
+                }));
+            }
+        }
+    }
+    Body {
+        model: options.model,
+        messages,
+        tools: request.tools.iter().map(tool).collect(),
+        stream: true,
+        stream_options: StreamOptions {
+            include_usage: true,
+        },
+        max_tokens: request.max_tokens.or(options.max_tokens),
+        temperature: request.temperature,
+    }
+}
+
+/// One assistant message, or `None` when nothing in it can be sent. Thinking is dropped:
+/// OpenAI-compatible servers have no field to take it back.
+fn assistant<'a>(parts: &'a [AssistantPart<'a>]) -> Option<WireMessage<'a>> {
+    let mut texts = parts.iter().filter_map(|p| match p {
+        AssistantPart::Text(t) if !t.is_empty() => Some(*t),
+        _ => None,
+    });
+    let content: Option<Cow<'a, str>> = match (texts.next(), texts.next()) {
+        (None, _) => None,
+        (Some(only), None) => Some(Cow::Borrowed(only)),
+        (Some(first), Some(second)) => {
+            let mut joined = String::from(first);
+            joined.push_str(second);
+            texts.for_each(|t| joined.push_str(t));
+            Some(Cow::Owned(joined))
+        }
+    };
+    let tool_calls: Vec<_> = parts
+        .iter()
+        .filter_map(|p| match p {
+            AssistantPart::ToolCall {
+                id,
+                name,
+                arguments,
+            } => Some(WireToolCall {
+                id,
+                kind: "function",
+                function: WireFunctionCall { name, arguments },
+            }),
+            _ => None,
+        })
+        .collect();
+    if content.is_none() && tool_calls.is_empty() {
+        return None;
+    }
+    Some(WireMessage::Assistant {
+        content,
+        tool_calls,
+    })
+}
+
+fn tool(def: &ToolDefinition) -> WireTool<'_> {
+    WireTool {
+        kind: "function",
+        function: WireFunction {
+            name: &def.name,
+            description: &def.description,
+            parameters: &def.parameters,
+        },
+    }
+}

@@ -1,0 +1,241 @@
+//! Tests of the retry wrapper against a scripted [`WireApi`], on tokio's paused clock.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use crow_core::{
+    ChatRequest, DeltaStream, FinishReason, Provider, ProviderError, ProviderErrorKind,
+    StreamDelta, Usage,
+};
+use futures::StreamExt;
+
+use super::{MAX_RETRY_AFTER, RetryPolicy, Retrying};
+use crate::http::WireApi;
+
+type Item = Result<StreamDelta, ProviderError>;
+
+/// What one attempt does: fail at `send`, or stream these items.
+enum Attempt {
+    Refuse(ProviderError),
+    Stream(Vec<Item>),
+}
+
+struct Scripted {
+    attempts: Mutex<VecDeque<Attempt>>,
+    bodies: Mutex<Vec<Bytes>>,
+}
+
+impl Scripted {
+    fn new(attempts: Vec<Attempt>) -> Self {
+        Self {
+            attempts: Mutex::new(attempts.into()),
+            bodies: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+#[async_trait]
+impl WireApi for Scripted {
+    fn name(&self) -> &str {
+        "scripted"
+    }
+    fn model(&self) -> &str {
+        "m"
+    }
+    fn context_window(&self) -> Option<u64> {
+        Some(42)
+    }
+    fn encode(&self, request: &ChatRequest<'_>) -> Result<Bytes, ProviderError> {
+        Ok(Bytes::copy_from_slice(request.system.as_bytes()))
+    }
+    async fn send(&self, body: Bytes) -> Result<DeltaStream, ProviderError> {
+        self.bodies.lock().unwrap().push(body);
+        let next = self.attempts.lock().unwrap().pop_front();
+        match next {
+            Some(Attempt::Refuse(e)) => Err(e),
+            Some(Attempt::Stream(items)) => Ok(Box::pin(futures::stream::iter(items))),
+            None => panic!("more attempts than scripted"),
+        }
+    }
+}
+
+fn transient(msg: &str) -> ProviderError {
+    ProviderError::new(ProviderErrorKind::Transient, msg)
+}
+
+fn text(t: &str) -> Item {
+    Ok(StreamDelta::Text { text: t.into() })
+}
+
+fn done() -> Item {
+    Ok(StreamDelta::Finish {
+        reason: FinishReason::Stop,
+    })
+}
+
+fn policy(max_attempts: u32) -> RetryPolicy {
+    RetryPolicy {
+        max_attempts,
+        ..RetryPolicy::default()
+    }
+}
+
+fn request() -> ChatRequest<'static> {
+    ChatRequest {
+        system: "body",
+        messages: vec![],
+        tools: &[],
+        max_tokens: None,
+        temperature: None,
+        session_id: "s",
+    }
+}
+
+async fn run(provider: &Retrying<Scripted>) -> Result<Vec<Item>, ProviderError> {
+    let stream = provider.stream(&request()).await?;
+    Ok(stream.collect().await)
+}
+
+fn retry_notices(items: &[Item]) -> Vec<(u32, u64)> {
+    items
+        .iter()
+        .filter_map(|i| match i {
+            Ok(StreamDelta::Retrying {
+                attempt, delay_ms, ..
+            }) => Some((*attempt, *delay_ms)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn retries_refusals_and_honours_retry_after() {
+    let rate_limited = ProviderError::new(ProviderErrorKind::RateLimited, "slow down")
+        .with_status(429)
+        .with_retry_after(Some(Duration::from_secs(3)));
+    let too_long = ProviderError::new(ProviderErrorKind::RateLimited, "later")
+        .with_retry_after(Some(Duration::from_secs(3600)));
+    let provider = Retrying::new(
+        Scripted::new(vec![
+            Attempt::Refuse(rate_limited),
+            Attempt::Refuse(too_long),
+            Attempt::Refuse(transient("503")),
+            Attempt::Stream(vec![text("hi"), done()]),
+        ]),
+        policy(5),
+    );
+    assert_eq!(provider.context_window(), Some(42));
+    let started = tokio::time::Instant::now();
+    let items = run(&provider).await.unwrap();
+    let notices = retry_notices(&items);
+    assert_eq!(notices.len(), 3);
+    assert_eq!(notices[0], (2, 3000));
+    assert_eq!(notices[1], (3, MAX_RETRY_AFTER.as_millis() as u64));
+    assert_eq!(notices[2].0, 4);
+    assert!(notices[2].1 <= 2000, "third retry ceiling is 500ms·4");
+    assert!(started.elapsed() >= Duration::from_secs(63));
+    assert_eq!(
+        items[items.len() - 2].as_ref().unwrap(),
+        &StreamDelta::Text { text: "hi".into() }
+    );
+    // Every attempt sent the same bytes.
+    let bodies = provider.inner().bodies.lock().unwrap().clone();
+    assert_eq!(bodies.len(), 4);
+    assert!(bodies.iter().all(|b| b == "body"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn non_retryable_errors_fail_at_once() {
+    for kind in [
+        ProviderErrorKind::Auth,
+        ProviderErrorKind::BadRequest,
+        ProviderErrorKind::NotFound,
+        ProviderErrorKind::ContextOverflow,
+    ] {
+        let provider = Retrying::new(
+            Scripted::new(vec![Attempt::Refuse(ProviderError::new(kind, "no"))]),
+            policy(5),
+        );
+        let err = run(&provider).await.unwrap_err();
+        assert_eq!(err.kind, kind);
+        assert_eq!(provider.inner().bodies.lock().unwrap().len(), 1);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn gives_up_after_max_attempts() {
+    let provider = Retrying::new(
+        Scripted::new(vec![
+            Attempt::Refuse(transient("down")),
+            Attempt::Refuse(transient("down")),
+            Attempt::Refuse(transient("still down")),
+        ]),
+        policy(3),
+    );
+    let items = run(&provider).await.unwrap();
+    assert_eq!(retry_notices(&items).len(), 2);
+    let err = items.last().unwrap().as_ref().unwrap_err();
+    assert_eq!(err.message, "still down (gave up after 3 attempts)");
+
+    let once = Retrying::new(
+        Scripted::new(vec![Attempt::Refuse(transient("x"))]),
+        policy(1),
+    );
+    assert_eq!(run(&once).await.unwrap_err().message, "x");
+}
+
+#[tokio::test(start_paused = true)]
+async fn mid_stream_failure_before_content_is_retried() {
+    let usage = Ok(StreamDelta::Usage {
+        usage: Usage::default(),
+    });
+    let provider = Retrying::new(
+        Scripted::new(vec![
+            Attempt::Stream(vec![usage, Err(transient("reset"))]),
+            Attempt::Stream(vec![text("ok"), done()]),
+        ]),
+        policy(5),
+    );
+    let items = run(&provider).await.unwrap();
+    assert_eq!(retry_notices(&items).len(), 1);
+    assert!(items.iter().all(Result::is_ok));
+    assert_eq!(items.last().unwrap().as_ref().unwrap(), &done().unwrap());
+}
+
+#[tokio::test(start_paused = true)]
+async fn mid_stream_failure_after_content_passes_through() {
+    let provider = Retrying::new(
+        Scripted::new(vec![Attempt::Stream(vec![
+            Ok(StreamDelta::ToolCallStart {
+                index: 0,
+                id: "c".into(),
+                name: "n".into(),
+            }),
+            Err(transient("reset")),
+        ])]),
+        policy(5),
+    );
+    let items = run(&provider).await.unwrap();
+    assert_eq!(items.len(), 2);
+    assert_eq!(items[1].as_ref().unwrap_err().message, "reset");
+    assert_eq!(provider.inner().bodies.lock().unwrap().len(), 1);
+}
+
+#[test]
+fn backoff_stays_under_the_exponential_ceiling() {
+    let policy = RetryPolicy {
+        base_delay: Duration::from_millis(100),
+        max_delay: Duration::from_millis(1000),
+        ..RetryPolicy::default()
+    };
+    for _ in 0..200 {
+        assert!(policy.delay(1, None) <= Duration::from_millis(100));
+        assert!(policy.delay(3, None) <= Duration::from_millis(400));
+        assert!(policy.delay(30, None) <= Duration::from_millis(1000));
+    }
+    // Full jitter actually spreads: not every draw is the ceiling.
+    assert!((0..50).any(|_| policy.delay(4, None) < Duration::from_millis(700)));
+}
