@@ -111,8 +111,10 @@ pub(crate) fn classify_status(
 pub(crate) fn classify_transport(err: &reqwest::Error, ctx: &ErrorContext) -> ProviderError {
     let detail = ctx.scrub(&error_chain(err));
     let message = if err.is_connect() {
+        // The innermost cause ("Connection refused (os error 111)") is the useful part.
+        let cause = root_cause(err);
         format!(
-            "could not connect to {} — is the server running? ({detail})",
+            "could not connect to {} — is the server running? ({cause})",
             ctx.url
         )
     } else if err.is_timeout() {
@@ -243,6 +245,14 @@ pub(crate) fn parse_retry_after(headers: &HeaderMap, now: SystemTime) -> Option<
     }
     let date = httpdate::parse_http_date(value).ok()?;
     Some(date.duration_since(now).unwrap_or(Duration::ZERO))
+}
+
+fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut current = err;
+    while let Some(inner) = current.source() {
+        current = inner;
+    }
+    current.to_string()
 }
 
 /// `err` and its sources, joined, so "connection refused" is not hidden behind "error

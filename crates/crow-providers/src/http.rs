@@ -47,8 +47,10 @@ impl Endpoint {
         url: String,
         headers: Vec<(String, String)>,
         idle_timeout: Duration,
-        ctx: ErrorContext,
+        mut ctx: ErrorContext,
     ) -> Result<Self, ProviderBuildError> {
+        // Errors name the URL actually requested, which shows a doubled or missing `/v1`.
+        ctx.url.clone_from(&url);
         let parsed = reqwest::Url::parse(&url).map_err(|e| ProviderBuildError::InvalidUrl {
             url: url.clone(),
             reason: e.to_string(),

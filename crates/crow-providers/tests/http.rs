@@ -1,0 +1,437 @@
+//! Real HTTP on loopback: a scripted raw-TCP server exercises status classification, retry,
+
+// Helpers outside `#[test]` functions are not covered by clippy's allow-unwrap-in-tests;
+// a panicking helper is exactly what a test wants.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! mid-stream drops, idle timeouts, cancellation and connection refusal end to end.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crow_core::{
+    ChatRequest, FinishReason, Message, Provider, ProviderError, ProviderErrorKind, StreamDelta,
+};
+use crow_providers::{ApiKey, ProviderKind, ProviderSettings, RetryPolicy, build};
+use futures::StreamExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+
+/// One scripted response: bytes to write, then close the socket or hold it open.
+struct Reply {
+    bytes: Vec<u8>,
+    hang: bool,
+}
+
+fn close(bytes: impl Into<Vec<u8>>) -> Reply {
+    Reply {
+        bytes: bytes.into(),
+        hang: false,
+    }
+}
+
+fn hang(bytes: impl Into<Vec<u8>>) -> Reply {
+    Reply {
+        bytes: bytes.into(),
+        hang: true,
+    }
+}
+
+/// A received request: head (lower-cased) and body.
+#[derive(Clone, Debug)]
+struct Recorded {
+    head: String,
+    body: Vec<u8>,
+}
+
+struct Server {
+    base: String,
+    requests: Arc<Mutex<Vec<Recorded>>>,
+    /// Signals when a held-open connection is closed by the client.
+    closed: mpsc::UnboundedReceiver<()>,
+}
+
+impl Server {
+    fn requests(&self) -> Vec<Recorded> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+async fn serve(replies: Vec<Reply>) -> Server {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let requests = Arc::new(Mutex::new(Vec::new()));
+    let (closed_tx, closed) = mpsc::unbounded_channel();
+    let recorded = Arc::clone(&requests);
+    tokio::spawn(async move {
+        for reply in replies {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return;
+            };
+            let Some(request) = read_request(&mut socket).await else {
+                return;
+            };
+            recorded.lock().unwrap().push(request);
+            let closed_tx = closed_tx.clone();
+            tokio::spawn(async move {
+                let _ = socket.write_all(&reply.bytes).await;
+                let _ = socket.flush().await;
+                if reply.hang {
+                    // Hold the connection until the client goes away, then report it.
+                    let mut buf = [0u8; 1024];
+                    while matches!(socket.read(&mut buf).await, Ok(n) if n > 0) {}
+                    let _ = closed_tx.send(());
+                }
+            });
+        }
+    });
+    Server {
+        base,
+        requests,
+        closed,
+    }
+}
+
+async fn read_request(socket: &mut TcpStream) -> Option<Recorded> {
+    let mut data = Vec::new();
+    let mut buf = [0u8; 4096];
+    let head_end = loop {
+        let n = socket.read(&mut buf).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        data.extend_from_slice(&buf[..n]);
+        if let Some(pos) = data.windows(4).position(|w| w == b"\r\n\r\n") {
+            break pos + 4;
+        }
+    };
+    let head = String::from_utf8_lossy(&data[..head_end]).to_ascii_lowercase();
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    while data.len() < head_end + length {
+        let n = socket.read(&mut buf).await.ok()?;
+        if n == 0 {
+            break;
+        }
+        data.extend_from_slice(&buf[..n]);
+    }
+    Some(Recorded {
+        head,
+        body: data[head_end..].to_vec(),
+    })
+}
+
+fn sse_head() -> String {
+    "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n".into()
+}
+
+fn sse(body: &str) -> Vec<u8> {
+    format!("{}{body}", sse_head()).into_bytes()
+}
+
+fn oa_text(text: &str) -> String {
+    format!(
+        "data: {}\n\n",
+        serde_json::json!({"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": null}]})
+    )
+}
+
+fn oa_done() -> String {
+    "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n"
+        .into()
+}
+
+fn status(code: u16, reason: &str, extra_headers: &str, body: &str) -> Vec<u8> {
+    format!(
+        "HTTP/1.1 {code} {reason}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
+         connection: close\r\n{extra_headers}\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+fn policy(max_attempts: u32, idle_ms: u64) -> RetryPolicy {
+    RetryPolicy {
+        max_attempts,
+        base_delay: Duration::from_millis(1),
+        max_delay: Duration::from_millis(5),
+        idle_timeout: Duration::from_millis(idle_ms),
+    }
+}
+
+fn settings(kind: ProviderKind, base: &str, retry: RetryPolicy) -> ProviderSettings {
+    let mut settings = ProviderSettings::new(kind, "test-model");
+    settings.base_url = match kind {
+        ProviderKind::OpenAi => format!("{base}/v1"),
+        ProviderKind::Anthropic => base.to_owned(),
+    };
+    settings.retry = retry;
+    settings
+}
+
+fn request() -> ChatRequest<'static> {
+    ChatRequest {
+        system: "sys",
+        messages: vec![Message::User { text: "hi" }],
+        tools: &[],
+        max_tokens: None,
+        temperature: None,
+        session_id: "s",
+    }
+}
+
+async fn collect(
+    provider: &dyn Provider,
+) -> Result<Vec<Result<StreamDelta, ProviderError>>, ProviderError> {
+    let stream = provider.stream(&request()).await?;
+    Ok(stream.collect().await)
+}
+
+fn texts(items: &[Result<StreamDelta, ProviderError>]) -> String {
+    items
+        .iter()
+        .filter_map(|i| match i {
+            Ok(StreamDelta::Text { text }) => Some(text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn retries(items: &[Result<StreamDelta, ProviderError>]) -> Vec<(u32, u64)> {
+    items
+        .iter()
+        .filter_map(|i| match i {
+            Ok(StreamDelta::Retrying {
+                attempt, delay_ms, ..
+            }) => Some((*attempt, *delay_ms)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn openai_streams_and_sends_bearer_only_with_a_key() {
+    let body = [oa_text("Hel"), oa_text("lo"), oa_done()].concat();
+    let server = serve(vec![close(sse(&body)), close(sse(&body))]).await;
+    let mut s = settings(ProviderKind::OpenAi, &server.base, policy(1, 5000));
+    let keyless = build(s.clone()).unwrap();
+    s.api_key = Some(ApiKey::new("sk-test-abc"));
+    let keyed = build(s).unwrap();
+
+    for provider in [&keyless, &keyed] {
+        let items = collect(provider.as_ref()).await.unwrap();
+        assert_eq!(texts(&items), "Hello");
+        assert_eq!(
+            items.last().unwrap().as_ref().unwrap(),
+            &StreamDelta::Finish {
+                reason: FinishReason::Stop
+            }
+        );
+    }
+    let requests = server.requests();
+    assert!(requests[0].head.starts_with("post /v1/chat/completions "));
+    assert!(!requests[0].head.contains("authorization"));
+    assert!(
+        requests[1]
+            .head
+            .contains("authorization: bearer sk-test-abc")
+    );
+    assert!(requests[1].head.contains("accept: text/event-stream"));
+    let body: serde_json::Value = serde_json::from_slice(&requests[0].body).unwrap();
+    assert_eq!(body["model"], "test-model");
+    assert_eq!(body["stream"], true);
+}
+
+#[tokio::test]
+async fn anthropic_streams_with_version_and_key_headers() {
+    let events = [
+        "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":5,\"output_tokens\":1}}}\n\n",
+        "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
+        "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Bonjour\"}}\n\n",
+        "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
+        "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":3}}\n\n",
+        "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+    ]
+    .concat();
+    let server = serve(vec![close(sse(&events))]).await;
+    let mut s = settings(ProviderKind::Anthropic, &server.base, policy(1, 5000));
+    s.api_key = Some(ApiKey::new("sk-ant-xyz"));
+    let provider = build(s).unwrap();
+    let items = collect(provider.as_ref()).await.unwrap();
+    assert_eq!(texts(&items), "Bonjour");
+    let head = &server.requests()[0].head;
+    assert!(head.starts_with("post /v1/messages "), "{head}");
+    assert!(head.contains("x-api-key: sk-ant-xyz"));
+    assert!(head.contains("anthropic-version: 2023-06-01"));
+}
+
+#[tokio::test]
+async fn rate_limit_is_retried_after_the_requested_delay() {
+    let body = [oa_text("ok"), oa_done()].concat();
+    let server = serve(vec![
+        close(status(
+            429,
+            "Too Many Requests",
+            "retry-after-ms: 20\r\n",
+            r#"{"error":{"message":"Rate limit reached"}}"#,
+        )),
+        close(sse(&body)),
+    ])
+    .await;
+    let provider = build(settings(
+        ProviderKind::OpenAi,
+        &server.base,
+        policy(3, 5000),
+    ))
+    .unwrap();
+    let items = collect(provider.as_ref()).await.unwrap();
+    assert_eq!(retries(&items), vec![(2, 20)]);
+    assert_eq!(texts(&items), "ok");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(
+        requests[0].body, requests[1].body,
+        "retries resend the same bytes"
+    );
+}
+
+#[tokio::test]
+async fn unauthorized_is_not_retried_and_hides_the_key() {
+    let server = serve(vec![close(status(
+        401,
+        "Unauthorized",
+        "",
+        r#"{"error":{"message":"Incorrect API key provided: sk-test-SECRET-123"}}"#,
+    ))])
+    .await;
+    let mut s = settings(ProviderKind::OpenAi, &server.base, policy(5, 5000));
+    s.api_key = Some(ApiKey::new("sk-test-SECRET-123"));
+    let provider = build(s).unwrap();
+    let err = collect(provider.as_ref()).await.unwrap_err();
+    assert_eq!(err.kind, ProviderErrorKind::Auth);
+    assert_eq!(err.status, Some(401));
+    assert!(!err.message.contains("SECRET"), "{}", err.message);
+    assert!(err.message.contains("OPENAI_API_KEY"), "{}", err.message);
+    assert_eq!(server.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn not_found_names_the_model_and_url() {
+    let server = serve(vec![close(status(404, "Not Found", "", "{}"))]).await;
+    let provider = build(settings(
+        ProviderKind::Anthropic,
+        &server.base,
+        policy(5, 5000),
+    ))
+    .unwrap();
+    let err = collect(provider.as_ref()).await.unwrap_err();
+    assert_eq!(err.kind, ProviderErrorKind::NotFound);
+    assert!(err.message.contains("test-model"), "{}", err.message);
+    assert!(err.message.contains(&server.base), "{}", err.message);
+}
+
+#[tokio::test]
+async fn drop_after_text_passes_the_error_through() {
+    // Chunked body cut off mid-message: a transport error after content was shown.
+    let head =
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
+    let event = oa_text("partial");
+    let bytes = format!("{head}{:x}\r\n{event}\r\n", event.len());
+    let server = serve(vec![close(bytes)]).await;
+    let provider = build(settings(
+        ProviderKind::OpenAi,
+        &server.base,
+        policy(5, 5000),
+    ))
+    .unwrap();
+    let items = collect(provider.as_ref()).await.unwrap();
+    assert_eq!(texts(&items), "partial");
+    let err = items.last().unwrap().as_ref().unwrap_err();
+    assert_eq!(err.kind, ProviderErrorKind::Transient);
+    assert!(retries(&items).is_empty());
+    assert_eq!(server.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn drop_before_content_is_retried() {
+    let role_only = "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"}}]}\n\n";
+    let body = [oa_text("second try"), oa_done()].concat();
+    let server = serve(vec![close(sse(role_only)), close(sse(&body))]).await;
+    let provider = build(settings(
+        ProviderKind::OpenAi,
+        &server.base,
+        policy(3, 5000),
+    ))
+    .unwrap();
+    let items = collect(provider.as_ref()).await.unwrap();
+    let notices = retries(&items);
+    assert_eq!(notices.len(), 1);
+    assert_eq!(notices[0].0, 2);
+    assert_eq!(texts(&items), "second try");
+    assert!(items.iter().all(Result::is_ok));
+}
+
+#[tokio::test]
+async fn idle_stream_and_idle_head_time_out() {
+    let server = serve(vec![hang(sse(&oa_text("then silence"))), hang(Vec::new())]).await;
+    let provider = build(settings(ProviderKind::OpenAi, &server.base, policy(1, 200))).unwrap();
+    let items = collect(provider.as_ref()).await.unwrap();
+    assert_eq!(texts(&items), "then silence");
+    let err = items.last().unwrap().as_ref().unwrap_err();
+    assert_eq!(err.kind, ProviderErrorKind::Transient);
+    assert_eq!(err.message, "no data from the model for 0.2 s");
+
+    let err = collect(provider.as_ref()).await.unwrap_err();
+    assert_eq!(err.message, "no data from the model for 0.2 s");
+}
+
+#[tokio::test]
+async fn dropping_the_stream_closes_the_connection() {
+    let mut server = serve(vec![hang(sse(&oa_text("first")))]).await;
+    let provider = build(settings(
+        ProviderKind::OpenAi,
+        &server.base,
+        policy(1, 30_000),
+    ))
+    .unwrap();
+    let mut stream = provider.stream(&request()).await.unwrap();
+    let first = stream.next().await.unwrap().unwrap();
+    assert_eq!(
+        first,
+        StreamDelta::Text {
+            text: "first".into()
+        }
+    );
+    drop(stream);
+    tokio::time::timeout(Duration::from_secs(5), server.closed.recv())
+        .await
+        .expect("the server should see the connection close")
+        .unwrap();
+}
+
+#[tokio::test]
+async fn connection_refused_names_the_url() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    drop(listener);
+    let provider = build(settings(ProviderKind::OpenAi, &base, policy(2, 5000))).unwrap();
+    let items = collect(provider.as_ref()).await.unwrap();
+    assert_eq!(retries(&items).len(), 1);
+    let err = items.last().unwrap().as_ref().unwrap_err();
+    assert_eq!(err.kind, ProviderErrorKind::Transient);
+    assert!(
+        err.message.contains(&format!(
+            "could not connect to {base}/v1/chat/completions — is the server running?"
+        )),
+        "{}",
+        err.message
+    );
+    assert!(
+        err.message.ends_with("(gave up after 2 attempts)"),
+        "{}",
+        err.message
+    );
+}
