@@ -123,7 +123,7 @@ mod tests {
         let file = dir.path().join("key");
         std::fs::write(&file, "  file-key\n").unwrap();
 
-        // SAFETY-free: tests in this module use unique variable names, so no race on them.
+        // A variable name nobody sets, so the file comes next.
         let var = "CROW_PROVIDERS_TEST_KEY_UNSET_9f2c";
         let (key, source) = resolve_api_key(Some(var), Some(&file), Some("plain"))
             .unwrap()

@@ -113,13 +113,13 @@ impl OpenAiParser {
             return Ok(());
         };
         if let Some(delta) = choice.delta {
-            for reasoning in [delta.reasoning_content, delta.reasoning]
+            // Servers mid-rename send both fields with the same text: take one, not both.
+            let reasoning = [delta.reasoning_content, delta.reasoning]
                 .into_iter()
                 .flatten()
-            {
-                if !reasoning.is_empty() {
-                    out.push(StreamDelta::Thinking { text: reasoning });
-                }
+                .find(|r| !r.is_empty());
+            if let Some(text) = reasoning {
+                out.push(StreamDelta::Thinking { text });
             }
             if let Some(text) = delta.content
                 && !text.is_empty()
@@ -130,7 +130,8 @@ impl OpenAiParser {
                 self.on_tool_fragment(position, fragment, out);
             }
         }
-        if let Some(reason) = choice.finish_reason {
+        // An empty string is "not finished yet" on a few servers, like null.
+        if let Some(reason) = choice.finish_reason.filter(|r| !r.is_empty()) {
             self.finish = Some(self.finish_reason(&reason));
             self.close_calls(out);
         }

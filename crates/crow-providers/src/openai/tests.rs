@@ -111,7 +111,8 @@ fn chunk(delta: serde_json::Value, finish: Option<&str>) -> String {
 #[tokio::test]
 async fn reasoning_field_variant_and_whole_calls_in_one_chunk() {
     let sse = [
-        chunk(json!({"reasoning": "hmm"}), None),
+        chunk(json!({"reasoning": "hmm"}), Some("")),
+        chunk(json!({"reasoning": "both", "reasoning_content": "both"}), None),
         // Mistral/Ollama style: whole calls, no fragments; second call without `index`.
         chunk(
             json!({"tool_calls": [{"index": 0, "id": "c1", "function": {"name": "a", "arguments": "{\"x\":1}"}}]}),
@@ -128,6 +129,9 @@ async fn reasoning_field_variant_and_whole_calls_in_one_chunk() {
     let got = decode(&sse).await;
     let expected = vec![
         Ok(StreamDelta::Thinking { text: "hmm".into() }),
+        Ok(StreamDelta::Thinking {
+            text: "both".into(),
+        }),
         start(0, "c1", "a"),
         args(0, "{\"x\":1}"),
         start(1, "c2", "b"),
