@@ -1,0 +1,237 @@
+//! Wiring: turns configuration into a provider, tools and a BaseAgent, and runs one session.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use crow_core::{AgentConfig, AllowAll, BaseAgent, Session, TurnStop};
+use crow_providers::{KeySource, ProviderKind, ProviderSettings, RetryPolicy};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{Config, LoadedConfig};
+use crate::prompt::{PromptFacts, render_system_prompt};
+use crate::render;
+
+/// The provider crow will talk to and why it was chosen.
+pub struct Selection {
+    pub name: String,
+    pub reason: String,
+    pub settings: ProviderSettings,
+}
+
+/// Picks the provider: `provider` from config/env/flags, else OPENAI_API_KEY, else
+/// ANTHROPIC_API_KEY, else a local Ollama.
+pub fn select_provider(loaded: &LoadedConfig) -> Result<Selection> {
+    let config = &loaded.config;
+    let (name, reason) = match &config.provider {
+        Some(name) => {
+            let source = loaded
+                .sources
+                .get("provider")
+                .map(|(_, s)| s.to_string())
+                .unwrap_or_default();
+            (name.clone(), format!("provider = \"{name}\" ({source})"))
+        }
+        None if env_set("OPENAI_API_KEY") => {
+            ("openai".to_owned(), "OPENAI_API_KEY is set".to_owned())
+        }
+        None if env_set("ANTHROPIC_API_KEY") => (
+            "anthropic".to_owned(),
+            "ANTHROPIC_API_KEY is set".to_owned(),
+        ),
+        None => (
+            "ollama".to_owned(),
+            "no provider configured and no API key in the environment".to_owned(),
+        ),
+    };
+    let settings = provider_settings(config, &name, loaded.base_url_override.as_deref())?;
+    Ok(Selection {
+        name,
+        reason,
+        settings,
+    })
+}
+
+fn env_set(var: &str) -> bool {
+    std::env::var(var).is_ok_and(|v| !v.trim().is_empty())
+}
+
+fn provider_settings(
+    config: &Config,
+    name: &str,
+    base_url: Option<&str>,
+) -> Result<ProviderSettings> {
+    let Some(pc) = config.providers.get(name) else {
+        let known: Vec<_> = config.providers.keys().map(String::as_str).collect();
+        bail!(
+            "unknown provider '{name}': define [providers.{name}] in config.toml or use one of: {}",
+            known.join(", ")
+        );
+    };
+    let kind = pc.kind.ok_or_else(|| {
+        anyhow!("providers.{name}.type is missing: set it to \"openai\" (any OpenAI-compatible server) or \"anthropic\"")
+    })?;
+    let base_url = base_url
+        .map(str::to_owned)
+        .or_else(|| pc.base_url.clone())
+        .unwrap_or_else(|| match kind {
+            ProviderKind::Anthropic => crow_providers::ANTHROPIC_DEFAULT_BASE_URL.to_owned(),
+            _ => crow_providers::OPENAI_DEFAULT_BASE_URL.to_owned(),
+        });
+    let model = config.model.clone().or_else(|| pc.model.clone()).ok_or_else(|| {
+        anyhow!("no model for provider '{name}': pass --model or set providers.{name}.model in config.toml")
+    })?;
+    let key = crow_providers::resolve_api_key(
+        pc.api_key_env.as_deref(),
+        pc.api_key_file.as_deref(),
+        pc.api_key.as_deref(),
+    )
+    .with_context(|| format!("cannot read the API key of provider '{name}'"))?;
+    let api_key = match key {
+        Some((key, source)) => {
+            if source == KeySource::Plaintext {
+                tracing::warn!(
+                    "providers.{name}.api_key is stored in plain text; prefer api_key_env or api_key_file"
+                );
+            }
+            Some(key)
+        }
+        None => {
+            let hosted =
+                base_url.contains("api.openai.com") || base_url.contains("api.anthropic.com");
+            if hosted {
+                let var = pc
+                    .api_key_env
+                    .as_deref()
+                    .unwrap_or("the provider's key variable");
+                bail!(
+                    "no API key for provider '{name}': set {var} or providers.{name}.api_key_file in ~/.config/crow/config.toml"
+                );
+            }
+            None
+        }
+    };
+    let mut retry = RetryPolicy::default();
+    if let Some(n) = pc.max_retries {
+        retry.max_attempts = n.saturating_add(1);
+    }
+    if let Some(secs) = pc.idle_timeout_secs {
+        retry.idle_timeout = Duration::from_secs(secs);
+    }
+    Ok(ProviderSettings {
+        kind,
+        name: name.to_owned(),
+        base_url,
+        context_window: pc.models.get(&model).and_then(|m| m.context_window),
+        model,
+        api_key,
+        retry,
+        headers: pc
+            .headers
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        max_tokens: pc.max_tokens,
+        thinking_budget: pc.thinking_budget,
+    })
+}
+
+/// The project root: the nearest ancestor holding `.git`, else the working directory.
+pub fn find_project_root(cwd: &Path) -> (PathBuf, bool) {
+    cwd.ancestors()
+        .find(|dir| dir.join(".git").exists())
+        .map_or_else(
+            || (cwd.to_path_buf(), false),
+            |dir| (dir.to_path_buf(), true),
+        )
+}
+
+/// Everything one `crow run` needs.
+pub struct RunSpec {
+    pub prompt: String,
+    pub cwd: PathBuf,
+    pub settings: ProviderSettings,
+    pub max_iterations: u32,
+    pub tool_options: crow_tools::ToolOptions,
+    pub json: bool,
+}
+
+/// Runs one turn of a fresh session, rendering as it goes. Ctrl-C cancels the turn (the
+/// partial answer is kept); a second Ctrl-C exits at once.
+pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
+    let started = Instant::now();
+    let (project_root, is_git) = find_project_root(&spec.cwd);
+    let provider = crow_providers::build(spec.settings).map_err(|e| anyhow!("{e}"))?;
+    let tools = crow_tools::builtin_tools(&spec.tool_options);
+    let system_prompt = render_system_prompt(&PromptFacts {
+        cwd: &spec.cwd,
+        project_root: &project_root,
+        is_git,
+        date: chrono::Local::now().format("%Y-%m-%d").to_string(),
+    })?;
+    let agent = BaseAgent::new(
+        "builder",
+        provider,
+        tools,
+        system_prompt,
+        Arc::new(AllowAll),
+        AgentConfig {
+            max_iterations: spec.max_iterations,
+            ..AgentConfig::default()
+        },
+    );
+    let session_id = uuid::Uuid::now_v7().to_string();
+    let mut session = Session::new(session_id, "builder", spec.cwd.clone(), project_root);
+    session.add_user_message(spec.prompt);
+
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let renderer = if spec.json {
+        tokio::spawn(render::json_lines(rx))
+    } else {
+        tokio::spawn(render::terminal(rx, false))
+    };
+    let cancel = CancellationToken::new();
+    let interrupts = tokio::spawn(watch_interrupts(cancel.clone()));
+
+    let outcome = agent.execute_turn(&mut session, &tx, cancel).await;
+    drop(tx);
+    interrupts.abort();
+    let totals = renderer.await.unwrap_or_default();
+    if !spec.json {
+        eprintln!("{}", render::usage_line(&totals, started.elapsed()));
+    }
+    let result = outcome.map_err(|e| anyhow!("{e}"))?;
+    Ok(match result.stop {
+        TurnStop::Text | TurnStop::TaskComplete => ExitCode::SUCCESS,
+        TurnStop::Cancelled => ExitCode::from(130),
+        TurnStop::MaxIterations => {
+            eprintln!(
+                "crow stopped after {} model calls (max_iterations); raise it with --max-iterations",
+                result.iterations
+            );
+            ExitCode::from(3)
+        }
+        TurnStop::MaxTokens => {
+            eprintln!(
+                "the model hit its output token limit; raise max_tokens in the provider config"
+            );
+            ExitCode::from(4)
+        }
+        TurnStop::Refusal => {
+            eprintln!("the model refused to answer");
+            ExitCode::from(5)
+        }
+    })
+}
+
+async fn watch_interrupts(cancel: CancellationToken) {
+    if tokio::signal::ctrl_c().await.is_err() {
+        return;
+    }
+    cancel.cancel();
+    if tokio::signal::ctrl_c().await.is_ok() {
+        std::process::exit(130);
+    }
+}

@@ -1,0 +1,352 @@
+//! Configuration: built-in defaults, then the user file, then the project's `.crow/config.toml`,
+//! then environment variables, then flags — later wins. Every layer is checked on its own so
+//! an unknown key or a bad value is reported with the file it came from.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use serde::Deserialize;
+
+/// The typed configuration. Every field is optional so that each layer can be partial.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Which `[providers.NAME]` to use.
+    pub provider: Option<String>,
+    /// Model to ask for (overrides the provider's default model).
+    pub model: Option<String>,
+    /// Model calls allowed per turn.
+    pub max_iterations: Option<u32>,
+    #[serde(default)]
+    pub tools: ToolsConfig,
+    #[serde(default)]
+    pub providers: BTreeMap<String, ProviderConfig>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolsConfig {
+    pub bash_timeout_secs: Option<u64>,
+    pub max_output_bytes: Option<usize>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderConfig {
+    /// Wire API: "openai" (any OpenAI-compatible server) or "anthropic".
+    #[serde(rename = "type")]
+    pub kind: Option<crow_providers::ProviderKind>,
+    pub base_url: Option<String>,
+    /// Default model of this provider.
+    pub model: Option<String>,
+    /// Environment variable holding the key (checked first).
+    pub api_key_env: Option<String>,
+    /// File holding the key (checked second).
+    pub api_key_file: Option<PathBuf>,
+    /// The key itself (checked last; crow warns, prefer the other two).
+    pub api_key: Option<String>,
+    pub max_tokens: Option<u32>,
+    pub thinking_budget: Option<u32>,
+    pub max_retries: Option<u32>,
+    pub idle_timeout_secs: Option<u64>,
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    #[serde(default)]
+    pub models: BTreeMap<String, ModelConfig>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    pub context_window: Option<u64>,
+}
+
+/// Where a value came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    Default,
+    File(PathBuf),
+    Env(String),
+    Flag(String),
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::Default => f.write_str("default"),
+            Source::File(path) => write!(f, "{}", path.display()),
+            Source::Env(var) => write!(f, "env {var}"),
+            Source::Flag(flag) => write!(f, "flag {flag}"),
+        }
+    }
+}
+
+/// Built-in defaults: the three providers crow knows without any configuration.
+const DEFAULTS: &str = r#"
+max_iterations = 50
+
+[tools]
+bash_timeout_secs = 120
+max_output_bytes = 30720
+
+[providers.openai]
+type = "openai"
+base_url = "https://api.openai.com/v1"
+api_key_env = "OPENAI_API_KEY"
+model = "gpt-4.1"
+
+[providers.anthropic]
+type = "anthropic"
+base_url = "https://api.anthropic.com"
+api_key_env = "ANTHROPIC_API_KEY"
+model = "claude-sonnet-4-5"
+
+[providers.ollama]
+type = "openai"
+base_url = "http://localhost:11434/v1"
+model = "qwen2.5-coder"
+"#;
+
+/// Values given on the command line (the last layer).
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub provider: Option<String>,
+    pub model: Option<String>,
+    pub max_iterations: Option<u32>,
+    pub base_url: Option<String>,
+}
+
+/// The merged configuration and, for `crow config show`, where each value came from.
+#[derive(Debug)]
+pub struct LoadedConfig {
+    pub config: Config,
+    pub sources: BTreeMap<String, (toml::Value, Source)>,
+    /// `--base-url`, applied to whichever provider is selected.
+    pub base_url_override: Option<String>,
+}
+
+/// Where crow reads its user configuration: `$XDG_CONFIG_HOME/crow` (or `~/.config/crow`).
+pub fn user_config_dir() -> Option<PathBuf> {
+    std::env::var_os("CROW_CONFIG_DIR")
+        .map(PathBuf::from)
+        .or_else(|| dirs::config_dir().map(|d| d.join("crow")))
+}
+
+/// Loads every layer for a project rooted at `project_root`.
+pub fn load(project_root: &Path, flags: &Overrides) -> Result<LoadedConfig> {
+    let mut layers: Vec<(toml::Table, Source)> = Vec::new();
+    layers.push((parse_layer(DEFAULTS, &Source::Default)?, Source::Default));
+    let files = user_config_dir()
+        .map(|d| d.join("config.toml"))
+        .into_iter()
+        .chain([project_root.join(".crow").join("config.toml")]);
+    for path in files {
+        match std::fs::read_to_string(&path) {
+            Ok(text) => {
+                let source = Source::File(path);
+                layers.push((parse_layer(&text, &source)?, source));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => bail!("cannot read config file {}: {e}", path.display()),
+        }
+    }
+    for (var, key) in [("CROW_PROVIDER", "provider"), ("CROW_MODEL", "model")] {
+        if let Some(value) = env_nonempty(var) {
+            layers.push((
+                single(key, toml::Value::String(value)),
+                Source::Env(var.into()),
+            ));
+        }
+    }
+    if let Some(value) = env_nonempty("CROW_MAX_ITERATIONS") {
+        let n: i64 = value
+            .parse()
+            .with_context(|| format!("CROW_MAX_ITERATIONS must be a number, got '{value}'"))?;
+        layers.push((
+            single("max_iterations", n.into()),
+            Source::Env("CROW_MAX_ITERATIONS".into()),
+        ));
+    }
+    if let Some(url) = env_nonempty("OPENAI_BASE_URL") {
+        let mut openai = toml::Table::new();
+        openai.insert("base_url".into(), toml::Value::String(url));
+        let mut providers = toml::Table::new();
+        providers.insert("openai".into(), toml::Value::Table(openai));
+        layers.push((
+            single("providers", toml::Value::Table(providers)),
+            Source::Env("OPENAI_BASE_URL".into()),
+        ));
+    }
+    if let Some(p) = &flags.provider {
+        layers.push((
+            single("provider", p.clone().into()),
+            Source::Flag("--provider".into()),
+        ));
+    }
+    if let Some(m) = &flags.model {
+        layers.push((
+            single("model", m.clone().into()),
+            Source::Flag("--model".into()),
+        ));
+    }
+    if let Some(n) = flags.max_iterations {
+        layers.push((
+            single("max_iterations", i64::from(n).into()),
+            Source::Flag("--max-iterations".into()),
+        ));
+    }
+
+    let mut merged = toml::Table::new();
+    let mut sources = BTreeMap::new();
+    for (table, source) in layers {
+        flatten("", &table, &source, &mut sources);
+        deep_merge(&mut merged, table);
+    }
+    let config: Config = toml::Value::Table(merged)
+        .try_into()
+        .context("the merged configuration is invalid")?;
+    Ok(LoadedConfig {
+        config,
+        sources,
+        base_url_override: flags.base_url.clone(),
+    })
+}
+
+fn env_nonempty(var: &str) -> Option<String> {
+    std::env::var(var).ok().filter(|v| !v.trim().is_empty())
+}
+
+fn single(key: &str, value: toml::Value) -> toml::Table {
+    let mut t = toml::Table::new();
+    t.insert(key.into(), value);
+    t
+}
+
+/// Parses one layer and checks it against the schema, naming the file on error.
+fn parse_layer(text: &str, source: &Source) -> Result<toml::Table> {
+    let table: toml::Table = toml::from_str(text)
+        .map_err(|e| anyhow::anyhow!("config error in {source}: {}", one_line(&e.to_string())))?;
+    let _: Config =
+        toml::Value::Table(table.clone())
+            .try_into()
+            .map_err(|e: toml::de::Error| {
+                anyhow::anyhow!("config error in {source}: {}", one_line(&e.to_string()))
+            })?;
+    Ok(table)
+}
+
+fn one_line(message: &str) -> String {
+    message
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn deep_merge(into: &mut toml::Table, from: toml::Table) {
+    for (key, value) in from {
+        match (into.get_mut(&key), value) {
+            (Some(toml::Value::Table(a)), toml::Value::Table(b)) => deep_merge(a, b),
+            (_, value) => {
+                into.insert(key, value);
+            }
+        }
+    }
+}
+
+fn flatten(
+    prefix: &str,
+    table: &toml::Table,
+    source: &Source,
+    out: &mut BTreeMap<String, (toml::Value, Source)>,
+) {
+    for (key, value) in table {
+        let path = if prefix.is_empty() {
+            key.clone()
+        } else {
+            format!("{prefix}.{key}")
+        };
+        match value {
+            toml::Value::Table(inner) if !inner.is_empty() => flatten(&path, inner, source, out),
+            _ => {
+                out.insert(path, (value.clone(), source.clone()));
+            }
+        }
+    }
+}
+
+/// Whether a dotted key holds a secret that must never be printed.
+pub fn is_secret(key: &str) -> bool {
+    let last = key.rsplit('.').next().unwrap_or(key).to_ascii_lowercase();
+    last == "api_key"
+        || (key.contains(".headers.")
+            && (last.contains("auth") || last.contains("key") || last.contains("token")))
+}
+
+/// `crow config show`: every effective value with its origin, secrets redacted.
+pub fn render_show(loaded: &LoadedConfig) -> String {
+    let mut out = String::new();
+    let width = loaded.sources.keys().map(String::len).max().unwrap_or(0);
+    for (key, (value, source)) in &loaded.sources {
+        let shown = if is_secret(key) {
+            "\"[redacted]\"".to_owned()
+        } else {
+            value.to_string()
+        };
+        out.push_str(&format!("{key:<width$} = {shown}  # {source}\n"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_parse() {
+        let t = parse_layer(DEFAULTS, &Source::Default).unwrap();
+        assert!(t.contains_key("providers"));
+    }
+
+    #[test]
+    fn unknown_keys_name_the_file() {
+        let err =
+            parse_layer("modle = \"x\"\n", &Source::File("/p/config.toml".into())).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("/p/config.toml"), "{msg}");
+        assert!(msg.contains("modle"), "{msg}");
+        assert!(!msg.contains('\n'), "one line: {msg}");
+    }
+
+    #[test]
+    fn bad_values_name_the_key() {
+        let err = parse_layer("[providers.x]\ntype = \"gemini\"\n", &Source::Default).unwrap_err();
+        assert!(err.to_string().contains("gemini"), "{err}");
+        let err = parse_layer("max_iterations = \"ten\"\n", &Source::Default).unwrap_err();
+        assert!(err.to_string().contains("max_iterations"), "{err}");
+    }
+
+    #[test]
+    fn later_layers_win_and_sources_are_kept() {
+        let mut merged = parse_layer(DEFAULTS, &Source::Default).unwrap();
+        let user = parse_layer(
+            "[providers.openai]\nmodel = \"gpt-5\"\napi_key = \"sk-secret\"\n",
+            &Source::Default,
+        )
+        .unwrap();
+        deep_merge(&mut merged, user);
+        let cfg: Config = toml::Value::Table(merged).try_into().unwrap();
+        let openai = &cfg.providers["openai"];
+        assert_eq!(openai.model.as_deref(), Some("gpt-5"));
+        assert_eq!(
+            openai.base_url.as_deref(),
+            Some("https://api.openai.com/v1")
+        );
+        assert!(is_secret("providers.openai.api_key"));
+        assert!(is_secret("providers.x.headers.Authorization"));
+        assert!(!is_secret("providers.openai.api_key_env"));
+    }
+}

@@ -1,0 +1,62 @@
+//! The default system prompt, rendered once per session from a minijinja template so it is
+//! byte-stable for the whole session (provider prompt caches key on the prefix).
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use minijinja::{Environment, context};
+
+const SYSTEM_TEMPLATE: &str = include_str!("../prompts/system.md.j2");
+
+/// Facts the prompt mentions. `date` is fixed when the session starts.
+pub struct PromptFacts<'a> {
+    pub cwd: &'a Path,
+    pub project_root: &'a Path,
+    pub is_git: bool,
+    pub date: String,
+}
+
+pub fn render_system_prompt(facts: &PromptFacts<'_>) -> Result<String> {
+    let mut env = Environment::new();
+    env.set_trim_blocks(true);
+    env.add_template("system", SYSTEM_TEMPLATE)
+        .context("the built-in system prompt template is invalid")?;
+    let template = env
+        .get_template("system")
+        .context("system prompt template missing")?;
+    template
+        .render(context! {
+            cwd => facts.cwd.display().to_string(),
+            project_root => facts.project_root.display().to_string(),
+            is_git => facts.is_git,
+            platform => format!("{} {}", std::env::consts::OS, std::env::consts::ARCH),
+            date => facts.date,
+        })
+        .context("cannot render the system prompt")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_facts_and_is_deterministic() {
+        let facts = PromptFacts {
+            cwd: Path::new("/w/p"),
+            project_root: Path::new("/w/p"),
+            is_git: true,
+            date: "2026-11-21".into(),
+        };
+        let a = render_system_prompt(&facts).unwrap();
+        let b = render_system_prompt(&facts).unwrap();
+        assert_eq!(a, b);
+        assert!(a.contains("Working directory: /w/p"));
+        assert!(a.contains("(a git repository)"));
+        assert!(a.contains("2026-11-21"));
+        assert!(
+            a.len() < 3000,
+            "the prompt stays concise: {} bytes",
+            a.len()
+        );
+    }
+}

@@ -1,0 +1,116 @@
+//! The CLI's own behaviour: version, configuration errors, provider selection messages.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::*;
+
+#[tokio::test]
+async fn version_prints_and_exits_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = crow(dir.path());
+    cmd.arg("--version");
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0));
+    assert!(out.stdout.starts_with("crow "), "{}", out.stdout);
+}
+
+#[tokio::test]
+async fn a_bad_config_names_the_file_and_key_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    write_project_config(dir.path(), "modle = \"gpt\"\n");
+    let mut cmd = crow(dir.path());
+    cmd.args(["run", "hi"]);
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(1));
+    let line = out.stderr.trim();
+    assert_eq!(line.lines().count(), 1, "{line}");
+    assert!(
+        line.contains(".crow/config.toml") && line.contains("modle"),
+        "{line}"
+    );
+}
+
+#[tokio::test]
+async fn a_hosted_provider_without_a_key_says_which_variable_to_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = crow(dir.path());
+    cmd.args(["run", "--provider", "anthropic", "hi"]);
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(1));
+    assert!(out.stderr.contains("ANTHROPIC_API_KEY"), "{}", out.stderr);
+    assert_eq!(out.stderr.trim().lines().count(), 1, "{}", out.stderr);
+}
+
+#[tokio::test]
+async fn an_unknown_provider_lists_the_known_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = crow(dir.path());
+    cmd.args(["run", "--provider", "gemini", "hi"]);
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(1));
+    assert!(
+        out.stderr.contains("unknown provider 'gemini'") && out.stderr.contains("openai"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[tokio::test]
+async fn a_wrong_url_says_the_server_is_unreachable() {
+    let dir = tempfile::tempdir().unwrap();
+    write_project_config(dir.path(), "[providers.openai]\nmax_retries = 0\n");
+    // A port nothing listens on: bind, take the port, close.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut cmd = crow(dir.path());
+    cmd.args([
+        "run",
+        "--provider",
+        "openai",
+        "--base-url",
+        &format!("http://127.0.0.1:{port}/v1"),
+        "hi",
+    ]);
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(1));
+    assert!(
+        out.stderr.contains(&format!("127.0.0.1:{port}")),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains("panicked"));
+}
+
+#[tokio::test]
+async fn config_show_reports_sources_and_redacts_secrets() {
+    let dir = tempfile::tempdir().unwrap();
+    write_project_config(
+        dir.path(),
+        "[providers.openai]\napi_key = \"sk-very-secret\"\nmodel = \"gpt-5\"\n",
+    );
+    let mut cmd = crow(dir.path());
+    cmd.args(["config", "show", "--model", "o3"]);
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(!out.stdout.contains("sk-very-secret"));
+    assert!(out.stdout.contains("[redacted]"));
+    assert!(
+        out.stdout
+            .lines()
+            .any(|l| l.starts_with("providers.openai.model") && l.contains("config.toml")),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout
+            .lines()
+            .any(|l| l.starts_with("model") && l.contains("flag --model")),
+        "{}",
+        out.stdout
+    );
+}

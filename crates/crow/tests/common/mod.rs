@@ -1,0 +1,126 @@
+//! Shared helpers: run the real `crow` binary, isolated from the user's config and keys,
+//! against crow-testkit's mock model on loopback.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use crow_testkit::MockLlm;
+use serde_json::Value;
+use tokio::process::Command;
+
+/// A `crow` command in `dir`, with HOME and XDG dirs pointing into `dir` so no real config
+/// or key leaks in.
+pub fn crow(dir: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_crow"));
+    let home = dir.join(".home");
+    cmd.current_dir(dir)
+        .env("HOME", &home)
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .env("XDG_DATA_HOME", home.join(".local/share"))
+        .env_remove("CROW_CONFIG_DIR")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("CROW_PROVIDER")
+        .env_remove("CROW_MODEL")
+        .env_remove("CROW_LOG")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    cmd
+}
+
+/// `crow run --json` against the mock's OpenAI endpoint.
+pub fn crow_run(dir: &Path, mock: &MockLlm, prompt: &str) -> Command {
+    let mut cmd = crow(dir);
+    cmd.args([
+        "run",
+        "--json",
+        "--provider",
+        "openai",
+        "--model",
+        "mock-model",
+        "--base-url",
+    ])
+    .arg(mock.openai_base_url())
+    .arg(prompt);
+    cmd
+}
+
+/// `crow run --json` against the mock's Anthropic endpoint (a project config selects it).
+pub fn crow_run_anthropic(dir: &Path, mock: &MockLlm, prompt: &str) -> Command {
+    write_project_config(
+        dir,
+        &format!(
+            "provider = \"claude\"\n[providers.claude]\ntype = \"anthropic\"\nbase_url = \"{}\"\nmodel = \"claude-mock\"\napi_key_env = \"CROW_TEST_ANTHROPIC_KEY\"\n",
+            mock.base_url()
+        ),
+    );
+    let mut cmd = crow(dir);
+    cmd.env("CROW_TEST_ANTHROPIC_KEY", "test-key-not-secret")
+        .args(["run", "--json"])
+        .arg(prompt);
+    cmd
+}
+
+pub fn write_project_config(dir: &Path, text: &str) {
+    std::fs::create_dir_all(dir.join(".crow")).unwrap();
+    std::fs::write(dir.join(".crow/config.toml"), text).unwrap();
+}
+
+/// A temporary git repository.
+pub fn git_repo() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let status = std::process::Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(dir.path())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    dir
+}
+
+pub struct Output {
+    pub code: Option<i32>,
+    pub events: Vec<Value>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Output {
+    pub fn of_type(&self, ty: &str) -> Vec<&Value> {
+        self.events.iter().filter(|e| e["type"] == ty).collect()
+    }
+
+    pub fn position(&self, pred: impl Fn(&Value) -> bool) -> Option<usize> {
+        self.events.iter().position(pred)
+    }
+}
+
+pub async fn output(mut cmd: Command) -> Output {
+    let out = cmd.output().await.unwrap();
+    parse(out.status.code(), out.stdout, out.stderr)
+}
+
+pub fn parse(code: Option<i32>, stdout: Vec<u8>, stderr: Vec<u8>) -> Output {
+    let stdout = String::from_utf8_lossy(&stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&stderr).into_owned();
+    let events = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    Output {
+        code,
+        events,
+        stdout,
+        stderr,
+    }
+}
+
+pub fn path(dir: &Path, rel: &str) -> PathBuf {
+    dir.join(rel)
+}

@@ -1,0 +1,390 @@
+//! End-to-end: the real `crow` binary against the mock model over loopback.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use crow_testkit::{Fault, MockLlm, Reply, Scenario};
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_full_session_lists_reads_edits_runs_and_completes() {
+    let repo = git_repo();
+    let dir = repo.path();
+    std::fs::write(dir.join("notes.txt"), "colour = red\nsize = 3\n").unwrap();
+    let scenario = Scenario::new()
+        .reply(Reply::text("Looking around.").with_tool_call("list_directory", json!({"path": "."})))
+        .reply(Reply::tool_call("read_file", json!({"path": "notes.txt"})))
+        .reply(Reply::tool_call(
+            "edit_file",
+            json!({"path": "notes.txt", "old_string": "colour = red", "new_string": "colour = blue"}),
+        ))
+        .reply(Reply::tool_call("bash", json!({"command": "grep -c blue notes.txt > count.txt"})))
+        .reply(Reply::tool_call("task_complete", json!({"summary": "colour is blue now"})));
+    let mock = MockLlm::start(scenario).await.unwrap();
+
+    let out = output(crow_run(dir, &mock, "make the colour blue")).await;
+    assert_eq!(
+        out.code,
+        Some(0),
+        "stderr: {}\nstdout: {}",
+        out.stderr,
+        out.stdout
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("notes.txt")).unwrap(),
+        "colour = blue\nsize = 3\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("count.txt"))
+            .unwrap()
+            .trim(),
+        "1"
+    );
+
+    let ends = out.of_type("tool_call_end");
+    let tools: Vec<_> = ends.iter().map(|e| e["tool"].as_str().unwrap()).collect();
+    assert_eq!(
+        tools,
+        [
+            "list_directory",
+            "read_file",
+            "edit_file",
+            "bash",
+            "task_complete"
+        ]
+    );
+    for end in &ends {
+        assert_eq!(end["result"]["status"], "success", "{end}");
+    }
+    assert!(
+        ends[1]["result"]["output"]
+            .as_str()
+            .unwrap()
+            .contains("colour = red")
+    );
+    let diff = ends[2]["result"]["metadata"]["diff"].as_str().unwrap();
+    assert!(
+        diff.contains("-colour = red") && diff.contains("+colour = blue"),
+        "{diff}"
+    );
+    assert_eq!(
+        out.of_type("task_complete")[0]["summary"],
+        "colour is blue now"
+    );
+
+    // The model saw each result: the request after read_file carries the file's text.
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 5);
+    assert!(String::from_utf8_lossy(&requests[2].raw_body).contains("colour = red"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_same_session_works_over_the_anthropic_api() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.txt"), "alpha\n").unwrap();
+    let scenario = Scenario::new()
+        .reply(
+            Reply::text("Reading.")
+                .with_thinking("Let me read a.txt first.")
+                .with_tool_call("read_file", json!({"path": "a.txt"})),
+        )
+        .reply(Reply::text("It says alpha."));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let out = output(crow_run_anthropic(dir.path(), &mock, "what is in a.txt?")).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    let text: String = out
+        .of_type("text_delta")
+        .iter()
+        .map(|e| e["delta"].as_str().unwrap())
+        .collect();
+    assert_eq!(text, "Reading.It says alpha.");
+    let thinking: String = out
+        .of_type("thinking_delta")
+        .iter()
+        .map(|e| e["delta"].as_str().unwrap())
+        .collect();
+    assert_eq!(thinking, "Let me read a.txt first.");
+    let requests = mock.requests();
+    assert_eq!(requests[0].path, "/v1/messages");
+    // The tool result went back as a tool_result block.
+    assert!(String::from_utf8_lossy(&requests[1].raw_body).contains("tool_result"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_tool_calls_of_one_response_run_concurrently() {
+    let dir = tempfile::tempdir().unwrap();
+    // Each command waits for the other's marker: run one after the other, the first would
+    // give up (exit 1) before the second ever started.
+    let wait_for = |mine: &str, theirs: &str| {
+        format!(
+            "touch {mine}; for i in $(seq 400); do [ -f {theirs} ] && exit 0; sleep 0.05; done; exit 1"
+        )
+    };
+    let scenario = Scenario::new()
+        .reply(
+            Reply::tool_call("bash", json!({"command": wait_for("a.mark", "b.mark")}))
+                .with_tool_call("bash", json!({"command": wait_for("b.mark", "a.mark")})),
+        )
+        .reply(Reply::text("both met"));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let out = output(crow_run(dir.path(), &mock, "meet")).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    let ends = out.of_type("tool_call_end");
+    assert_eq!(ends.len(), 2);
+    assert!(
+        ends.iter().all(|e| e["result"]["status"] == "success"),
+        "{ends:?}"
+    );
+    // Both started before either ended.
+    let last_start = out
+        .events
+        .iter()
+        .rposition(|e| e["type"] == "tool_call_start")
+        .unwrap();
+    let first_end = out.position(|e| e["type"] == "tool_call_end").unwrap();
+    assert!(last_start < first_end);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rate_limits_are_retried_honouring_retry_after() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = Scenario::new()
+        .fault(Fault::Status {
+            code: 429,
+            retry_after_secs: Some(1),
+            body: None,
+        })
+        .fault(Fault::Status {
+            code: 503,
+            retry_after_secs: None,
+            body: None,
+        })
+        .reply(Reply::text("made it"));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let out = output(crow_run(dir.path(), &mock, "hi")).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    let retries = out.of_type("retry");
+    assert_eq!(retries.len(), 2, "{:?}", out.events);
+    assert!(
+        retries[0]["delay_ms"].as_u64().unwrap() >= 1000,
+        "Retry-After honoured: {}",
+        retries[0]
+    );
+    assert_eq!(mock.requests().len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn persistent_server_errors_end_the_run_with_one_clear_line() {
+    let dir = tempfile::tempdir().unwrap();
+    write_project_config(dir.path(), "[providers.openai]\nmax_retries = 1\n");
+    let scenario = Scenario::new()
+        .fault(Fault::Status {
+            code: 500,
+            retry_after_secs: Some(0),
+            body: Some("boom".into()),
+        })
+        .fault(Fault::Status {
+            code: 500,
+            retry_after_secs: Some(0),
+            body: Some("boom".into()),
+        });
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let out = output(crow_run(dir.path(), &mock, "hi")).await;
+    assert_eq!(out.code, Some(1));
+    assert_eq!(mock.requests().len(), 2, "bounded attempts");
+    let errors: Vec<_> = out
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("error:"))
+        .collect();
+    assert_eq!(errors.len(), 1, "{}", out.stderr);
+    assert!(
+        !out.stderr.contains("panicked") && !out.stderr.contains("backtrace"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_auth_failure_is_not_retried_and_says_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = Scenario::new().fault(Fault::Status {
+        code: 401,
+        retry_after_secs: None,
+        body: Some("invalid x-api-key".into()),
+    });
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let out = output(crow_run_anthropic(dir.path(), &mock, "hi")).await;
+    assert_eq!(out.code, Some(1));
+    assert_eq!(mock.requests().len(), 1, "401 is never retried");
+    assert!(
+        out.stderr.contains("CROW_TEST_ANTHROPIC_KEY") || out.stderr.to_lowercase().contains("key"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        !out.stderr.contains("test-key-not-secret"),
+        "the key never appears: {}",
+        out.stderr
+    );
+    assert!(!out.stdout.contains("test-key-not-secret"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stream_dropped_mid_answer_is_reported_and_keeps_the_partial_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = Scenario::new()
+        .fault(Fault::DropAfter {
+            reply: Reply::text("The first part of an answer that never ends"),
+            after_chunks: 2,
+        })
+        .chunk_size(8);
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let out = output(crow_run(dir.path(), &mock, "hi")).await;
+    assert_eq!(out.code, Some(1), "stdout: {}", out.stdout);
+    let complete = out.of_type("text_complete");
+    assert_eq!(complete.len(), 1);
+    assert_eq!(complete[0]["text"], "The first part o");
+    assert!(
+        out.stderr.starts_with("error:") || out.stderr.contains("\nerror:"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stalled_stream_times_out_and_is_retried_when_nothing_was_said() {
+    let dir = tempfile::tempdir().unwrap();
+    write_project_config(dir.path(), "[providers.openai]\nidle_timeout_secs = 1\n");
+    let scenario = Scenario::new()
+        .fault(Fault::Stall {
+            reply: Reply::text("never"),
+            after_chunks: 0,
+        })
+        .reply(Reply::text("fresh answer"));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let out = output(crow_run(dir.path(), &mock, "hi")).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    assert_eq!(out.of_type("retry").len(), 1);
+    assert_eq!(out.of_type("text_complete")[0]["text"], "fresh answer");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn malformed_tool_arguments_reach_the_model_as_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut bad = Reply::tool_call("read_file", json!({}));
+    bad.tool_calls[0].raw_arguments = Some("{\"path\": \"a.txt\"".into());
+    let scenario = Scenario::new()
+        .reply(bad)
+        .reply(Reply::text("I will fix my call."));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let out = output(crow_run(dir.path(), &mock, "read a.txt")).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    let end = out.of_type("tool_call_end")[0];
+    assert_eq!(end["result"]["status"], "error");
+    assert!(
+        end["result"]["output"]
+            .as_str()
+            .unwrap()
+            .contains("not valid JSON")
+    );
+    let second = String::from_utf8_lossy(&mock.requests()[1].raw_body).into_owned();
+    assert!(second.contains("not valid JSON"), "the model saw the error");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigint_mid_stream_cancels_and_keeps_the_partial_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = Scenario::new()
+        .reply(Reply::text("slow words ".repeat(200)))
+        .chunk_size(4)
+        .chunk_delay(40);
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let child = crow_run(dir.path(), &mock, "talk").spawn().unwrap();
+    let out = interrupt_after(child, |line| line.contains("\"text_delta\"")).await;
+    assert_eq!(out.code, Some(130), "stderr: {}", out.stderr);
+    let complete = out.of_type("text_complete");
+    assert_eq!(complete.len(), 1, "{}", out.stdout);
+    let partial = complete[0]["text"].as_str().unwrap();
+    assert!(
+        !partial.is_empty() && partial.len() < 2200,
+        "partial: {partial}"
+    );
+    assert_eq!(out.events.last().unwrap()["type"], "cancelled");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigint_mid_bash_kills_the_command_and_its_children() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = Scenario::new().reply(Reply::tool_call(
+        "bash",
+        json!({"command": "sleep 60 & echo $! > child.pid; wait"}),
+    ));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let pid_file = dir.path().join("child.pid");
+    let child = crow_run(dir.path(), &mock, "sleep").spawn().unwrap();
+    let watched = pid_file.clone();
+    let out = interrupt_after(child, move |_| {
+        watched.exists() && std::fs::read_to_string(&watched).is_ok_and(|s| s.ends_with('\n'))
+    })
+    .await;
+    assert_eq!(out.code, Some(130), "stderr: {}", out.stderr);
+    let pid = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .to_owned();
+    let end = out.of_type("tool_call_end")[0];
+    assert_eq!(end["result"]["status"], "cancelled");
+    // The background sleep is gone (or a zombie awaiting its reaper), not left running.
+    let mut alive = true;
+    for _ in 0..40 {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        if stat.is_empty() || stat.contains(") Z ") {
+            alive = false;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!alive, "sleep {pid} survived the cancellation");
+}
+
+/// Reads the child's stdout until `ready` says so (checked per line and on a timer), then
+/// sends SIGINT and collects the rest.
+async fn interrupt_after(mut child: tokio::process::Child, ready: impl Fn(&str) -> bool) -> Output {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+    let pid = child.id().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut stderr = child.stderr.take().unwrap();
+    let mut seen = String::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut line = String::new();
+        let read =
+            tokio::time::timeout(Duration::from_millis(50), stdout.read_line(&mut line)).await;
+        if let Ok(n) = read {
+            if n.unwrap() == 0 {
+                break;
+            }
+            seen.push_str(&line);
+        }
+        if ready(&line) || tokio::time::Instant::now() > deadline {
+            break;
+        }
+    }
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let mut rest = String::new();
+    stdout.read_to_string(&mut rest).await.unwrap();
+    seen.push_str(&rest);
+    let mut err = Vec::new();
+    stderr.read_to_end(&mut err).await.unwrap();
+    let code = child.wait().await.unwrap().code();
+    parse(code, seen.into_bytes(), err)
+}
