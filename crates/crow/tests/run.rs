@@ -80,6 +80,37 @@ async fn a_full_session_lists_reads_edits_runs_and_completes() {
     let requests = mock.requests();
     assert_eq!(requests.len(), 5);
     assert!(String::from_utf8_lossy(&requests[2].raw_body).contains("colour = red"));
+
+    // Every built-in tool and the system prompt fit in a small first request.
+    assert!(
+        requests[0].raw_body.len() <= 15 * 1024,
+        "first request: {} bytes",
+        requests[0].raw_body.len()
+    );
+    // Requests grow by appending: each one's messages start with the previous one's, byte for
+    // byte, and the tools never change (provider prompt caches hit).
+    for pair in requests.windows(2) {
+        let (a, b) = (&pair[0].body, &pair[1].body);
+        assert_eq!(a["tools"], b["tools"]);
+        let (ma, mb) = (
+            a["messages"].as_array().unwrap(),
+            b["messages"].as_array().unwrap(),
+        );
+        assert!(mb.len() > ma.len());
+        for (x, y) in ma.iter().zip(mb) {
+            assert_eq!(
+                serde_json::to_string(x).unwrap(),
+                serde_json::to_string(y).unwrap()
+            );
+        }
+        let raw_a = String::from_utf8_lossy(&pair[0].raw_body).into_owned();
+        let raw_b = String::from_utf8_lossy(&pair[1].raw_body).into_owned();
+        let prefix = &raw_a[..raw_a.find("\"messages\"").unwrap()];
+        assert!(
+            raw_b.starts_with(prefix),
+            "the bytes before the messages are identical"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
