@@ -96,7 +96,8 @@ pub struct BaseAgent {
     pub name: String,
     provider: Arc<dyn Provider>,
     tools: ToolRegistry,
-    definitions: Vec<ToolDefinition>,
+    /// Tool definitions as of a registry version: rebuilt only when the tool set changes.
+    definitions: std::sync::Mutex<(u64, Arc<Vec<ToolDefinition>>)>,
     system_prompt: String,
     permission: Arc<dyn PermissionGate>,
     pub config: AgentConfig,
@@ -124,7 +125,7 @@ impl BaseAgent {
         permission: Arc<dyn PermissionGate>,
         config: AgentConfig,
     ) -> Self {
-        let definitions = tools.definitions();
+        let definitions = std::sync::Mutex::new((tools.version(), Arc::new(tools.definitions())));
         Self {
             name: name.into(),
             provider,
@@ -321,11 +322,12 @@ impl BaseAgent {
         cancel: &CancellationToken,
     ) -> Result<Response, ProviderError> {
         let mut acc = Accumulator::default();
+        let definitions = self.current_definitions();
         let outcome = {
             let request = ChatRequest {
                 system: &self.system_prompt,
                 messages: session.messages(),
-                tools: &self.definitions,
+                tools: &definitions,
                 max_tokens: self.config.max_tokens,
                 temperature: self.config.temperature,
                 session_id: &session.id,
@@ -364,6 +366,19 @@ impl BaseAgent {
             Outcome::Cancelled => Ok(acc.into_response(true)),
             Outcome::Done => Ok(acc.into_response(false)),
         }
+    }
+
+    /// The definitions to advertise now (tools may have appeared or gone since the last call).
+    fn current_definitions(&self) -> Arc<Vec<ToolDefinition>> {
+        let mut cached = self
+            .definitions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let version = self.tools.version();
+        if cached.0 != version {
+            *cached = (version, Arc::new(self.tools.definitions()));
+        }
+        Arc::clone(&cached.1)
     }
 
     fn on_delta(&self, delta: StreamDelta, acc: &mut Accumulator, events: &EventSender) {
@@ -514,7 +529,7 @@ impl BaseAgent {
         let mut running = FuturesUnordered::new();
 
         for (index, call) in calls.into_iter().enumerate() {
-            let tool = self.tools.get(&call.name).cloned();
+            let tool = self.tools.get(&call.name);
             let kind = tool.as_ref().map_or(ToolKind::Other, |t| t.kind());
             let parsed = parse_arguments(&call.arguments);
             let shown = parsed
@@ -534,7 +549,7 @@ impl BaseAgent {
                 (None, _) => Some(ToolResult::error(format!(
                     "error: unknown tool '{}'. Available tools: {}.",
                     call.name,
-                    self.tools.names().collect::<Vec<_>>().join(", ")
+                    self.tools.names().join(", ")
                 ))),
                 (Some(_), Err(problem)) => Some(ToolResult::error(if truncated {
                     format!(

@@ -146,7 +146,7 @@ impl Tool for Done {
 }
 
 fn agent(provider: Arc<Scripted>, max_iterations: u32) -> BaseAgent {
-    let mut tools = ToolRegistry::new();
+    let tools = ToolRegistry::new();
     tools.register(Arc::new(Rendezvous(Arc::new(Barrier::new(2)))));
     tools.register(Arc::new(Forever));
     tools.register(Arc::new(Done));

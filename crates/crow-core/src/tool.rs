@@ -216,16 +216,30 @@ impl ToolResult {
     }
 }
 
-/// The tools an agent can call, by name. Definitions come out sorted by name so the request
-/// prefix is stable.
+/// Decides which tools of a shared registry a view exposes.
+type ToolFilter = Arc<dyn Fn(&dyn Tool) -> bool + Send + Sync>;
+
+/// The tools an agent can call, by name. Cloning shares the set: tools registered later (an
+/// MCP server that finished starting) appear to every agent holding a clone. A filtered view
+/// (e.g. a read-only reviewer) hides tools from both the model and execution, so the view's
+/// limits are enforced, not just advertised. Definitions come out sorted by name so the
+/// request prefix is stable.
 #[derive(Clone, Default)]
 pub struct ToolRegistry {
+    shared: Arc<std::sync::RwLock<Shared>>,
+    filter: Option<ToolFilter>,
+}
+
+#[derive(Default)]
+struct Shared {
     tools: BTreeMap<String, Arc<dyn Tool>>,
+    /// Bumped on every change so agents can cache their definitions.
+    version: u64,
 }
 
 impl std::fmt::Debug for ToolRegistry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list().entries(self.tools.keys()).finish()
+        f.debug_list().entries(self.names()).finish()
     }
 }
 
@@ -234,39 +248,139 @@ impl ToolRegistry {
         Self::default()
     }
 
+    // The lock is only held for map operations, never across an await; a poisoned lock still
+    // holds a consistent map (no operation can panic half-way), so it is used as is.
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Shared> {
+        self.shared
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Shared> {
+        self.shared
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn visible(&self, tool: &dyn Tool) -> bool {
+        self.filter.as_ref().is_none_or(|keep| keep(tool))
+    }
+
     /// Adds a tool; a tool with the same name is replaced (the last registration wins).
-    pub fn register(&mut self, tool: Arc<dyn Tool>) {
-        self.tools.insert(tool.name().to_owned(), tool);
+    pub fn register(&self, tool: Arc<dyn Tool>) {
+        let mut shared = self.write();
+        shared.tools.insert(tool.name().to_owned(), tool);
+        shared.version += 1;
     }
 
-    pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
-        self.tools.get(name)
+    /// Removes every tool whose name `remove` accepts (e.g. the tools of a server that died).
+    pub fn unregister_where(&self, remove: impl Fn(&str) -> bool) {
+        let mut shared = self.write();
+        let before = shared.tools.len();
+        shared.tools.retain(|name, _| !remove(name));
+        if shared.tools.len() != before {
+            shared.version += 1;
+        }
     }
 
-    pub fn names(&self) -> impl Iterator<Item = &str> {
-        self.tools.keys().map(String::as_str)
+    /// The tool called `name`, if this view exposes it.
+    pub fn get(&self, name: &str) -> Option<Arc<dyn Tool>> {
+        let shared = self.read();
+        shared
+            .tools
+            .get(name)
+            .filter(|t| self.visible(t.as_ref()))
+            .cloned()
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        let shared = self.read();
+        shared
+            .tools
+            .iter()
+            .filter(|(_, t)| self.visible(t.as_ref()))
+            .map(|(n, _)| n.clone())
+            .collect()
     }
 
     pub fn len(&self) -> usize {
-        self.tools.len()
+        self.names().len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.tools.is_empty()
+        self.len() == 0
     }
 
-    /// A registry holding only the tools `keep` accepts (e.g. a read-only reviewer).
-    pub fn filtered(&self, keep: impl Fn(&dyn Tool) -> bool) -> Self {
-        let tools = self
-            .tools
-            .iter()
-            .filter(|(_, t)| keep(t.as_ref()))
-            .map(|(k, t)| (k.clone(), Arc::clone(t)))
-            .collect();
-        Self { tools }
+    /// Changes whenever a tool is added or removed.
+    pub fn version(&self) -> u64 {
+        self.read().version
+    }
+
+    /// A view of the same set holding only the tools `keep` accepts (and this view's).
+    pub fn filtered(&self, keep: impl Fn(&dyn Tool) -> bool + Send + Sync + 'static) -> Self {
+        let filter: ToolFilter = match self.filter.clone() {
+            Some(outer) => Arc::new(move |t: &dyn Tool| outer(t) && keep(t)),
+            None => Arc::new(keep),
+        };
+        Self {
+            shared: Arc::clone(&self.shared),
+            filter: Some(filter),
+        }
     }
 
     pub fn definitions(&self) -> Vec<ToolDefinition> {
-        self.tools.values().map(|t| t.definition()).collect()
+        let shared = self.read();
+        shared
+            .tools
+            .values()
+            .filter(|t| self.visible(t.as_ref()))
+            .map(|t| t.definition())
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Named(&'static str, ToolKind);
+
+    #[async_trait]
+    impl Tool for Named {
+        fn name(&self) -> &str {
+            self.0
+        }
+        fn description(&self) -> &str {
+            "test tool"
+        }
+        fn parameters_schema(&self) -> serde_json::Value {
+            serde_json::json!({"type": "object"})
+        }
+        fn kind(&self) -> ToolKind {
+            self.1
+        }
+        async fn execute(&self, _input: serde_json::Value, _ctx: &ToolContext) -> ToolResult {
+            ToolResult::success("")
+        }
+    }
+
+    #[test]
+    fn clones_share_later_registrations_and_views_enforce_their_filter() {
+        let all = ToolRegistry::new();
+        all.register(Arc::new(Named("read", ToolKind::Read)));
+        let read_only = all.filtered(|t| !t.kind().mutates());
+        let v = all.version();
+        all.register(Arc::new(Named("write", ToolKind::Edit)));
+        all.register(Arc::new(Named("grep", ToolKind::Search)));
+        assert!(all.version() > v);
+        assert_eq!(all.names(), ["grep", "read", "write"]);
+        assert_eq!(read_only.names(), ["grep", "read"]);
+        assert!(
+            read_only.get("write").is_none(),
+            "hidden tools cannot be executed either"
+        );
+        assert_eq!(read_only.definitions().len(), 2);
+        all.unregister_where(|n| n.starts_with("gr"));
+        assert_eq!(read_only.names(), ["read"]);
     }
 }

@@ -63,7 +63,7 @@ impl Default for ToolOptions {
 /// session.
 pub fn builtin_tools(options: &ToolOptions) -> ToolRegistry {
     let todos = TodoList::default();
-    let mut registry = ToolRegistry::new();
+    let registry = ToolRegistry::new();
     registry.register(Arc::new(ReadFileTool::new(options.clone())));
     registry.register(Arc::new(WriteFileTool::new(options.clone())));
     registry.register(Arc::new(EditFileTool::new(options.clone())));
