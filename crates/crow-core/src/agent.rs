@@ -573,6 +573,7 @@ impl BaseAgent {
                         project_root: session.project_root.clone(),
                         cancel: cancel.child_token(),
                         permission: Arc::clone(&self.permission),
+                        events: events.clone(),
                     };
                     let tool = Arc::clone(tool);
                     running.push(async move {

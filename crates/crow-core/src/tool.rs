@@ -76,6 +76,8 @@ pub struct ToolContext {
     pub cancel: CancellationToken,
     /// Asked before anything that changes the machine; filled in by the front end.
     pub permission: Arc<dyn PermissionGate>,
+    /// The turn's event stream, for tools that report progress (e.g. a subagent's work).
+    pub events: crate::event::EventSender,
 }
 
 impl std::fmt::Debug for ToolContext {

@@ -53,6 +53,8 @@ impl TestEnv {
             project_root: root.clone(),
             cancel: CancellationToken::new(),
             permission,
+            // Nobody listens: the tools under test report progress into the void.
+            events: tokio::sync::mpsc::unbounded_channel().0,
         };
         Self {
             _dir: dir,
