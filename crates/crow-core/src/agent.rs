@@ -137,6 +137,17 @@ impl BaseAgent {
         }
     }
 
+    /// Narrows the tools this agent can see *and* call to those `keep` accepts.
+    pub fn restrict_tools(
+        mut self,
+        keep: impl Fn(&dyn crate::tool::Tool) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.tools = self.tools.filtered(keep);
+        self.definitions =
+            std::sync::Mutex::new((self.tools.version(), Arc::new(self.tools.definitions())));
+        self
+    }
+
     pub fn provider(&self) -> &Arc<dyn Provider> {
         &self.provider
     }

@@ -1,91 +1,14 @@
 //! Loop tests against an in-process scripted provider and fake tools.
 
-use std::collections::VecDeque;
-use std::sync::Mutex;
-
 use async_trait::async_trait;
 use serde_json::json;
 use tokio::sync::{Barrier, mpsc};
 
 use super::*;
 use crate::history::{EntryKind, HistoryEntry};
-use crate::provider::{DeltaStream, ProviderErrorKind};
+use crate::provider::ProviderErrorKind;
+use crate::testing::{Scripted, call, finish, text};
 use crate::tool::{AllowAll, Tool};
-
-/// One scripted response; `None` stalls the stream forever at that point.
-type Script = Vec<Option<Result<StreamDelta, ProviderError>>>;
-
-/// Each call pops one scripted response; `None` in a script means "stall forever here".
-struct Scripted {
-    responses: Mutex<VecDeque<Script>>,
-    bodies: Mutex<Vec<String>>,
-}
-
-impl Scripted {
-    fn new(responses: Vec<Script>) -> Arc<Self> {
-        Arc::new(Self {
-            responses: Mutex::new(responses.into()),
-            bodies: Mutex::new(Vec::new()),
-        })
-    }
-}
-
-#[async_trait]
-impl Provider for Scripted {
-    fn name(&self) -> &str {
-        "scripted"
-    }
-    fn model(&self) -> &str {
-        "scripted-1"
-    }
-    async fn stream(&self, request: &ChatRequest<'_>) -> Result<DeltaStream, ProviderError> {
-        self.bodies
-            .lock()
-            .unwrap()
-            .push(format!("{:?}", request.messages));
-        let script = self
-            .responses
-            .lock()
-            .unwrap()
-            .pop_front()
-            .unwrap_or_default();
-        let stream = futures::stream::unfold(script.into_iter(), |mut it| async move {
-            match it.next()? {
-                Some(item) => Some((item, it)),
-                None => futures::future::pending().await,
-            }
-        });
-        Ok(Box::pin(stream))
-    }
-}
-
-fn text(s: &str) -> Option<Result<StreamDelta, ProviderError>> {
-    Some(Ok(StreamDelta::Text { text: s.into() }))
-}
-
-fn call(
-    index: usize,
-    id: &str,
-    name: &str,
-    args: &str,
-) -> Vec<Option<Result<StreamDelta, ProviderError>>> {
-    vec![
-        Some(Ok(StreamDelta::ToolCallStart {
-            index,
-            id: id.into(),
-            name: name.into(),
-        })),
-        Some(Ok(StreamDelta::ToolCallDelta {
-            index,
-            arguments: args.into(),
-        })),
-        Some(Ok(StreamDelta::ToolCallEnd { index })),
-    ]
-}
-
-fn finish(reason: FinishReason) -> Option<Result<StreamDelta, ProviderError>> {
-    Some(Ok(StreamDelta::Finish { reason }))
-}
 
 /// Waits at a two-party barrier: two calls only both finish if they run concurrently.
 struct Rendezvous(Arc<Barrier>);
@@ -273,7 +196,7 @@ async fn malformed_arguments_and_unknown_tools_become_error_results() {
         outputs[1]
     );
     // The model saw both errors on the second call.
-    let second = &provider.bodies.lock().unwrap()[1];
+    let second = &provider.requests()[1].messages;
     assert!(second.contains("is_error: true"), "{second}");
 }
 

@@ -67,6 +67,12 @@ pub enum AgentEvent {
         primary: String,
         coagent: String,
     },
+    /// A message passed between agents (a reviewer's feedback, a nudge, a handoff prompt).
+    Handoff {
+        from: String,
+        to: String,
+        prompt: String,
+    },
     SubagentStart {
         parent: String,
         subagent: String,

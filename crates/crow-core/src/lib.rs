@@ -6,9 +6,11 @@
 //! - [`provider`]: the streaming [`Provider`] trait, its deltas and classified errors;
 //! - [`tool`]: the [`Tool`] trait, [`ToolContext`], [`ToolResult`] and the [`ToolRegistry`];
 //! - [`event`]: [`AgentEvent`], the one stream every front end consumes;
-//! - [`agent`]: [`BaseAgent::execute_turn`], the loop itself.
+//! - [`agent`]: [`BaseAgent::execute_turn`], the loop itself;
+//! - [`crew`]: the control-flow layer: a primary, an optional coagent, autonomy levels.
 
 pub mod agent;
+pub mod crew;
 pub mod event;
 pub mod history;
 pub mod message;
@@ -16,7 +18,13 @@ pub mod provider;
 pub mod session;
 pub mod tool;
 
+#[cfg(test)]
+mod testing;
+
 pub use agent::{AgentConfig, AgentError, BaseAgent, ExecutedToolCall, TurnResult, TurnStop};
+pub use crew::{
+    CoagentTools, ControlFlow, Crew, CrewError, CrewSession, Handoff, RunResult, RunStop,
+};
 pub use event::{AgentEvent, EventSender};
 pub use history::{EntryKind, HistoryEntry, SystemEvent};
 pub use message::{AssistantPart, ChatRequest, Message, ToolDefinition, ToolResultMessage};

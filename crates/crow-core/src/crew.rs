@@ -1,0 +1,722 @@
+//! The control-flow layer: a [`Crew`] is a primary [`BaseAgent`], an optional coagent and a
+//! [`ControlFlow`] that decides, after each of the primary's turns, what happens next — back
+//! to the user, another turn, a nudge, or a handoff to the coagent (autonomy levels -1..5).
+//!
+//! Completion rule: in flows without a coagent, or where the coagent cannot terminate, the
+//! primary's `task_complete` ends the run; where the coagent can terminate, the primary's
+//! `task_complete` is only a claim the coagent reviews, and only the coagent's ends the run.
+
+use std::path::PathBuf;
+
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+use crate::TASK_COMPLETE;
+use crate::agent::{AgentError, BaseAgent, TurnResult, TurnStop};
+use crate::event::{AgentEvent, EventSender};
+use crate::history::EntryKind;
+use crate::message::{ChatRequest, Message};
+use crate::provider::{StreamDelta, Usage};
+use crate::session::Session;
+use crate::tool::{Tool, ToolKind};
+
+/// What the coagent may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CoagentTools {
+    /// Talk only.
+    None,
+    /// Read, search and think; nothing that changes the machine.
+    ReadOnly,
+    /// Everything the primary has.
+    Full,
+}
+
+/// How turns are orchestrated. Levels -1..5 map onto it with [`ControlFlow::from_level`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ControlFlow {
+    /// -1: back to the user after every turn.
+    Hitl,
+    /// 0: keep going until the primary calls task_complete.
+    Loop,
+    /// 1: after each turn, a fixed nudge.
+    Static { message: String },
+    /// 2: after each turn, a side model call writes the nudge (e.g. acceptance criteria).
+    Generated { generator_prompt: String },
+    /// 3..5: the coagent takes a turn after each of the primary's.
+    Coagent {
+        tools: CoagentTools,
+        can_terminate: bool,
+    },
+}
+
+pub const DEFAULT_STATIC_NUDGE: &str =
+    "Continue with the task. When everything it asks for is done and verified, call task_complete.";
+
+pub const DEFAULT_GENERATOR_PROMPT: &str = "You supervise a coding agent. From the user's task and \
+the agent's latest message, write the agent's next instruction: the acceptance criteria that are \
+not yet demonstrably met, as a short checklist, and what to do next. If every criterion is met, \
+tell it to call task_complete. Reply with the instruction only.";
+
+/// Sent in Loop mode when the primary stops without calling task_complete (the APIs need a
+/// user message before the next assistant turn).
+const LOOP_CONTINUE: &str = "Continue. Call task_complete when the task is done.";
+
+impl ControlFlow {
+    /// The preset of an autonomy level, or `None` outside -1..=5.
+    pub fn from_level(level: i8) -> Option<Self> {
+        Some(match level {
+            -1 => ControlFlow::Hitl,
+            0 => ControlFlow::Loop,
+            1 => ControlFlow::Static {
+                message: DEFAULT_STATIC_NUDGE.into(),
+            },
+            2 => ControlFlow::Generated {
+                generator_prompt: DEFAULT_GENERATOR_PROMPT.into(),
+            },
+            3 => ControlFlow::Coagent {
+                tools: CoagentTools::None,
+                can_terminate: false,
+            },
+            4 => ControlFlow::judge(),
+            5 => ControlFlow::smart(),
+            _ => return None,
+        })
+    }
+
+    /// Level 4: a read-only reviewer that approves (task_complete) or sends feedback.
+    pub fn judge() -> Self {
+        ControlFlow::Coagent {
+            tools: CoagentTools::ReadOnly,
+            can_terminate: true,
+        }
+    }
+
+    /// Level 5: a reviewer with every tool that may fix things itself and ends the run.
+    pub fn smart() -> Self {
+        ControlFlow::Coagent {
+            tools: CoagentTools::Full,
+            can_terminate: true,
+        }
+    }
+
+    /// Back and forth until the coagent is satisfied; it talks, it does not act.
+    pub fn chat() -> Self {
+        ControlFlow::Coagent {
+            tools: CoagentTools::None,
+            can_terminate: true,
+        }
+    }
+
+    pub fn level(&self) -> i8 {
+        match self {
+            ControlFlow::Hitl => -1,
+            ControlFlow::Loop => 0,
+            ControlFlow::Static { .. } => 1,
+            ControlFlow::Generated { .. } => 2,
+            ControlFlow::Coagent {
+                tools: CoagentTools::None,
+                ..
+            } => 3,
+            ControlFlow::Coagent {
+                tools: CoagentTools::ReadOnly,
+                ..
+            } => 4,
+            ControlFlow::Coagent {
+                tools: CoagentTools::Full,
+                ..
+            } => 5,
+        }
+    }
+
+    pub fn needs_coagent(&self) -> bool {
+        matches!(self, ControlFlow::Coagent { .. })
+    }
+
+    /// Whether the coagent's tool set admits `tool`. Enforced by filtering the coagent's
+    /// registry: hidden tools can be neither seen nor called.
+    pub fn coagent_may_use(tools: CoagentTools, can_terminate: bool, tool: &dyn Tool) -> bool {
+        if tool.name() == TASK_COMPLETE {
+            return can_terminate;
+        }
+        match tools {
+            CoagentTools::None => false,
+            CoagentTools::ReadOnly => {
+                matches!(
+                    tool.kind(),
+                    ToolKind::Read | ToolKind::Search | ToolKind::Fetch
+                ) || (tool.kind() == ToolKind::Think && tool.name() != "todo_write")
+            }
+            CoagentTools::Full => true,
+        }
+    }
+}
+
+/// The prompt the coagent gets after the primary's turn.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Handoff {
+    Static {
+        text: String,
+    },
+    /// minijinja; variables: task, output, claimed_complete, summary, files_changed,
+    /// todo_state, round, primary, coagent.
+    Template {
+        template: String,
+    },
+    /// A side model call writes the handoff prompt from the same variables.
+    Generated {
+        generator_prompt: String,
+    },
+}
+
+/// The default handoff: what the coagent needs to review, then what it may do.
+pub const DEFAULT_HANDOFF_TEMPLATE: &str = r#"Task given to {{ primary }}:
+<task>
+{{ task }}
+</task>
+{% if claimed_complete %}{{ primary }} says the task is done: {{ summary }}{% else %}{{ primary }}'s latest message:
+{{ output }}{% endif %}
+{% if files_changed %}Files changed so far: {{ files_changed | join(", ") }}
+{% endif %}{% if todo_state %}Todo list:
+{{ todo_state }}
+{% endif %}"#;
+
+impl Default for Handoff {
+    fn default() -> Self {
+        Handoff::Template {
+            template: DEFAULT_HANDOFF_TEMPLATE.into(),
+        }
+    }
+}
+
+/// What the coagent is told it may do, by flow.
+fn coagent_instructions(tools: CoagentTools, can_terminate: bool) -> &'static str {
+    match (tools, can_terminate) {
+        (CoagentTools::ReadOnly, true) => {
+            "Review this work. You can read and search files but not change them. If the task is \
+             fully and correctly done, call task_complete with a one-line summary. Otherwise reply \
+             with specific, actionable feedback for the builder; do not call task_complete."
+        }
+        (CoagentTools::Full, true) => {
+            "Review this work. If it is complete and correct, call task_complete with a summary. \
+             If a fix is small, make it yourself with your tools, verify it, then call \
+             task_complete. Otherwise reply with specific feedback for another iteration."
+        }
+        (CoagentTools::None, true) => {
+            "Discuss the work with the builder: point out problems and suggest next steps. When \
+             you are satisfied that the task is done, call task_complete with a summary."
+        }
+        (_, false) => {
+            "Give brief, specific feedback or suggestions on this work. The builder decides when \
+             the task is done."
+        }
+    }
+}
+
+/// The histories of one crew run: one session id, one history per agent.
+#[derive(Debug)]
+pub struct CrewSession {
+    pub primary: Session,
+    pub coagent: Option<Session>,
+}
+
+/// Why a run ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "stop", rename_all = "snake_case")]
+pub enum RunStop {
+    /// The task is done (by the completion rule above).
+    Complete {
+        summary: String,
+    },
+    /// Control goes back to the user (HITL, or the model stopped to ask).
+    NeedsInput,
+    Cancelled,
+    /// A bound was hit: the crew's rounds or an agent's iterations.
+    MaxTurns,
+    /// The model hit its output limit mid-answer.
+    MaxTokens,
+    Refusal,
+}
+
+/// What a run produced.
+#[derive(Debug, Clone)]
+pub struct RunResult {
+    pub stop: RunStop,
+    /// The primary's last turn.
+    pub last: Option<TurnResult>,
+    pub usage: Usage,
+    pub rounds: u32,
+    pub files_changed: Vec<PathBuf>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CrewError {
+    #[error("composition '{0}' uses a coagent flow but has no coagent agent")]
+    MissingCoagent(String),
+    #[error("cannot render the handoff prompt: {0}")]
+    Template(String),
+}
+
+/// A primary, an optional coagent and the flow between them.
+pub struct Crew {
+    pub name: String,
+    primary: BaseAgent,
+    coagent: Option<BaseAgent>,
+    flow: ControlFlow,
+    handoff: Handoff,
+    /// Rounds (primary turns) allowed per run.
+    pub max_rounds: u32,
+}
+
+impl std::fmt::Debug for Crew {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Crew")
+            .field("name", &self.name)
+            .field("primary", &self.primary.name)
+            .field("coagent", &self.coagent.as_ref().map(|c| &c.name))
+            .field("flow", &self.flow)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Crew {
+    /// Builds a crew. The coagent's tools are narrowed to what the flow allows, so a judge
+    /// cannot write even if its model asks to.
+    pub fn new(
+        name: impl Into<String>,
+        primary: BaseAgent,
+        coagent: Option<BaseAgent>,
+        flow: ControlFlow,
+        handoff: Handoff,
+        max_rounds: u32,
+    ) -> Result<Self, CrewError> {
+        let name = name.into();
+        let coagent =
+            match (&flow, coagent) {
+                (
+                    ControlFlow::Coagent {
+                        tools,
+                        can_terminate,
+                    },
+                    Some(agent),
+                ) => {
+                    let (tools, can_terminate) = (*tools, *can_terminate);
+                    Some(agent.restrict_tools(move |t| {
+                        ControlFlow::coagent_may_use(tools, can_terminate, t)
+                    }))
+                }
+                (ControlFlow::Coagent { .. }, None) => return Err(CrewError::MissingCoagent(name)),
+                // Flows without a coagent never run one.
+                (_, _) => None,
+            };
+        Ok(Self {
+            name,
+            primary,
+            coagent,
+            flow,
+            handoff,
+            max_rounds: max_rounds.max(1),
+        })
+    }
+
+    /// A crew of one agent (HITL): what `crow run` without a composition is.
+    pub fn solo(primary: BaseAgent) -> Self {
+        Self {
+            name: primary.name.clone(),
+            primary,
+            coagent: None,
+            flow: ControlFlow::Hitl,
+            handoff: Handoff::default(),
+            max_rounds: 1,
+        }
+    }
+
+    pub fn primary(&self) -> &BaseAgent {
+        &self.primary
+    }
+
+    pub fn coagent(&self) -> Option<&BaseAgent> {
+        self.coagent.as_ref()
+    }
+
+    pub fn flow(&self) -> &ControlFlow {
+        &self.flow
+    }
+
+    /// A fresh pair of histories under one session id.
+    pub fn new_session(&self, id: &str, cwd: PathBuf, project_root: PathBuf) -> CrewSession {
+        CrewSession {
+            primary: Session::new(id, &self.primary.name, cwd.clone(), project_root.clone()),
+            coagent: self
+                .coagent
+                .as_ref()
+                .map(|c| Session::new(id, &c.name, cwd, project_root)),
+        }
+    }
+
+    /// Runs the primary (and the coagent, by the flow) until the flow says stop. The user's
+    /// prompt must already be in `session.primary`.
+    pub async fn run(
+        &self,
+        session: &mut CrewSession,
+        events: &EventSender,
+        cancel: CancellationToken,
+    ) -> Result<RunResult, AgentError> {
+        let mut run = RunResult {
+            stop: RunStop::NeedsInput,
+            last: None,
+            usage: Usage::default(),
+            rounds: 0,
+            files_changed: Vec::new(),
+        };
+        let task = last_user_message(&session.primary).unwrap_or_default();
+
+        loop {
+            if run.rounds >= self.max_rounds {
+                run.stop = RunStop::MaxTurns;
+                return Ok(run);
+            }
+            run.rounds += 1;
+            let turn = self
+                .primary
+                .execute_turn(&mut session.primary, events, cancel.clone())
+                .await?;
+            absorb(&mut run, &turn);
+            let claimed = turn.task_complete.clone();
+            let stop = turn.stop;
+            run.last = Some(turn);
+            match stop {
+                TurnStop::Cancelled => {
+                    run.stop = RunStop::Cancelled;
+                    return Ok(run);
+                }
+                TurnStop::MaxIterations => {
+                    run.stop = RunStop::MaxTurns;
+                    return Ok(run);
+                }
+                TurnStop::MaxTokens => {
+                    run.stop = RunStop::MaxTokens;
+                    return Ok(run);
+                }
+                TurnStop::Refusal => {
+                    run.stop = RunStop::Refusal;
+                    return Ok(run);
+                }
+                TurnStop::Text | TurnStop::TaskComplete => {}
+            }
+
+            let coagent_decides = matches!(
+                self.flow,
+                ControlFlow::Coagent {
+                    can_terminate: true,
+                    ..
+                }
+            );
+            if let (Some(summary), false) = (&claimed, coagent_decides) {
+                run.stop = RunStop::Complete {
+                    summary: summary.clone(),
+                };
+                return Ok(run);
+            }
+
+            let nudge = match &self.flow {
+                ControlFlow::Hitl => {
+                    run.stop = RunStop::NeedsInput;
+                    return Ok(run);
+                }
+                ControlFlow::Loop => LOOP_CONTINUE.to_owned(),
+                ControlFlow::Static { message } => message.clone(),
+                ControlFlow::Generated { generator_prompt } => {
+                    let last = run
+                        .last
+                        .as_ref()
+                        .and_then(|t| t.text.clone())
+                        .unwrap_or_default();
+                    let context = format!(
+                        "<task>\n{task}\n</task>\n<agent_latest_message>\n{last}\n</agent_latest_message>\n\
+                         <files_changed>{}</files_changed>",
+                        display_paths(&run.files_changed).join(", ")
+                    );
+                    match self
+                        .side_call(&self.primary, generator_prompt, &context, events, &cancel)
+                        .await?
+                    {
+                        Some(text) if !text.trim().is_empty() => text,
+                        Some(_) => DEFAULT_STATIC_NUDGE.to_owned(),
+                        None => {
+                            run.stop = RunStop::Cancelled;
+                            return Ok(run);
+                        }
+                    }
+                }
+                ControlFlow::Coagent {
+                    tools,
+                    can_terminate,
+                } => {
+                    match self
+                        .coagent_round(
+                            session,
+                            &run,
+                            &task,
+                            *tools,
+                            *can_terminate,
+                            events,
+                            &cancel,
+                        )
+                        .await?
+                    {
+                        CoagentVerdict::Complete(summary) => {
+                            run.stop = RunStop::Complete { summary };
+                            return Ok(run);
+                        }
+                        CoagentVerdict::Cancelled => {
+                            run.stop = RunStop::Cancelled;
+                            return Ok(run);
+                        }
+                        CoagentVerdict::Feedback(text) => text,
+                    }
+                }
+            };
+            let from = match &self.coagent {
+                Some(c) if self.flow.needs_coagent() => c.name.clone(),
+                _ => "crew".to_owned(),
+            };
+            let _ = events.send(AgentEvent::Handoff {
+                from: from.clone(),
+                to: self.primary.name.clone(),
+                prompt: nudge.clone(),
+            });
+            session.primary.push(EntryKind::Handoff {
+                from,
+                to: self.primary.name.clone(),
+                prompt: nudge.clone(),
+            });
+            session.primary.add_user_message(nudge);
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn coagent_round(
+        &self,
+        session: &mut CrewSession,
+        run: &RunResult,
+        task: &str,
+        tools: CoagentTools,
+        can_terminate: bool,
+        events: &EventSender,
+        cancel: &CancellationToken,
+    ) -> Result<CoagentVerdict, AgentError> {
+        let Some(coagent) = &self.coagent else {
+            // Unreachable by construction (Crew::new checks); treat as "no review".
+            return Ok(CoagentVerdict::Feedback(LOOP_CONTINUE.to_owned()));
+        };
+        let prompt = match self
+            .handoff_prompt(session, run, task, coagent, events, cancel)
+            .await?
+        {
+            Some(p) => format!("{p}\n{}", coagent_instructions(tools, can_terminate)),
+            None => return Ok(CoagentVerdict::Cancelled),
+        };
+        let coagent_session = session.coagent.get_or_insert_with(|| {
+            Session::new(
+                session.primary.id.clone(),
+                coagent.name.clone(),
+                session.primary.cwd.clone(),
+                session.primary.project_root.clone(),
+            )
+        });
+        let _ = events.send(AgentEvent::CoagentStart {
+            primary: self.primary.name.clone(),
+            coagent: coagent.name.clone(),
+        });
+        let _ = events.send(AgentEvent::Handoff {
+            from: self.primary.name.clone(),
+            to: coagent.name.clone(),
+            prompt: prompt.clone(),
+        });
+        coagent_session.push(EntryKind::Handoff {
+            from: self.primary.name.clone(),
+            to: coagent.name.clone(),
+            prompt: prompt.clone(),
+        });
+        coagent_session.add_user_message(prompt);
+        let verdict = coagent
+            .execute_turn(coagent_session, events, cancel.clone())
+            .await;
+        let _ = events.send(AgentEvent::CoagentEnd {
+            primary: self.primary.name.clone(),
+            coagent: coagent.name.clone(),
+        });
+        let verdict = verdict?;
+        if verdict.stop == TurnStop::Cancelled {
+            return Ok(CoagentVerdict::Cancelled);
+        }
+        if let (true, Some(summary)) = (can_terminate, verdict.task_complete.clone()) {
+            return Ok(CoagentVerdict::Complete(summary));
+        }
+        let mut feedback = verdict.text.clone().unwrap_or_default();
+        if !verdict.files_changed.is_empty() {
+            feedback.push_str(&format!(
+                "\n\n({} changed: {})",
+                coagent.name,
+                display_paths(&verdict.files_changed).join(", ")
+            ));
+        }
+        if feedback.trim().is_empty() {
+            feedback = format!(
+                "{} has no further comments. Continue with the task.",
+                coagent.name
+            );
+        }
+        Ok(CoagentVerdict::Feedback(format!(
+            "Feedback from {}:\n{}",
+            coagent.name,
+            feedback.trim()
+        )))
+    }
+
+    /// Renders (or generates) the coagent's prompt. `None` when cancelled.
+    async fn handoff_prompt(
+        &self,
+        session: &CrewSession,
+        run: &RunResult,
+        task: &str,
+        coagent: &BaseAgent,
+        events: &EventSender,
+        cancel: &CancellationToken,
+    ) -> Result<Option<String>, AgentError> {
+        let last = run.last.as_ref();
+        let vars = minijinja::context! {
+            task => task,
+            output => last.and_then(|t| t.text.clone()).unwrap_or_default(),
+            claimed_complete => last.is_some_and(|t| t.task_complete.is_some()),
+            summary => last.and_then(|t| t.task_complete.clone()).unwrap_or_default(),
+            files_changed => display_paths(&run.files_changed),
+            todo_state => last_todo_state(&session.primary),
+            round => run.rounds,
+            primary => self.primary.name.clone(),
+            coagent => coagent.name.clone(),
+        };
+        let template = match &self.handoff {
+            Handoff::Static { text } => return Ok(Some(text.clone())),
+            Handoff::Template { template } => template.as_str(),
+            Handoff::Generated { generator_prompt } => {
+                let context = render(DEFAULT_HANDOFF_TEMPLATE, &vars).unwrap_or_default();
+                return self
+                    .side_call(coagent, generator_prompt, &context, events, cancel)
+                    .await;
+            }
+        };
+        match render(template, &vars) {
+            Ok(text) => Ok(Some(text)),
+            Err(error) => {
+                // A broken user template must not stop the run: fall back to the default.
+                tracing::warn!(%error, crew = %self.name, "handoff template failed; using the default");
+                Ok(Some(
+                    render(DEFAULT_HANDOFF_TEMPLATE, &vars).unwrap_or_else(|_| task.to_owned()),
+                ))
+            }
+        }
+    }
+
+    /// A one-shot model call without tools (nudges, generated handoffs). `None` if cancelled.
+    async fn side_call(
+        &self,
+        agent: &BaseAgent,
+        system: &str,
+        user: &str,
+        events: &EventSender,
+        cancel: &CancellationToken,
+    ) -> Result<Option<String>, AgentError> {
+        let request = ChatRequest {
+            system,
+            messages: vec![Message::User { text: user }],
+            tools: &[],
+            max_tokens: agent.config.max_tokens,
+            temperature: agent.config.temperature,
+            session_id: "",
+        };
+        let mut stream = tokio::select! {
+            biased;
+            () = cancel.cancelled() => return Ok(None),
+            s = agent.provider().stream(&request) => s?,
+        };
+        let mut text = String::new();
+        let mut usage = Usage::default();
+        loop {
+            let item = tokio::select! {
+                biased;
+                () = cancel.cancelled() => return Ok(None),
+                item = stream.next() => item,
+            };
+            match item {
+                None => break,
+                Some(Err(e)) => return Err(e.into()),
+                Some(Ok(StreamDelta::Text { text: t })) => text.push_str(&t),
+                Some(Ok(StreamDelta::Usage { usage: u })) => usage.merge_max(&u),
+                Some(Ok(_)) => {}
+            }
+        }
+        if !usage.is_empty() {
+            let _ = events.send(AgentEvent::usage(&format!("{}:side", agent.name), &usage));
+        }
+        Ok(Some(text))
+    }
+}
+
+enum CoagentVerdict {
+    Complete(String),
+    Feedback(String),
+    Cancelled,
+}
+
+fn absorb(run: &mut RunResult, turn: &TurnResult) {
+    run.usage.add(&turn.usage);
+    for file in &turn.files_changed {
+        if !run.files_changed.contains(file) {
+            run.files_changed.push(file.clone());
+        }
+    }
+}
+
+fn render(template: &str, vars: &minijinja::Value) -> Result<String, CrewError> {
+    let mut env = minijinja::Environment::new();
+    env.set_trim_blocks(true);
+    env.render_str(template, vars)
+        .map_err(|e| CrewError::Template(e.to_string()))
+}
+
+fn display_paths(paths: &[PathBuf]) -> Vec<String> {
+    paths.iter().map(|p| p.display().to_string()).collect()
+}
+
+fn last_user_message(session: &Session) -> Option<String> {
+    session.entries().iter().rev().find_map(|e| match &e.kind {
+        EntryKind::User { content } => Some(content.clone()),
+        _ => None,
+    })
+}
+
+/// The latest rendering of the todo list in a history, if the agent keeps one.
+fn last_todo_state(session: &Session) -> String {
+    session
+        .entries()
+        .iter()
+        .rev()
+        .find_map(|e| match &e.kind {
+            EntryKind::ToolResult { name, output, .. }
+                if name == "todo_write" || name == "todo_read" =>
+            {
+                Some(output.clone())
+            }
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+#[path = "crew_tests.rs"]
+mod tests;

@@ -1,0 +1,446 @@
+//! Each autonomy level behaves differently: scripted providers, one per agent, play the
+//! builder and the reviewer.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use serde_json::json;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::*;
+use crate::agent::AgentConfig;
+use crate::history::EntryKind;
+use crate::testing::{Scripted, act, say, text};
+use crate::tool::{AllowAll, Tool, ToolContext, ToolKind, ToolRegistry, ToolResult};
+
+/// A tool that "writes" by recording the content it was given.
+struct FakeWrite(Arc<Mutex<Vec<String>>>);
+
+#[async_trait]
+impl Tool for FakeWrite {
+    fn name(&self) -> &str {
+        "write_file"
+    }
+    fn description(&self) -> &str {
+        "writes"
+    }
+    fn parameters_schema(&self) -> serde_json::Value {
+        json!({"type": "object"})
+    }
+    fn kind(&self) -> ToolKind {
+        ToolKind::Edit
+    }
+    async fn execute(&self, input: serde_json::Value, _ctx: &ToolContext) -> ToolResult {
+        self.0
+            .lock()
+            .unwrap()
+            .push(input["content"].as_str().unwrap_or_default().to_owned());
+        let mut result = ToolResult::success("written");
+        result
+            .metadata
+            .files_modified
+            .push(PathBuf::from("/p/f.txt"));
+        result
+    }
+}
+
+struct Read;
+
+#[async_trait]
+impl Tool for Read {
+    fn name(&self) -> &str {
+        "read_file"
+    }
+    fn description(&self) -> &str {
+        "reads"
+    }
+    fn parameters_schema(&self) -> serde_json::Value {
+        json!({"type": "object"})
+    }
+    fn kind(&self) -> ToolKind {
+        ToolKind::Read
+    }
+    async fn execute(&self, _input: serde_json::Value, _ctx: &ToolContext) -> ToolResult {
+        ToolResult::success("contents")
+    }
+}
+
+struct Complete;
+
+#[async_trait]
+impl Tool for Complete {
+    fn name(&self) -> &str {
+        crate::TASK_COMPLETE
+    }
+    fn description(&self) -> &str {
+        "done"
+    }
+    fn parameters_schema(&self) -> serde_json::Value {
+        json!({"type": "object"})
+    }
+    async fn execute(&self, input: serde_json::Value, _ctx: &ToolContext) -> ToolResult {
+        ToolResult::success(input["summary"].as_str().unwrap_or_default())
+    }
+}
+
+struct Fixture {
+    builder: Arc<Scripted>,
+    reviewer: Arc<Scripted>,
+    writes: Arc<Mutex<Vec<String>>>,
+    crew: Crew,
+}
+
+fn fixture(
+    flow: ControlFlow,
+    builder: Vec<crate::testing::Script>,
+    reviewer: Vec<crate::testing::Script>,
+) -> Fixture {
+    let writes = Arc::new(Mutex::new(Vec::new()));
+    let tools = ToolRegistry::new();
+    tools.register(Arc::new(FakeWrite(Arc::clone(&writes))));
+    tools.register(Arc::new(Read));
+    tools.register(Arc::new(Complete));
+    let (b, r) = (Scripted::new(builder), Scripted::new(reviewer));
+    let agent = |name: &str, provider: Arc<Scripted>| {
+        BaseAgent::new(
+            name,
+            provider,
+            tools.clone(),
+            format!("You are the {name}."),
+            Arc::new(AllowAll),
+            AgentConfig::default(),
+        )
+    };
+    let crew = Crew::new(
+        "test",
+        agent("builder", Arc::clone(&b)),
+        Some(agent("reviewer", Arc::clone(&r))),
+        flow,
+        Handoff::default(),
+        4,
+    )
+    .unwrap();
+    Fixture {
+        builder: b,
+        reviewer: r,
+        writes,
+        crew,
+    }
+}
+
+async fn run(f: &Fixture) -> (RunResult, CrewSession, Vec<AgentEvent>) {
+    let mut session = f
+        .crew
+        .new_session("s", PathBuf::from("/p"), PathBuf::from("/p"));
+    session.primary.add_user_message("make f.txt say hi");
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let result = f
+        .crew
+        .run(&mut session, &tx, CancellationToken::new())
+        .await
+        .unwrap();
+    drop(tx);
+    let mut events = Vec::new();
+    while let Some(e) = rx.recv().await {
+        events.push(e);
+    }
+    (result, session, events)
+}
+
+const DONE: &str = r#"{"summary":"done"}"#;
+
+#[tokio::test]
+async fn hitl_returns_to_the_user_after_one_turn() {
+    let f = fixture(ControlFlow::Hitl, vec![say("what colour?")], vec![]);
+    let (result, _, _) = run(&f).await;
+    assert_eq!(result.stop, RunStop::NeedsInput);
+    assert_eq!(f.builder.requests().len(), 1);
+    assert!(f.reviewer.requests().is_empty());
+}
+
+#[tokio::test]
+async fn loop_continues_until_task_complete() {
+    let f = fixture(
+        ControlFlow::Loop,
+        vec![say("working"), act("c", "task_complete", DONE)],
+        vec![],
+    );
+    let (result, _, _) = run(&f).await;
+    assert_eq!(
+        result.stop,
+        RunStop::Complete {
+            summary: "done".into()
+        }
+    );
+    assert_eq!(result.rounds, 2);
+}
+
+#[tokio::test]
+async fn loop_stops_at_its_bound() {
+    let f = fixture(
+        ControlFlow::Loop,
+        (0..10).map(|_| say("still working")).collect(),
+        vec![],
+    );
+    let (result, _, _) = run(&f).await;
+    assert_eq!(result.stop, RunStop::MaxTurns);
+    assert_eq!(f.builder.requests().len(), 4, "max_rounds = 4");
+}
+
+#[tokio::test]
+async fn static_injects_its_message() {
+    let flow = ControlFlow::Static {
+        message: "Keep going, check the tests.".into(),
+    };
+    let f = fixture(
+        flow,
+        vec![say("first"), act("c", "task_complete", DONE)],
+        vec![],
+    );
+    let (result, _, events) = run(&f).await;
+    assert!(matches!(result.stop, RunStop::Complete { .. }));
+    assert!(
+        f.builder.requests()[1]
+            .messages
+            .contains("Keep going, check the tests.")
+    );
+    assert!(
+        events.iter().any(
+            |e| matches!(e, AgentEvent::Handoff { prompt, .. } if prompt.contains("Keep going"))
+        )
+    );
+}
+
+#[tokio::test]
+async fn generated_makes_a_side_call_for_its_nudge() {
+    let flow = ControlFlow::Generated {
+        generator_prompt: "Write acceptance criteria.".into(),
+    };
+    let f = fixture(
+        flow,
+        vec![
+            say("first try"),
+            say("- [ ] f.txt says hi\nDo that next."),
+            act("c", "task_complete", DONE),
+        ],
+        vec![],
+    );
+    let (result, _, _) = run(&f).await;
+    assert!(matches!(result.stop, RunStop::Complete { .. }));
+    let asked = f.builder.requests();
+    assert_eq!(
+        asked[1].system, "Write acceptance criteria.",
+        "the side call has its own prompt"
+    );
+    assert!(asked[1].tools.is_empty(), "the side call has no tools");
+    assert!(
+        asked[1].messages.contains("make f.txt say hi") && asked[1].messages.contains("first try")
+    );
+    assert!(
+        asked[2].messages.contains("f.txt says hi\\nDo that next."),
+        "{}",
+        asked[2].messages
+    );
+}
+
+#[tokio::test]
+async fn judge_rejects_once_then_approves_and_only_its_completion_ends_the_run() {
+    let f = fixture(
+        ControlFlow::judge(),
+        vec![
+            act("b1", "task_complete", r#"{"summary":"wrote it"}"#),
+            act("b2", "task_complete", r#"{"summary":"fixed"}"#),
+        ],
+        vec![
+            say("The file says 'hello', not 'hi'. Fix it."),
+            act("r2", "task_complete", r#"{"summary":"approved"}"#),
+        ],
+    );
+    let (result, session, events) = run(&f).await;
+    assert_eq!(
+        result.stop,
+        RunStop::Complete {
+            summary: "approved".into()
+        }
+    );
+    assert_eq!(result.rounds, 2);
+    // The builder's claim went to the reviewer, the reviewer's feedback to the builder.
+    assert!(
+        f.reviewer.requests()[0]
+            .messages
+            .contains("says the task is done: wrote it")
+    );
+    assert!(
+        f.builder.requests()[1]
+            .messages
+            .contains("Feedback from reviewer:\\nThe file says 'hello'")
+    );
+    // Separate histories under one session id.
+    let coagent = session.coagent.unwrap();
+    assert_eq!(coagent.id, session.primary.id);
+    assert!(
+        coagent
+            .entries()
+            .iter()
+            .any(|e| matches!(e.kind, EntryKind::Handoff { .. }))
+    );
+    assert!(
+        events.iter().any(
+            |e| matches!(e, AgentEvent::CoagentStart { coagent, .. } if coagent == "reviewer")
+        )
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, AgentEvent::TextDelta { agent, .. } if agent == "reviewer"))
+    );
+}
+
+#[tokio::test]
+async fn a_judge_cannot_write_even_if_its_model_asks() {
+    let f = fixture(
+        ControlFlow::judge(),
+        vec![act("b1", "task_complete", DONE), say("ok")],
+        vec![
+            act("r1", "write_file", r#"{"content":"sneaky"}"#),
+            say("I could not write."),
+        ],
+    );
+    let (_, _, events) = run(&f).await;
+    assert!(
+        f.writes.lock().unwrap().is_empty(),
+        "the judge's write never ran"
+    );
+    let tools = &f.reviewer.requests()[0].tools;
+    assert!(
+        tools.contains(&"read_file".to_owned()) && !tools.contains(&"write_file".to_owned()),
+        "{tools:?}"
+    );
+    let refused = events.iter().any(|e| matches!(e,
+        AgentEvent::ToolCallEnd { agent, result, .. } if agent == "reviewer" && result.output.contains("unknown tool")));
+    assert!(refused);
+}
+
+#[tokio::test]
+async fn smart_fixes_a_file_itself_and_ends() {
+    let f = fixture(
+        ControlFlow::smart(),
+        vec![act("b1", "task_complete", DONE)],
+        vec![
+            act("r1", "write_file", r#"{"content":"hi"}"#),
+            act("r2", "task_complete", r#"{"summary":"fixed it myself"}"#),
+        ],
+    );
+    let (result, _, _) = run(&f).await;
+    assert_eq!(
+        result.stop,
+        RunStop::Complete {
+            summary: "fixed it myself".into()
+        }
+    );
+    assert_eq!(*f.writes.lock().unwrap(), ["hi"]);
+    assert_eq!(
+        f.builder.requests().len(),
+        1,
+        "the builder was not asked again"
+    );
+}
+
+#[tokio::test]
+async fn chat_ends_when_the_coagent_completes() {
+    let f = fixture(
+        ControlFlow::chat(),
+        vec![say("Plan A?"), say("Plan B then.")],
+        vec![
+            say("A is risky."),
+            act("r", "task_complete", r#"{"summary":"agreed on B"}"#),
+        ],
+    );
+    let (result, _, _) = run(&f).await;
+    assert_eq!(
+        result.stop,
+        RunStop::Complete {
+            summary: "agreed on B".into()
+        }
+    );
+    assert_eq!(
+        f.reviewer.requests()[0].tools,
+        ["task_complete"],
+        "chat-only coagent"
+    );
+}
+
+#[tokio::test]
+async fn level_three_lets_the_builder_finish() {
+    let f = fixture(
+        ControlFlow::from_level(3).unwrap(),
+        vec![say("draft"), act("b", "task_complete", DONE)],
+        vec![say("Consider naming.")],
+    );
+    let (result, _, _) = run(&f).await;
+    assert_eq!(
+        result.stop,
+        RunStop::Complete {
+            summary: "done".into()
+        }
+    );
+    assert!(f.reviewer.requests()[0].tools.is_empty());
+}
+
+#[tokio::test]
+async fn cancelling_mid_coagent_stops_everything() {
+    let f = fixture(
+        ControlFlow::judge(),
+        vec![act("b1", "task_complete", DONE), say("never reached")],
+        vec![vec![text("Reviewing"), None]],
+    );
+    let mut session = f
+        .crew
+        .new_session("s", PathBuf::from("/p"), PathBuf::from("/p"));
+    session.primary.add_user_message("go");
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let cancel = CancellationToken::new();
+    let trigger = cancel.clone();
+    tokio::spawn(async move {
+        while let Some(e) = rx.recv().await {
+            if matches!(&e, AgentEvent::TextDelta { agent, .. } if agent == "reviewer") {
+                trigger.cancel();
+            }
+        }
+    });
+    let result = f.crew.run(&mut session, &tx, cancel).await.unwrap();
+    assert_eq!(result.stop, RunStop::Cancelled);
+    assert_eq!(f.builder.requests().len(), 1);
+}
+
+#[test]
+fn levels_map_onto_flows_and_back() {
+    for level in -1..=5 {
+        assert_eq!(ControlFlow::from_level(level).unwrap().level(), level);
+    }
+    assert!(ControlFlow::from_level(6).is_none());
+    assert!(
+        Crew::new(
+            "x",
+            solo_agent(),
+            None,
+            ControlFlow::judge(),
+            Handoff::default(),
+            3
+        )
+        .is_err()
+    );
+}
+
+fn solo_agent() -> BaseAgent {
+    BaseAgent::new(
+        "b",
+        Scripted::new(vec![]),
+        ToolRegistry::new(),
+        "s",
+        Arc::new(AllowAll),
+        AgentConfig::default(),
+    )
+}

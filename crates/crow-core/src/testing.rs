@@ -1,0 +1,104 @@
+//! Test support: a scripted in-process provider that records what it was asked.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+
+use crate::message::ChatRequest;
+use crate::provider::{DeltaStream, FinishReason, Provider, ProviderError, StreamDelta};
+
+/// One scripted response; `None` stalls the stream forever at that point.
+pub type Script = Vec<Option<Result<StreamDelta, ProviderError>>>;
+
+/// What one call carried, rendered for assertions.
+#[derive(Debug, Clone)]
+pub struct Asked {
+    pub system: String,
+    pub messages: String,
+    pub tools: Vec<String>,
+}
+
+/// Each call pops one scripted response (an empty script once they run out).
+pub struct Scripted {
+    responses: Mutex<VecDeque<Script>>,
+    asked: Mutex<Vec<Asked>>,
+}
+
+impl Scripted {
+    pub fn new(responses: Vec<Script>) -> Arc<Self> {
+        Arc::new(Self {
+            responses: Mutex::new(responses.into()),
+            asked: Mutex::new(Vec::new()),
+        })
+    }
+
+    pub fn requests(&self) -> Vec<Asked> {
+        self.asked.lock().unwrap().clone()
+    }
+}
+
+#[async_trait]
+impl Provider for Scripted {
+    fn name(&self) -> &str {
+        "scripted"
+    }
+    fn model(&self) -> &str {
+        "scripted-1"
+    }
+    async fn stream(&self, request: &ChatRequest<'_>) -> Result<DeltaStream, ProviderError> {
+        self.asked.lock().unwrap().push(Asked {
+            system: request.system.to_owned(),
+            messages: format!("{:?}", request.messages),
+            tools: request.tools.iter().map(|t| t.name.clone()).collect(),
+        });
+        let script = self
+            .responses
+            .lock()
+            .unwrap()
+            .pop_front()
+            .unwrap_or_default();
+        let stream = futures::stream::unfold(script.into_iter(), |mut it| async move {
+            match it.next()? {
+                Some(item) => Some((item, it)),
+                None => futures::future::pending().await,
+            }
+        });
+        Ok(Box::pin(stream))
+    }
+}
+
+pub fn text(s: &str) -> Option<Result<StreamDelta, ProviderError>> {
+    Some(Ok(StreamDelta::Text { text: s.into() }))
+}
+
+pub fn call(index: usize, id: &str, name: &str, args: &str) -> Script {
+    vec![
+        Some(Ok(StreamDelta::ToolCallStart {
+            index,
+            id: id.into(),
+            name: name.into(),
+        })),
+        Some(Ok(StreamDelta::ToolCallDelta {
+            index,
+            arguments: args.into(),
+        })),
+        Some(Ok(StreamDelta::ToolCallEnd { index })),
+    ]
+}
+
+pub fn finish(reason: FinishReason) -> Option<Result<StreamDelta, ProviderError>> {
+    Some(Ok(StreamDelta::Finish { reason }))
+}
+
+/// A complete text-only reply.
+pub fn say(s: &str) -> Script {
+    vec![text(s), finish(FinishReason::Stop)]
+}
+
+/// A complete reply that is one tool call.
+pub fn act(id: &str, name: &str, args: &str) -> Script {
+    let mut script = call(0, id, name, args);
+    script.push(finish(FinishReason::ToolCalls));
+    script
+}
