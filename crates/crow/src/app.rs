@@ -2,16 +2,15 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
-use crow_core::{AgentConfig, AllowAll, BaseAgent, Session, TurnStop};
+use crow_core::RunStop;
 use crow_providers::{KeySource, ProviderKind, ProviderSettings, RetryPolicy};
 use tokio_util::sync::CancellationToken;
 
+use crate::compose::Composer;
 use crate::config::{Config, LoadedConfig};
-use crate::prompt::{PromptFacts, render_system_prompt};
 use crate::render;
 
 /// The provider crow will talk to and why it was chosen.
@@ -46,7 +45,7 @@ pub fn select_provider(loaded: &LoadedConfig) -> Result<Selection> {
             "no provider configured and no API key in the environment".to_owned(),
         ),
     };
-    let settings = provider_settings(config, &name, loaded.base_url_override.as_deref())?;
+    let settings = provider_settings(config, &name, loaded.base_url_override.as_deref(), None)?;
     Ok(Selection {
         name,
         reason,
@@ -58,10 +57,13 @@ fn env_set(var: &str) -> bool {
     std::env::var(var).is_ok_and(|v| !v.trim().is_empty())
 }
 
-fn provider_settings(
+/// The settings of provider `name`; `model` overrides the configured model (an agent
+/// definition's own model).
+pub fn provider_settings(
     config: &Config,
     name: &str,
     base_url: Option<&str>,
+    model: Option<&str>,
 ) -> Result<ProviderSettings> {
     let Some(pc) = config.providers.get(name) else {
         let known: Vec<_> = config.providers.keys().map(String::as_str).collect();
@@ -80,7 +82,7 @@ fn provider_settings(
             ProviderKind::Anthropic => crow_providers::ANTHROPIC_DEFAULT_BASE_URL.to_owned(),
             _ => crow_providers::OPENAI_DEFAULT_BASE_URL.to_owned(),
         });
-    let model = config.model.clone().or_else(|| pc.model.clone()).ok_or_else(|| {
+    let model = model.map(str::to_owned).or_else(|| config.model.clone()).or_else(|| pc.model.clone()).ok_or_else(|| {
         anyhow!("no model for provider '{name}': pass --model or set providers.{name}.model in config.toml")
     })?;
     let key = crow_providers::resolve_api_key(
@@ -151,51 +153,38 @@ pub fn find_project_root(cwd: &Path) -> (PathBuf, bool) {
 /// Everything one `crow run` needs.
 pub struct RunSpec {
     pub prompt: String,
-    pub cwd: PathBuf,
-    pub settings: ProviderSettings,
-    pub max_iterations: u32,
-    pub tool_options: crow_tools::ToolOptions,
+    pub composer: Composer,
+    /// Composition (or agent) to run, e.g. `build`, `build-judge`.
+    pub agent: String,
+    /// Autonomy level overriding the composition's flow.
+    pub level: Option<i8>,
     pub json: bool,
 }
 
-/// Runs one turn of a fresh session, rendering as it goes. Ctrl-C cancels the turn (the
-/// partial answer is kept); a second Ctrl-C exits at once.
+/// Runs the prompt through a fresh session of the chosen crew, rendering as it goes. Ctrl-C
+/// cancels the run (the partial answer is kept); a second Ctrl-C exits at once.
 pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
     let started = Instant::now();
-    let (project_root, is_git) = find_project_root(&spec.cwd);
-    let provider = crow_providers::build(spec.settings).map_err(|e| anyhow!("{e}"))?;
-    let tools = crow_tools::builtin_tools(&spec.tool_options);
-    let system_prompt = render_system_prompt(&PromptFacts {
-        cwd: &spec.cwd,
-        project_root: &project_root,
-        is_git,
-        date: chrono::Local::now().format("%Y-%m-%d").to_string(),
-    })?;
-    let agent = BaseAgent::new(
-        "builder",
-        provider,
-        tools,
-        system_prompt,
-        Arc::new(AllowAll),
-        AgentConfig {
-            max_iterations: spec.max_iterations,
-            ..AgentConfig::default()
-        },
-    );
+    let crew = spec.composer.crew(&spec.agent, spec.level)?;
     let session_id = uuid::Uuid::now_v7().to_string();
-    let mut session = Session::new(session_id, "builder", spec.cwd.clone(), project_root);
-    session.add_user_message(spec.prompt);
+    let mut session = crew.new_session(
+        &session_id,
+        spec.composer.cwd.clone(),
+        spec.composer.project_root.clone(),
+    );
+    session.primary.add_user_message(spec.prompt);
 
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let show_agents = crew.coagent().is_some();
     let renderer = if spec.json {
         tokio::spawn(render::json_lines(rx))
     } else {
-        tokio::spawn(render::terminal(rx, false))
+        tokio::spawn(render::terminal(rx, show_agents))
     };
     let cancel = CancellationToken::new();
     let interrupts = tokio::spawn(watch_interrupts(cancel.clone()));
 
-    let outcome = agent.execute_turn(&mut session, &tx, cancel).await;
+    let outcome = crew.run(&mut session, &tx, cancel).await;
     drop(tx);
     interrupts.abort();
     let totals = renderer.await.unwrap_or_default();
@@ -204,22 +193,24 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
     }
     let result = outcome.map_err(|e| anyhow!("{e}"))?;
     Ok(match result.stop {
-        TurnStop::Text | TurnStop::TaskComplete => ExitCode::SUCCESS,
-        TurnStop::Cancelled => ExitCode::from(130),
-        TurnStop::MaxIterations => {
+        RunStop::Complete { .. } | RunStop::NeedsInput => ExitCode::SUCCESS,
+        RunStop::Cancelled => ExitCode::from(130),
+        RunStop::MaxTurns => {
             eprintln!(
-                "crow stopped after {} model calls (max_iterations); raise it with --max-iterations",
-                result.iterations
+                "crow stopped at its bound ({} round{}, at most {} model calls each); raise --max-iterations or the composition's max_rounds",
+                result.rounds,
+                if result.rounds == 1 { "" } else { "s" },
+                crew.primary().config.max_iterations
             );
             ExitCode::from(3)
         }
-        TurnStop::MaxTokens => {
+        RunStop::MaxTokens => {
             eprintln!(
                 "the model hit its output token limit; raise max_tokens in the provider config"
             );
             ExitCode::from(4)
         }
-        TurnStop::Refusal => {
+        RunStop::Refusal => {
             eprintln!("the model refused to answer");
             ExitCode::from(5)
         }

@@ -8,7 +8,10 @@ use anyhow::{Context, Result};
 use crow_providers::{ProviderKind, ProviderSettings, RetryPolicy};
 use crow_testkit::{DEMO_FILE, MockLlm, demo_scenario};
 
+use crate::agents::load_catalog;
 use crate::app::{RunSpec, run_session};
+use crate::compose::Composer;
+use crate::config::Config;
 
 pub async fn run(json: bool, dir: Option<PathBuf>) -> Result<ExitCode> {
     let dir = match dir {
@@ -45,12 +48,19 @@ pub async fn run(json: bool, dir: Option<PathBuf>) -> Result<ExitCode> {
         max_tokens: None,
         thinking_budget: None,
     };
+    let composer = Composer::new(
+        Config::default(),
+        settings,
+        load_catalog(None, &dir),
+        crow_tools::builtin_tools(&crow_tools::ToolOptions::default()),
+        dir.clone(),
+        20,
+    );
     let code = run_session(RunSpec {
         prompt: format!("{name} prints the wrong greeting. Fix it and check that it runs."),
-        cwd: dir.clone(),
-        settings,
-        max_iterations: 20,
-        tool_options: crow_tools::ToolOptions::default(),
+        composer,
+        agent: "build".into(),
+        level: None,
         json,
     })
     .await?;

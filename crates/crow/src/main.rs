@@ -3,7 +3,9 @@
 // The binary's job is to print; libraries must not (workspace lint).
 #![allow(clippy::print_stdout)]
 
+mod agents;
 mod app;
+mod compose;
 mod config;
 mod demo;
 mod prompt;
@@ -42,6 +44,11 @@ enum Command {
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
     },
+    /// List and inspect agents and compositions (built-in, ~/.config/crow/agents, .crow/agents)
+    Agents {
+        #[command(subcommand)]
+        command: AgentsCommand,
+    },
     /// Inspect the configuration
     Config {
         #[command(subcommand)]
@@ -55,6 +62,14 @@ enum ConfigCommand {
     Show(ModelArgs),
 }
 
+#[derive(Subcommand)]
+enum AgentsCommand {
+    /// Every agent and composition, and any definition that failed to load
+    List,
+    /// One agent or composition in full
+    Show { name: String },
+}
+
 #[derive(Args)]
 struct RunArgs {
     /// The task; `-` reads it from stdin
@@ -64,9 +79,17 @@ struct RunArgs {
     json: bool,
     #[command(flatten)]
     model: ModelArgs,
-    /// Model calls allowed before crow stops
+    /// Model calls allowed per turn before crow stops
     #[arg(long)]
     max_iterations: Option<u32>,
+    /// Composition or agent to run: build, build-loop, build-judge, build-smart, pair, plan, ...
+    #[arg(long, short, default_value = "build")]
+    agent: String,
+    /// Autonomy level, overriding the composition's: -1 back to you after each turn, 0 loop
+    /// until done, 1 fixed nudge, 2 generated nudge, 3 reviewer comments, 4 read-only judge,
+    /// 5 reviewer that can fix
+    #[arg(long, allow_negative_numbers = true, value_parser = clap::value_parser!(i8).range(-1..=5))]
+    level: Option<i8>,
 }
 
 #[derive(Args, Clone, Default)]
@@ -132,6 +155,7 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
     match command {
         Command::Run(args) => run(args).await,
         Command::Demo { json, dir } => demo::run(json, dir).await,
+        Command::Agents { command } => agents_command(command),
         Command::Config {
             command: ConfigCommand::Show(model),
         } => {
@@ -178,13 +202,22 @@ async fn run(args: RunArgs) -> Result<ExitCode> {
     let loaded = config::load(&root, &overrides(&args.model, args.max_iterations))?;
     let selection = app::select_provider(&loaded)?;
     let fallback = selection.name == "ollama" && loaded.config.provider.is_none();
-    let config = &loaded.config;
+    let catalog = load_agents(&root);
+    let tools = crow_tools::builtin_tools(&tool_options(&loaded.config));
+    let max_iterations = loaded.config.max_iterations.unwrap_or(50);
+    let composer = compose::Composer::new(
+        loaded.config,
+        selection.settings,
+        catalog,
+        tools,
+        cwd,
+        max_iterations,
+    );
     let spec = app::RunSpec {
         prompt,
-        cwd,
-        settings: selection.settings,
-        max_iterations: config.max_iterations.unwrap_or(50),
-        tool_options: tool_options(config),
+        composer,
+        agent: args.agent,
+        level: args.level,
         json: args.json,
     };
     app::run_session(spec).await.map_err(|e| {
@@ -197,6 +230,93 @@ async fn run(args: RunArgs) -> Result<ExitCode> {
             e
         }
     })
+}
+
+/// Agent definitions for a project; broken files are warned about, the rest load.
+fn load_agents(project_root: &std::path::Path) -> agents::Catalog {
+    let catalog = agents::load_catalog(
+        config::user_config_dir().as_deref(),
+        &project_root.join(".crow"),
+    );
+    for problem in &catalog.problems {
+        tracing::warn!("skipped agent definition: {problem}");
+    }
+    catalog
+}
+
+fn agents_command(command: AgentsCommand) -> Result<ExitCode> {
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    let (root, _) = app::find_project_root(&cwd);
+    let catalog = agents::load_catalog(config::user_config_dir().as_deref(), &root.join(".crow"));
+    match command {
+        AgentsCommand::List => {
+            println!("compositions (crow run --agent NAME):");
+            for c in catalog.compositions.values() {
+                let team = match &c.coagent {
+                    Some(co) if c.flow.needs_coagent() => format!("{} + {}", c.primary, co),
+                    _ => c.primary.clone(),
+                };
+                println!(
+                    "  {:<14} level {:>2}  {:<20} {}",
+                    c.name,
+                    c.flow.level(),
+                    team,
+                    c.description
+                );
+            }
+            println!("\nagents:");
+            for a in catalog.agents.values() {
+                let mode = format!("{:?}", a.mode).to_lowercase();
+                println!(
+                    "  {:<14} {:<9} {:<10} {}",
+                    a.name,
+                    mode,
+                    a.source.to_string().rsplit('/').next().unwrap_or(""),
+                    a.description
+                );
+            }
+            for problem in &catalog.problems {
+                eprintln!("warning: skipped {problem}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        AgentsCommand::Show { name } => {
+            if let Some(c) = catalog.compositions.get(&name) {
+                println!("composition {}  ({})\n{}", c.name, c.source, c.description);
+                println!("primary:    {}", c.primary);
+                if let Some(co) = &c.coagent {
+                    println!("coagent:    {co}");
+                }
+                println!("flow:       {:?} (level {})", c.flow, c.flow.level());
+                println!("max_rounds: {}", c.max_rounds);
+                println!("handoff:    {:?}", c.handoff);
+            } else if let Some(a) = catalog.agents.get(&name) {
+                println!("agent {}  ({})\n{}", a.name, a.source, a.description);
+                println!("mode:        {:?}", a.mode);
+                println!(
+                    "model:       {}",
+                    a.model.as_deref().unwrap_or("(the session's)")
+                );
+                if let Some(t) = a.temperature {
+                    println!("temperature: {t}");
+                }
+                if let Some(n) = a.max_iterations {
+                    println!("max_iterations: {n}");
+                }
+                match &a.tools {
+                    Some(tools) => println!("tools:       {}", tools.join(", ")),
+                    None => println!("tools:       all"),
+                }
+                if !a.disallowed_tools.is_empty() {
+                    println!("disallowed:  {}", a.disallowed_tools.join(", "));
+                }
+                println!("\n{}", a.prompt);
+            } else {
+                bail!("unknown agent '{name}': crow agents list shows what exists");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
 }
 
 pub(crate) fn tool_options(config: &config::Config) -> crow_tools::ToolOptions {

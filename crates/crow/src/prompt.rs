@@ -10,6 +10,8 @@ const SYSTEM_TEMPLATE: &str = include_str!("../prompts/system.md.j2");
 
 /// Facts the prompt mentions. `date` is fixed when the session starts.
 pub struct PromptFacts<'a> {
+    /// The agent's own prompt (its definition's body).
+    pub role: &'a str,
     pub cwd: &'a Path,
     pub project_root: &'a Path,
     pub is_git: bool,
@@ -26,6 +28,7 @@ pub fn render_system_prompt(facts: &PromptFacts<'_>) -> Result<String> {
         .context("system prompt template missing")?;
     template
         .render(context! {
+            role => facts.role.trim(),
             cwd => facts.cwd.display().to_string(),
             project_root => facts.project_root.display().to_string(),
             is_git => facts.is_git,
@@ -42,6 +45,7 @@ mod tests {
     #[test]
     fn renders_facts_and_is_deterministic() {
         let facts = PromptFacts {
+            role: "You are a test agent.",
             cwd: Path::new("/w/p"),
             project_root: Path::new("/w/p"),
             is_git: true,
@@ -50,6 +54,7 @@ mod tests {
         let a = render_system_prompt(&facts).unwrap();
         let b = render_system_prompt(&facts).unwrap();
         assert_eq!(a, b);
+        assert!(a.starts_with("You are a test agent.\n\n# Environment"));
         assert!(a.contains("Working directory: /w/p"));
         assert!(a.contains("(a git repository)"));
         assert!(a.contains("2026-11-21"));

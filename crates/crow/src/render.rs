@@ -193,6 +193,9 @@ pub async fn terminal(mut events: UnboundedReceiver<AgentEvent>, show_agent: boo
                 }
                 let _ = write!(out, "{}", style.dim(&delta));
             }
+            // task_complete shows as the "done" line of TaskComplete instead.
+            AgentEvent::ToolCallStart { tool, .. } | AgentEvent::ToolCallEnd { tool, .. }
+                if tool == crow_core::TASK_COMPLETE => {}
             AgentEvent::ToolCallStart {
                 agent,
                 tool,
@@ -259,6 +262,15 @@ pub async fn terminal(mut events: UnboundedReceiver<AgentEvent>, show_agent: boo
             AgentEvent::Cancelled { .. } => {
                 line.finish(&mut out);
                 let _ = writeln!(out, "{}", style.yellow("⊘ cancelled"));
+            }
+            // Nudges of the control flow (levels 1 and 2); a reviewer's feedback was streamed.
+            AgentEvent::Handoff { from, to, prompt } if from == "crew" => {
+                line.finish(&mut out);
+                let _ = writeln!(
+                    out,
+                    "{}",
+                    style.dim(&format!("↳ to {to}: {}", first_line(&prompt, 100)))
+                );
             }
             AgentEvent::CoagentStart { coagent, .. } => {
                 line.finish(&mut out);

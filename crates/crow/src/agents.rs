@@ -1,0 +1,595 @@
+//! Agent definitions: base agents (a prompt, a model, a tool set) and compositions (a primary,
+//! an optional coagent and a control flow). Built-ins ship with crow; user files
+//! (`~/.config/crow/agents/`) and project files (`.crow/agents/`) override them by name.
+//! Files are TOML, or Markdown with YAML frontmatter (readable from opencode and Claude Code
+//! agent files). A broken file is reported with its path and field; the others still load.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use crow_core::{CoagentTools, ControlFlow, Handoff};
+use serde::Deserialize;
+
+/// Where a definition came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DefSource {
+    BuiltIn,
+    File(PathBuf),
+}
+
+impl fmt::Display for DefSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DefSource::BuiltIn => f.write_str("built-in"),
+            DefSource::File(p) => write!(f, "{}", p.display()),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    Primary,
+    Subagent,
+    All,
+}
+
+/// One base agent.
+#[derive(Debug, Clone)]
+pub struct AgentDef {
+    pub name: String,
+    pub description: String,
+    pub mode: Mode,
+    /// `model` or `provider/model`; `None` (or "inherit") uses the session's model.
+    pub model: Option<String>,
+    pub temperature: Option<f32>,
+    pub max_iterations: Option<u32>,
+    /// Allowed tools (crow names, `*` suffix wildcards); `None` = all.
+    pub tools: Option<Vec<String>>,
+    pub disallowed_tools: Vec<String>,
+    /// The agent's role prompt; the environment section is appended when rendered.
+    pub prompt: String,
+    pub source: DefSource,
+}
+
+impl AgentDef {
+    /// Whether this agent may use the tool called `name`.
+    pub fn allows(&self, name: &str) -> bool {
+        let matches = |pattern: &String| match pattern.strip_suffix('*') {
+            Some(prefix) => name.starts_with(prefix),
+            None => pattern == name,
+        };
+        if self.disallowed_tools.iter().any(matches) {
+            return false;
+        }
+        self.tools
+            .as_ref()
+            .is_none_or(|allowed| allowed.iter().any(matches))
+    }
+}
+
+/// A composition: what `--agent NAME` and ACP modes select.
+#[derive(Debug, Clone)]
+pub struct CompositionDef {
+    pub name: String,
+    pub description: String,
+    pub primary: String,
+    pub coagent: Option<String>,
+    pub flow: ControlFlow,
+    pub handoff: Handoff,
+    pub max_rounds: u32,
+    pub source: DefSource,
+}
+
+/// Every definition crow knows, and what could not be loaded.
+#[derive(Debug, Default)]
+pub struct Catalog {
+    pub agents: BTreeMap<String, AgentDef>,
+    pub compositions: BTreeMap<String, CompositionDef>,
+    /// One line per broken file: path, field, problem.
+    pub problems: Vec<String>,
+}
+
+const BUILTIN_AGENTS: [(&str, &str); 3] = [
+    ("builder.md", include_str!("../agents/builder.md")),
+    ("reviewer.md", include_str!("../agents/reviewer.md")),
+    ("planner.md", include_str!("../agents/planner.md")),
+];
+
+/// Rounds a composition may run when its definition gives no bound.
+pub const DEFAULT_MAX_ROUNDS: u32 = 10;
+
+fn builtin_compositions() -> Vec<CompositionDef> {
+    let c =
+        |name: &str, description: &str, primary: &str, coagent: Option<&str>, flow: ControlFlow| {
+            CompositionDef {
+                name: name.into(),
+                description: description.into(),
+                primary: primary.into(),
+                coagent: coagent.map(Into::into),
+                flow,
+                handoff: Handoff::default(),
+                max_rounds: DEFAULT_MAX_ROUNDS,
+                source: DefSource::BuiltIn,
+            }
+        };
+    vec![
+        c(
+            "build",
+            "The builder works; control returns to you after each turn (level -1).",
+            "builder",
+            None,
+            ControlFlow::Hitl,
+        ),
+        c(
+            "build-loop",
+            "The builder keeps going until it calls task_complete (level 0).",
+            "builder",
+            None,
+            ControlFlow::Loop,
+        ),
+        c(
+            "build-judge",
+            "The builder works, a read-only reviewer approves or sends it back (level 4).",
+            "builder",
+            Some("reviewer"),
+            ControlFlow::judge(),
+        ),
+        c(
+            "build-smart",
+            "The builder works, a reviewer with every tool fixes or approves (level 5).",
+            "builder",
+            Some("reviewer"),
+            ControlFlow::smart(),
+        ),
+        c(
+            "pair",
+            "Builder and reviewer talk it through until the reviewer is satisfied (chat).",
+            "builder",
+            Some("reviewer"),
+            ControlFlow::chat(),
+        ),
+        c(
+            "plan",
+            "The planner studies the project and writes a plan; nothing is changed.",
+            "planner",
+            None,
+            ControlFlow::Hitl,
+        ),
+    ]
+}
+
+/// Loads built-ins, then `user_dir`, then `project_dir` (each `agents/` folder; later wins).
+pub fn load_catalog(user_dir: Option<&Path>, project_dir: &Path) -> Catalog {
+    let mut catalog = Catalog::default();
+    for (file, text) in BUILTIN_AGENTS {
+        match parse_markdown(text, Path::new(file), DefSource::BuiltIn) {
+            Ok(def) => {
+                catalog.agents.insert(def.name.clone(), def);
+            }
+            Err(e) => catalog.problems.push(format!("built-in {file}: {e}")),
+        }
+    }
+    for def in builtin_compositions() {
+        catalog.compositions.insert(def.name.clone(), def);
+    }
+    for dir in user_dir.into_iter().chain([project_dir]) {
+        load_dir(&dir.join("agents"), &mut catalog);
+    }
+    catalog
+}
+
+fn load_dir(dir: &Path, catalog: &mut Catalog) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut paths: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    paths.sort();
+    for path in paths {
+        let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+        if !matches!(ext, "md" | "toml") {
+            continue;
+        }
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) => {
+                catalog
+                    .problems
+                    .push(format!("{}: cannot read: {e}", path.display()));
+                continue;
+            }
+        };
+        let source = DefSource::File(path.clone());
+        let parsed = if ext == "md" {
+            parse_markdown(&text, &path, source).map(Def::Agent)
+        } else {
+            parse_toml(&text, &path, source)
+        };
+        match parsed {
+            Ok(Def::Agent(def)) => {
+                catalog.agents.insert(def.name.clone(), def);
+            }
+            Ok(Def::Composition(def)) => {
+                catalog.compositions.insert(def.name.clone(), def);
+            }
+            Err(e) => catalog.problems.push(format!("{}: {e}", path.display())),
+        }
+    }
+}
+
+enum Def {
+    Agent(AgentDef),
+    Composition(CompositionDef),
+}
+
+/// `tools:` as Claude Code (`Read, Grep`), a list, or opencode's `{write: false}` map.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum ToolsSpec {
+    List(Vec<String>),
+    Csv(String),
+    Map(BTreeMap<String, bool>),
+}
+
+/// Frontmatter keys crow reads; others (color, hooks, permissionMode, ...) are ignored so
+/// files written for other agents still load.
+#[derive(Debug, Default, Deserialize)]
+struct Frontmatter {
+    name: Option<String>,
+    description: Option<String>,
+    mode: Option<Mode>,
+    model: Option<String>,
+    temperature: Option<f32>,
+    #[serde(alias = "steps", alias = "maxTurns", alias = "max_steps")]
+    max_iterations: Option<u32>,
+    tools: Option<ToolsSpec>,
+    #[serde(alias = "disallowedTools")]
+    disallowed_tools: Option<ToolsSpec>,
+}
+
+fn parse_markdown(text: &str, path: &Path, source: DefSource) -> Result<AgentDef, String> {
+    let text = text.trim_start_matches('\u{feff}');
+    let (front, body) = match text.strip_prefix("---") {
+        Some(rest) => match rest.find("\n---") {
+            Some(end) => {
+                let after = &rest[end + 4..];
+                (
+                    &rest[..end],
+                    after
+                        .strip_prefix('\n')
+                        .or_else(|| after.strip_prefix("\r\n"))
+                        .unwrap_or(after),
+                )
+            }
+            None => return Err("frontmatter starts with --- but never ends".into()),
+        },
+        None => ("", text),
+    };
+    let meta: Frontmatter = if front.trim().is_empty() {
+        Frontmatter::default()
+    } else {
+        serde_yaml_ng::from_str(front).map_err(|e| format!("frontmatter: {e}"))?
+    };
+    let (tools, disallowed) = tool_lists(meta.tools, meta.disallowed_tools);
+    Ok(AgentDef {
+        name: meta.name.unwrap_or_else(|| stem(path)),
+        description: meta.description.unwrap_or_default(),
+        mode: meta.mode.unwrap_or(Mode::All),
+        model: meta.model.filter(|m| m != "inherit"),
+        temperature: meta.temperature,
+        max_iterations: meta.max_iterations,
+        tools,
+        disallowed_tools: disallowed,
+        prompt: body.trim().to_owned(),
+        source,
+    })
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TomlAgent {
+    name: Option<String>,
+    description: Option<String>,
+    mode: Option<Mode>,
+    model: Option<String>,
+    temperature: Option<f32>,
+    max_iterations: Option<u32>,
+    tools: Option<ToolsSpec>,
+    disallowed_tools: Option<ToolsSpec>,
+    prompt: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TomlComposition {
+    name: Option<String>,
+    description: Option<String>,
+    primary: String,
+    coagent: Option<String>,
+    /// hitl | loop | static | generated | chat | judge | smart | coagent
+    flow: Option<String>,
+    /// -1..5, an alternative to `flow`
+    level: Option<i8>,
+    message: Option<String>,
+    generator_prompt: Option<String>,
+    coagent_tools: Option<CoagentTools>,
+    can_terminate: Option<bool>,
+    max_rounds: Option<u32>,
+    handoff: Option<TomlHandoff>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TomlHandoff {
+    text: Option<String>,
+    template: Option<String>,
+    generator_prompt: Option<String>,
+}
+
+fn parse_toml(text: &str, path: &Path, source: DefSource) -> Result<Def, String> {
+    let table: toml::Table = toml::from_str(text).map_err(|e| flat(&e.to_string()))?;
+    if table.contains_key("primary") {
+        let raw: TomlComposition = toml::Value::Table(table)
+            .try_into()
+            .map_err(|e: toml::de::Error| flat(&e.to_string()))?;
+        let name = raw.name.clone().unwrap_or_else(|| stem(path));
+        let flow = flow_of(&raw)?;
+        let handoff = match raw.handoff {
+            None => Handoff::default(),
+            Some(TomlHandoff {
+                text: Some(text),
+                template: None,
+                generator_prompt: None,
+            }) => Handoff::Static { text },
+            Some(TomlHandoff {
+                text: None,
+                template: Some(template),
+                generator_prompt: None,
+            }) => {
+                minijinja::Environment::new()
+                    .template_from_str(&template)
+                    .map_err(|e| format!("handoff.template: {e}"))?;
+                Handoff::Template { template }
+            }
+            Some(TomlHandoff {
+                text: None,
+                template: None,
+                generator_prompt: Some(generator_prompt),
+            }) => Handoff::Generated { generator_prompt },
+            Some(_) => {
+                return Err("handoff: give exactly one of text, template, generator_prompt".into());
+            }
+        };
+        if flow.needs_coagent() && raw.coagent.is_none() {
+            return Err(format!(
+                "coagent: flow '{}' needs a coagent agent",
+                raw.flow.as_deref().unwrap_or("level")
+            ));
+        }
+        Ok(Def::Composition(CompositionDef {
+            name,
+            description: raw.description.unwrap_or_default(),
+            primary: raw.primary,
+            coagent: raw.coagent,
+            flow,
+            handoff,
+            max_rounds: raw.max_rounds.unwrap_or(DEFAULT_MAX_ROUNDS),
+            source,
+        }))
+    } else {
+        let raw: TomlAgent = toml::Value::Table(table)
+            .try_into()
+            .map_err(|e: toml::de::Error| flat(&e.to_string()))?;
+        let (tools, disallowed) = tool_lists(raw.tools, raw.disallowed_tools);
+        Ok(Def::Agent(AgentDef {
+            name: raw.name.unwrap_or_else(|| stem(path)),
+            description: raw.description.unwrap_or_default(),
+            mode: raw.mode.unwrap_or(Mode::All),
+            model: raw.model.filter(|m| m != "inherit"),
+            temperature: raw.temperature,
+            max_iterations: raw.max_iterations,
+            tools,
+            disallowed_tools: disallowed,
+            prompt: raw
+                .prompt
+                .ok_or("prompt: missing (the agent's system prompt)")?,
+            source,
+        }))
+    }
+}
+
+fn flow_of(raw: &TomlComposition) -> Result<ControlFlow, String> {
+    if let Some(level) = raw.level {
+        return ControlFlow::from_level(level)
+            .ok_or_else(|| format!("level: {level} is not in -1..5"));
+    }
+    Ok(match raw.flow.as_deref().unwrap_or("hitl") {
+        "hitl" => ControlFlow::Hitl,
+        "loop" => ControlFlow::Loop,
+        "static" => ControlFlow::Static {
+            message: raw
+                .message
+                .clone()
+                .unwrap_or_else(|| crow_core::crew::DEFAULT_STATIC_NUDGE.into()),
+        },
+        "generated" => ControlFlow::Generated {
+            generator_prompt: raw
+                .generator_prompt
+                .clone()
+                .unwrap_or_else(|| crow_core::crew::DEFAULT_GENERATOR_PROMPT.into()),
+        },
+        "judge" => ControlFlow::judge(),
+        "smart" => ControlFlow::smart(),
+        "chat" => ControlFlow::chat(),
+        "coagent" => ControlFlow::Coagent {
+            tools: raw
+                .coagent_tools
+                .ok_or("coagent_tools: required for flow 'coagent' (none, read_only, full)")?,
+            can_terminate: raw.can_terminate.unwrap_or(false),
+        },
+        other => {
+            return Err(format!(
+                "flow: unknown '{other}' (expected hitl, loop, static, generated, chat, judge, smart or coagent)"
+            ));
+        }
+    })
+}
+
+fn tool_lists(
+    allow: Option<ToolsSpec>,
+    deny: Option<ToolsSpec>,
+) -> (Option<Vec<String>>, Vec<String>) {
+    let mut allowed: Option<Vec<String>> = None;
+    let mut denied = Vec::new();
+    match allow {
+        Some(ToolsSpec::List(list)) => {
+            allowed = Some(list.iter().map(|t| canonical_tool(t)).collect())
+        }
+        Some(ToolsSpec::Csv(csv)) => {
+            allowed = Some(
+                csv.split(',')
+                    .map(str::trim)
+                    .filter(|t| !t.is_empty())
+                    .map(canonical_tool)
+                    .collect(),
+            );
+        }
+        // opencode: `{write: false}` turns a tool off, the rest stay on.
+        Some(ToolsSpec::Map(map)) => {
+            denied.extend(
+                map.iter()
+                    .filter(|(_, on)| !**on)
+                    .map(|(t, _)| canonical_tool(t)),
+            );
+        }
+        None => {}
+    }
+    match deny {
+        Some(ToolsSpec::List(list)) => denied.extend(list.iter().map(|t| canonical_tool(t))),
+        Some(ToolsSpec::Csv(csv)) => denied.extend(
+            csv.split(',')
+                .map(str::trim)
+                .filter(|t| !t.is_empty())
+                .map(canonical_tool),
+        ),
+        Some(ToolsSpec::Map(map)) => denied.extend(
+            map.iter()
+                .filter(|(_, on)| **on)
+                .map(|(t, _)| canonical_tool(t)),
+        ),
+        None => {}
+    }
+    (allowed, denied)
+}
+
+/// Maps Claude Code and opencode tool names onto crow's.
+pub fn canonical_tool(name: &str) -> String {
+    let lower = name.trim().to_ascii_lowercase();
+    let mapped = match lower.as_str() {
+        "read" => "read_file",
+        "write" => "write_file",
+        "edit" | "multiedit" | "patch" => "edit_file",
+        "ls" | "list" => "list_directory",
+        "todowrite" => "todo_write",
+        "todoread" => "todo_read",
+        "task" | "agent" => "task",
+        "webfetch" => "web_fetch",
+        // crow's own names, in any case (`Grep`, `Bash`).
+        "bash" | "glob" | "grep" | "think" | "read_file" | "write_file" | "edit_file"
+        | "list_directory" | "todo_write" | "todo_read" | "task_complete" | "web_fetch" => {
+            lower.as_str()
+        }
+        // Anything else (an MCP tool) keeps its exact name.
+        _ => return name.trim().to_owned(),
+    };
+    mapped.to_owned()
+}
+
+fn stem(path: &Path) -> String {
+    path.file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("agent")
+        .to_owned()
+}
+
+fn flat(message: &str) -> String {
+    message
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtins_load_without_problems() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = load_catalog(None, dir.path());
+        assert!(c.problems.is_empty(), "{:?}", c.problems);
+        assert!(c.agents.contains_key("builder") && c.agents.contains_key("reviewer"));
+        assert!(c.agents["planner"].allows("read_file") && !c.agents["planner"].allows("bash"));
+        for comp in c.compositions.values() {
+            assert!(c.agents.contains_key(&comp.primary), "{}", comp.name);
+        }
+    }
+
+    #[test]
+    fn claude_and_opencode_files_load_and_bad_files_are_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let agents = dir.path().join("agents");
+        std::fs::create_dir_all(&agents).unwrap();
+        std::fs::write(
+            agents.join("code-reviewer.md"),
+            "---\nname: code-reviewer\ndescription: Reviews code\ntools: Read, Grep, Glob\nmodel: inherit\ncolor: red\n---\nBe strict.\n",
+        )
+        .unwrap();
+        std::fs::write(
+            agents.join("docs.md"),
+            "---\ndescription: Writes docs\nmode: subagent\ntemperature: 0.1\nsteps: 7\ntools:\n  bash: false\n  write: true\n---\nWrite docs.\n",
+        )
+        .unwrap();
+        std::fs::write(
+            agents.join("broken.toml"),
+            "primary = \"builder\"\nflow = \"judgy\"\n",
+        )
+        .unwrap();
+        std::fs::write(
+            agents.join("typo.toml"),
+            "prompt = \"x\"\ntempurature = 1\n",
+        )
+        .unwrap();
+        std::fs::write(agents.join("review-loop.toml"), "primary = \"builder\"\ncoagent = \"code-reviewer\"\nlevel = 4\nmax_rounds = 3\n[handoff]\ntemplate = \"Check: {{ task }}\"\n").unwrap();
+        let c = load_catalog(None, dir.path());
+
+        let claude = &c.agents["code-reviewer"];
+        assert_eq!(
+            claude.tools.as_deref().unwrap(),
+            ["read_file", "grep", "glob"]
+        );
+        assert!(claude.model.is_none() && claude.prompt == "Be strict.");
+        let opencode = &c.agents["docs"];
+        assert_eq!(opencode.mode, Mode::Subagent);
+        assert_eq!(opencode.max_iterations, Some(7));
+        assert!(!opencode.allows("bash") && opencode.allows("write_file"));
+        let comp = &c.compositions["review-loop"];
+        assert_eq!(comp.flow, ControlFlow::judge());
+        assert_eq!(comp.max_rounds, 3);
+
+        assert_eq!(c.problems.len(), 2, "{:?}", c.problems);
+        assert!(
+            c.problems
+                .iter()
+                .any(|p| p.contains("broken.toml") && p.contains("flow") && p.contains("judgy"))
+        );
+        assert!(
+            c.problems
+                .iter()
+                .any(|p| p.contains("typo.toml") && p.contains("tempurature"))
+        );
+    }
+}

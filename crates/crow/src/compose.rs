@@ -1,0 +1,195 @@
+//! Builds the running crew from definitions: each agent gets its provider (its own model if
+//! its definition names one), its tools (the definition's allowlist over the shared
+//! registry) and its system prompt (role + environment, rendered once).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use anyhow::{Context, Result, anyhow, bail};
+use crow_core::{
+    AgentConfig, AllowAll, BaseAgent, ControlFlow, Crew, PermissionGate, Provider, ToolRegistry,
+};
+use crow_providers::ProviderSettings;
+
+use crate::agents::{AgentDef, Catalog, CompositionDef, DEFAULT_MAX_ROUNDS, DefSource};
+use crate::app::{find_project_root, provider_settings};
+use crate::config::Config;
+use crate::prompt::{PromptFacts, render_system_prompt};
+
+/// Everything needed to turn a composition name into a [`Crew`].
+pub struct Composer {
+    pub config: Config,
+    /// The session's provider and model (what agents without their own model use).
+    pub default_provider: ProviderSettings,
+    pub catalog: Catalog,
+    pub tools: ToolRegistry,
+    pub permission: Arc<dyn PermissionGate>,
+    pub cwd: PathBuf,
+    pub project_root: PathBuf,
+    is_git: bool,
+    /// Fixed at start so the system prompt is byte-stable for the session.
+    date: String,
+    pub max_iterations: u32,
+    providers: Mutex<HashMap<(String, String), Arc<dyn Provider>>>,
+}
+
+impl Composer {
+    pub fn new(
+        config: Config,
+        default_provider: ProviderSettings,
+        catalog: Catalog,
+        tools: ToolRegistry,
+        cwd: PathBuf,
+        max_iterations: u32,
+    ) -> Self {
+        let (project_root, is_git) = find_project_root(&cwd);
+        Self {
+            config,
+            default_provider,
+            catalog,
+            tools,
+            permission: Arc::new(AllowAll),
+            cwd,
+            project_root,
+            is_git,
+            date: chrono::Local::now().format("%Y-%m-%d").to_string(),
+            max_iterations,
+            providers: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The composition called `name` (an agent name runs that agent alone), with its flow
+    /// replaced by `level` when given.
+    pub fn crew(&self, name: &str, level: Option<i8>) -> Result<Crew> {
+        let mut def = self.composition(name)?;
+        if let Some(level) = level {
+            def.flow = ControlFlow::from_level(level)
+                .ok_or_else(|| anyhow!("--level {level} is not an autonomy level: use -1 to 5"))?;
+            if def.flow.needs_coagent() && def.coagent.is_none() {
+                def.coagent = Some("reviewer".into());
+            }
+            if def.max_rounds <= 1 {
+                def.max_rounds = DEFAULT_MAX_ROUNDS;
+            }
+        }
+        let primary = self.agent(&def.primary, &def.primary)?;
+        let coagent = match &def.coagent {
+            Some(coagent) if def.flow.needs_coagent() => {
+                // Events are told apart by agent name, so two copies of one agent need two.
+                let shown = if *coagent == def.primary {
+                    format!("{coagent}-review")
+                } else {
+                    coagent.clone()
+                };
+                Some(self.agent(coagent, &shown)?)
+            }
+            _ => None,
+        };
+        Crew::new(
+            def.name.clone(),
+            primary,
+            coagent,
+            def.flow.clone(),
+            def.handoff.clone(),
+            def.max_rounds,
+        )
+        .map_err(|e| anyhow!("{e}"))
+    }
+
+    pub fn composition(&self, name: &str) -> Result<CompositionDef> {
+        if let Some(def) = self.catalog.compositions.get(name) {
+            return Ok(def.clone());
+        }
+        if let Some(agent) = self.catalog.agents.get(name) {
+            return Ok(CompositionDef {
+                name: agent.name.clone(),
+                description: agent.description.clone(),
+                primary: agent.name.clone(),
+                coagent: None,
+                flow: ControlFlow::Hitl,
+                handoff: crow_core::Handoff::default(),
+                max_rounds: 1,
+                source: agent.source.clone(),
+            });
+        }
+        let mut known: Vec<&str> = self
+            .catalog
+            .compositions
+            .keys()
+            .map(String::as_str)
+            .collect();
+        known.extend(self.catalog.agents.keys().map(String::as_str));
+        bail!(
+            "unknown agent '{name}': crow agents list shows what exists ({})",
+            known.join(", ")
+        )
+    }
+
+    /// One base agent from its definition; `shown` is the name its events carry.
+    pub fn agent(&self, name: &str, shown: &str) -> Result<BaseAgent> {
+        let def =
+            self.catalog.agents.get(name).ok_or_else(|| {
+                anyhow!("unknown agent '{name}' (crow agents list shows the agents)")
+            })?;
+        let provider = self.provider_for(def)?;
+        let tools = if def.tools.is_some() || !def.disallowed_tools.is_empty() {
+            let def = def.clone();
+            self.tools.filtered(move |t| def.allows(t.name()))
+        } else {
+            self.tools.clone()
+        };
+        let system_prompt = render_system_prompt(&PromptFacts {
+            role: &def.prompt,
+            cwd: &self.cwd,
+            project_root: &self.project_root,
+            is_git: self.is_git,
+            date: self.date.clone(),
+        })?;
+        let config = AgentConfig {
+            max_iterations: def.max_iterations.unwrap_or(self.max_iterations),
+            temperature: def.temperature,
+            ..AgentConfig::default()
+        };
+        Ok(BaseAgent::new(
+            shown,
+            provider,
+            tools,
+            system_prompt,
+            Arc::clone(&self.permission),
+            config,
+        ))
+    }
+
+    fn provider_for(&self, def: &AgentDef) -> Result<Arc<dyn Provider>> {
+        let settings = match def.model.as_deref() {
+            None => self.default_provider.clone(),
+            Some(spec) => match spec.split_once('/') {
+                Some((provider, model)) if self.config.providers.contains_key(provider) => {
+                    provider_settings(&self.config, provider, None, Some(model)).with_context(
+                        || format!("agent '{}' ({})", def.name, source_hint(&def.source)),
+                    )?
+                }
+                _ => ProviderSettings {
+                    model: spec.to_owned(),
+                    ..self.default_provider.clone()
+                },
+            },
+        };
+        let key = (settings.name.clone(), settings.model.clone());
+        let mut cache = self
+            .providers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(provider) = cache.get(&key) {
+            return Ok(Arc::clone(provider));
+        }
+        let provider = crow_providers::build(settings).map_err(|e| anyhow!("{e}"))?;
+        cache.insert(key, Arc::clone(&provider));
+        Ok(provider)
+    }
+}
+
+fn source_hint(source: &DefSource) -> String {
+    source.to_string()
+}

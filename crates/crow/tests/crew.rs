@@ -1,0 +1,180 @@
+//! Compositions end to end: the real binary, builder and reviewer played by one mock that
+//! tells them apart by their system prompts.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::*;
+use crow_testkit::{MockLlm, Reply, Scenario};
+use serde_json::json;
+
+const BUILDER: &str = "You are crow, a coding agent";
+const REVIEWER: &str = "You are crow's reviewer";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn build_judge_sends_work_back_once_then_approves() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("greet.txt"), "helo\n").unwrap();
+    let edit =
+        |from: &str, to: &str| json!({"path": "greet.txt", "old_string": from, "new_string": to});
+    let scenario = Scenario::new()
+        .reply(Reply::tool_call("edit_file", edit("helo", "hello")).matching_system(BUILDER))
+        .reply(
+            Reply::tool_call("task_complete", json!({"summary": "fixed"})).matching_system(BUILDER),
+        )
+        // The judge tries to write (refused: it is read-only), then sends feedback.
+        .reply(
+            Reply::tool_call(
+                "write_file",
+                json!({"path": "greet.txt", "content": "judge was here"}),
+            )
+            .matching_system(REVIEWER),
+        )
+        .reply(Reply::text("It should say 'hello, world'.").matching_system(REVIEWER))
+        .reply(
+            Reply::tool_call("edit_file", edit("hello", "hello, world")).matching_system(BUILDER),
+        )
+        .reply(
+            Reply::tool_call("task_complete", json!({"summary": "now complete"}))
+                .matching_system(BUILDER),
+        )
+        .reply(
+            Reply::tool_call("read_file", json!({"path": "greet.txt"})).matching_system(REVIEWER),
+        )
+        .reply(
+            Reply::tool_call("task_complete", json!({"summary": "approved"}))
+                .matching_system(REVIEWER),
+        );
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let mut cmd = crow_run(dir.path(), &mock, "fix the greeting");
+    cmd.args(["--agent", "build-judge"]);
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "stderr: {}\n{}", out.stderr, out.stdout);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("greet.txt")).unwrap(),
+        "hello, world\n"
+    );
+    assert_eq!(mock.remaining_steps(), 0);
+
+    // Who did what is visible in the event stream.
+    let by = |agent: &str, tool: &str| {
+        out.of_type("tool_call_end")
+            .into_iter()
+            .filter(|e| e["agent"] == agent && e["tool"] == tool)
+            .count()
+    };
+    assert_eq!(by("builder", "edit_file"), 2);
+    let refused = out
+        .of_type("tool_call_end")
+        .into_iter()
+        .find(|e| e["agent"] == "reviewer" && e["tool"] == "write_file")
+        .unwrap();
+    assert_eq!(refused["result"]["status"], "error");
+    let completes = out.of_type("task_complete");
+    assert_eq!(completes.last().unwrap()["agent"], "reviewer");
+    assert_eq!(completes.last().unwrap()["summary"], "approved");
+    assert_eq!(out.of_type("coagent_start").len(), 2);
+
+    // The reviewer's feedback reached the builder; the reviewer never saw write tools.
+    let requests = mock.requests();
+    let builder_third = requests
+        .iter()
+        .filter(|r| String::from_utf8_lossy(&r.raw_body).contains(BUILDER))
+        .nth(2)
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&builder_third.raw_body).contains("It should say 'hello, world'.")
+    );
+    let reviewer_first = requests
+        .iter()
+        .find(|r| String::from_utf8_lossy(&r.raw_body).contains(REVIEWER))
+        .unwrap();
+    let tools: Vec<String> = reviewer_first.body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(
+        tools.contains(&"read_file".into())
+            && !tools
+                .iter()
+                .any(|t| t == "write_file" || t == "edit_file" || t == "bash"),
+        "{tools:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn level_zero_loops_until_task_complete() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = Scenario::new()
+        .reply(Reply::text("Step one done."))
+        .reply(Reply::text("Step two done."))
+        .reply(Reply::tool_call(
+            "task_complete",
+            json!({"summary": "all steps"}),
+        ));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let mut cmd = crow_run(dir.path(), &mock, "do three steps");
+    cmd.args(["--level", "0"]);
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert_eq!(mock.requests().len(), 3);
+    assert_eq!(out.of_type("task_complete")[0]["summary"], "all steps");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unknown_agent_and_a_bad_level_are_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = MockLlm::start(Scenario::new()).await.unwrap();
+    let mut cmd = crow_run(dir.path(), &mock, "hi");
+    cmd.args(["--agent", "nobody"]);
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(1));
+    assert!(
+        out.stderr.contains("unknown agent 'nobody'") && out.stderr.contains("build-judge"),
+        "{}",
+        out.stderr
+    );
+    let mut cmd = crow_run(dir.path(), &mock, "hi");
+    cmd.args(["--level", "7"]);
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(2), "clap rejects it: {}", out.stderr);
+    assert!(mock.requests().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_project_agent_file_restricts_tools_and_a_broken_one_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let agents = dir.path().join(".crow/agents");
+    std::fs::create_dir_all(&agents).unwrap();
+    std::fs::write(agents.join("looker.md"), "---\nname: looker\ndescription: Only looks\ntools: Read, Grep\n---\nYou are a careful looker.\n").unwrap();
+    std::fs::write(agents.join("bad.toml"), "primary = \"looker\"\nlevel = 9\n").unwrap();
+    let mock = MockLlm::start(Scenario::new().reply(Reply::text("Looked.")))
+        .await
+        .unwrap();
+    let mut cmd = crow_run(dir.path(), &mock, "look");
+    cmd.args(["--agent", "looker"]);
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("bad.toml") && out.stderr.contains("level"),
+        "reported: {}",
+        out.stderr
+    );
+    let body = &mock.requests()[0].body;
+    let tools: Vec<&str> = body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(tools, ["grep", "read_file"]);
+    assert!(
+        body["messages"][0]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("You are a careful looker.")
+    );
+}
