@@ -16,6 +16,7 @@ pub mod history;
 pub mod message;
 pub mod provider;
 pub mod session;
+pub mod subagent;
 pub mod tool;
 
 #[cfg(test)]
@@ -32,6 +33,7 @@ pub use provider::{
     DeltaStream, FinishReason, Provider, ProviderError, ProviderErrorKind, StreamDelta, Usage,
 };
 pub use session::{HistorySink, Session};
+pub use subagent::{SubagentFactory, TASK, TaskTool};
 pub use tool::{
     AllowAll, PermissionDecision, PermissionGate, PermissionRequest, Tool, ToolContext, ToolKind,
     ToolMetadata, ToolRegistry, ToolResult, ToolStatus,

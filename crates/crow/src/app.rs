@@ -153,7 +153,7 @@ pub fn find_project_root(cwd: &Path) -> (PathBuf, bool) {
 /// Everything one `crow run` needs.
 pub struct RunSpec {
     pub prompt: String,
-    pub composer: Composer,
+    pub composer: std::sync::Arc<Composer>,
     /// Composition (or agent) to run, e.g. `build`, `build-judge`.
     pub agent: String,
     /// Autonomy level overriding the composition's flow.

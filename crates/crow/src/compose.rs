@@ -8,11 +8,12 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result, anyhow, bail};
 use crow_core::{
-    AgentConfig, AllowAll, BaseAgent, ControlFlow, Crew, PermissionGate, Provider, ToolRegistry,
+    AgentConfig, AllowAll, BaseAgent, ControlFlow, Crew, PermissionGate, Provider, SubagentFactory,
+    TaskTool, ToolRegistry,
 };
 use crow_providers::ProviderSettings;
 
-use crate::agents::{AgentDef, Catalog, CompositionDef, DEFAULT_MAX_ROUNDS, DefSource};
+use crate::agents::{AgentDef, Catalog, CompositionDef, DEFAULT_MAX_ROUNDS, DefSource, Mode};
 use crate::app::{find_project_root, provider_settings};
 use crate::config::Config;
 use crate::prompt::{PromptFacts, render_system_prompt};
@@ -62,6 +63,12 @@ impl Composer {
     /// The composition called `name` (an agent name runs that agent alone), with its flow
     /// replaced by `level` when given.
     pub fn crew(&self, name: &str, level: Option<i8>) -> Result<Crew> {
+        self.crew_under(name, level, None)
+    }
+
+    /// Like [`Composer::crew`]; under a `parent` agent the crew's agents are named
+    /// `parent/name` (subagents).
+    fn crew_under(&self, name: &str, level: Option<i8>, parent: Option<&str>) -> Result<Crew> {
         let mut def = self.composition(name)?;
         if let Some(level) = level {
             def.flow = ControlFlow::from_level(level)
@@ -73,14 +80,18 @@ impl Composer {
                 def.max_rounds = DEFAULT_MAX_ROUNDS;
             }
         }
-        let primary = self.agent(&def.primary, &def.primary)?;
+        let primary_name = match parent {
+            Some(parent) => format!("{parent}/{}", def.name),
+            None => def.primary.clone(),
+        };
+        let primary = self.agent(&def.primary, &primary_name)?;
         let coagent = match &def.coagent {
             Some(coagent) if def.flow.needs_coagent() => {
                 // Events are told apart by agent name, so two copies of one agent need two.
-                let shown = if *coagent == def.primary {
-                    format!("{coagent}-review")
-                } else {
-                    coagent.clone()
+                let shown = match parent {
+                    Some(_) => format!("{primary_name}/{coagent}"),
+                    None if *coagent == def.primary => format!("{coagent}-review"),
+                    None => coagent.clone(),
                 };
                 Some(self.agent(coagent, &shown)?)
             }
@@ -192,4 +203,47 @@ impl Composer {
 
 fn source_hint(source: &DefSource) -> String {
     source.to_string()
+}
+
+/// Subagents for the `task` tool: agents that may run as subagents, and user compositions.
+impl SubagentFactory for Composer {
+    fn available(&self) -> Vec<(String, String)> {
+        let agents = self
+            .catalog
+            .agents
+            .values()
+            .filter(|a| a.mode != Mode::Primary)
+            .map(|a| (a.name.clone(), a.description.clone()));
+        let compositions = self
+            .catalog
+            .compositions
+            .values()
+            .filter(|c| c.source != DefSource::BuiltIn)
+            .map(|c| (c.name.clone(), c.description.clone()));
+        agents.chain(compositions).collect()
+    }
+
+    fn build(&self, name: &str, parent: &str) -> Result<Crew, String> {
+        self.crew_under(name, None, Some(parent))
+            .map_err(|e| format!("{e:#}"))
+    }
+}
+
+/// Subagents may nest this deep below a top-level agent.
+pub const MAX_SUBAGENT_DEPTH: usize = 2;
+/// Subagents running at once; more calls wait.
+pub const MAX_PARALLEL_SUBAGENTS: usize = 4;
+
+/// Shares the composer and gives its agents the `task` tool (which holds it weakly, so the
+/// composer and its registry do not keep each other alive).
+pub fn with_subagents(composer: Composer) -> Arc<Composer> {
+    let composer = Arc::new(composer);
+    let weak: std::sync::Weak<Composer> = Arc::downgrade(&composer);
+    let factory: std::sync::Weak<dyn SubagentFactory> = weak;
+    composer.tools.register(Arc::new(TaskTool::new(
+        factory,
+        MAX_SUBAGENT_DEPTH,
+        MAX_PARALLEL_SUBAGENTS,
+    )));
+    composer
 }

@@ -58,7 +58,7 @@ pub async fn run(json: bool, dir: Option<PathBuf>) -> Result<ExitCode> {
     );
     let code = run_session(RunSpec {
         prompt: format!("{name} prints the wrong greeting. Fix it and check that it runs."),
-        composer,
+        composer: crate::compose::with_subagents(composer),
         agent: "build".into(),
         level: None,
         json,

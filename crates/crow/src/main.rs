@@ -215,7 +215,7 @@ async fn run(args: RunArgs) -> Result<ExitCode> {
     );
     let spec = app::RunSpec {
         prompt,
-        composer,
+        composer: compose::with_subagents(composer),
         agent: args.agent,
         level: args.level,
         json: args.json,

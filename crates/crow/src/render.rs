@@ -169,8 +169,9 @@ pub async fn terminal(mut events: UnboundedReceiver<AgentEvent>, show_agent: boo
             _ => spinner.stop(),
         }
         let mut out = std::io::stdout().lock();
+        // Subagents (`parent/name`) are always labelled; the primary only in a crew.
         let prefix = |agent: &str| {
-            if show_agent {
+            if show_agent || agent.contains('/') {
                 style.cyan(&format!("[{agent}] "))
             } else {
                 String::new()

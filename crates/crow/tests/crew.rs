@@ -178,3 +178,99 @@ async fn a_project_agent_file_restricts_tools_and_a_broken_one_is_reported() {
             .starts_with("You are a careful looker.")
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_subagent_with_its_own_reviewer_returns_its_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let agents = dir.path().join(".crow/agents");
+    std::fs::create_dir_all(&agents).unwrap();
+    std::fs::write(
+        agents.join("worker.md"),
+        "---\ndescription: Does one job\nmode: subagent\n---\nYou are the worker.\n",
+    )
+    .unwrap();
+    std::fs::write(
+        agents.join("checker.md"),
+        "---\ndescription: Checks the worker\nmode: subagent\n---\nYou are the checker.\n",
+    )
+    .unwrap();
+    std::fs::write(
+        agents.join("checked-work.toml"),
+        "description = \"A worker whose work is checked\"\nprimary = \"worker\"\ncoagent = \"checker\"\nflow = \"judge\"\nmax_rounds = 3\n",
+    )
+    .unwrap();
+    let scenario = Scenario::new()
+        .reply(
+            Reply::tool_call(
+                "task",
+                json!({"agent": "checked-work", "prompt": "write 42 to out.txt"}),
+            )
+            .matching_system(BUILDER),
+        )
+        .reply(
+            Reply::tool_call("write_file", json!({"path": "out.txt", "content": "42\n"}))
+                .matching_system("You are the worker."),
+        )
+        .reply(
+            Reply::tool_call("task_complete", json!({"summary": "wrote it"}))
+                .matching_system("You are the worker."),
+        )
+        .reply(
+            Reply::tool_call(
+                "task_complete",
+                json!({"summary": "checked: out.txt holds 42"}),
+            )
+            .matching_system("You are the checker."),
+        )
+        .reply(Reply::text("The subagent wrote out.txt.").matching_system(BUILDER));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let out = output(crow_run(dir.path(), &mock, "get 42 into out.txt")).await;
+    assert_eq!(out.code, Some(0), "stderr: {}\n{}", out.stderr, out.stdout);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("out.txt")).unwrap(),
+        "42\n"
+    );
+    assert_eq!(mock.remaining_steps(), 0);
+
+    let task_end = out
+        .of_type("tool_call_end")
+        .into_iter()
+        .find(|e| e["tool"] == "task")
+        .unwrap();
+    assert_eq!(task_end["agent"], "builder");
+    assert!(
+        task_end["result"]["output"]
+            .as_str()
+            .unwrap()
+            .contains("checked: out.txt holds 42"),
+        "{task_end}"
+    );
+    assert_eq!(
+        out.of_type("subagent_start")[0]["subagent"],
+        "builder/checked-work"
+    );
+    assert_eq!(out.of_type("subagent_end").len(), 1);
+    let writer = out
+        .of_type("tool_call_end")
+        .into_iter()
+        .find(|e| e["tool"] == "write_file")
+        .unwrap();
+    assert_eq!(writer["agent"], "builder/checked-work");
+    assert!(
+        out.of_type("task_complete")
+            .iter()
+            .any(|e| e["agent"] == "builder/checked-work/checker")
+    );
+    // The task tool advertises the project's subagents.
+    let tools = mock.requests()[0].body["tools"].as_array().unwrap().clone();
+    let task = tools
+        .iter()
+        .find(|t| t["function"]["name"] == "task")
+        .unwrap();
+    assert!(
+        task["function"]["description"]
+            .as_str()
+            .unwrap()
+            .contains("checked-work: A worker whose work is checked")
+    );
+}
