@@ -97,6 +97,15 @@ fn fixture(
     builder: Vec<crate::testing::Script>,
     reviewer: Vec<crate::testing::Script>,
 ) -> Fixture {
+    fixture_with(flow, Handoff::default(), builder, reviewer)
+}
+
+fn fixture_with(
+    flow: ControlFlow,
+    handoff: Handoff,
+    builder: Vec<crate::testing::Script>,
+    reviewer: Vec<crate::testing::Script>,
+) -> Fixture {
     let writes = Arc::new(Mutex::new(Vec::new()));
     let tools = ToolRegistry::new();
     tools.register(Arc::new(FakeWrite(Arc::clone(&writes))));
@@ -118,7 +127,7 @@ fn fixture(
         agent("builder", Arc::clone(&b)),
         Some(agent("reviewer", Arc::clone(&r))),
         flow,
-        Handoff::default(),
+        handoff,
         4,
     )
     .unwrap();
@@ -443,4 +452,60 @@ fn solo_agent() -> BaseAgent {
         Arc::new(AllowAll),
         AgentConfig::default(),
     )
+}
+
+#[tokio::test]
+async fn template_handoffs_see_the_task_and_the_files_changed() {
+    let handoff = Handoff::Template {
+        template:
+            "Round {{ round }}: check {{ task }} in {{ files_changed | join(',') }} ({{ summary }})"
+                .into(),
+    };
+    let f = fixture_with(
+        ControlFlow::judge(),
+        handoff,
+        vec![
+            act("b1", "write_file", r#"{"content":"hi"}"#),
+            act("b2", "task_complete", DONE),
+        ],
+        vec![act("r", "task_complete", r#"{"summary":"ok"}"#)],
+    );
+    let (result, _, _) = run(&f).await;
+    assert_eq!(
+        result.stop,
+        RunStop::Complete {
+            summary: "ok".into()
+        }
+    );
+    let asked = &f.reviewer.requests()[0].messages;
+    assert!(
+        asked.contains("Round 1: check make f.txt say hi in /p/f.txt (done)"),
+        "{asked}"
+    );
+}
+
+#[tokio::test]
+async fn generated_handoffs_are_written_by_a_side_call() {
+    let handoff = Handoff::Generated {
+        generator_prompt: "Write a review brief.".into(),
+    };
+    let f = fixture_with(
+        ControlFlow::judge(),
+        handoff,
+        vec![act("b", "task_complete", DONE)],
+        vec![
+            say("Check that f.txt says hi."),
+            act("r", "task_complete", r#"{"summary":"ok"}"#),
+        ],
+    );
+    let (result, _, _) = run(&f).await;
+    assert_eq!(
+        result.stop,
+        RunStop::Complete {
+            summary: "ok".into()
+        }
+    );
+    let asked = f.reviewer.requests();
+    assert_eq!(asked[0].system, "Write a review brief.");
+    assert!(asked[1].messages.contains("Check that f.txt says hi."));
 }
