@@ -419,3 +419,23 @@ async fn interrupt_after(mut child: tokio::process::Child, ready: impl Fn(&str) 
     let code = child.wait().await.unwrap().code();
     parse(code, seen.into_bytes(), err)
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unknown_model_says_which_model_and_url() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = Scenario::new().fault(Fault::Status {
+        code: 404,
+        retry_after_secs: None,
+        body: Some("The model `mock-model` does not exist".into()),
+    });
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let out = output(crow_run(dir.path(), &mock, "hi")).await;
+    assert_eq!(out.code, Some(1));
+    assert_eq!(mock.requests().len(), 1, "404 is not retried");
+    let line = out.stderr.trim();
+    assert_eq!(line.lines().count(), 1, "{line}");
+    assert!(
+        line.contains("mock-model") && line.contains(&mock.openai_base_url()),
+        "{line}"
+    );
+}
