@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use crate::TASK_COMPLETE;
+use crate::client::ClientBridge;
 use crate::event::{AgentEvent, EventSender};
 use crate::history::{EntryKind, SystemEvent};
 use crate::message::{ChatRequest, ToolDefinition};
@@ -100,6 +101,7 @@ pub struct BaseAgent {
     definitions: std::sync::Mutex<(u64, Arc<Vec<ToolDefinition>>)>,
     system_prompt: String,
     permission: Arc<dyn PermissionGate>,
+    client: Option<Arc<dyn ClientBridge>>,
     pub config: AgentConfig,
 }
 
@@ -133,6 +135,7 @@ impl BaseAgent {
             definitions,
             system_prompt: system_prompt.into(),
             permission,
+            client: None,
             config,
         }
     }
@@ -145,6 +148,12 @@ impl BaseAgent {
         self.tools = self.tools.filtered(keep);
         self.definitions =
             std::sync::Mutex::new((self.tools.version(), Arc::new(self.tools.definitions())));
+        self
+    }
+
+    /// Lets tools read, write and run commands through the front end's client (an editor).
+    pub fn with_client(mut self, client: Arc<dyn ClientBridge>) -> Self {
+        self.client = Some(client);
         self
     }
 
@@ -585,6 +594,7 @@ impl BaseAgent {
                         cancel: cancel.child_token(),
                         permission: Arc::clone(&self.permission),
                         events: events.clone(),
+                        client: self.client.clone(),
                     };
                     let tool = Arc::clone(tool);
                     running.push(async move {

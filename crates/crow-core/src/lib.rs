@@ -5,11 +5,13 @@
 //! - [`message`]: the provider-neutral request shape ([`ChatRequest`], [`Message`]);
 //! - [`provider`]: the streaming [`Provider`] trait, its deltas and classified errors;
 //! - [`tool`]: the [`Tool`] trait, [`ToolContext`], [`ToolResult`] and the [`ToolRegistry`];
+//! - [`client`]: [`ClientBridge`], the editor's files and terminals offered to tools;
 //! - [`event`]: [`AgentEvent`], the one stream every front end consumes;
 //! - [`agent`]: [`BaseAgent::execute_turn`], the loop itself;
 //! - [`crew`]: the control-flow layer: a primary, an optional coagent, autonomy levels.
 
 pub mod agent;
+pub mod client;
 pub mod crew;
 pub mod event;
 pub mod history;
@@ -23,6 +25,7 @@ pub mod tool;
 mod testing;
 
 pub use agent::{AgentConfig, AgentError, BaseAgent, ExecutedToolCall, TurnResult, TurnStop};
+pub use client::{BridgeError, ClientBridge, CommandEnding, CommandOutcome, CommandRequest};
 pub use crew::{
     CoagentTools, ControlFlow, Crew, CrewError, CrewSession, Handoff, RunResult, RunStop,
 };
@@ -35,8 +38,8 @@ pub use provider::{
 pub use session::{HistorySink, Session};
 pub use subagent::{SubagentFactory, TASK, TaskTool};
 pub use tool::{
-    AllowAll, PermissionDecision, PermissionGate, PermissionRequest, Tool, ToolContext, ToolKind,
-    ToolMetadata, ToolRegistry, ToolResult, ToolStatus,
+    AllowAll, FileEdit, PermissionDecision, PermissionGate, PermissionRequest, Tool, ToolContext,
+    ToolKind, ToolMetadata, ToolRegistry, ToolResult, ToolStatus,
 };
 
 /// Name of the tool a model calls to end its work; the loop treats it specially.

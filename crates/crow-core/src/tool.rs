@@ -12,6 +12,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+use crate::client::ClientBridge;
 use crate::message::ToolDefinition;
 
 /// What a tool does, for permission decisions and for editors (ACP tool kinds).
@@ -78,6 +79,8 @@ pub struct ToolContext {
     pub permission: Arc<dyn PermissionGate>,
     /// The turn's event stream, for tools that report progress (e.g. a subagent's work).
     pub events: crate::event::EventSender,
+    /// The front end's client (an editor), when it reads, writes or runs commands for tools.
+    pub client: Option<Arc<dyn ClientBridge>>,
 }
 
 impl std::fmt::Debug for ToolContext {
@@ -88,11 +91,27 @@ impl std::fmt::Debug for ToolContext {
             .field("call_id", &self.call_id)
             .field("cwd", &self.cwd)
             .field("project_root", &self.project_root)
+            .field("client", &self.client.is_some())
             .finish_non_exhaustive()
     }
 }
 
 impl ToolContext {
+    /// The client bridge if it serves reads.
+    pub fn client_reader(&self) -> Option<&Arc<dyn ClientBridge>> {
+        self.client.as_ref().filter(|c| c.offers_read())
+    }
+
+    /// The client bridge if it serves writes.
+    pub fn client_writer(&self) -> Option<&Arc<dyn ClientBridge>> {
+        self.client.as_ref().filter(|c| c.offers_write())
+    }
+
+    /// The client bridge if it runs commands in its terminals.
+    pub fn client_terminal(&self) -> Option<&Arc<dyn ClientBridge>> {
+        self.client.as_ref().filter(|c| c.offers_terminal())
+    }
+
     /// Asks the gate for permission to run `tool` with a human-readable `title`.
     pub async fn ask_permission(
         &self,
@@ -167,11 +186,25 @@ pub struct ToolMetadata {
     /// Unified diff of the change, when the tool edited files.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub diff: Option<String>,
+    /// Whole-file texts before and after each change, for editors that render diffs
+    /// themselves (ACP `diff` content) and for replaying a session.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub edits: Vec<FileEdit>,
     #[serde(default)]
     pub duration_ms: u64,
     /// Tool-specific facts (exit code, match strategy, ...).
     #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
     pub extra: serde_json::Value,
+}
+
+/// One file's text before and after a tool changed it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FileEdit {
+    pub path: PathBuf,
+    /// `None` when the tool created the file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub old_text: Option<String>,
+    pub new_text: String,
 }
 
 /// What a tool returns. `output` is what the model reads.

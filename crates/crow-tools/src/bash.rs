@@ -11,7 +11,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use crow_core::{Tool, ToolContext, ToolKind, ToolMetadata, ToolResult, ToolStatus};
+use crow_core::{
+    BridgeError, ClientBridge, CommandEnding, CommandRequest, Tool, ToolContext, ToolKind,
+    ToolMetadata, ToolResult, ToolStatus,
+};
 use nix::errno::Errno;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
@@ -94,6 +97,16 @@ impl Tool for BashTool {
         {
             return denied;
         }
+        if let Some(client) = ctx.client_terminal() {
+            return run_in_client(
+                client.as_ref(),
+                &args.command,
+                ctx,
+                timeout,
+                self.options.max_output_bytes,
+            )
+            .await;
+        }
         run(&args.command, ctx, timeout, self.options.max_output_bytes).await
     }
 }
@@ -121,6 +134,8 @@ fn short_command(command: &str) -> String {
 
 enum Ending {
     Exited(ExitStatus),
+    /// Killed by a signal the client named (it gives names, not numbers).
+    Signalled(String),
     TimedOut,
     Cancelled,
 }
@@ -165,7 +180,7 @@ async fn run(command: &str, ctx: &ToolContext, timeout: Duration, max_output: us
     };
     match ending {
         // Leftover background jobs would hold the pipes open; stop them.
-        Ending::Exited(_) => guard.terminate_in_background(),
+        Ending::Exited(_) | Ending::Signalled(_) => guard.terminate_in_background(),
         Ending::TimedOut | Ending::Cancelled => guard.terminate_now(&mut child).await,
     }
     for mut reader in readers {
@@ -190,6 +205,57 @@ async fn run(command: &str, ctx: &ToolContext, timeout: Duration, max_output: us
     finish(text, ending, timeout)
 }
 
+/// Environment that keeps commands from waiting on a terminal nobody answers.
+const QUIET_ENV: [(&str, &str); 3] = [
+    ("PAGER", "cat"),
+    ("GIT_PAGER", "cat"),
+    ("GIT_TERMINAL_PROMPT", "0"),
+];
+
+/// Runs the command in the editor's terminal (the user watches it live there). The client
+/// enforces nothing itself, so the bridge kills the command on timeout or cancel.
+async fn run_in_client(
+    client: &dyn ClientBridge,
+    command: &str,
+    ctx: &ToolContext,
+    timeout: Duration,
+    max_output: usize,
+) -> ToolResult {
+    let request = CommandRequest {
+        command: command.to_owned(),
+        cwd: ctx.cwd.clone(),
+        env: QUIET_ENV
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+        timeout,
+        output_byte_limit: max_output,
+    };
+    let outcome = match client.run_command(ctx, request).await {
+        Ok(outcome) => outcome,
+        Err(BridgeError::Cancelled) => return ToolResult::cancelled(),
+        Err(e) => return ToolResult::error(format!("the editor could not run the command: {e}")),
+    };
+    let mut text = outcome.output;
+    if outcome.truncated {
+        text = format!("[earlier output was dropped]\n{text}");
+    }
+    let ending = match outcome.ending {
+        CommandEnding::TimedOut => Ending::TimedOut,
+        CommandEnding::Cancelled => Ending::Cancelled,
+        CommandEnding::Exited => match (outcome.exit_code, outcome.signal) {
+            (Some(code), _) => Ending::Exited(ExitStatus::from_raw((code & 0xff) << 8)),
+            (None, Some(signal)) => Ending::Signalled(signal),
+            (None, None) => Ending::Exited(ExitStatus::from_raw(0)),
+        },
+    };
+    let mut result = finish(text, ending, timeout);
+    if let (Some(id), Some(extra)) = (outcome.terminal_id, result.metadata.extra.as_object_mut()) {
+        extra.insert("terminal_id".into(), serde_json::Value::String(id));
+    }
+    result
+}
+
 fn spawn_shell(command: &str, ctx: &ToolContext) -> std::io::Result<Child> {
     let build = |shell: &str| {
         let mut cmd = Command::new(shell);
@@ -200,9 +266,7 @@ fn spawn_shell(command: &str, ctx: &ToolContext) -> std::io::Result<Child> {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             // Pagers and credential prompts would wait forever on a missing terminal.
-            .env("PAGER", "cat")
-            .env("GIT_PAGER", "cat")
-            .env("GIT_TERMINAL_PROMPT", "0")
+            .envs(QUIET_ENV)
             .process_group(0)
             .kill_on_drop(true);
         cmd
@@ -255,6 +319,10 @@ fn finish(text: String, ending: Ending, timeout: Duration) -> ToolResult {
                 ToolStatus::Error
             };
             (status, code, signal, false)
+        }
+        Ending::Signalled(name) => {
+            output.push_str(&format!("\n[killed by signal {name}]"));
+            (ToolStatus::Error, None, None, false)
         }
         Ending::TimedOut => {
             output.push_str(&format!(

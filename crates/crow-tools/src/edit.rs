@@ -1,7 +1,9 @@
 //! `edit_file`: replace a unique snippet, tolerating whitespace slips, with a diff.
 
 use async_trait::async_trait;
-use crow_core::{Tool, ToolContext, ToolKind, ToolMetadata, ToolResult};
+use crow_core::{FileEdit, Tool, ToolContext, ToolKind, ToolMetadata, ToolResult};
+
+use crate::write::write_text;
 use serde::Deserialize;
 
 use crate::ToolOptions;
@@ -82,7 +84,7 @@ impl Tool for EditFileTool {
             Err(e) => return ToolResult::error(e.to_string()),
         };
         let display = display_path(ctx, &path);
-        let bytes = match tokio::fs::read(&path).await {
+        let bytes = match read_bytes(ctx, &path).await {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return ToolResult::error(format!(
@@ -104,6 +106,7 @@ impl Tool for EditFileTool {
             return ToolResult::error(format!("{display} is not valid UTF-8 text"));
         };
 
+        let original_text = original.clone();
         let display_clone = display.clone();
         let planned =
             tokio::task::spawn_blocking(move || plan_edit(&original, &args, &display_clone)).await;
@@ -129,7 +132,7 @@ impl Tool for EditFileTool {
         } else {
             plan.new_lf.clone()
         };
-        if let Err(e) = tokio::fs::write(&path, on_disk.as_bytes()).await {
+        if let Err(e) = write_text(ctx, &path, &on_disk).await {
             return ToolResult::error(format!("cannot write {display}: {e}"));
         }
 
@@ -156,8 +159,13 @@ impl Tool for EditFileTool {
             output.push_str(&cap_head_tail(&diff, DIFF_IN_OUTPUT_BYTES));
         }
         ToolResult::success(output).with_metadata(ToolMetadata {
-            files_modified: vec![path],
+            files_modified: vec![path.clone()],
             diff: Some(diff),
+            edits: vec![FileEdit {
+                path,
+                old_text: Some(original_text),
+                new_text: on_disk,
+            }],
             extra: serde_json::json!({
                 "match": plan.strategy.as_str(),
                 "replacements": plan.lines.len(),
@@ -165,6 +173,22 @@ impl Tool for EditFileTool {
             ..ToolMetadata::default()
         })
     }
+}
+
+/// The file as the editor has it (unsaved changes included) when the client reads, else the
+/// disk. A client error falls back to the disk, which also tells a missing file reliably.
+async fn read_bytes(ctx: &ToolContext, path: &std::path::Path) -> std::io::Result<Vec<u8>> {
+    if let Some(client) = ctx.client_reader()
+        && tokio::fs::try_exists(path).await.unwrap_or(false)
+    {
+        match client.read_text_file(ctx, path).await {
+            Ok(text) => return Ok(text.into_bytes()),
+            Err(e) => {
+                tracing::debug!(path = %path.display(), %e, "client read failed; reading the disk");
+            }
+        }
+    }
+    tokio::fs::read(path).await
 }
 
 struct Plan {

@@ -25,6 +25,8 @@ mod walk;
 mod write;
 
 #[cfg(test)]
+mod client_tests;
+#[cfg(test)]
 mod test_support;
 
 pub use bash::BashTool;

@@ -86,6 +86,22 @@ impl Tool for ReadFileTool {
             limit: args.limit.unwrap_or(DEFAULT_LIMIT).max(1),
             max_bytes: self.options.max_read_bytes,
         };
+        // The editor's buffer (possibly unsaved) wins over the disk; a client that cannot
+        // read the file (missing, or an error shape we cannot interpret) leaves it to the disk,
+        // which then gives the precise message.
+        if let Some(client) = ctx.client_reader() {
+            match client.read_text_file(ctx, &path).await {
+                Ok(content) => {
+                    return match window_text(&content, &display, window) {
+                        Ok(text) => ToolResult::success(text),
+                        Err(msg) => ToolResult::error(msg),
+                    };
+                }
+                Err(e) => {
+                    tracing::debug!(path = %path.display(), %e, "client read failed; reading the disk")
+                }
+            }
+        }
         let task = tokio::task::spawn_blocking(move || read_window(&path, &display, window));
         match task.await {
             Ok(Ok(text)) => ToolResult::success(text),
@@ -128,8 +144,36 @@ fn read_window(path: &Path, display: &str, w: Window) -> Result<String, String> 
         return Ok(format!("({display} is empty)"));
     }
     // Chain the sniffed prefix back in front of the rest instead of reopening the file.
-    let mut reader = BufReader::new(std::io::Cursor::new(sniff).chain(file));
+    let reader = BufReader::new(std::io::Cursor::new(sniff).chain(file));
+    window_lines(reader, size, display, w)
+}
 
+/// The same window over text the client returned.
+fn window_text(content: &str, display: &str, w: Window) -> Result<String, String> {
+    let size = content.len() as u64;
+    if content
+        .as_bytes()
+        .iter()
+        .take(BINARY_SNIFF_BYTES)
+        .any(|b| *b == 0)
+    {
+        return Err(format!(
+            "'{display}' looks like a binary file ({size} bytes); read_file only shows text files"
+        ));
+    }
+    if size == 0 {
+        return Ok(format!("({display} is empty)"));
+    }
+    window_lines(std::io::Cursor::new(content.as_bytes()), size, display, w)
+}
+
+/// Numbers the lines of the window, noting what was left out.
+fn window_lines(
+    mut reader: impl BufRead,
+    size: u64,
+    display: &str,
+    w: Window,
+) -> Result<String, String> {
     let mut out = String::new();
     let mut buf = Vec::new();
     let mut line_no: u64 = 0;

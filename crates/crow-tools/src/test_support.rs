@@ -55,6 +55,7 @@ impl TestEnv {
             permission,
             // Nobody listens: the tools under test report progress into the void.
             events: tokio::sync::mpsc::unbounded_channel().0,
+            client: None,
         };
         Self {
             _dir: dir,

@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use async_trait::async_trait;
-use crow_core::{Tool, ToolContext, ToolKind, ToolMetadata, ToolResult};
+use crow_core::{FileEdit, Tool, ToolContext, ToolKind, ToolMetadata, ToolResult};
 use serde::Deserialize;
 
 use crate::ToolOptions;
@@ -67,7 +67,7 @@ impl Tool for WriteFileTool {
             Err(e) => return ToolResult::error(e.to_string()),
         };
         let display = display_path(ctx, &path);
-        let old = match read_existing(&path, &display).await {
+        let old = match read_existing(ctx, &path, &display).await {
             Ok(old) => old,
             Err(e) => return ToolResult::error(e),
         };
@@ -83,12 +83,7 @@ impl Tool for WriteFileTool {
         {
             return denied;
         }
-        if let Some(parent) = path.parent()
-            && let Err(e) = tokio::fs::create_dir_all(parent).await
-        {
-            return ToolResult::error(format!("cannot create directories for {display}: {e}"));
-        }
-        if let Err(e) = tokio::fs::write(&path, args.content.as_bytes()).await {
+        if let Err(e) = write_text(ctx, &path, &args.content).await {
             return ToolResult::error(format!("cannot write {display}: {e}"));
         }
         let old_text = old.as_deref().unwrap_or("");
@@ -102,8 +97,13 @@ impl Tool for WriteFileTool {
             Some(_) => format!("Overwrote {display} (+{added} -{removed} lines)"),
         };
         ToolResult::success(output).with_metadata(ToolMetadata {
-            files_modified: vec![path],
+            files_modified: vec![path.clone()],
             diff: Some(unified_diff(&display, old_text, &args.content)),
+            edits: vec![FileEdit {
+                path: path.clone(),
+                old_text: old.clone(),
+                new_text: args.content.clone(),
+            }],
             extra: serde_json::json!({"created": old.is_none()}),
             ..ToolMetadata::default()
         })
@@ -112,7 +112,25 @@ impl Tool for WriteFileTool {
 
 /// The current content, `None` when the file does not exist yet. Binary or non-UTF-8 files
 /// are shown as lossy text in the diff: overwriting them is allowed, the diff is informative.
-async fn read_existing(path: &Path, display: &str) -> Result<Option<String>, String> {
+///
+/// With a client that reads, its buffer is the truth; but clients report a missing file in
+/// many shapes (an error code, a message, an empty string), so any client error defers to the
+/// disk, which says reliably whether the file exists.
+pub(crate) async fn read_existing(
+    ctx: &ToolContext,
+    path: &Path,
+    display: &str,
+) -> Result<Option<String>, String> {
+    if let Some(client) = ctx.client_reader()
+        && tokio::fs::try_exists(path).await.unwrap_or(false)
+    {
+        match client.read_text_file(ctx, path).await {
+            Ok(text) => return Ok(Some(text)),
+            Err(e) => {
+                tracing::debug!(path = %path.display(), %e, "client read failed; reading the disk");
+            }
+        }
+    }
     match tokio::fs::metadata(path).await {
         Ok(m) if m.is_dir() => Err(format!("'{display}' is a directory")),
         Ok(_) => match tokio::fs::read(path).await {
@@ -121,6 +139,30 @@ async fn read_existing(path: &Path, display: &str) -> Result<Option<String>, Str
         },
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(format!("cannot access {display}: {e}")),
+    }
+}
+
+/// Writes through the client when it offers writes (the editor updates its buffer and shows
+/// the change), else to the disk. Parent directories are created here either way: clients
+/// differ in whether they create them.
+pub(crate) async fn write_text(
+    ctx: &ToolContext,
+    path: &Path,
+    content: &str,
+) -> Result<(), String> {
+    if let Some(parent) = path.parent() {
+        tokio::fs::create_dir_all(parent)
+            .await
+            .map_err(|e| format!("cannot create its directory: {e}"))?;
+    }
+    match ctx.client_writer() {
+        Some(client) => client
+            .write_text_file(ctx, path, content)
+            .await
+            .map_err(|e| format!("the editor refused the write: {e}")),
+        None => tokio::fs::write(path, content.as_bytes())
+            .await
+            .map_err(|e| e.to_string()),
     }
 }
 
