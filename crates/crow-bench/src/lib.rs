@@ -1,0 +1,183 @@
+//! crow-bench: measures crow's speed and memory with whole `crow run` processes against
+//! crow-testkit's scripted mock, and crow's tools called directly. BENCHMARKS.md explains
+//! each figure; `cargo run --release -p crow-bench` prints them.
+
+pub mod child;
+pub mod prefix;
+pub mod search;
+pub mod sessions;
+pub mod stats;
+pub mod stream;
+pub mod table;
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+
+use crate::table::{Row, Section};
+
+/// How much to measure. Sizes below the full run only make the figures noisier.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Repetitions of every session (medians are taken over these).
+    pub runs: usize,
+    /// Session lengths; overhead per iteration compares the last two.
+    pub iterations: [usize; 3],
+    pub version_runs: usize,
+    pub stream_deltas: usize,
+    pub stream_runs: usize,
+    /// Files of the generated search tree.
+    pub tree_files: usize,
+    pub search_runs: usize,
+    pub parallel_sleep_secs: f64,
+    pub parallel_runs: usize,
+}
+
+impl Config {
+    /// The figures of the issue and of BENCHMARKS.md.
+    pub fn full() -> Self {
+        Self {
+            runs: 21,
+            iterations: [1, 10, 30],
+            version_runs: 51,
+            stream_deltas: 60,
+            stream_runs: 5,
+            tree_files: 50_000,
+            search_runs: 7,
+            parallel_sleep_secs: 1.0,
+            parallel_runs: 3,
+        }
+    }
+
+    /// A quick look (about half a minute): fewer runs, a smaller tree.
+    pub fn quick() -> Self {
+        Self {
+            runs: 3,
+            version_runs: 11,
+            stream_runs: 2,
+            tree_files: 10_000,
+            search_runs: 3,
+            parallel_runs: 1,
+            ..Self::full()
+        }
+    }
+
+    /// Tiny sizes for the smoke test: every measurement once, in a few seconds.
+    pub fn smoke() -> Self {
+        Self {
+            runs: 1,
+            iterations: [1, 2, 3],
+            version_runs: 2,
+            stream_deltas: 5,
+            stream_runs: 1,
+            tree_files: 1_000,
+            search_runs: 1,
+            parallel_sleep_secs: 0.2,
+            parallel_runs: 1,
+        }
+    }
+}
+
+/// What every measurement shares: the crow binary, the sizes, and a runtime for the mock.
+pub struct Bench {
+    pub crow: PathBuf,
+    /// The `crow-bench` binary, which runs each measured process (see [`child`]).
+    pub wrapper: PathBuf,
+    pub config: Config,
+    pub rt: tokio::runtime::Runtime,
+}
+
+impl Bench {
+    pub fn new(crow: PathBuf, wrapper: PathBuf, config: Config) -> Result<Self> {
+        // One worker: the mock and the relay are light, and crow needs the other core.
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .context("cannot start the async runtime")?;
+        Ok(Self {
+            crow,
+            wrapper,
+            config,
+            rt,
+        })
+    }
+
+    /// Runs one measured process to completion.
+    pub fn spawn(&self, cmd: &std::process::Command) -> Result<child::ChildRun> {
+        child::run(&self.wrapper, cmd)
+    }
+
+    /// Runs every measurement, in the issue's order.
+    pub fn run(&self, progress: &mut dyn FnMut(&str)) -> Result<Vec<Section>> {
+        progress("sessions");
+        let [overhead, walls, requests] = sessions::measure(self, progress)?;
+        progress("start-up");
+        let startup = sessions::startup(self)?;
+        progress("streaming");
+        let streaming = stream::measure(self)?;
+        let search = search::measure(self, progress)?;
+        progress("parallel tools");
+        let parallel = sessions::parallel(self)?;
+        Ok(vec![
+            overhead,
+            walls,
+            startup,
+            requests,
+            streaming,
+            store(),
+            search,
+            parallel,
+        ])
+    }
+}
+
+/// Section 6 waits for the session store to land on main.
+fn store() -> Section {
+    Section {
+        title: "6. session store".into(),
+        rows: vec![
+            Row::missing(
+                "append latency p50 / p99",
+                "not yet: crow-store has not landed",
+            ),
+            Row::missing(
+                "load + rebuild of a 10,000-entry session",
+                "not yet: crow-store has not landed",
+            ),
+        ],
+    }
+}
+
+/// Where the `crow` binary of this build is: beside this executable, or one directory up
+/// (test executables live in `target/<profile>/deps`).
+pub fn locate_crow() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let dir = exe.parent()?;
+    [dir.join("crow"), dir.parent()?.join("crow")]
+        .into_iter()
+        .find(|p| p.is_file())
+}
+
+/// The machine, for the report header: CPU model, cores, load average.
+pub fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".to_owned());
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    format!("{cpu}, {cores} CPUs, load {}", load())
+}
+
+/// The 1-minute load average: a busy machine makes every timing noisier.
+pub fn load() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "?".to_owned())
+}

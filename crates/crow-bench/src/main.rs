@@ -1,0 +1,131 @@
+//! `crow-bench`: prints crow's benchmark table (see BENCHMARKS.md).
+
+// The harness's job is to print its table.
+#![allow(clippy::print_stdout)]
+
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
+
+use anyhow::{Context, Result, bail};
+use clap::Parser;
+use crow_bench::{Bench, Config, child, load, locate_crow, machine, table};
+
+#[derive(Parser)]
+#[command(
+    name = "crow-bench",
+    about = "Measure crow's speed and memory against a scripted mock model"
+)]
+struct Args {
+    /// A quick look: fewer runs and a 10,000-file search tree (about half a minute)
+    #[arg(long)]
+    quick: bool,
+    /// Runs of every session (default 21, or 3 with --quick)
+    #[arg(long)]
+    runs: Option<usize>,
+    /// Files in the generated search tree (default 50,000)
+    #[arg(long)]
+    files: Option<usize>,
+    /// The crow binary to measure (default: the one beside this binary, rebuilt first)
+    #[arg(long)]
+    crow: Option<PathBuf>,
+    /// Do not run `cargo build -p crow` first
+    #[arg(long)]
+    no_build: bool,
+}
+
+fn main() -> ExitCode {
+    // Go-between mode first, before any other work, so its footprint stays small.
+    let mut raw = std::env::args_os().skip(1);
+    if raw.next().is_some_and(|a| a == child::WRAP) {
+        return match child::wrap(raw) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("crow-bench __wrap: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    match run(Args::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("crow-bench: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: Args) -> Result<()> {
+    let mut config = if args.quick {
+        Config::quick()
+    } else {
+        Config::full()
+    };
+    if let Some(runs) = args.runs {
+        config.runs = runs.max(1);
+    }
+    if let Some(files) = args.files {
+        config.tree_files = files;
+    }
+    let crow = match args.crow {
+        Some(path) => path,
+        None => {
+            if !args.no_build {
+                build_crow()?;
+            }
+            locate_crow().context(
+                "no crow binary beside crow-bench: build it with `cargo build --release -p crow` or pass --crow",
+            )?
+        }
+    };
+    let version = Command::new(&crow)
+        .arg("--version")
+        .output()
+        .with_context(|| format!("cannot run {}", crow.display()))?;
+    let version = String::from_utf8_lossy(&version.stdout).trim().to_owned();
+    let profile = if crow.components().any(|c| c.as_os_str() == "debug") {
+        " — a DEBUG build: figures are not representative"
+    } else {
+        ""
+    };
+    let started = chrono::Utc::now();
+    let header = format!(
+        "crow-bench {} · {version} ({}){profile}\nmachine: {}\nruns: {} per session size, {} of --version",
+        started.format("%Y-%m-%d %H:%M UTC"),
+        crow.display(),
+        machine(),
+        config.runs,
+        config.version_runs,
+    );
+    let wrapper = std::env::current_exe().context("cannot find this executable")?;
+    let bench = Bench::new(crow, wrapper, config)?;
+    let sections = bench.run(&mut |step| eprintln!("· {step}"))?;
+    println!("{header}\n");
+    print!("{}", table::render(&sections));
+    println!(
+        "\nmedians with min–max; load average at the end {}; took {} s",
+        load(),
+        (chrono::Utc::now() - started).num_seconds()
+    );
+    Ok(())
+}
+
+/// Rebuilds crow in this binary's profile, so the figures are of the current source.
+/// Under `cargo run` the `CARGO` variable names the cargo to use; elsewhere nothing is built.
+fn build_crow() -> Result<()> {
+    let Ok(cargo) = std::env::var("CARGO") else {
+        return Ok(());
+    };
+    let release = std::env::current_exe()
+        .ok()
+        .is_some_and(|exe| exe.components().any(|c| c.as_os_str() == "release"));
+    let mut cmd = Command::new(cargo);
+    cmd.args(["build", "--quiet", "-p", "crow"]);
+    if release {
+        cmd.arg("--release");
+    }
+    let status = cmd.status().context("cannot run cargo build")?;
+    if !status.success() {
+        bail!("`cargo build -p crow` failed");
+    }
+    Ok(())
+}

@@ -1,0 +1,322 @@
+//! Whole `crow run --json` processes against the in-process mock: per-iteration overhead,
+//! wall time and peak RSS, first-request size and prefix stability, parallel tools, and
+//! `crow --version` start-up.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::{Context, Result, ensure};
+use crow_testkit::{MockLlm, RecordedRequest, Reply, Scenario};
+use serde_json::json;
+
+use crate::child::ChildRun;
+use crate::stats::{slope, summarize};
+use crate::table::{Row, Section, Target, Unit};
+use crate::{Bench, prefix};
+
+/// The file the `read_file` sessions read: a couple of KiB, like a small source file.
+const READ_FILE: &str = "notes.txt";
+
+/// What each iteration of a session asks crow to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Work {
+    Echo,
+    ReadFile,
+}
+
+impl Work {
+    fn label(self) -> &'static str {
+        match self {
+            Work::Echo => "bash echo",
+            Work::ReadFile => "read_file",
+        }
+    }
+
+    fn reply(self, i: usize) -> Reply {
+        match self {
+            Work::Echo => Reply::tool_call("bash", json!({"command": format!("echo step {i}")})),
+            Work::ReadFile => Reply::tool_call("read_file", json!({"path": READ_FILE})),
+        }
+    }
+}
+
+/// `n` iterations of `work`, then a closing text answer (so `n` + 1 model calls).
+pub fn scenario(work: Work, n: usize) -> Scenario {
+    let mut scenario = Scenario::new();
+    for i in 0..n {
+        scenario = scenario.reply(work.reply(i));
+    }
+    scenario.reply(Reply::text("done"))
+}
+
+/// A project directory for sessions, with the file `read_file` reads.
+pub fn project() -> Result<tempfile::TempDir> {
+    let dir = tempfile::tempdir().context("cannot create a temporary project")?;
+    let line = "let answer = compute(41) + 1; // a line of a small source file\n";
+    std::fs::write(dir.path().join(READ_FILE), line.repeat(32))?;
+    Ok(dir)
+}
+
+/// `crow` in `dir` with HOME and XDG dirs inside it, so no user config or key leaks in.
+pub fn crow_command(crow: &Path, dir: &Path) -> Command {
+    let mut cmd = Command::new(crow);
+    let home = dir.join(".home");
+    cmd.current_dir(dir)
+        .env("HOME", &home)
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .env("XDG_DATA_HOME", home.join(".local/share"))
+        .env("NO_COLOR", "1");
+    for var in [
+        "CROW_CONFIG_DIR",
+        "OPENAI_API_KEY",
+        "OPENAI_BASE_URL",
+        "ANTHROPIC_API_KEY",
+        "CROW_PROVIDER",
+        "CROW_MODEL",
+        "CROW_LOG",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd
+}
+
+/// `crow run --json` against an OpenAI-compatible `base_url`.
+pub fn crow_run(crow: &Path, dir: &Path, base_url: &str) -> Command {
+    let mut cmd = crow_command(crow, dir);
+    cmd.args([
+        "run",
+        "--json",
+        "--provider",
+        "openai",
+        "--model",
+        "mock-model",
+    ])
+    .args(["--base-url", base_url])
+    .args(["--max-iterations", "1000", "do the task"]);
+    cmd
+}
+
+/// One session: a fresh mock serving `scenario`, one crow process, the mock's request log.
+pub fn session(
+    bench: &Bench,
+    dir: &Path,
+    scenario: Scenario,
+) -> Result<(ChildRun, Vec<RecordedRequest>)> {
+    let mock = bench
+        .rt
+        .block_on(MockLlm::start(scenario))
+        .context("cannot start the mock model")?;
+    let run = bench.spawn(&crow_run(&bench.crow, dir, &mock.openai_base_url()))?;
+    let requests = mock.requests();
+    drop(mock);
+    run.ensure_success("crow run")?;
+    Ok((run, requests))
+}
+
+/// Sections 1, 2 and 4: sessions of N iterations of each kind of work.
+pub fn measure(bench: &Bench, progress: &mut dyn FnMut(&str)) -> Result<[Section; 3]> {
+    let config = &bench.config;
+    let dir = project()?;
+    let ns = config.iterations;
+    // A first, unmeasured session loads the binary into the page cache.
+    session(bench, dir.path(), scenario(Work::Echo, 1))?;
+
+    let mut walls: BTreeMap<(Work, usize), Vec<f64>> = BTreeMap::new();
+    let mut rss: BTreeMap<(Work, usize), Vec<f64>> = BTreeMap::new();
+    let mut first_request: Vec<f64> = Vec::new();
+    let (mut stable, mut pairs) = (0usize, 0usize);
+    for run in 0..config.runs {
+        progress(&format!("sessions: run {}/{}", run + 1, config.runs));
+        // Interleaved, so slow spells of a shared machine hit every N alike.
+        for work in [Work::Echo, Work::ReadFile] {
+            for &n in &ns {
+                let (child, requests) = session(bench, dir.path(), scenario(work, n))?;
+                let ends = child.events("tool_call_end");
+                ensure!(
+                    ends.len() == n && ends.iter().all(|(_, e)| e["result"]["status"] == "success"),
+                    "{} ×{n}: expected {n} successful tool calls, got {:?}",
+                    work.label(),
+                    ends.iter()
+                        .map(|(_, e)| &e["result"]["status"])
+                        .collect::<Vec<_>>()
+                );
+                walls.entry((work, n)).or_default().push(child.wall_ms());
+                rss.entry((work, n)).or_default().push(child.max_rss_mib());
+                if let Some(first) = requests.first() {
+                    first_request.push(first.raw_body.len() as f64);
+                }
+                for pair in requests.windows(2) {
+                    pairs += 1;
+                    stable += usize::from(prefix::stable(&pair[0].raw_body, &pair[1].raw_body));
+                }
+            }
+        }
+    }
+
+    let [n1, n2, n3] = ns;
+    let mut overhead = Vec::new();
+    let mut wall_rows = Vec::new();
+    for work in [Work::Echo, Work::ReadFile] {
+        let at = |n: usize| walls.get(&(work, n)).cloned().unwrap_or_default();
+        let per_iteration: Vec<f64> = at(n3)
+            .iter()
+            .zip(at(n2))
+            .map(|(hi, lo)| (hi - lo) / (n3 - n2) as f64)
+            .collect();
+        let points: Vec<(f64, f64)> = ns
+            .iter()
+            .flat_map(|&n| at(n).into_iter().map(move |w| (n as f64, w)))
+            .collect();
+        let fit = slope(&points).map_or("—".to_owned(), |s| Unit::Ms.format(s));
+        overhead.push(
+            Row::stats(
+                format!("{}: (wall ×{n3} − wall ×{n2}) / {}", work.label(), n3 - n2),
+                summarize(&per_iteration),
+                Unit::Ms,
+            )
+            .target(Target::at_most(5.0, Unit::Ms))
+            .note(format!(
+                "least-squares slope over ×{n1}/×{n2}/×{n3}: {fit} per iteration"
+            )),
+        );
+        for &n in &ns {
+            let mut row = Row::stats(
+                format!("{} ×{n}: wall", work.label()),
+                summarize(&at(n)),
+                Unit::Ms,
+            );
+            if work == Work::Echo && n == 1 {
+                row = row
+                    .target(Target::at_most(60.0, Unit::Ms))
+                    .note("one tool call + closing answer");
+            }
+            wall_rows.push(row);
+        }
+        for &n in &[n1, n3] {
+            let samples = rss.get(&(work, n)).cloned().unwrap_or_default();
+            wall_rows.push(
+                Row::stats(
+                    format!("{} ×{n}: peak RSS", work.label()),
+                    summarize(&samples),
+                    Unit::MiB,
+                )
+                .target(Target::at_most(30.0, Unit::MiB)),
+            );
+        }
+    }
+
+    let share = if pairs == 0 {
+        f64::NAN
+    } else {
+        100.0 * stable as f64 / pairs as f64
+    };
+    let requests = vec![
+        Row::stats("first request body", summarize(&first_request), Unit::Bytes)
+            .target(Target::at_most(15.0 * 1024.0, Unit::Bytes))
+            .note("system prompt + every built-in tool schema + the task"),
+        Row::single("consecutive requests with a byte-stable prefix", share, Unit::Percent)
+            .target(Target::at_least_percent(100.0))
+            .note(format!("{stable} of {pairs} pairs: same bytes around `messages`, earlier messages a byte prefix")),
+    ];
+    Ok([
+        Section {
+            title: "1. per-iteration overhead (whole `crow run --json` sessions against the mock)"
+                .into(),
+            rows: overhead,
+        },
+        Section {
+            title: "2. session wall time and peak RSS (N iterations + a closing answer)".into(),
+            rows: wall_rows,
+        },
+        Section {
+            title: "4. requests (from the mock's log, OpenAI wire format)".into(),
+            rows: requests,
+        },
+    ])
+}
+
+/// Section 3: `crow --version`, beside the cost of spawning `/bin/true`.
+pub fn startup(bench: &Bench) -> Result<Section> {
+    let dir = tempfile::tempdir()?;
+    let mut version = Vec::new();
+    let mut version_rss = Vec::new();
+    let mut floor = Vec::new();
+    for _ in 0..bench.config.version_runs {
+        let run = bench.spawn(crow_command(&bench.crow, dir.path()).arg("--version"))?;
+        run.ensure_success("crow --version")?;
+        version.push(run.wall_ms());
+        version_rss.push(run.max_rss_mib());
+        if let Ok(run) = bench.spawn(&Command::new("true")) {
+            floor.push(run.wall_ms());
+        }
+    }
+    Ok(Section {
+        title: "3. start-up".into(),
+        rows: vec![
+            Row::stats("crow --version", summarize(&version), Unit::Ms)
+                .target(Target::at_most(5.0, Unit::Ms)),
+            Row::stats(
+                "crow --version: peak RSS",
+                summarize(&version_rss),
+                Unit::MiB,
+            ),
+            Row::stats("spawn floor: `true`", summarize(&floor), Unit::Ms)
+                .note("fork+exec+wait of a trivial program on this machine"),
+        ],
+    })
+}
+
+/// Section 8: one response asking for four `sleep`s; they should overlap.
+pub fn parallel(bench: &Bench) -> Result<Section> {
+    let secs = bench.config.parallel_sleep_secs;
+    let dir = project()?;
+    let command = json!({ "command": format!("sleep {secs}") });
+    let mut reply = Reply::default();
+    for _ in 0..4 {
+        reply = reply.with_tool_call("bash", command.clone());
+    }
+    let mut tool_phase = Vec::new();
+    let mut walls = Vec::new();
+    for _ in 0..bench.config.parallel_runs {
+        let scenario = Scenario::new()
+            .reply(reply.clone())
+            .reply(Reply::text("done"));
+        let (run, _) = session(bench, dir.path(), scenario)?;
+        let starts = run.events("tool_call_start");
+        let ends = run.events("tool_call_end");
+        ensure!(
+            ends.len() == 4,
+            "expected 4 tool results, got {}",
+            ends.len()
+        );
+        if let (Some((first, _)), Some((last, _))) = (starts.first(), ends.last()) {
+            tool_phase.push(last.duration_since(*first).as_secs_f64() * 1000.0);
+        }
+        walls.push(run.wall_ms());
+    }
+    let sleep_ms = secs * 1000.0;
+    Ok(Section {
+        title: "8. parallel tools".into(),
+        rows: vec![
+            Row::stats(
+                format!("4 × `sleep {secs}` in one response: first start → last end"),
+                summarize(&tool_phase),
+                Unit::Ms,
+            )
+            .target(Target {
+                max: sleep_ms * 1.1,
+                label: format!(
+                    "≈ {} (≤ {})",
+                    Unit::Ms.format_round(sleep_ms),
+                    Unit::Ms.format_round(sleep_ms * 1.1)
+                ),
+            })
+            .note(format!(
+                "serial would be {}",
+                Unit::Ms.format(4.0 * sleep_ms)
+            )),
+            Row::stats("  …whole session", summarize(&walls), Unit::Ms),
+        ],
+    })
+}

@@ -1,0 +1,29 @@
+//! The harness cannot rot: every measurement runs once at tiny sizes and yields numbers.
+//! No timing is asserted — only that each figure was measured.
+
+use crow_bench::table::Figure;
+use crow_bench::{Bench, Config, locate_crow};
+
+#[test]
+fn every_measurement_produces_numbers() {
+    // `cargo test --workspace` builds crow's binary (its own tests need it); alone, this
+    // test needs `cargo build -p crow` first.
+    let Some(crow) = locate_crow() else {
+        panic!("no crow binary in the target directory: run `cargo build -p crow` first");
+    };
+    let wrapper = env!("CARGO_BIN_EXE_crow-bench").into();
+    let bench = Bench::new(crow, wrapper, Config::smoke()).unwrap();
+    let sections = bench.run(&mut |_| {}).unwrap();
+    assert_eq!(sections.len(), 8);
+    for section in &sections {
+        for row in &section.rows {
+            let pending = section.title.contains("store") || row.label.contains("rg ");
+            match &row.figure {
+                Figure::Missing(why) => assert!(pending, "{}: {why}", row.label),
+                _ => assert!(row.value().is_some_and(f64::is_finite), "{}", row.label),
+            }
+        }
+    }
+    let text = crow_bench::table::render(&sections);
+    assert!(text.contains("per-iteration overhead"), "{text}");
+}
