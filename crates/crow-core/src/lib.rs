@@ -8,7 +8,8 @@
 //! - [`client`]: [`ClientBridge`], the editor's files and terminals offered to tools;
 //! - [`event`]: [`AgentEvent`], the one stream every front end consumes;
 //! - [`agent`]: [`BaseAgent::execute_turn`], the loop itself;
-//! - [`crew`]: the control-flow layer: a primary, an optional coagent, autonomy levels.
+//! - [`crew`]: the control-flow layer: a primary, an optional coagent, autonomy levels;
+//! - [`store`]: the [`SessionStore`] trait sessions are persisted through.
 
 pub mod agent;
 pub mod client;
@@ -18,6 +19,7 @@ pub mod history;
 pub mod message;
 pub mod provider;
 pub mod session;
+pub mod store;
 pub mod subagent;
 pub mod tool;
 
@@ -37,6 +39,10 @@ pub use provider::{
 };
 pub use session::{HistorySink, Session};
 pub use subagent::{SubagentFactory, TASK, TaskTool};
+pub use store::{
+    NewSession, SessionFilter, SessionInfo, SessionStatus, SessionStore, StoreError, StoredEntry,
+    UsageRecord,
+};
 pub use tool::{
     AllowAll, FileEdit, PermissionDecision, PermissionGate, PermissionRequest, Tool, ToolContext,
     ToolKind, ToolMetadata, ToolRegistry, ToolResult, ToolStatus,

@@ -1,0 +1,523 @@
+//! The [`SessionStore`] operations on [`SqliteStore`]: each one short transaction.
+
+use std::path::{Path, PathBuf};
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use crow_core::{
+    EntryKind, HistoryEntry, HistorySink, NewSession, SessionFilter, SessionInfo, SessionStatus,
+    SessionStore, StoreError, StoredEntry, Usage, UsageRecord,
+};
+use rusqlite::{OptionalExtension, Row, TransactionBehavior, params};
+use sha2::{Digest, Sha256};
+
+use crate::sqlite::SqliteStore;
+
+/// Fixed-width RFC 3339 with nanoseconds: sorts as text and round-trips exactly.
+pub(crate) fn ts(t: &DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Nanos, true)
+}
+
+fn parse_ts(text: &str) -> Result<DateTime<Utc>, StoreError> {
+    DateTime::parse_from_rfc3339(text)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|e| StoreError::Corrupt(format!("unreadable timestamp '{text}' ({e})")))
+}
+
+const SESSION_COLUMNS: &str = "s.id, s.project_root, s.cwd, s.title, s.agent, s.provider, \
+    s.model, s.status, s.created_at, s.updated_at, \
+    (SELECT count(*) FROM entries e WHERE e.session_id = s.id)";
+
+fn session_row(row: &Row<'_>) -> rusqlite::Result<RawSession> {
+    Ok(RawSession {
+        id: row.get(0)?,
+        project_root: row.get(1)?,
+        cwd: row.get(2)?,
+        title: row.get(3)?,
+        agent: row.get(4)?,
+        provider: row.get(5)?,
+        model: row.get(6)?,
+        status: row.get(7)?,
+        created_at: row.get(8)?,
+        updated_at: row.get(9)?,
+        entries: row.get(10)?,
+    })
+}
+
+struct RawSession {
+    id: String,
+    project_root: String,
+    cwd: String,
+    title: String,
+    agent: String,
+    provider: String,
+    model: String,
+    status: String,
+    created_at: String,
+    updated_at: String,
+    entries: i64,
+}
+
+impl RawSession {
+    fn into_info(self) -> Result<SessionInfo, StoreError> {
+        Ok(SessionInfo {
+            status: SessionStatus::parse(&self.status).ok_or_else(|| {
+                StoreError::Corrupt(format!(
+                    "session {} has an unknown status '{}'",
+                    self.id, self.status
+                ))
+            })?,
+            created_at: parse_ts(&self.created_at)?,
+            updated_at: parse_ts(&self.updated_at)?,
+            id: self.id,
+            project_root: PathBuf::from(self.project_root),
+            cwd: PathBuf::from(self.cwd),
+            title: self.title,
+            agent: self.agent,
+            provider: self.provider,
+            model: self.model,
+            entries: u64::try_from(self.entries).unwrap_or(0),
+        })
+    }
+}
+
+fn path_text(path: &Path) -> String {
+    path.to_string_lossy().into_owned()
+}
+
+fn partial(kind: &EntryKind) -> bool {
+    matches!(
+        kind,
+        EntryKind::AssistantText { partial: true, .. } | EntryKind::Thinking { partial: true, .. }
+    )
+}
+
+fn decode(session_id: &str, payload: &str, ts_text: &str) -> Result<HistoryEntry, StoreError> {
+    let kind: EntryKind = serde_json::from_str(payload).map_err(|e| {
+        StoreError::Corrupt(format!(
+            "an entry of session {session_id} cannot be read ({e})"
+        ))
+    })?;
+    Ok(HistoryEntry {
+        timestamp: parse_ts(ts_text)?,
+        kind,
+    })
+}
+
+/// SHA-256 of a prompt's text, hex: its key in the prompts table.
+pub fn prompt_hash(text: &str) -> String {
+    let digest = Sha256::digest(text.as_bytes());
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl SqliteStore {
+    fn get_session(&self, id: &str) -> Result<Option<SessionInfo>, StoreError> {
+        let conn = self.conn()?;
+        let sql = format!("SELECT {SESSION_COLUMNS} FROM sessions s WHERE s.id = ?1");
+        let raw = conn
+            .prepare_cached(&sql)
+            .and_then(|mut st| st.query_row([id], session_row).optional())
+            .map_err(|e| self.err(e))?;
+        raw.map(RawSession::into_info).transpose()
+    }
+
+    fn exists(&self, id: &str) -> Result<(), StoreError> {
+        match self.get_session(id)? {
+            Some(_) => Ok(()),
+            None => Err(StoreError::NotFound(id.to_owned())),
+        }
+    }
+}
+
+impl SessionStore for SqliteStore {
+    fn create_session(&self, new: &NewSession) -> Result<SessionInfo, StoreError> {
+        let now = ts(&Utc::now());
+        {
+            let conn = self.conn()?;
+            conn.execute(
+                "INSERT INTO sessions (id, project_root, cwd, title, agent, provider, model, status, created_at, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9)",
+                params![
+                    new.id,
+                    path_text(&new.project_root),
+                    path_text(&new.cwd),
+                    new.title,
+                    new.agent,
+                    new.provider,
+                    new.model,
+                    SessionStatus::Active.as_str(),
+                    now
+                ],
+            )
+            .map_err(|e| self.err(e))?;
+        }
+        self.get_session(&new.id)?
+            .ok_or_else(|| StoreError::NotFound(new.id.clone()))
+    }
+
+    fn session(&self, id_or_prefix: &str) -> Result<SessionInfo, StoreError> {
+        let wanted = id_or_prefix.trim();
+        if wanted.is_empty() {
+            return Err(StoreError::NotFound(String::new()));
+        }
+        if let Some(info) = self.get_session(wanted)? {
+            return Ok(info);
+        }
+        let ids: Vec<String> = {
+            let conn = self.conn()?;
+            let mut st = conn
+                .prepare_cached("SELECT id FROM sessions WHERE substr(id, 1, length(?1)) = ?1")
+                .map_err(|e| self.err(e))?;
+            st.query_map([wanted], |r| r.get(0))
+                .and_then(|rows| rows.collect::<rusqlite::Result<_>>())
+                .map_err(|e| self.err(e))?
+        };
+        match ids.as_slice() {
+            [] => Err(StoreError::NotFound(wanted.to_owned())),
+            [id] => self
+                .get_session(id)?
+                .ok_or_else(|| StoreError::NotFound(wanted.to_owned())),
+            many => Err(StoreError::Ambiguous {
+                prefix: wanted.to_owned(),
+                count: many.len(),
+            }),
+        }
+    }
+
+    fn latest_session(&self, project_root: &Path) -> Result<Option<SessionInfo>, StoreError> {
+        Ok(self
+            .list_sessions(&SessionFilter {
+                project_root: Some(project_root.to_path_buf()),
+                limit: Some(1),
+            })?
+            .into_iter()
+            .next())
+    }
+
+    fn list_sessions(&self, filter: &SessionFilter) -> Result<Vec<SessionInfo>, StoreError> {
+        let limit = filter
+            .limit
+            .map_or(-1, |n| i64::try_from(n).unwrap_or(i64::MAX));
+        let raws: Vec<RawSession> = {
+            let conn = self.conn()?;
+            let result = match &filter.project_root {
+                Some(root) => {
+                    let sql = format!(
+                        "SELECT {SESSION_COLUMNS} FROM sessions s WHERE s.project_root = ?1 \
+                         ORDER BY s.updated_at DESC, s.rowid DESC LIMIT ?2"
+                    );
+                    conn.prepare_cached(&sql).and_then(|mut st| {
+                        st.query_map(params![path_text(root), limit], session_row)?
+                            .collect()
+                    })
+                }
+                None => {
+                    let sql = format!(
+                        "SELECT {SESSION_COLUMNS} FROM sessions s \
+                         ORDER BY s.updated_at DESC, s.rowid DESC LIMIT ?1"
+                    );
+                    conn.prepare_cached(&sql)
+                        .and_then(|mut st| st.query_map([limit], session_row)?.collect())
+                }
+            };
+            result.map_err(|e| self.err(e))?
+        };
+        raws.into_iter().map(RawSession::into_info).collect()
+    }
+
+    fn append_entry(
+        &self,
+        session_id: &str,
+        agent: &str,
+        entry: &HistoryEntry,
+    ) -> Result<u64, StoreError> {
+        let payload = serde_json::to_string(&entry.kind)
+            .map_err(|e| StoreError::Other(format!("cannot encode a history entry ({e})")))?;
+        let when = ts(&entry.timestamp);
+        let mut conn = self.conn()?;
+        // IMMEDIATE takes the write lock up front, so a busy database waits (busy timeout)
+        // instead of failing on a read-to-write upgrade.
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| self.err(e))?;
+        let touched = tx
+            .prepare_cached("UPDATE sessions SET updated_at = ?2 WHERE id = ?1")
+            .and_then(|mut st| st.execute(params![session_id, when]))
+            .map_err(|e| self.err(e))?;
+        if touched == 0 {
+            return Err(StoreError::NotFound(session_id.to_owned()));
+        }
+        let seq: i64 = tx
+            .prepare_cached(
+                "INSERT INTO entries (session_id, agent, seq, kind, payload, partial, ts)
+                 SELECT ?1, ?2, coalesce(max(seq) + 1, 0), ?3, ?4, ?5, ?6
+                 FROM entries WHERE session_id = ?1 AND agent = ?2
+                 RETURNING seq",
+            )
+            .and_then(|mut st| {
+                st.query_row(
+                    params![
+                        session_id,
+                        agent,
+                        entry.kind.name(),
+                        payload,
+                        partial(&entry.kind),
+                        when
+                    ],
+                    |r| r.get(0),
+                )
+            })
+            .map_err(|e| self.err(e))?;
+        tx.commit().map_err(|e| self.err(e))?;
+        Ok(u64::try_from(seq).unwrap_or(0))
+    }
+
+    fn load_history(&self, session_id: &str, agent: &str) -> Result<Vec<HistoryEntry>, StoreError> {
+        self.exists(session_id)?;
+        let rows: Vec<(String, String)> = {
+            let conn = self.conn()?;
+            let mut st = conn
+                .prepare_cached(
+                    "SELECT payload, ts FROM entries WHERE session_id = ?1 AND agent = ?2 ORDER BY seq",
+                )
+                .map_err(|e| self.err(e))?;
+            st.query_map([session_id, agent], |r| Ok((r.get(0)?, r.get(1)?)))
+                .and_then(|rows| rows.collect::<rusqlite::Result<_>>())
+                .map_err(|e| self.err(e))?
+        };
+        rows.iter()
+            .map(|(payload, when)| decode(session_id, payload, when))
+            .collect()
+    }
+
+    fn timeline(&self, session_id: &str) -> Result<Vec<StoredEntry>, StoreError> {
+        self.exists(session_id)?;
+        let rows: Vec<(String, i64, String, String)> = {
+            let conn = self.conn()?;
+            let mut st = conn
+                .prepare_cached(
+                    "SELECT agent, seq, payload, ts FROM entries WHERE session_id = ?1 ORDER BY id",
+                )
+                .map_err(|e| self.err(e))?;
+            st.query_map([session_id], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            })
+            .and_then(|rows| rows.collect::<rusqlite::Result<_>>())
+            .map_err(|e| self.err(e))?
+        };
+        rows.into_iter()
+            .map(|(agent, seq, payload, when)| {
+                Ok(StoredEntry {
+                    agent,
+                    seq: u64::try_from(seq).unwrap_or(0),
+                    entry: decode(session_id, &payload, &when)?,
+                })
+            })
+            .collect()
+    }
+
+    fn set_system_prompt(
+        &self,
+        session_id: &str,
+        agent: &str,
+        prompt: &str,
+    ) -> Result<String, StoreError> {
+        let hash = prompt_hash(prompt);
+        let mut conn = self.conn()?;
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| self.err(e))?;
+        let exists: Option<i64> = tx
+            .query_row("SELECT 1 FROM sessions WHERE id = ?1", [session_id], |r| {
+                r.get(0)
+            })
+            .optional()
+            .map_err(|e| self.err(e))?;
+        if exists.is_none() {
+            return Err(StoreError::NotFound(session_id.to_owned()));
+        }
+        tx.execute(
+            "INSERT OR IGNORE INTO prompts (hash, text, created_at) VALUES (?1, ?2, ?3)",
+            params![hash, prompt, ts(&Utc::now())],
+        )
+        .map_err(|e| self.err(e))?;
+        tx.execute(
+            "INSERT OR REPLACE INTO session_agents (session_id, agent, prompt_hash) VALUES (?1, ?2, ?3)",
+            params![session_id, agent, hash],
+        )
+        .map_err(|e| self.err(e))?;
+        tx.commit().map_err(|e| self.err(e))?;
+        Ok(hash)
+    }
+
+    fn system_prompt(&self, session_id: &str, agent: &str) -> Result<Option<String>, StoreError> {
+        let conn = self.conn()?;
+        conn.query_row(
+            "SELECT p.text FROM session_agents a JOIN prompts p ON p.hash = a.prompt_hash
+             WHERE a.session_id = ?1 AND a.agent = ?2",
+            [session_id, agent],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(|e| self.err(e))
+    }
+
+    fn record_usage(&self, session_id: &str, usage: &UsageRecord) -> Result<(), StoreError> {
+        let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        let conn = self.conn()?;
+        conn.prepare_cached(
+            "INSERT INTO usage (session_id, agent, model, input_tokens, output_tokens, reasoning_tokens,
+                                cache_read_tokens, cache_write_tokens, duration_ms, ts)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+        )
+        .and_then(|mut st| {
+            st.execute(params![
+                session_id,
+                usage.agent,
+                usage.model,
+                n(usage.usage.input_tokens),
+                n(usage.usage.output_tokens),
+                n(usage.usage.reasoning_tokens),
+                n(usage.usage.cache_read_tokens),
+                n(usage.usage.cache_write_tokens),
+                n(usage.duration_ms),
+                ts(&usage.timestamp),
+            ])
+        })
+        .map_err(|e| match e.sqlite_error_code() {
+            Some(rusqlite::ErrorCode::ConstraintViolation) => {
+                StoreError::NotFound(session_id.to_owned())
+            }
+            _ => self.err(e),
+        })?;
+        Ok(())
+    }
+
+    fn usage(&self, session_id: &str) -> Result<Vec<UsageRecord>, StoreError> {
+        let rows: Vec<(String, String, [i64; 6], String)> = {
+            let conn = self.conn()?;
+            let mut st = conn
+                .prepare_cached(
+                    "SELECT agent, model, input_tokens, output_tokens, reasoning_tokens,
+                            cache_read_tokens, cache_write_tokens, duration_ms, ts
+                     FROM usage WHERE session_id = ?1 ORDER BY id",
+                )
+                .map_err(|e| self.err(e))?;
+            st.query_map([session_id], |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    [
+                        r.get(2)?,
+                        r.get(3)?,
+                        r.get(4)?,
+                        r.get(5)?,
+                        r.get(6)?,
+                        r.get(7)?,
+                    ],
+                    r.get(8)?,
+                ))
+            })
+            .and_then(|rows| rows.collect::<rusqlite::Result<_>>())
+            .map_err(|e| self.err(e))?
+        };
+        let u = |v: i64| u64::try_from(v).unwrap_or(0);
+        rows.into_iter()
+            .map(|(agent, model, n, when)| {
+                Ok(UsageRecord {
+                    agent,
+                    model,
+                    usage: Usage {
+                        input_tokens: u(n[0]),
+                        output_tokens: u(n[1]),
+                        reasoning_tokens: u(n[2]),
+                        cache_read_tokens: u(n[3]),
+                        cache_write_tokens: u(n[4]),
+                    },
+                    duration_ms: u(n[5]),
+                    timestamp: parse_ts(&when)?,
+                })
+            })
+            .collect()
+    }
+
+    fn set_status(&self, session_id: &str, status: SessionStatus) -> Result<(), StoreError> {
+        self.update(
+            "UPDATE sessions SET status = ?2, updated_at = ?3 WHERE id = ?1",
+            session_id,
+            status.as_str(),
+        )
+    }
+
+    fn set_model(&self, session_id: &str, provider: &str, model: &str) -> Result<(), StoreError> {
+        let conn = self.conn()?;
+        let n = conn
+            .execute(
+                "UPDATE sessions SET provider = ?2, model = ?3 WHERE id = ?1",
+                params![session_id, provider, model],
+            )
+            .map_err(|e| self.err(e))?;
+        if n == 0 {
+            return Err(StoreError::NotFound(session_id.to_owned()));
+        }
+        Ok(())
+    }
+
+    fn delete_session(&self, session_id: &str) -> Result<(), StoreError> {
+        let mut conn = self.conn()?;
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| self.err(e))?;
+        for sql in [
+            "DELETE FROM entries WHERE session_id = ?1",
+            "DELETE FROM usage WHERE session_id = ?1",
+            "DELETE FROM session_agents WHERE session_id = ?1",
+        ] {
+            tx.execute(sql, [session_id]).map_err(|e| self.err(e))?;
+        }
+        let n = tx
+            .execute("DELETE FROM sessions WHERE id = ?1", [session_id])
+            .map_err(|e| self.err(e))?;
+        if n == 0 {
+            return Err(StoreError::NotFound(session_id.to_owned()));
+        }
+        // Prompts are shared by hash; drop the ones no session uses any more.
+        tx.execute(
+            "DELETE FROM prompts WHERE hash NOT IN (SELECT prompt_hash FROM session_agents)",
+            [],
+        )
+        .map_err(|e| self.err(e))?;
+        tx.commit().map_err(|e| self.err(e))
+    }
+}
+
+impl SqliteStore {
+    fn update(&self, sql: &str, session_id: &str, value: &str) -> Result<(), StoreError> {
+        let conn = self.conn()?;
+        let n = conn
+            .execute(sql, params![session_id, value, ts(&Utc::now())])
+            .map_err(|e| self.err(e))?;
+        if n == 0 {
+            return Err(StoreError::NotFound(session_id.to_owned()));
+        }
+        Ok(())
+    }
+}
+
+/// The in-memory history stays authoritative when a write fails: the failure is logged once
+/// and counted, and the front end reports it when the run ends
+/// ([`SqliteStore::take_sink_failures`]).
+impl HistorySink for SqliteStore {
+    fn append(&self, session_id: &str, agent: &str, entry: &HistoryEntry) {
+        if let Err(error) = self.append_entry(session_id, agent, entry) {
+            let mut failures = self
+                .sink_failures
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if failures.1.is_none() {
+                tracing::warn!("history entry not saved: {error}");
+                failures.1 = Some(error);
+            }
+            failures.0 += 1;
+        }
+    }
+}

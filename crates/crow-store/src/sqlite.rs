@@ -1,0 +1,257 @@
+//! [`SqliteStore`]: opening the database (pragmas, schema checks, migrations) and turning
+//! SQLite's failures into one-line [`StoreError`]s that name the file.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use crow_core::StoreError;
+use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior};
+
+use crate::schema::{APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION};
+
+/// How to open a store.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// How long a write waits for another process's lock before giving up.
+    pub busy_timeout: Duration,
+    /// Open without write access (listing and exporting only).
+    pub read_only: bool,
+    /// Cap on the database size in pages of 4 KiB (a quota; writes past it fail as "full").
+    pub max_pages: Option<u64>,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            busy_timeout: Duration::from_secs(5),
+            read_only: false,
+            max_pages: None,
+        }
+    }
+}
+
+/// Sessions in one SQLite file (WAL mode, so readers never block the writer).
+///
+/// One connection behind a mutex: every operation is a short transaction, so contention
+/// within a process is negligible, and SQLite's busy timeout arbitrates between processes.
+pub struct SqliteStore {
+    pub(crate) conn: Mutex<Connection>,
+    pub(crate) path: PathBuf,
+    pub(crate) busy_timeout: Duration,
+    /// Appends the [`HistorySink`](crow_core::HistorySink) could not write: count and first error.
+    pub(crate) sink_failures: Mutex<(u64, Option<StoreError>)>,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database at `path` with default options.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        Self::open_with(path, &StoreOptions::default())
+    }
+
+    pub fn open_with(path: impl AsRef<Path>, options: &StoreOptions) -> Result<Self, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        let fail = |e: rusqlite::Error| classify(&path, options.busy_timeout, e);
+        if !options.read_only
+            && let Some(dir) = path.parent()
+            && !dir.as_os_str().is_empty()
+        {
+            std::fs::create_dir_all(dir).map_err(|e| io_error(&path, &e))?;
+        }
+        let flags = if options.read_only {
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        } else {
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_CREATE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        };
+        let conn = Connection::open_with_flags(&path, flags).map_err(fail)?;
+        conn.busy_timeout(options.busy_timeout).map_err(fail)?;
+
+        // Read the header before writing anything: a foreign or newer file stays untouched.
+        let (app_id, version, tables) = read_header(&conn).map_err(fail)?;
+        check_header(&path, app_id, version, tables)?;
+        if options.read_only {
+            if version < SCHEMA_VERSION {
+                return Err(StoreError::Other(format!(
+                    "the session database {} has not been set up yet",
+                    path.display()
+                )));
+            }
+        } else {
+            // WAL: readers never block the writer and a commit is one append to the log.
+            // synchronous=NORMAL in WAL mode keeps the database consistent across a crash
+            // or kill; only a power loss can drop the last commits.
+            let mode: String = conn
+                .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
+                .map_err(fail)?;
+            if !mode.eq_ignore_ascii_case("wal") {
+                tracing::warn!("{}: journal mode is {mode}, not WAL", path.display());
+            }
+            conn.execute_batch("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;")
+                .map_err(fail)?;
+            if version < SCHEMA_VERSION {
+                migrate(&conn, &path).map_err(|e| match e {
+                    Migrate::Sql(e) => fail(e),
+                    Migrate::Refused(e) => e,
+                })?;
+            }
+        }
+        if let Some(pages) = options.max_pages {
+            conn.query_row(&format!("PRAGMA max_page_count = {pages}"), [], |_| Ok(()))
+                .map_err(fail)?;
+        }
+        Ok(Self {
+            conn: Mutex::new(conn),
+            path,
+            busy_timeout: options.busy_timeout,
+            sink_failures: Mutex::new((0, None)),
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Entries the [`HistorySink`](crow_core::HistorySink) side could not write since the
+    /// last call: how many, and the first error. `None` when every append succeeded.
+    pub fn take_sink_failures(&self) -> Option<(u64, StoreError)> {
+        let mut guard = self
+            .sink_failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (count, first) = std::mem::take(&mut *guard);
+        first.map(|e| (count, e))
+    }
+
+    pub(crate) fn conn(&self) -> Result<MutexGuard<'_, Connection>, StoreError> {
+        // A panic while holding the lock cannot leave a transaction open (rusqlite rolls
+        // back on drop), so the connection is still usable.
+        Ok(self
+            .conn
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner))
+    }
+
+    pub(crate) fn err(&self, e: rusqlite::Error) -> StoreError {
+        classify(&self.path, self.busy_timeout, e)
+    }
+}
+
+fn read_header(conn: &Connection) -> rusqlite::Result<(i32, i64, i64)> {
+    let app_id: i32 = conn.query_row("PRAGMA application_id", [], |r| r.get(0))?;
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    let tables: i64 = conn.query_row(
+        "SELECT count(*) FROM sqlite_master WHERE type = 'table'",
+        [],
+        |r| r.get(0),
+    )?;
+    Ok((app_id, version, tables))
+}
+
+fn check_header(path: &Path, app_id: i32, version: i64, tables: i64) -> Result<(), StoreError> {
+    let foreign = if app_id == 0 {
+        // A fresh file is fine; an unstamped file with tables belongs to something else.
+        tables > 0
+    } else {
+        app_id != APPLICATION_ID
+    };
+    if foreign {
+        return Err(StoreError::Corrupt(format!(
+            "{} is an SQLite database of another program, not crow's; set CROW_HOME or [store] path to use another file",
+            path.display()
+        )));
+    }
+    if version > SCHEMA_VERSION {
+        return Err(StoreError::NewerSchema(format!(
+            "the session database {} was written by a newer crow (schema version {version}, this crow knows up to {SCHEMA_VERSION}); it was left untouched: upgrade crow or set CROW_HOME to use another database",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
+enum Migrate {
+    Sql(rusqlite::Error),
+    Refused(StoreError),
+}
+
+impl From<rusqlite::Error> for Migrate {
+    fn from(e: rusqlite::Error) -> Self {
+        Migrate::Sql(e)
+    }
+}
+
+/// Applies the missing migrations in one transaction. The version is read again under the
+/// write lock: another crow process may have migrated in between.
+fn migrate(conn: &Connection, path: &Path) -> Result<(), Migrate> {
+    let tx = rusqlite::Transaction::new_unchecked(conn, TransactionBehavior::Immediate)?;
+    let (app_id, version, tables) = read_header(&tx)?;
+    check_header(path, app_id, version, tables).map_err(Migrate::Refused)?;
+    let start = usize::try_from(version).unwrap_or(0);
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(start) {
+        tracing::debug!(
+            "{}: migrating the schema to version {}",
+            path.display(),
+            i + 1
+        );
+        tx.execute_batch(sql)?;
+    }
+    tx.execute_batch(&format!(
+        "PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {SCHEMA_VERSION};"
+    ))?;
+    tx.commit()?;
+    Ok(())
+}
+
+/// One line saying what went wrong with the database, by SQLite's error class.
+pub(crate) fn classify(path: &Path, busy: Duration, e: rusqlite::Error) -> StoreError {
+    let path = path.display();
+    let code = e.sqlite_error_code();
+    let detail = e.to_string();
+    match code {
+        Some(ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase) => StoreError::Corrupt(format!(
+            "the session database {path} is damaged or not a database ({detail}); move it aside to start afresh"
+        )),
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => StoreError::Locked(format!(
+            "the session database {path} is locked by another process (waited {} ms); try again when it is done",
+            busy.as_millis()
+        )),
+        Some(ErrorCode::ReadOnly) => StoreError::ReadOnly(format!(
+            "the session database {path} is read-only ({detail}); make it writable or set CROW_HOME to use another directory"
+        )),
+        Some(ErrorCode::CannotOpen) => StoreError::ReadOnly(format!(
+            "cannot open the session database {path} ({detail}); check that its directory exists and is writable, or set CROW_HOME"
+        )),
+        Some(ErrorCode::DiskFull) => StoreError::Full(format!(
+            "the session database {path} cannot grow: the disk (or its size limit) is full"
+        )),
+        Some(ErrorCode::SystemIoFailure) => StoreError::Other(format!(
+            "I/O error on the session database {path} ({detail})"
+        )),
+        _ => StoreError::Other(format!("session database {path}: {detail}")),
+    }
+}
+
+fn io_error(path: &Path, e: &std::io::Error) -> StoreError {
+    let message = format!(
+        "cannot create the directory of the session database {} ({e})",
+        path.display()
+    );
+    match e.kind() {
+        std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem => {
+            StoreError::ReadOnly(message)
+        }
+        std::io::ErrorKind::StorageFull => StoreError::Full(message),
+        _ => StoreError::Other(message),
+    }
+}

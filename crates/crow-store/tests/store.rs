@@ -1,0 +1,449 @@
+//! The SQLite store on real files in temporary directories: round trips, prompts, usage,
+//! listing, deletion, concurrency, and every kind of bad database.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use crow_core::{
+    EntryKind, HistoryEntry, HistorySink, NewSession, Session, SessionFilter, SessionStatus,
+    SessionStore, StoreError, Usage, UsageRecord,
+};
+use crow_store::{ExportFormat, SqliteStore, StoreOptions, sample};
+
+fn new_session(id: &str, root: &str) -> NewSession {
+    NewSession {
+        id: id.into(),
+        project_root: root.into(),
+        cwd: format!("{root}/src").into(),
+        title: format!("title of {id}"),
+        agent: "builder".into(),
+        provider: "openai".into(),
+        model: "gpt-test".into(),
+    }
+}
+
+fn db(dir: &Path) -> std::path::PathBuf {
+    dir.join("data").join("crow.db")
+}
+
+#[test]
+fn every_entry_kind_round_trips_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(db(dir.path())).unwrap();
+    store.create_session(&new_session("s1", "/p")).unwrap();
+    let entries: Vec<HistoryEntry> = sample::every_kind()
+        .into_iter()
+        .map(HistoryEntry::now)
+        .collect();
+    for (i, entry) in entries.iter().enumerate() {
+        let seq = store.append_entry("s1", "builder", entry).unwrap();
+        assert_eq!(seq, i as u64);
+    }
+    drop(store);
+    let store = SqliteStore::open(db(dir.path())).unwrap();
+    let loaded = store.load_history("s1", "builder").unwrap();
+    assert_eq!(loaded, entries, "kinds, contents and timestamps survive");
+    assert_eq!(store.session("s1").unwrap().entries, entries.len() as u64);
+}
+
+#[test]
+fn agents_keep_separate_histories_under_one_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(db(dir.path())).unwrap();
+    store.create_session(&new_session("s1", "/p")).unwrap();
+    let user = |t: &str| HistoryEntry::now(EntryKind::User { content: t.into() });
+    store.append_entry("s1", "builder", &user("b0")).unwrap();
+    store.append_entry("s1", "reviewer", &user("r0")).unwrap();
+    assert_eq!(store.append_entry("s1", "builder", &user("b1")).unwrap(), 1);
+    assert_eq!(store.load_history("s1", "reviewer").unwrap().len(), 1);
+    let timeline = store.timeline("s1").unwrap();
+    let order: Vec<_> = timeline.iter().map(|e| (e.agent.as_str(), e.seq)).collect();
+    assert_eq!(order, [("builder", 0), ("reviewer", 0), ("builder", 1)]);
+}
+
+#[test]
+fn a_session_used_as_history_sink_persists_every_push() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(SqliteStore::open(db(dir.path())).unwrap());
+    store.create_session(&new_session("s1", "/p")).unwrap();
+    let mut session = Session::new("s1", "builder", "/p".into(), "/p".into())
+        .with_sink(Arc::clone(&store) as Arc<dyn HistorySink>);
+    session.add_user_message("hello");
+    session.push(EntryKind::AssistantText {
+        content: "hi".into(),
+        partial: false,
+    });
+    assert_eq!(
+        store.load_history("s1", "builder").unwrap(),
+        session.entries()
+    );
+    assert!(store.take_sink_failures().is_none());
+
+    // A sink write that fails is counted, not fatal: the in-memory history goes on.
+    let mut orphan = Session::new("nope", "builder", "/p".into(), "/p".into())
+        .with_sink(Arc::clone(&store) as Arc<dyn HistorySink>);
+    orphan.add_user_message("lost");
+    orphan.add_user_message("lost too");
+    assert_eq!(orphan.entries().len(), 2);
+    let (count, error) = store.take_sink_failures().unwrap();
+    assert_eq!(count, 2);
+    assert_eq!(error, StoreError::NotFound("nope".into()));
+}
+
+#[test]
+fn system_prompts_are_stored_once_by_hash() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(db(dir.path())).unwrap();
+    store.create_session(&new_session("a", "/p")).unwrap();
+    store.create_session(&new_session("b", "/p")).unwrap();
+    let prompt = "You are crow.\nDate: 2026-11-22\n";
+    let h1 = store.set_system_prompt("a", "builder", prompt).unwrap();
+    let h2 = store.set_system_prompt("b", "builder", prompt).unwrap();
+    assert_eq!(h1, h2);
+    assert_eq!(h1, crow_store::prompt_hash(prompt));
+    assert_eq!(
+        store.system_prompt("a", "builder").unwrap().as_deref(),
+        Some(prompt)
+    );
+    assert_eq!(store.system_prompt("a", "reviewer").unwrap(), None);
+    let conn = rusqlite::Connection::open(db(dir.path())).unwrap();
+    let n: i64 = conn
+        .query_row("SELECT count(*) FROM prompts", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(n, 1);
+    // Deleting one session keeps the prompt the other still uses; deleting both drops it.
+    store.delete_session("a").unwrap();
+    assert!(store.system_prompt("b", "builder").unwrap().is_some());
+    store.delete_session("b").unwrap();
+    let n: i64 = conn
+        .query_row("SELECT count(*) FROM prompts", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(n, 0);
+}
+
+#[test]
+fn usage_rows_are_kept_per_model_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(db(dir.path())).unwrap();
+    store.create_session(&new_session("s1", "/p")).unwrap();
+    let row = UsageRecord {
+        agent: "builder".into(),
+        model: "gpt-test".into(),
+        usage: Usage {
+            input_tokens: 1200,
+            output_tokens: 80,
+            reasoning_tokens: 20,
+            cache_read_tokens: 1024,
+            cache_write_tokens: 5,
+        },
+        duration_ms: 1500,
+        timestamp: Utc::now(),
+    };
+    store.record_usage("s1", &row).unwrap();
+    store.record_usage("s1", &row).unwrap();
+    let rows = store.usage("s1").unwrap();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0].usage, row.usage);
+    assert_eq!(rows[0].duration_ms, 1500);
+    assert_eq!(
+        store.record_usage("missing", &row),
+        Err(StoreError::NotFound("missing".into()))
+    );
+}
+
+#[test]
+fn listing_lookup_by_prefix_status_and_delete() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(db(dir.path())).unwrap();
+    for (id, root) in [("aaa-1", "/p"), ("aab-2", "/p"), ("b-3", "/q")] {
+        store.create_session(&new_session(id, root)).unwrap();
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let ids = |f: SessionFilter| -> Vec<String> {
+        store
+            .list_sessions(&f)
+            .unwrap()
+            .into_iter()
+            .map(|s| s.id)
+            .collect()
+    };
+    assert_eq!(
+        ids(SessionFilter {
+            project_root: Some("/p".into()),
+            limit: None
+        }),
+        ["aab-2", "aaa-1"]
+    );
+    assert_eq!(ids(SessionFilter::default()), ["b-3", "aab-2", "aaa-1"]);
+    // Appending makes a session the latest of its project.
+    let entry = HistoryEntry::now(EntryKind::User {
+        content: "more".into(),
+    });
+    store.append_entry("aaa-1", "builder", &entry).unwrap();
+    assert_eq!(
+        store.latest_session(Path::new("/p")).unwrap().unwrap().id,
+        "aaa-1"
+    );
+    assert_eq!(store.latest_session(Path::new("/none")).unwrap(), None);
+
+    assert_eq!(store.session("aab").unwrap().id, "aab-2");
+    assert_eq!(
+        store.session("aa"),
+        Err(StoreError::Ambiguous {
+            prefix: "aa".into(),
+            count: 2
+        })
+    );
+    assert_eq!(store.session("zz"), Err(StoreError::NotFound("zz".into())));
+
+    store.set_status("aaa-1", SessionStatus::Completed).unwrap();
+    store.set_model("aaa-1", "anthropic", "claude").unwrap();
+    let s = store.session("aaa-1").unwrap();
+    assert_eq!(
+        (s.status, s.model.as_str()),
+        (SessionStatus::Completed, "claude")
+    );
+
+    store.delete_session("aaa-1").unwrap();
+    assert_eq!(
+        store.session("aaa-1"),
+        Err(StoreError::NotFound("aaa-1".into()))
+    );
+    assert_eq!(
+        store.delete_session("aaa-1"),
+        Err(StoreError::NotFound("aaa-1".into()))
+    );
+    assert_eq!(ids(SessionFilter::default()), ["b-3", "aab-2"]);
+}
+
+#[test]
+fn exports_name_every_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(db(dir.path())).unwrap();
+    store.create_session(&new_session("s1", "/p")).unwrap();
+    for kind in sample::every_kind() {
+        store
+            .append_entry("s1", "builder", &HistoryEntry::now(kind))
+            .unwrap();
+    }
+    let dump = crow_store::dump(&store, "s1").unwrap();
+    let jsonl = dump.render(ExportFormat::Jsonl);
+    let lines: Vec<serde_json::Value> = jsonl
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines[0]["type"], "session");
+    assert_eq!(lines[0]["id"], "s1");
+    assert_eq!(lines.len(), 1 + sample::every_kind().len());
+    assert_eq!(lines[2]["kind"], "user");
+    assert_eq!(lines[2]["content"].as_str().unwrap().lines().count(), 2);
+    let md = dump.render(ExportFormat::Markdown);
+    assert!(md.starts_with("# title of s1\n"), "{md}");
+    assert!(
+        md.contains("**read_file**") && md.contains("(cut off)"),
+        "{md}"
+    );
+    let text = dump.timeline_text();
+    assert!(
+        text.contains("← read_file ok") && text.contains("task complete: done"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_long_session_loads_and_rebuilds_its_messages() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(db(dir.path())).unwrap();
+    store.create_session(&new_session("big", "/p")).unwrap();
+    let entries = sample::long_history(2_000);
+    for entry in &entries {
+        store.append_entry("big", "builder", entry).unwrap();
+    }
+    let loaded = store.load_history("big", "builder").unwrap();
+    assert_eq!(loaded, entries);
+    let messages = crow_core::history::to_messages(&loaded);
+    assert!(messages.len() > 500);
+}
+
+#[test]
+fn two_connections_write_their_own_sessions_concurrently() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db(dir.path());
+    SqliteStore::open(&path).unwrap();
+    let handles: Vec<_> = ["left", "right"]
+        .into_iter()
+        .map(|id| {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                let store = SqliteStore::open(&path).unwrap();
+                store.create_session(&new_session(id, "/p")).unwrap();
+                for i in 0..300 {
+                    let entry = HistoryEntry::now(EntryKind::User {
+                        content: format!("{id} {i}"),
+                    });
+                    store.append_entry(id, "builder", &entry).unwrap();
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let store = SqliteStore::open(&path).unwrap();
+    for id in ["left", "right"] {
+        let history = store.load_history(id, "builder").unwrap();
+        assert_eq!(history.len(), 300);
+        assert!(history.iter().enumerate().all(|(i, e)| matches!(
+            &e.kind,
+            EntryKind::User { content } if *content == format!("{id} {i}")
+        )));
+    }
+}
+
+#[test]
+fn a_newer_schema_is_refused_and_left_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db(dir.path());
+    SqliteStore::open(&path).unwrap();
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(&format!(
+            "PRAGMA user_version = {}; PRAGMA journal_mode = DELETE;",
+            crow_store::SCHEMA_VERSION + 1
+        ))
+        .unwrap();
+    }
+    let before = std::fs::read(&path).unwrap();
+    let err = SqliteStore::open(&path).unwrap_err();
+    assert!(matches!(err, StoreError::NewerSchema(_)), "{err}");
+    let message = err.to_string();
+    assert!(
+        message.contains("newer crow") && message.contains("crow.db"),
+        "{message}"
+    );
+    assert_eq!(std::fs::read(&path).unwrap(), before, "not a byte changed");
+    assert!(
+        !path.with_extension("db-wal").exists(),
+        "no WAL was started"
+    );
+}
+
+#[test]
+fn a_corrupt_or_foreign_file_is_refused_with_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db(dir.path());
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(
+        &path,
+        b"this is not a database, just some text ".repeat(200),
+    )
+    .unwrap();
+    let err = SqliteStore::open(&path).unwrap_err();
+    assert!(matches!(err, StoreError::Corrupt(_)), "{err:?}");
+    assert!(!err.to_string().contains('\n'));
+    assert!(err.to_string().contains("crow.db"), "{err}");
+
+    let other = dir.path().join("other.db");
+    let conn = rusqlite::Connection::open(&other).unwrap();
+    conn.execute_batch("CREATE TABLE notes (x TEXT)").unwrap();
+    drop(conn);
+    let err = SqliteStore::open(&other).unwrap_err();
+    assert!(err.to_string().contains("another program"), "{err}");
+}
+
+#[test]
+fn a_locked_database_times_out_with_a_clear_error_and_no_damage() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db(dir.path());
+    let options = StoreOptions {
+        busy_timeout: Duration::from_millis(200),
+        ..StoreOptions::default()
+    };
+    let store = SqliteStore::open_with(&path, &options).unwrap();
+    store.create_session(&new_session("mine", "/p")).unwrap();
+    let holder = rusqlite::Connection::open(&path).unwrap();
+    holder.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    let entry = HistoryEntry::now(EntryKind::User {
+        content: "x".into(),
+    });
+    let err = store.append_entry("mine", "builder", &entry).unwrap_err();
+    assert!(matches!(err, StoreError::Locked(_)), "{err:?}");
+    assert!(
+        err.to_string().contains("locked by another process"),
+        "{err}"
+    );
+    holder.execute_batch("COMMIT").unwrap();
+    store.append_entry("mine", "builder", &entry).unwrap();
+    assert_eq!(store.load_history("mine", "builder").unwrap().len(), 1);
+}
+
+#[test]
+fn a_read_only_database_lists_but_refuses_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db(dir.path());
+    let store = SqliteStore::open(&path).unwrap();
+    store.create_session(&new_session("s1", "/p")).unwrap();
+    drop(store);
+    let ro = SqliteStore::open_with(
+        &path,
+        &StoreOptions {
+            read_only: true,
+            ..StoreOptions::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(ro.session("s1").unwrap().id, "s1");
+    let err = ro.create_session(&new_session("s2", "/p")).unwrap_err();
+    assert!(matches!(err, StoreError::ReadOnly(_)), "{err:?}");
+    assert!(err.to_string().contains("read-only"), "{err}");
+}
+
+#[test]
+fn a_full_database_fails_the_write_and_keeps_the_other_sessions() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db(dir.path());
+    let store = SqliteStore::open(&path).unwrap();
+    store.create_session(&new_session("other", "/p")).unwrap();
+    let keep = HistoryEntry::now(EntryKind::User {
+        content: "keep me".into(),
+    });
+    store.append_entry("other", "builder", &keep).unwrap();
+    let pages: u64 = {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.query_row("PRAGMA page_count", [], |r| r.get(0))
+            .unwrap()
+    };
+    drop(store);
+    let capped = SqliteStore::open_with(
+        &path,
+        &StoreOptions {
+            max_pages: Some(pages + 2),
+            ..StoreOptions::default()
+        },
+    )
+    .unwrap();
+    capped.create_session(&new_session("big", "/p")).unwrap();
+    let huge = HistoryEntry::now(EntryKind::User {
+        content: "x".repeat(64 * 1024),
+    });
+    let err = capped.append_entry("big", "builder", &huge).unwrap_err();
+    assert!(matches!(err, StoreError::Full(_)), "{err:?}");
+    assert!(err.to_string().contains("full"), "{err}");
+    assert_eq!(capped.load_history("big", "builder").unwrap(), []);
+    assert_eq!(capped.load_history("other", "builder").unwrap(), [keep]);
+}
+
+#[test]
+fn an_unwritable_location_is_one_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let blocker = dir.path().join("file");
+    std::fs::write(&blocker, "").unwrap();
+    // A path below a regular file can never be created, even by root.
+    let err = SqliteStore::open(blocker.join("crow.db")).unwrap_err();
+    assert!(err.to_string().contains("session database"), "{err}");
+    assert!(!err.to_string().contains('\n'));
+}
