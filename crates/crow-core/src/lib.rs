@@ -38,11 +38,11 @@ pub use provider::{
     DeltaStream, FinishReason, Provider, ProviderError, ProviderErrorKind, StreamDelta, Usage,
 };
 pub use session::{HistorySink, Session};
-pub use subagent::{SubagentFactory, TASK, TaskTool};
 pub use store::{
     NewSession, SessionFilter, SessionInfo, SessionStatus, SessionStore, StoreError, StoredEntry,
     UsageRecord,
 };
+pub use subagent::{SubagentFactory, TASK, TaskTool};
 pub use tool::{
     AllowAll, FileEdit, PermissionDecision, PermissionGate, PermissionRequest, Tool, ToolContext,
     ToolKind, ToolMetadata, ToolRegistry, ToolResult, ToolStatus,

@@ -172,6 +172,12 @@ pub trait SessionStore: HistorySink {
     /// The system prompt `agent` was started with, byte for byte.
     fn system_prompt(&self, session_id: &str, agent: &str) -> Result<Option<String>, StoreError>;
 
+    /// Every agent's system prompt in the session, by agent name.
+    fn system_prompts(
+        &self,
+        session_id: &str,
+    ) -> Result<std::collections::BTreeMap<String, String>, StoreError>;
+
     fn record_usage(&self, session_id: &str, usage: &UsageRecord) -> Result<(), StoreError>;
 
     fn usage(&self, session_id: &str) -> Result<Vec<UsageRecord>, StoreError>;

@@ -1,5 +1,6 @@
 //! The [`SessionStore`] operations on [`SqliteStore`]: each one short transaction.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, SecondsFormat, Utc};
@@ -359,6 +360,19 @@ impl SessionStore for SqliteStore {
         )
         .optional()
         .map_err(|e| self.err(e))
+    }
+
+    fn system_prompts(&self, session_id: &str) -> Result<BTreeMap<String, String>, StoreError> {
+        let conn = self.conn()?;
+        let mut st = conn
+            .prepare_cached(
+                "SELECT a.agent, p.text FROM session_agents a JOIN prompts p ON p.hash = a.prompt_hash
+                 WHERE a.session_id = ?1",
+            )
+            .map_err(|e| self.err(e))?;
+        st.query_map([session_id], |r| Ok((r.get(0)?, r.get(1)?)))
+            .and_then(|rows| rows.collect::<rusqlite::Result<_>>())
+            .map_err(|e| self.err(e))
     }
 
     fn record_usage(&self, session_id: &str, usage: &UsageRecord) -> Result<(), StoreError> {

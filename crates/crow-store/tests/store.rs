@@ -110,11 +110,17 @@ fn system_prompts_are_stored_once_by_hash() {
         Some(prompt)
     );
     assert_eq!(store.system_prompt("a", "reviewer").unwrap(), None);
+    store
+        .set_system_prompt("a", "reviewer", "You review.")
+        .unwrap();
+    let all = store.system_prompts("a").unwrap();
+    assert_eq!(all.len(), 2);
+    assert_eq!(all["builder"], prompt);
     let conn = rusqlite::Connection::open(db(dir.path())).unwrap();
     let n: i64 = conn
         .query_row("SELECT count(*) FROM prompts", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(n, 1);
+    assert_eq!(n, 2, "the shared prompt once, the reviewer's once");
     // Deleting one session keeps the prompt the other still uses; deleting both drops it.
     store.delete_session("a").unwrap();
     assert!(store.system_prompt("b", "builder").unwrap().is_some());

@@ -2,16 +2,19 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 use crow_core::RunStop;
 use crow_providers::{KeySource, ProviderKind, ProviderSettings, RetryPolicy};
+use crow_store::SqliteStore;
 use tokio_util::sync::CancellationToken;
 
 use crate::compose::Composer;
 use crate::config::{Config, LoadedConfig};
 use crate::render;
+use crate::sessions::{self, Resume};
 
 /// The provider crow will talk to and why it was chosen.
 pub struct Selection {
@@ -154,32 +157,63 @@ pub fn find_project_root(cwd: &Path) -> (PathBuf, bool) {
 pub struct RunSpec {
     pub prompt: String,
     pub composer: std::sync::Arc<Composer>,
-    /// Composition (or agent) to run, e.g. `build`, `build-judge`.
-    pub agent: String,
+    /// Composition (or agent) to run, e.g. `build`, `build-judge`; `None`: the resumed
+    /// session's, else `build`.
+    pub agent: Option<String>,
     /// Autonomy level overriding the composition's flow.
     pub level: Option<i8>,
     pub json: bool,
+    pub store: Arc<SqliteStore>,
+    /// Continue a stored session instead of starting one.
+    pub resume: Option<Resume>,
 }
 
-/// Runs the prompt through a fresh session of the chosen crew, rendering as it goes. Ctrl-C
-/// cancels the run (the partial answer is kept); a second Ctrl-C exits at once.
+/// Runs the prompt through a new or resumed session of the chosen crew, rendering as it
+/// goes. Every history entry is written to the store as it is appended. Ctrl-C cancels the
+/// run (the partial answer is kept); a second Ctrl-C exits at once.
 pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
     let started = Instant::now();
-    let crew = spec.composer.crew(&spec.agent, spec.level)?;
-    let session_id = uuid::Uuid::now_v7().to_string();
-    let mut session = crew.new_session(
-        &session_id,
-        spec.composer.cwd.clone(),
-        spec.composer.project_root.clone(),
-    );
+    let store = Arc::clone(&spec.store);
+    let resumed = match &spec.resume {
+        Some(resume) => Some(sessions::find_resumed(
+            &store,
+            resume,
+            &spec.composer.project_root,
+        )?),
+        None => None,
+    };
+    let composition = spec
+        .agent
+        .clone()
+        .or_else(|| resumed.as_ref().map(|info| info.agent.clone()))
+        .unwrap_or_else(|| "build".to_owned());
+    if let Some(info) = &resumed {
+        // The stored prompts, not fresh renderings: the date, the directory or a template
+        // may have changed since, and the requests must continue byte for byte.
+        spec.composer
+            .set_stored_prompts(sessions::stored_prompts(&store, &info.id)?);
+    }
+    let crew = spec.composer.crew(&composition, spec.level)?;
+    let (info, mut session) = match resumed {
+        Some(info) => sessions::resume(&store, &crew, info)?,
+        None => sessions::create(&store, &crew, &spec.composer, &spec.prompt)?,
+    };
     session.primary.add_user_message(spec.prompt);
 
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let (render_tx, render_rx) = tokio::sync::mpsc::unbounded_channel();
+    let recorder = tokio::spawn(sessions::record_usage(
+        rx,
+        render_tx,
+        Arc::clone(&store),
+        info.id.clone(),
+        sessions::models(&crew),
+    ));
     let show_agents = crew.coagent().is_some();
     let renderer = if spec.json {
-        tokio::spawn(render::json_lines(rx))
+        tokio::spawn(render::json_lines(render_rx))
     } else {
-        tokio::spawn(render::terminal(rx, show_agents))
+        tokio::spawn(render::terminal(render_rx, show_agents))
     };
     let cancel = CancellationToken::new();
     let interrupts = tokio::spawn(watch_interrupts(cancel.clone()));
@@ -187,9 +221,15 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
     let outcome = crew.run(&mut session, &tx, cancel).await;
     drop(tx);
     interrupts.abort();
+    let _ = recorder.await;
     let totals = renderer.await.unwrap_or_default();
+    sessions::finish(&store, &info.id, &outcome);
     if !spec.json {
         eprintln!("{}", render::usage_line(&totals, started.elapsed()));
+        eprintln!(
+            "session {} · continue it with crow run --continue \"…\"",
+            info.id
+        );
     }
     let result = outcome.map_err(|e| anyhow!("{e}"))?;
     Ok(match result.stop {

@@ -32,6 +32,8 @@ pub struct Composer {
     /// Fixed at start so the system prompt is byte-stable for the session.
     date: String,
     pub max_iterations: u32,
+    /// System prompts of a resumed session by agent name, used instead of rendering anew.
+    stored_prompts: Mutex<HashMap<String, String>>,
     providers: Mutex<HashMap<(String, String), Arc<dyn Provider>>>,
 }
 
@@ -56,8 +58,18 @@ impl Composer {
             is_git,
             date: chrono::Local::now().format("%Y-%m-%d").to_string(),
             max_iterations,
+            stored_prompts: Mutex::new(HashMap::new()),
             providers: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Makes agents use these system prompts (by agent name) instead of rendering new ones:
+    /// a resumed session keeps the prompts it started with.
+    pub fn set_stored_prompts(&self, prompts: HashMap<String, String>) {
+        *self
+            .stored_prompts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = prompts;
     }
 
     /// The composition called `name` (an agent name runs that agent alone), with its flow
@@ -150,13 +162,22 @@ impl Composer {
         } else {
             self.tools.clone()
         };
-        let system_prompt = render_system_prompt(&PromptFacts {
-            role: &def.prompt,
-            cwd: &self.cwd,
-            project_root: &self.project_root,
-            is_git: self.is_git,
-            date: self.date.clone(),
-        })?;
+        let stored = self
+            .stored_prompts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(shown)
+            .cloned();
+        let system_prompt = match stored {
+            Some(stored) => stored,
+            None => render_system_prompt(&PromptFacts {
+                role: &def.prompt,
+                cwd: &self.cwd,
+                project_root: &self.project_root,
+                is_git: self.is_git,
+                date: self.date.clone(),
+            })?,
+        };
         let config = AgentConfig {
             max_iterations: def.max_iterations.unwrap_or(self.max_iterations),
             temperature: def.temperature,

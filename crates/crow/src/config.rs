@@ -22,6 +22,8 @@ pub struct Config {
     #[serde(default)]
     pub tools: ToolsConfig,
     #[serde(default)]
+    pub store: StoreConfig,
+    #[serde(default)]
     pub providers: BTreeMap<String, ProviderConfig>,
 }
 
@@ -30,6 +32,18 @@ pub struct Config {
 pub struct ToolsConfig {
     pub bash_timeout_secs: Option<u64>,
     pub max_output_bytes: Option<usize>,
+}
+
+/// Where sessions are kept. `CROW_HOME` (the directory of `crow.db`) wins over both paths.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreConfig {
+    /// The database file itself.
+    pub path: Option<PathBuf>,
+    /// Directory of `crow.db` (default `$XDG_DATA_HOME/crow`).
+    pub data_dir: Option<PathBuf>,
+    /// How long a write waits for another crow process's lock.
+    pub busy_timeout_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

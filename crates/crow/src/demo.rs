@@ -59,9 +59,12 @@ pub async fn run(json: bool, dir: Option<PathBuf>) -> Result<ExitCode> {
     let code = run_session(RunSpec {
         prompt: format!("{name} prints the wrong greeting. Fix it and check that it runs."),
         composer: crate::compose::with_subagents(composer),
-        agent: "build".into(),
+        agent: Some("build".into()),
         level: None,
         json,
+        // The demo's session is stored like any other, so `crow sessions show` can replay it.
+        store: crate::sessions::open(&crate::config::Config::default())?,
+        resume: None,
     })
     .await?;
     mock.shutdown().await;

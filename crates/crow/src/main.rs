@@ -10,6 +10,7 @@ mod config;
 mod demo;
 mod prompt;
 mod render;
+mod sessions;
 
 use std::io::Read;
 use std::process::ExitCode;
@@ -49,6 +50,11 @@ enum Command {
         #[command(subcommand)]
         command: AgentsCommand,
     },
+    /// List, show, export and delete stored sessions
+    Sessions {
+        #[command(subcommand)]
+        command: sessions::SessionsCommand,
+    },
     /// Inspect the configuration
     Config {
         #[command(subcommand)]
@@ -83,13 +89,20 @@ struct RunArgs {
     #[arg(long)]
     max_iterations: Option<u32>,
     /// Composition or agent to run: build, build-loop, build-judge, build-smart, pair, plan, ...
-    #[arg(long, short, default_value = "build")]
-    agent: String,
+    /// (default: build, or the resumed session's)
+    #[arg(long, short)]
+    agent: Option<String>,
     /// Autonomy level, overriding the composition's: -1 back to you after each turn, 0 loop
     /// until done, 1 fixed nudge, 2 generated nudge, 3 reviewer comments, 4 read-only judge,
     /// 5 reviewer that can fix
     #[arg(long, allow_negative_numbers = true, value_parser = clap::value_parser!(i8).range(-1..=5))]
     level: Option<i8>,
+    /// Continue the most recent session of this project
+    #[arg(long = "continue", short = 'c', conflicts_with = "resume")]
+    continue_last: bool,
+    /// Continue the session with this id (or a unique prefix of it)
+    #[arg(long, value_name = "ID")]
+    resume: Option<String>,
 }
 
 #[derive(Args, Clone, Default)]
@@ -155,6 +168,12 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
     match command {
         Command::Run(args) => run(args).await,
         Command::Demo { json, dir } => demo::run(json, dir).await,
+        Command::Sessions { command } => {
+            let cwd = std::env::current_dir().context("cannot read the current directory")?;
+            let (root, _) = app::find_project_root(&cwd);
+            let loaded = config::load(&root, &Overrides::default())?;
+            sessions::run(command, &loaded.config, &root)
+        }
         Command::Agents { command } => agents_command(command),
         Command::Config {
             command: ConfigCommand::Show(model),
@@ -205,6 +224,12 @@ async fn run(args: RunArgs) -> Result<ExitCode> {
     let catalog = load_agents(&root);
     let tools = crow_tools::builtin_tools(&tool_options(&loaded.config));
     let max_iterations = loaded.config.max_iterations.unwrap_or(50);
+    let resume = match (args.continue_last, args.resume) {
+        (_, Some(id)) => Some(sessions::Resume::Id(id)),
+        (true, None) => Some(sessions::Resume::Latest),
+        (false, None) => None,
+    };
+    let store = sessions::open(&loaded.config)?;
     let composer = compose::Composer::new(
         loaded.config,
         selection.settings,
@@ -219,6 +244,8 @@ async fn run(args: RunArgs) -> Result<ExitCode> {
         agent: args.agent,
         level: args.level,
         json: args.json,
+        store,
+        resume,
     };
     app::run_session(spec).await.map_err(|e| {
         if fallback {

@@ -20,6 +20,7 @@ pub fn crow(dir: &Path) -> Command {
         .env("XDG_CONFIG_HOME", home.join(".config"))
         .env("XDG_DATA_HOME", home.join(".local/share"))
         .env_remove("CROW_CONFIG_DIR")
+        .env_remove("CROW_HOME")
         .env_remove("OPENAI_API_KEY")
         .env_remove("OPENAI_BASE_URL")
         .env_remove("ANTHROPIC_API_KEY")

@@ -1,0 +1,395 @@
+//! Sessions in the binary: where the database is, opening it, `crow sessions list|show|export
+//! |delete`, and finding the session `crow run --continue` / `--resume` picks up.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Instant;
+
+use anyhow::{Context, Result, anyhow, bail};
+use clap::Subcommand;
+use crow_core::{
+    AgentError, AgentEvent, Crew, CrewSession, HistorySink, NewSession, RunResult, RunStop,
+    Session, SessionFilter, SessionInfo, SessionStatus, SessionStore, StoreError, Usage,
+    UsageRecord,
+};
+use crow_store::{ExportFormat, SqliteStore, StoreOptions};
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
+
+use crate::compose::Composer;
+use crate::config::Config;
+
+#[derive(Subcommand)]
+pub enum SessionsCommand {
+    /// List sessions, newest first (this project's unless --all)
+    List {
+        /// Sessions of every project
+        #[arg(long)]
+        all: bool,
+    },
+    /// Print a session's timeline
+    Show {
+        /// Session id, or a unique prefix of it
+        id: String,
+    },
+    /// Print a whole session as JSON lines or Markdown
+    Export {
+        id: String,
+        #[arg(long, default_value = "jsonl", value_parser = ["jsonl", "markdown", "md"])]
+        format: String,
+    },
+    /// Delete a session with its history and usage
+    Delete { id: String },
+}
+
+/// Which stored session `crow run` continues.
+#[derive(Debug, Clone)]
+pub enum Resume {
+    /// The most recently updated session of this project.
+    Latest,
+    /// By id or unique prefix.
+    Id(String),
+}
+
+/// The database file: `CROW_HOME`, else `[store] path`, else `[store] data_dir`, else XDG.
+pub fn db_path(config: &Config) -> Result<PathBuf> {
+    if std::env::var_os("CROW_HOME").is_some_and(|v| !v.is_empty()) {
+        return crow_store::default_path().context("CROW_HOME is not a usable path");
+    }
+    if let Some(path) = &config.store.path {
+        return Ok(expand_home(path));
+    }
+    if let Some(dir) = &config.store.data_dir {
+        return Ok(expand_home(dir).join(crow_store::DB_FILE));
+    }
+    crow_store::default_path()
+        .context("cannot find a data directory for the session database: set CROW_HOME")
+}
+
+fn expand_home(path: &Path) -> PathBuf {
+    match (path.strip_prefix("~"), dirs::home_dir()) {
+        (Ok(rest), Some(home)) => home.join(rest),
+        _ => path.to_path_buf(),
+    }
+}
+
+fn options(config: &Config, read_only: bool) -> StoreOptions {
+    let mut options = StoreOptions {
+        read_only,
+        ..StoreOptions::default()
+    };
+    if let Some(ms) = config.store.busy_timeout_ms {
+        options.busy_timeout = Duration::from_millis(ms);
+    }
+    options
+}
+
+/// Opens the store for writing; errors are one line naming the file.
+pub fn open(config: &Config) -> Result<Arc<SqliteStore>> {
+    let path = db_path(config)?;
+    let store = SqliteStore::open_with(&path, &options(config, false)).map_err(store_error)?;
+    Ok(Arc::new(store))
+}
+
+/// Opens the store to read: falls back to read-only access when the file cannot be written,
+/// and says so when there is no database yet.
+fn open_for_reading(config: &Config) -> Result<Option<SqliteStore>> {
+    let path = db_path(config)?;
+    if !path.exists() {
+        return Ok(None);
+    }
+    match SqliteStore::open_with(&path, &options(config, false)) {
+        Ok(store) => Ok(Some(store)),
+        Err(StoreError::ReadOnly(_)) => SqliteStore::open_with(&path, &options(config, true))
+            .map(Some)
+            .map_err(store_error),
+        Err(e) => Err(store_error(e)),
+    }
+}
+
+/// A store error as the CLI reports it: unknown ids say how to find the right one.
+pub fn store_error(e: StoreError) -> anyhow::Error {
+    match e {
+        StoreError::NotFound(id) => anyhow!(
+            "no session with id '{id}'; `crow sessions list` shows this project's sessions, `crow sessions list --all` every project's"
+        ),
+        StoreError::Ambiguous { prefix, count } => anyhow!(
+            "'{prefix}' matches {count} sessions; give more of the id (`crow sessions list` shows them)"
+        ),
+        other => anyhow!("{other}"),
+    }
+}
+
+/// The session to continue, with the history of its `agent`.
+pub fn find_resumed(
+    store: &SqliteStore,
+    resume: &Resume,
+    project_root: &Path,
+) -> Result<SessionInfo> {
+    match resume {
+        Resume::Id(id) => store.session(id).map_err(store_error),
+        Resume::Latest => store
+            .latest_session(project_root)
+            .map_err(store_error)?
+            .ok_or_else(|| {
+                anyhow!(
+                    "there is no session to continue in {}; start one with crow run \"…\" (`crow sessions list --all` shows other projects' sessions)",
+                    project_root.display()
+                )
+            }),
+    }
+}
+
+/// The system prompts a resumed session's agents were started with.
+pub fn stored_prompts(store: &SqliteStore, id: &str) -> Result<HashMap<String, String>> {
+    let prompts: BTreeMap<String, String> = store.system_prompts(id).map_err(store_error)?;
+    Ok(prompts.into_iter().collect())
+}
+
+/// Starts a stored session for `crew`: its row, its agents' prompts, histories that write
+/// through to the store.
+pub fn create(
+    store: &Arc<SqliteStore>,
+    crew: &Crew,
+    composer: &Composer,
+    prompt: &str,
+) -> Result<(SessionInfo, CrewSession)> {
+    let primary = crew.primary();
+    let info = store
+        .create_session(&NewSession {
+            id: uuid::Uuid::now_v7().to_string(),
+            project_root: composer.project_root.clone(),
+            cwd: composer.cwd.clone(),
+            title: crow_store::title_from_prompt(prompt),
+            agent: crew.name.clone(),
+            provider: primary.provider().name().to_owned(),
+            model: primary.provider().model().to_owned(),
+        })
+        .map_err(store_error)?;
+    store_prompts(store, crew, &info.id, &BTreeMap::new())?;
+    let session = crew_session(store, crew, &info, composer.cwd.clone(), false)?;
+    Ok((info, session))
+}
+
+/// Reopens a stored session for `crew` (whose agents already carry the stored prompts).
+pub fn resume(
+    store: &Arc<SqliteStore>,
+    crew: &Crew,
+    info: SessionInfo,
+) -> Result<(SessionInfo, CrewSession)> {
+    let stored = store.system_prompts(&info.id).map_err(store_error)?;
+    // An agent the session did not have before (another composition or level) starts now.
+    store_prompts(store, crew, &info.id, &stored)?;
+    let primary = crew.primary();
+    store
+        .set_model(
+            &info.id,
+            primary.provider().name(),
+            primary.provider().model(),
+        )
+        .map_err(store_error)?;
+    store
+        .set_status(&info.id, SessionStatus::Active)
+        .map_err(store_error)?;
+    // A resumed session works where it started: that is the directory the model was told.
+    let cwd = if info.cwd.is_dir() {
+        info.cwd.clone()
+    } else {
+        std::env::current_dir().context("cannot read the current directory")?
+    };
+    let session = crew_session(store, crew, &info, cwd, true)?;
+    Ok((info, session))
+}
+
+fn store_prompts(
+    store: &SqliteStore,
+    crew: &Crew,
+    id: &str,
+    stored: &BTreeMap<String, String>,
+) -> Result<()> {
+    for agent in std::iter::once(crew.primary()).chain(crew.coagent()) {
+        if !stored.contains_key(&agent.name) {
+            store
+                .set_system_prompt(id, &agent.name, agent.system_prompt())
+                .map_err(store_error)?;
+        }
+    }
+    Ok(())
+}
+
+fn crew_session(
+    store: &Arc<SqliteStore>,
+    crew: &Crew,
+    info: &SessionInfo,
+    cwd: PathBuf,
+    load: bool,
+) -> Result<CrewSession> {
+    let open = |agent: &str| -> Result<Session> {
+        let history = if load {
+            store.load_history(&info.id, agent).map_err(store_error)?
+        } else {
+            Vec::new()
+        };
+        Ok(Session::new(
+            info.id.clone(),
+            agent,
+            cwd.clone(),
+            info.project_root.clone(),
+        )
+        .with_entries(history)
+        .with_sink(Arc::clone(store) as Arc<dyn HistorySink>))
+    };
+    Ok(CrewSession {
+        primary: open(&crew.primary().name)?,
+        coagent: crew.coagent().map(|c| open(&c.name)).transpose()?,
+    })
+}
+
+/// The model each agent of the crew talks to, for the usage rows.
+pub fn models(crew: &Crew) -> HashMap<String, String> {
+    std::iter::once(crew.primary())
+        .chain(crew.coagent())
+        .map(|a| (a.name.clone(), a.provider().model().to_owned()))
+        .collect()
+}
+
+/// Records how the run ended and reports entries the store could not write.
+pub fn finish(store: &SqliteStore, id: &str, outcome: &Result<RunResult, AgentError>) {
+    let status = match outcome {
+        Err(_) => SessionStatus::Failed,
+        Ok(run) if run.stop == RunStop::Cancelled => SessionStatus::Cancelled,
+        Ok(_) => SessionStatus::Completed,
+    };
+    if let Err(e) = store.set_status(id, status) {
+        tracing::warn!("cannot record the session's status: {e}");
+    }
+    if let Some((count, error)) = store.take_sink_failures() {
+        eprintln!("warning: {count} history entries of this session were not saved: {error}");
+    }
+}
+
+/// Passes every event on to the renderer, and stores one usage row per model call (timed
+/// from the call's start to its usage report, which comes when its stream ends).
+pub async fn record_usage(
+    mut events: UnboundedReceiver<AgentEvent>,
+    out: UnboundedSender<AgentEvent>,
+    store: Arc<SqliteStore>,
+    session_id: String,
+    models: HashMap<String, String>,
+) {
+    let mut call_started: HashMap<String, Instant> = HashMap::new();
+    while let Some(event) = events.recv().await {
+        match &event {
+            AgentEvent::ModelCallStart { agent, .. } => {
+                call_started.insert(agent.clone(), Instant::now());
+            }
+            AgentEvent::Usage {
+                agent,
+                input_tokens,
+                output_tokens,
+                reasoning_tokens,
+                cache_read_tokens,
+                cache_write_tokens,
+            } => {
+                let duration_ms = call_started.remove(agent).map_or(0, |t| {
+                    u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX)
+                });
+                let row = UsageRecord {
+                    agent: agent.clone(),
+                    model: models.get(agent).cloned().unwrap_or_default(),
+                    usage: Usage {
+                        input_tokens: *input_tokens,
+                        output_tokens: *output_tokens,
+                        reasoning_tokens: reasoning_tokens.unwrap_or(0),
+                        cache_read_tokens: *cache_read_tokens,
+                        cache_write_tokens: *cache_write_tokens,
+                    },
+                    duration_ms,
+                    timestamp: chrono::Utc::now(),
+                };
+                if let Err(e) = store.record_usage(&session_id, &row) {
+                    tracing::warn!("usage not saved: {e}");
+                }
+            }
+            _ => {}
+        }
+        let _ = out.send(event);
+    }
+}
+
+pub fn run(command: SessionsCommand, config: &Config, project_root: &Path) -> Result<ExitCode> {
+    let Some(store) = open_for_reading(config)? else {
+        if matches!(command, SessionsCommand::List { .. }) {
+            eprintln!("no sessions yet");
+            return Ok(ExitCode::SUCCESS);
+        }
+        bail!(
+            "no sessions yet (no database at {})",
+            db_path(config)?.display()
+        );
+    };
+    match command {
+        SessionsCommand::List { all } => {
+            let filter = SessionFilter {
+                project_root: (!all).then(|| project_root.to_path_buf()),
+                limit: None,
+            };
+            let sessions = store.list_sessions(&filter).map_err(store_error)?;
+            if sessions.is_empty() {
+                if all {
+                    eprintln!("no sessions yet");
+                } else {
+                    eprintln!(
+                        "no sessions in {} yet; `crow sessions list --all` shows every project's",
+                        project_root.display()
+                    );
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
+            print!("{}", list_table(&sessions, all));
+        }
+        SessionsCommand::Show { id } => {
+            let dump = crow_store::dump(&store, &id).map_err(store_error)?;
+            print!("{}", dump.timeline_text());
+        }
+        SessionsCommand::Export { id, format } => {
+            let format: ExportFormat = format.parse().map_err(|e: String| anyhow!(e))?;
+            let dump = crow_store::dump(&store, &id).map_err(store_error)?;
+            print!("{}", dump.render(format));
+        }
+        SessionsCommand::Delete { id } => {
+            let info = store.session(&id).map_err(store_error)?;
+            store.delete_session(&info.id).map_err(store_error)?;
+            println!("deleted session {} ({})", info.id, info.title);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn list_table(sessions: &[SessionInfo], all: bool) -> String {
+    let mut out = format!(
+        "{:<36}  {:<16}  {:<9}  {:>7}  {}\n",
+        "ID", "UPDATED", "STATUS", "ENTRIES", "TITLE"
+    );
+    for s in sessions {
+        let updated = s
+            .updated_at
+            .with_timezone(&chrono::Local)
+            .format("%Y-%m-%d %H:%M");
+        out.push_str(&format!(
+            "{:<36}  {updated:<16}  {:<9}  {:>7}  {}",
+            s.id,
+            s.status.as_str(),
+            s.entries,
+            s.title
+        ));
+        if all {
+            out.push_str(&format!("  ({})", s.project_root.display()));
+        }
+        out.push('\n');
+    }
+    out
+}

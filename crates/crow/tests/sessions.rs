@@ -1,0 +1,501 @@
+//! Sessions end to end: the real `crow` binary, a real SQLite file under the test's HOME,
+//! the mock model: resume byte for byte, kill -9 mid-stream, Ctrl-C, two processes at once,
+//! the `sessions` commands, and bad databases.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use crow_core::{
+    AgentConfig, AllowAll, BaseAgent, EntryKind, HistoryEntry, SessionFilter, SessionStatus,
+    SessionStore, SystemEvent,
+};
+use crow_providers::{ProviderKind, ProviderSettings, RetryPolicy};
+use crow_store::SqliteStore;
+use crow_testkit::{MockLlm, Reply, Scenario, ToolCall};
+use serde_json::json;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+
+/// The database a `crow` started by `common::crow(dir)` uses.
+fn db(dir: &Path) -> PathBuf {
+    dir.join(".home/.local/share/crow/crow.db")
+}
+
+fn store(dir: &Path) -> SqliteStore {
+    SqliteStore::open(db(dir)).unwrap()
+}
+
+fn only_session(dir: &Path) -> crow_core::SessionInfo {
+    let sessions = store(dir).list_sessions(&SessionFilter::default()).unwrap();
+    assert_eq!(sessions.len(), 1, "{sessions:?}");
+    sessions.into_iter().next().unwrap()
+}
+
+fn kinds(history: &[HistoryEntry]) -> Vec<&'static str> {
+    history.iter().map(|e| e.kind.name()).collect()
+}
+
+fn read_reply(text: &str, id: &str) -> Reply {
+    Reply::text(text)
+        .with_call(ToolCall::new("read_file", json!({"path": "notes.txt"})).with_id(id))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_resumed_session_sends_what_an_uninterrupted_one_would_byte_for_byte() {
+    let repo = git_repo();
+    let dir = repo.path();
+    std::fs::write(dir.join("notes.txt"), "alpha\n").unwrap();
+    std::fs::create_dir(dir.join("sub")).unwrap();
+    let scenario = || {
+        Scenario::new()
+            .reply(read_reply("Reading.", "call_r1").with_thinking("check the file"))
+            .reply(Reply::text("It says alpha."))
+            .reply(Reply::text("Yes: alpha, in notes.txt."))
+    };
+
+    // A: turn 1 in one process; turn 2 in another, started from a subdirectory (a freshly
+    // rendered prompt would name another working directory).
+    let mock_a = MockLlm::start(scenario()).await.unwrap();
+    let first = output(crow_run(dir, &mock_a, "what is in notes.txt?")).await;
+    assert_eq!(first.code, Some(0), "stderr: {}", first.stderr);
+    let mut cmd = crow_run(dir, &mock_a, "are you sure?");
+    cmd.arg("--continue").current_dir(dir.join("sub"));
+    let second = output(cmd).await;
+    assert_eq!(second.code, Some(0), "stderr: {}", second.stderr);
+    let a = mock_a.requests();
+    assert_eq!(a.len(), 3);
+
+    // B: the same conversation in one process, the follow-up typed into the same session.
+    let system = a[0].body["messages"][0]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mock_b = MockLlm::start(scenario()).await.unwrap();
+    let provider = crow_providers::build(ProviderSettings {
+        kind: ProviderKind::OpenAi,
+        name: "openai".into(),
+        base_url: mock_b.openai_base_url(),
+        model: "mock-model".into(),
+        api_key: None,
+        context_window: None,
+        retry: RetryPolicy::default(),
+        headers: Vec::new(),
+        max_tokens: None,
+        thinking_budget: None,
+    })
+    .unwrap();
+    let agent = BaseAgent::new(
+        "builder",
+        provider,
+        crow_tools::builtin_tools(&crow_tools::ToolOptions::default()),
+        system.clone(),
+        Arc::new(AllowAll),
+        AgentConfig::default(),
+    );
+    let mut session = crow_core::Session::new("b", "builder", dir.to_path_buf(), dir.to_path_buf());
+    let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+    for prompt in ["what is in notes.txt?", "are you sure?"] {
+        session.add_user_message(prompt);
+        let cancel = tokio_util::sync::CancellationToken::new();
+        agent.execute_turn(&mut session, &tx, cancel).await.unwrap();
+    }
+    let b = mock_b.requests();
+    assert_eq!(b.len(), 3);
+    for (i, (ra, rb)) in a.iter().zip(&b).enumerate() {
+        assert!(
+            ra.raw_body == rb.raw_body,
+            "request {i} differs:\nA: {}\nB: {}",
+            String::from_utf8_lossy(&ra.raw_body),
+            String::from_utf8_lossy(&rb.raw_body)
+        );
+    }
+    let resumed_system = a[2].body["messages"][0]["content"].as_str().unwrap();
+    assert_eq!(resumed_system, system);
+    assert!(
+        !resumed_system.contains("/sub"),
+        "the stored prompt was used"
+    );
+
+    // One session holds both turns.
+    let info = only_session(dir);
+    assert_eq!(info.title, "what is in notes.txt?");
+    assert_eq!(info.status, SessionStatus::Completed);
+    let history = store(dir).load_history(&info.id, "builder").unwrap();
+    assert_eq!(
+        kinds(&history),
+        [
+            "user",
+            "thinking",
+            "assistant_text",
+            "tool_call",
+            "tool_result",
+            "assistant_text",
+            "user",
+            "assistant_text"
+        ]
+    );
+    assert_eq!(
+        store(dir).usage(&info.id).unwrap().len(),
+        3,
+        "one usage row per call"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn resume_by_id_prefix_and_unknown_ids() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = Scenario::new()
+        .reply(Reply::text("one"))
+        .reply(Reply::text("two"));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let out = output(crow_run(dir.path(), &mock, "first\nsecond line")).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    let info = only_session(dir.path());
+    assert_eq!(info.title, "first");
+    let mut cmd = crow_run(dir.path(), &mock, "again");
+    cmd.args(["--resume", &info.id[..20]]);
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    assert_eq!(store(dir.path()).session(&info.id).unwrap().entries, 4);
+
+    let mut cmd = crow_run(dir.path(), &mock, "again");
+    cmd.args(["--resume", "ffffffff"]);
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(1));
+    let line = out.stderr.trim();
+    assert_eq!(line.lines().count(), 1, "{line}");
+    assert!(
+        line.contains("no session with id 'ffffffff'") && line.contains("crow sessions list"),
+        "{line}"
+    );
+
+    // --continue where nothing was ever run.
+    let other = tempfile::tempdir().unwrap();
+    let mut cmd = crow_run(other.path(), &mock, "again");
+    cmd.arg("--continue");
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(1));
+    assert!(
+        out.stderr.contains("no session to continue"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(
+        mock.requests().len(),
+        2,
+        "no model call for a failed resume"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_mid_stream_keeps_every_completed_entry_and_the_session_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "alpha\n").unwrap();
+    let scenario = Scenario::new()
+        .reply(read_reply("Reading.", "call_k1"))
+        .reply(
+            Reply::text("slow words ".repeat(300))
+                .with_chunk_size(4)
+                .with_chunk_delay(30),
+        )
+        .reply(Reply::text("picked up again"));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let mut child = crow_run(dir.path(), &mock, "read it").spawn().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut seen_result = false;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut line = String::new();
+        let n = tokio::time::timeout_at(deadline, stdout.read_line(&mut line))
+            .await
+            .expect("the stream started")
+            .unwrap();
+        assert!(n > 0, "crow ended before it was killed");
+        seen_result |= line.contains("\"tool_call_end\"");
+        if seen_result && line.contains("\"text_delta\"") {
+            break;
+        }
+    }
+    child.start_kill().unwrap();
+    child.wait().await.unwrap();
+
+    let store = store(dir.path());
+    let conn = rusqlite::Connection::open(db(dir.path())).unwrap();
+    let check: String = conn
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(check, "ok");
+    let info = only_session(dir.path());
+    assert_eq!(info.status, SessionStatus::Active, "it never ended");
+    let history = store.load_history(&info.id, "builder").unwrap();
+    assert_eq!(
+        kinds(&history),
+        ["user", "assistant_text", "tool_call", "tool_result"],
+        "every completed entry, nothing torn; only the streaming delta is lost"
+    );
+
+    let mut cmd = crow_run(dir.path(), &mock, "go on");
+    cmd.arg("--continue");
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    let last = mock.requests().pop().unwrap();
+    let body = String::from_utf8_lossy(&last.raw_body).into_owned();
+    assert!(body.contains("alpha") && body.contains("go on"), "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ctrl_c_keeps_the_partial_text_marked_partial() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = Scenario::new()
+        .reply(Reply::text("slow words ".repeat(300)))
+        .chunk_size(4)
+        .chunk_delay(30);
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let mut child = crow_run(dir.path(), &mock, "talk").spawn().unwrap();
+    let pid = child.id().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    loop {
+        let mut line = String::new();
+        let n = tokio::time::timeout(Duration::from_secs(20), stdout.read_line(&mut line))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(n > 0);
+        if line.contains("\"text_delta\"") {
+            break;
+        }
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let mut rest = String::new();
+    stdout.read_to_string(&mut rest).await.unwrap();
+    assert_eq!(child.wait().await.unwrap().code(), Some(130));
+
+    let info = only_session(dir.path());
+    assert_eq!(info.status, SessionStatus::Cancelled);
+    let history = store(dir.path()).load_history(&info.id, "builder").unwrap();
+    assert_eq!(kinds(&history), ["user", "assistant_text", "system"]);
+    match &history[1].kind {
+        EntryKind::AssistantText { content, partial } => {
+            assert!(*partial);
+            assert!(
+                content.starts_with("slow") && content.len() < 3300,
+                "{content}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        history[2].kind,
+        EntryKind::System {
+            event: SystemEvent::Cancelled
+        }
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_crow_processes_share_the_database_each_on_its_own_session() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "alpha\n").unwrap();
+    let scenario = || {
+        let mut s = Scenario::new().chunk_size(3).chunk_delay(2);
+        for i in 0..6 {
+            s = s.reply(read_reply(&format!("step {i}"), &format!("call_{i}")));
+        }
+        s.reply(Reply::text("done"))
+    };
+    let (m1, m2) = (
+        MockLlm::start(scenario()).await.unwrap(),
+        MockLlm::start(scenario()).await.unwrap(),
+    );
+    let (o1, o2) = tokio::join!(
+        output(crow_run(dir.path(), &m1, "left")),
+        output(crow_run(dir.path(), &m2, "right"))
+    );
+    assert_eq!(o1.code, Some(0), "stderr: {}", o1.stderr);
+    assert_eq!(o2.code, Some(0), "stderr: {}", o2.stderr);
+    let store = store(dir.path());
+    let sessions = store.list_sessions(&SessionFilter::default()).unwrap();
+    assert_eq!(sessions.len(), 2);
+    for s in sessions {
+        let history = store.load_history(&s.id, "builder").unwrap();
+        assert_eq!(history.len(), 1 + 6 * 3 + 1, "{}", s.title);
+        assert!(matches!(&history[0].kind, EntryKind::User { content } if *content == s.title));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_sessions_commands_list_show_export_and_delete() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "alpha\n").unwrap();
+    let scenario = Scenario::new()
+        .reply(read_reply("Reading.", "call_s1"))
+        .reply(Reply::text("It says alpha."));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    // Terminal mode names the session on stderr; stdout has only the answer.
+    let mut cmd = crow(dir.path());
+    cmd.args([
+        "run",
+        "--provider",
+        "openai",
+        "--model",
+        "mock-model",
+        "--base-url",
+    ])
+    .arg(mock.openai_base_url())
+    .arg("Summarise notes.txt for me please");
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    let info = only_session(dir.path());
+    assert!(
+        out.stderr.contains(&format!("session {}", info.id)),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stderr.contains("crow run --continue"), "{}", out.stderr);
+    assert!(!out.stdout.contains(&info.id));
+
+    let run = |args: &[&str]| {
+        let mut cmd = crow(dir.path());
+        cmd.arg("sessions").args(args);
+        output(cmd)
+    };
+    let list = run(&["list"]).await;
+    assert_eq!(list.code, Some(0), "{}", list.stderr);
+    assert!(
+        list.stdout.contains(&info.id) && list.stdout.contains("Summarise notes.txt"),
+        "{}",
+        list.stdout
+    );
+    let elsewhere = tempfile::tempdir().unwrap();
+    let mut cmd = crow(elsewhere.path());
+    cmd.env("HOME", dir.path().join(".home"))
+        .env("XDG_DATA_HOME", dir.path().join(".home/.local/share"))
+        .args(["sessions", "list", "--all"]);
+    let all = output(cmd).await;
+    assert!(
+        all.stdout.contains(&info.id),
+        "--all lists other projects: {}",
+        all.stdout
+    );
+
+    let show = run(&["show", &info.id[..24]]).await;
+    assert_eq!(show.code, Some(0), "{}", show.stderr);
+    for needle in [
+        "Summarise notes.txt",
+        "→ read_file",
+        "← read_file ok",
+        "It says alpha.",
+    ] {
+        assert!(show.stdout.contains(needle), "{needle}: {}", show.stdout);
+    }
+
+    let jsonl = run(&["export", &info.id, "--format", "jsonl"]).await;
+    let lines: Vec<serde_json::Value> = jsonl
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines[0]["type"], "session");
+    assert_eq!(lines.iter().filter(|l| l["type"] == "entry").count(), 5);
+    assert_eq!(lines.iter().filter(|l| l["type"] == "usage").count(), 2);
+    let md = run(&["export", &info.id, "--format", "markdown"]).await;
+    assert!(
+        md.stdout.starts_with("# Summarise notes.txt"),
+        "{}",
+        md.stdout
+    );
+
+    let gone = run(&["delete", &info.id]).await;
+    assert_eq!(gone.code, Some(0), "{}", gone.stderr);
+    let again = run(&["show", &info.id]).await;
+    assert_eq!(again.code, Some(1));
+    assert!(
+        again.stderr.contains("crow sessions list"),
+        "{}",
+        again.stderr
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_databases_give_one_clear_line_and_are_not_rewritten() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = MockLlm::start(Scenario::new().reply(Reply::text("hi")))
+        .await
+        .unwrap();
+    let path = db(dir.path());
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+
+    let one_error_line = |out: &Output, needle: &str| {
+        assert_eq!(out.code, Some(1), "stdout: {}", out.stdout);
+        let line = out.stderr.trim();
+        assert_eq!(line.lines().count(), 1, "{line}");
+        assert!(
+            line.starts_with("error:") && line.contains(needle),
+            "{line}"
+        );
+    };
+
+    // Corrupt.
+    std::fs::write(&path, b"garbage, not SQLite ".repeat(300)).unwrap();
+    let before = std::fs::read(&path).unwrap();
+    one_error_line(&output(crow_run(dir.path(), &mock, "hi")).await, "damaged");
+    let mut cmd = crow(dir.path());
+    cmd.args(["sessions", "list"]);
+    one_error_line(&output(cmd).await, "damaged");
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+
+    // Newer schema.
+    std::fs::remove_file(&path).unwrap();
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(&format!(
+            "PRAGMA application_id = {}; PRAGMA user_version = 999; CREATE TABLE future (x);",
+            crow_store::APPLICATION_ID
+        ))
+        .unwrap();
+    }
+    let before = std::fs::read(&path).unwrap();
+    one_error_line(
+        &output(crow_run(dir.path(), &mock, "hi")).await,
+        "newer crow",
+    );
+    assert_eq!(std::fs::read(&path).unwrap(), before, "never rewritten");
+
+    // Locked by another process for longer than the busy timeout.
+    std::fs::remove_file(&path).unwrap();
+    SqliteStore::open(&path).unwrap();
+    write_project_config(dir.path(), "[store]\nbusy_timeout_ms = 200\n");
+    let holder = rusqlite::Connection::open(&path).unwrap();
+    holder.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    one_error_line(&output(crow_run(dir.path(), &mock, "hi")).await, "locked");
+    holder.execute_batch("ROLLBACK").unwrap();
+    assert_eq!(mock.requests().len(), 0, "nothing ran without a database");
+
+    // Released, the same command works.
+    let out = output(crow_run(dir.path(), &mock, "hi")).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn crow_home_moves_the_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("elsewhere");
+    let mock = MockLlm::start(Scenario::new().reply(Reply::text("hi")))
+        .await
+        .unwrap();
+    let mut cmd = crow_run(dir.path(), &mock, "hello");
+    cmd.env("CROW_HOME", &home);
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(home.join("crow.db").exists());
+    assert!(!db(dir.path()).exists());
+}
