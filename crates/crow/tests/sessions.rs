@@ -92,7 +92,7 @@ async fn a_resumed_session_sends_what_an_uninterrupted_one_would_byte_for_byte()
     let agent = BaseAgent::new(
         "builder",
         provider,
-        crow_tools::builtin_tools(&crow_tools::ToolOptions::default()),
+        same_tools_as(&a[0].body),
         system.clone(),
         Arc::new(AllowAll),
         AgentConfig::default(),
@@ -144,6 +144,50 @@ async fn a_resumed_session_sends_what_an_uninterrupted_one_would_byte_for_byte()
         3,
         "one usage row per call"
     );
+}
+
+/// The built-in tools, plus stand-ins for any other tool the binary advertised (e.g. `task`),
+/// so B advertises exactly what A did. The stand-ins are never called here.
+fn same_tools_as(request: &serde_json::Value) -> crow_core::ToolRegistry {
+    struct Advertised(crow_core::ToolDefinition);
+    #[async_trait::async_trait]
+    impl crow_core::Tool for Advertised {
+        fn name(&self) -> &str {
+            &self.0.name
+        }
+        fn description(&self) -> &str {
+            &self.0.description
+        }
+        fn parameters_schema(&self) -> serde_json::Value {
+            self.0.parameters.clone()
+        }
+        async fn execute(
+            &self,
+            _: serde_json::Value,
+            _: &crow_core::ToolContext,
+        ) -> crow_core::ToolResult {
+            crow_core::ToolResult::error("not available in this test")
+        }
+    }
+    let registry = crow_tools::builtin_tools(&crow_tools::ToolOptions::default());
+    let advertised = request["tools"].as_array().unwrap();
+    for tool in advertised {
+        let f = &tool["function"];
+        let name = f["name"].as_str().unwrap();
+        if registry.get(name).is_none() {
+            registry.register(Arc::new(Advertised(crow_core::ToolDefinition {
+                name: name.to_owned(),
+                description: f["description"].as_str().unwrap().to_owned(),
+                parameters: f["parameters"].clone(),
+            })));
+        }
+    }
+    assert_eq!(
+        registry.definitions().len(),
+        advertised.len(),
+        "no extra tools"
+    );
+    registry
 }
 
 #[tokio::test(flavor = "multi_thread")]
