@@ -520,13 +520,19 @@ impl Crew {
             Some(p) => format!("{p}\n{}", coagent_instructions(tools, can_terminate)),
             None => return Ok(CoagentVerdict::Cancelled),
         };
+        let sink = session.primary.sink().cloned();
         let coagent_session = session.coagent.get_or_insert_with(|| {
-            Session::new(
+            let fresh = Session::new(
                 session.primary.id.clone(),
                 coagent.name.clone(),
                 session.primary.cwd.clone(),
                 session.primary.project_root.clone(),
-            )
+            );
+            // The coagent's history is kept wherever the primary's is.
+            match sink {
+                Some(sink) => fresh.with_sink(sink),
+                None => fresh,
+            }
         });
         let _ = events.send(AgentEvent::CoagentStart {
             primary: self.primary.name.clone(),

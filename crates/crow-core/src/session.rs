@@ -60,6 +60,11 @@ impl Session {
         self
     }
 
+    /// Where entries are written as they are appended, if anywhere.
+    pub fn sink(&self) -> Option<&Arc<dyn HistorySink>> {
+        self.sink.as_ref()
+    }
+
     pub fn entries(&self) -> &[HistoryEntry] {
         &self.entries
     }

@@ -13,7 +13,7 @@ use tokio::sync::Semaphore;
 
 use crate::crew::{Crew, CrewSession, RunStop};
 use crate::event::AgentEvent;
-use crate::session::Session;
+use crate::session::{HistorySink, Session};
 use crate::tool::{Tool, ToolContext, ToolKind, ToolResult};
 
 /// Name of the subagent tool.
@@ -25,6 +25,10 @@ pub trait SubagentFactory: Send + Sync {
     fn available(&self) -> Vec<(String, String)>;
     /// The crew for subagent `name`, its agents named under `parent` (`parent/name`).
     fn build(&self, name: &str, parent: &str) -> Result<Crew, String>;
+    /// Where subagent histories are kept (the session store), if anywhere.
+    fn history_sink(&self) -> Option<Arc<dyn HistorySink>> {
+        None
+    }
 }
 
 /// The `task` tool.
@@ -126,21 +130,22 @@ impl Tool for TaskTool {
         // One session id; histories keyed by agent path and call, so two calls to the same
         // subagent keep separate histories.
         let key = |name: &str| format!("{name}#{}", ctx.call_id);
-        let mut session = CrewSession {
-            primary: Session::new(
+        let sink = factory.history_sink();
+        let open = |name: &str| {
+            let fresh = Session::new(
                 &ctx.session_id,
-                key(&crew.primary().name),
+                key(name),
                 ctx.cwd.clone(),
                 ctx.project_root.clone(),
-            ),
-            coagent: crew.coagent().map(|c| {
-                Session::new(
-                    &ctx.session_id,
-                    key(&c.name),
-                    ctx.cwd.clone(),
-                    ctx.project_root.clone(),
-                )
-            }),
+            );
+            match &sink {
+                Some(sink) => fresh.with_sink(Arc::clone(sink)),
+                None => fresh,
+            }
+        };
+        let mut session = CrewSession {
+            primary: open(&crew.primary().name),
+            coagent: crew.coagent().map(|c| open(&c.name)),
         };
         session.primary.add_user_message(args.prompt.clone());
         let _ = ctx.events.send(AgentEvent::SubagentStart {

@@ -194,6 +194,8 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
             .set_stored_prompts(sessions::stored_prompts(&store, &info.id)?);
     }
     let crew = spec.composer.crew(&composition, spec.level)?;
+    spec.composer
+        .set_history_sink(Arc::clone(&store) as Arc<dyn crow_core::HistorySink>);
     let (info, mut session) = match resumed {
         Some(info) => sessions::resume(&store, &crew, info)?,
         None => sessions::create(&store, &crew, &spec.composer, &spec.prompt)?,

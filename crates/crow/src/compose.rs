@@ -34,6 +34,8 @@ pub struct Composer {
     pub max_iterations: u32,
     /// System prompts of a resumed session by agent name, used instead of rendering anew.
     stored_prompts: Mutex<HashMap<String, String>>,
+    /// Where subagents' histories go (the session store), once a session is open.
+    history_sink: std::sync::OnceLock<Arc<dyn crow_core::HistorySink>>,
     providers: Mutex<HashMap<(String, String), Arc<dyn Provider>>>,
 }
 
@@ -59,12 +61,18 @@ impl Composer {
             date: chrono::Local::now().format("%Y-%m-%d").to_string(),
             max_iterations,
             stored_prompts: Mutex::new(HashMap::new()),
+            history_sink: std::sync::OnceLock::new(),
             providers: Mutex::new(HashMap::new()),
         }
     }
 
     /// Makes agents use these system prompts (by agent name) instead of rendering new ones:
     /// a resumed session keeps the prompts it started with.
+    /// Subagent histories are written here too.
+    pub fn set_history_sink(&self, sink: Arc<dyn crow_core::HistorySink>) {
+        let _ = self.history_sink.set(sink);
+    }
+
     pub fn set_stored_prompts(&self, prompts: HashMap<String, String>) {
         *self
             .stored_prompts
@@ -242,6 +250,10 @@ impl SubagentFactory for Composer {
             .filter(|c| c.source != DefSource::BuiltIn)
             .map(|c| (c.name.clone(), c.description.clone()));
         agents.chain(compositions).collect()
+    }
+
+    fn history_sink(&self) -> Option<Arc<dyn crow_core::HistorySink>> {
+        self.history_sink.get().cloned()
     }
 
     fn build(&self, name: &str, parent: &str) -> Result<Crew, String> {

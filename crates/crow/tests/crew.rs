@@ -261,6 +261,27 @@ async fn a_subagent_with_its_own_reviewer_returns_its_result() {
             .iter()
             .any(|e| e["agent"] == "builder/checked-work/checker")
     );
+    // The subagent's and its reviewer's histories are stored under the same session.
+    let mut list = crow(dir.path());
+    list.args(["sessions", "list"]);
+    let listed = output(list).await;
+    let id = listed
+        .stdout
+        .lines()
+        .nth(1)
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap()
+        .to_owned();
+    let mut export = crow(dir.path());
+    export.args(["sessions", "export", &id, "--format", "jsonl"]);
+    let exported = output(export).await;
+    assert_eq!(exported.code, Some(0), "{}", exported.stderr);
+    assert!(
+        exported.stdout.contains("builder/checked-work#")
+            && exported.stdout.contains("builder/checked-work/checker#"),
+        "{}",
+        exported.stdout
+    );
     // The task tool advertises the project's subagents.
     let tools = mock.requests()[0].body["tools"].as_array().unwrap().clone();
     let task = tools
