@@ -166,6 +166,8 @@ pub struct RunSpec {
     pub store: Arc<SqliteStore>,
     /// Continue a stored session instead of starting one.
     pub resume: Option<Resume>,
+    /// Started in the background; their tools join the registry when ready.
+    pub mcp_servers: Vec<crow_mcp::McpServerConfig>,
 }
 
 /// Runs the prompt through a new or resumed session of the chosen crew, rendering as it
@@ -200,6 +202,12 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
         Some(info) => sessions::resume(&store, &crew, info)?,
         None => sessions::create(&store, &crew, &spec.composer, &spec.prompt)?,
     };
+    let mcp = crate::mcp::start(
+        spec.mcp_servers,
+        spec.composer.tools.clone(),
+        &spec.composer.cwd,
+        crate::tool_options(&spec.composer.config).max_output_bytes,
+    );
     session.primary.add_user_message(spec.prompt);
 
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
@@ -224,6 +232,7 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
     drop(tx);
     interrupts.abort();
     let _ = recorder.await;
+    mcp.finish().await;
     let totals = renderer.await.unwrap_or_default();
     sessions::finish(&store, &info.id, &outcome);
     if !spec.json {

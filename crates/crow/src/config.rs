@@ -1,6 +1,7 @@
-//! Configuration: built-in defaults, then the user file, then the project's `.crow/config.toml`,
-//! then environment variables, then flags — later wins. Every layer is checked on its own so
-//! an unknown key or a bad value is reported with the file it came from.
+//! Configuration: built-in defaults, then the project's `.mcp.json` (MCP servers only), then
+//! the user file, then the project's `.crow/config.toml`, then environment variables, then
+//! flags — later wins. Every layer is checked on its own so an unknown key or a bad value is
+//! reported with the file it came from.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -25,6 +26,9 @@ pub struct Config {
     pub store: StoreConfig,
     #[serde(default)]
     pub providers: BTreeMap<String, ProviderConfig>,
+    /// MCP servers whose tools crow offers (`[mcp_servers.NAME]`; also read from `.mcp.json`).
+    #[serde(default)]
+    pub mcp_servers: BTreeMap<String, crow_mcp::McpServerEntry>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -152,6 +156,10 @@ pub fn user_config_dir() -> Option<PathBuf> {
 pub fn load(project_root: &Path, flags: &Overrides) -> Result<LoadedConfig> {
     let mut layers: Vec<(toml::Table, Source)> = Vec::new();
     layers.push((parse_layer(DEFAULTS, &Source::Default)?, Source::Default));
+    // The project's .mcp.json ranks below crow's own files, which can override its entries.
+    if let Some(layer) = crate::mcp::mcp_json_layer(project_root)? {
+        layers.push(layer);
+    }
     let files = user_config_dir()
         .map(|d| d.join("config.toml"))
         .into_iter()
@@ -296,6 +304,7 @@ fn flatten(
 pub fn is_secret(key: &str) -> bool {
     let last = key.rsplit('.').next().unwrap_or(key).to_ascii_lowercase();
     last == "api_key"
+        || (key.starts_with("mcp_servers.") && (key.contains(".env.") || key.contains(".headers.")))
         || (key.contains(".headers.")
             && (last.contains("auth") || last.contains("key") || last.contains("token")))
 }
@@ -362,5 +371,8 @@ mod tests {
         assert!(is_secret("providers.openai.api_key"));
         assert!(is_secret("providers.x.headers.Authorization"));
         assert!(!is_secret("providers.openai.api_key_env"));
+        assert!(is_secret("mcp_servers.gh.env.GITHUB_TOKEN"));
+        assert!(is_secret("mcp_servers.api.headers.X-Team"));
+        assert!(!is_secret("mcp_servers.gh.command"));
     }
 }

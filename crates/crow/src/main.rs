@@ -8,6 +8,7 @@ mod app;
 mod compose;
 mod config;
 mod demo;
+mod mcp;
 mod prompt;
 mod render;
 mod sessions;
@@ -44,6 +45,11 @@ enum Command {
         /// Directory for the demo project (default: a new temporary directory)
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
+    },
+    /// Manage MCP servers (tools from other programs)
+    Mcp {
+        #[command(subcommand)]
+        command: mcp::McpCommand,
     },
     /// List and inspect agents and compositions (built-in, ~/.config/crow/agents, .crow/agents)
     Agents {
@@ -174,6 +180,7 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
             let loaded = config::load(&root, &Overrides::default())?;
             sessions::run(command, &loaded.config, &root)
         }
+        Command::Mcp { command } => mcp::command(command).await,
         Command::Agents { command } => agents_command(command),
         Command::Config {
             command: ConfigCommand::Show(model),
@@ -221,6 +228,7 @@ async fn run(args: RunArgs) -> Result<ExitCode> {
     let loaded = config::load(&root, &overrides(&args.model, args.max_iterations))?;
     let selection = app::select_provider(&loaded)?;
     let fallback = selection.name == "ollama" && loaded.config.provider.is_none();
+    let mcp_servers = mcp::servers(&loaded.config);
     let catalog = load_agents(&root);
     let tools = crow_tools::builtin_tools(&tool_options(&loaded.config));
     let max_iterations = loaded.config.max_iterations.unwrap_or(50);
@@ -246,6 +254,7 @@ async fn run(args: RunArgs) -> Result<ExitCode> {
         json: args.json,
         store,
         resume,
+        mcp_servers,
     };
     app::run_session(spec).await.map_err(|e| {
         if fallback {

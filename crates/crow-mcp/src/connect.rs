@@ -1,0 +1,190 @@
+//! Opening a connection: a stdio child in its own process group (so shutdown can kill its
+//! whole tree) with stderr captured, or a streamable-HTTP session; then the MCP handshake.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+
+use process_wrap::tokio::{CommandWrap, ProcessGroup};
+use rmcp::model::{ClientCapabilities, ClientConfig, Implementation, ProtocolVersion};
+use rmcp::service::{NotificationContext, RunningService};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{ClientHandler, RoleClient, ServiceExt};
+use tokio::io::AsyncBufReadExt;
+use tokio::sync::mpsc;
+
+use crate::config::McpTransport;
+
+/// Lines of a server's stderr kept to explain why it failed.
+const STDERR_TAIL: usize = 8;
+
+/// crow's side of the MCP session: it only needs to hear about tool-list changes.
+pub(crate) struct Handler {
+    pub list_changed: mpsc::UnboundedSender<()>,
+}
+
+impl ClientHandler for Handler {
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        let _ = self.list_changed.send(());
+    }
+
+    fn get_info(&self) -> ClientConfig {
+        // The initialize handshake: every server we test speaks it, and rmcp negotiates down.
+        ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("crow", env!("CARGO_PKG_VERSION")),
+        )
+        .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
+    }
+}
+
+pub(crate) type Service = RunningService<RoleClient, Handler>;
+
+/// The last lines a stdio server wrote to stderr.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct StderrTail(Arc<Mutex<VecDeque<String>>>);
+
+impl StderrTail {
+    fn push(&self, line: String) {
+        let mut lines = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if lines.len() == STDERR_TAIL {
+            lines.pop_front();
+        }
+        lines.push_back(line);
+    }
+
+    /// `"; stderr: ..."` for error messages, or nothing.
+    pub fn suffix(&self) -> String {
+        let lines = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let text: Vec<&str> = lines
+            .iter()
+            .map(|l| l.trim())
+            .filter(|l| !l.is_empty())
+            .collect();
+        if text.is_empty() {
+            String::new()
+        } else {
+            format!("; stderr: {}", text.join(" | "))
+        }
+    }
+}
+
+/// A transport ready for the handshake, plus what shutdown and diagnostics need.
+pub(crate) enum Opened {
+    Stdio {
+        transport: TokioChildProcess,
+        pgid: Option<i32>,
+    },
+    Http(StreamableHttpClientTransportConfig),
+}
+
+/// Spawns the child or prepares the HTTP session. Errors are one-line messages.
+pub(crate) fn open(
+    server: &str,
+    transport: &McpTransport,
+    default_cwd: &Path,
+    stderr_tail: &StderrTail,
+) -> Result<Opened, String> {
+    match transport {
+        McpTransport::Stdio {
+            command,
+            args,
+            env,
+            cwd,
+        } => {
+            let mut cmd = tokio::process::Command::new(command);
+            cmd.args(args)
+                .envs(env)
+                .current_dir(cwd.as_deref().unwrap_or(default_cwd));
+            let mut wrapped = CommandWrap::from(cmd);
+            // Own process group: `npx`/`uvx` wrappers spawn the real server as a grandchild,
+            // and killing the group on shutdown is the only way to leave no orphan.
+            wrapped.wrap(ProcessGroup::leader());
+            let (transport, stderr) = TokioChildProcess::builder(wrapped)
+                .stderr(Stdio::piped())
+                .spawn()
+                .map_err(|e| format!("cannot start `{command}`: {e}"))?;
+            let pgid = transport.id().and_then(|id| i32::try_from(id).ok());
+            if let Some(stderr) = stderr {
+                let tail = stderr_tail.clone();
+                let server = server.to_owned();
+                tokio::spawn(async move {
+                    let mut lines = tokio::io::BufReader::new(stderr).lines();
+                    while let Ok(Some(line)) = lines.next_line().await {
+                        tracing::debug!(target: "crow_mcp::stderr", server = %server, "{line}");
+                        tail.push(line);
+                    }
+                });
+            }
+            Ok(Opened::Stdio { transport, pgid })
+        }
+        McpTransport::Http {
+            url,
+            headers,
+            bearer_token_env_var,
+        } => {
+            install_crypto_provider();
+            let mut map = HashMap::new();
+            for (name, value) in headers {
+                let name = http::HeaderName::try_from(name.as_str())
+                    .map_err(|e| format!("bad header name '{name}': {e}"))?;
+                let value = http::HeaderValue::try_from(value.as_str())
+                    .map_err(|_| format!("bad value for header '{name}'"))?;
+                map.insert(name, value);
+            }
+            let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
+                .custom_headers(map)
+                .reinit_on_expired_session(true);
+            if let Some(var) = bearer_token_env_var {
+                let token = std::env::var(var)
+                    .ok()
+                    .filter(|t| !t.trim().is_empty())
+                    .ok_or_else(|| format!("bearer_token_env_var {var} is not set"))?;
+                config = config.auth_header(token);
+            }
+            Ok(Opened::Http(config))
+        }
+    }
+}
+
+/// The MCP handshake over an opened transport.
+pub(crate) async fn handshake(opened: Opened, handler: Handler) -> Result<Service, String> {
+    let result = match opened {
+        Opened::Stdio { transport, .. } => handler.serve(transport).await,
+        // rmcp's default client (same-origin redirects only, no idle pooling); it can only
+        // fail to build without a TLS provider, which `open` installed.
+        Opened::Http(config) => {
+            handler
+                .serve(StreamableHttpClientTransport::from_config(config))
+                .await
+        }
+    };
+    result.map_err(|e| format!("MCP handshake failed: {e}"))
+}
+
+/// reqwest inside rmcp is built without a bundled crypto backend (it would compile aws-lc);
+/// the workspace already uses rustls with ring, so that is installed as the process default.
+fn install_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Losing a race to another installer is fine: some provider is installed either way.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
+/// Kills a process group (the server and everything it started). A group that is already
+/// gone is not an error.
+pub(crate) fn kill_group(pgid: i32) {
+    use nix::sys::signal::{Signal, killpg};
+    use nix::unistd::Pid;
+    if pgid > 1 {
+        let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+    }
+}

@@ -1,0 +1,361 @@
+//! MCP in the binary: servers from config (and `.mcp.json`) for a session, warnings on the
+//! terminal, and `crow mcp list|add|remove`. The client itself lives in crow-mcp.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::Subcommand;
+use crow_core::ToolRegistry;
+use crow_mcp::{McpManager, McpOptions, McpServerConfig, ServerState};
+
+use crate::config::{self, Config, Source};
+
+#[derive(Subcommand)]
+pub enum McpCommand {
+    /// Start every configured server, list its status and tools, and stop it again
+    List {
+        /// Print JSON instead
+        #[arg(long)]
+        json: bool,
+    },
+    /// Add a server to the user config: `crow mcp add NAME -- CMD ARGS...` or `--url URL`
+    Add {
+        name: String,
+        /// Streamable-HTTP endpoint (instead of a command)
+        #[arg(long, conflicts_with = "command")]
+        url: Option<String>,
+        /// Environment variable for a stdio server, KEY=VALUE (repeatable)
+        #[arg(long = "env", value_name = "KEY=VALUE")]
+        env: Vec<String>,
+        /// HTTP header, NAME=VALUE (repeatable)
+        #[arg(long = "header", value_name = "NAME=VALUE")]
+        headers: Vec<String>,
+        /// Environment variable holding a bearer token for an HTTP server
+        #[arg(long)]
+        bearer_token_env_var: Option<String>,
+        /// The command and its arguments (after `--`)
+        #[arg(last = true, value_name = "CMD")]
+        command: Vec<String>,
+    },
+    /// Remove a server from the user config
+    Remove { name: String },
+}
+
+/// Reads `<project>/.mcp.json` (Claude Code's `mcpServers`) as a config layer. Entries crow
+/// cannot use (e.g. `sse`) are skipped with a warning.
+pub fn mcp_json_layer(project_root: &Path) -> Result<Option<(toml::Table, Source)>> {
+    let path = project_root.join(".mcp.json");
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => bail!("cannot read {}: {e}", path.display()),
+    };
+    let entries = crow_mcp::parse_mcp_json(&text, &path.display().to_string())?;
+    let mut servers = toml::Table::new();
+    for (name, entry) in entries {
+        match entry {
+            Ok(entry) => {
+                let value = toml::Value::try_from(&entry)
+                    .with_context(|| format!("{}: server '{name}'", path.display()))?;
+                servers.insert(name, value);
+            }
+            Err(e) => tracing::warn!("{e}; skipped"),
+        }
+    }
+    if servers.is_empty() {
+        return Ok(None);
+    }
+    let mut layer = toml::Table::new();
+    layer.insert("mcp_servers".into(), toml::Value::Table(servers));
+    Ok(Some((layer, Source::File(path))))
+}
+
+/// The configured servers; a server whose entry is invalid is reported and left out, so
+/// the session goes on without it.
+pub fn servers(config: &Config) -> Vec<McpServerConfig> {
+    config
+        .mcp_servers
+        .iter()
+        .filter_map(|(name, entry)| match entry.resolve(name) {
+            Ok(server) => Some(server),
+            Err(e) => {
+                eprintln!("warning: {e}; server skipped");
+                None
+            }
+        })
+        .collect()
+}
+
+/// A session's servers and the task printing their warnings.
+pub struct Session {
+    manager: McpManager,
+    printer: tokio::task::JoinHandle<()>,
+}
+
+impl Session {
+    /// Shuts every server down and prints the warnings still queued.
+    pub async fn finish(self) {
+        self.manager.shutdown().await;
+        // The last manager handle owns the event sender: dropping it ends the printer.
+        drop(self.manager);
+        let _ = tokio::time::timeout(Duration::from_millis(200), self.printer).await;
+    }
+}
+
+/// Starts the session's servers into `registry` and prints their problems as warnings on
+/// stderr while the session runs.
+pub fn start(
+    servers: Vec<McpServerConfig>,
+    registry: ToolRegistry,
+    cwd: &Path,
+    max_output_bytes: usize,
+) -> Session {
+    let (manager, mut events) = McpManager::start(
+        servers,
+        registry,
+        McpOptions {
+            max_output_bytes,
+            cwd: cwd.to_path_buf(),
+        },
+    );
+    let printer = tokio::spawn(async move {
+        while let Some(event) = events.recv().await {
+            if let Some(warning) = event.warning() {
+                eprintln!("warning: {warning}");
+            }
+        }
+    });
+    Session { manager, printer }
+}
+
+pub async fn command(command: McpCommand) -> Result<ExitCode> {
+    match command {
+        McpCommand::List { json } => list(json).await,
+        McpCommand::Add {
+            name,
+            url,
+            env,
+            headers,
+            bearer_token_env_var,
+            command,
+        } => {
+            let entry = crow_mcp::McpServerEntry {
+                command: command.first().cloned(),
+                args: command.iter().skip(1).cloned().collect(),
+                env: pairs(&env, "--env")?,
+                url,
+                headers: pairs(&headers, "--header")?,
+                bearer_token_env_var,
+                ..Default::default()
+            };
+            entry.resolve(&name)?;
+            let path = user_config_file()?;
+            let text = read_or_empty(&path)?;
+            let updated = add_to_toml(&text, &name, &entry)?;
+            write(&path, &updated)?;
+            println!("added MCP server '{name}' to {}", path.display());
+            Ok(ExitCode::SUCCESS)
+        }
+        McpCommand::Remove { name } => {
+            let path = user_config_file()?;
+            let text = read_or_empty(&path)?;
+            let updated =
+                remove_from_toml(&text, &name).with_context(|| format!("in {}", path.display()))?;
+            write(&path, &updated)?;
+            println!("removed MCP server '{name}' from {}", path.display());
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+async fn list(json: bool) -> Result<ExitCode> {
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    let (root, _) = crate::app::find_project_root(&cwd);
+    let loaded = config::load(&root, &config::Overrides::default())?;
+    let servers = servers(&loaded.config);
+    if servers.is_empty() && !json {
+        println!(
+            "no MCP servers configured: `crow mcp add NAME -- CMD ARGS...`, [mcp_servers.NAME] in config.toml, or .mcp.json"
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let longest = servers
+        .iter()
+        .filter(|s| s.enabled)
+        .map(|s| s.startup_timeout)
+        .max()
+        .unwrap_or_default();
+    let max_output = crate::tool_options(&loaded.config).max_output_bytes;
+    // Problems are shown in the listing itself, so events are not printed here.
+    let (manager, _events) = McpManager::start(
+        servers,
+        ToolRegistry::new(),
+        McpOptions {
+            max_output_bytes: max_output,
+            cwd,
+        },
+    );
+    manager
+        .wait_settled(longest + Duration::from_millis(500))
+        .await;
+    let statuses = manager.status();
+    manager.shutdown().await;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&statuses)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut failed = false;
+    for s in &statuses {
+        let state = match s.state {
+            ServerState::Ready => format!("ready, {} tools", s.tools.len()),
+            ServerState::Disabled => "disabled".to_owned(),
+            other => {
+                failed = true;
+                serde_json::to_value(other)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default()
+            }
+        };
+        println!("{}  ({state})  {}", s.name, s.transport);
+        if let Some(error) = &s.error {
+            println!("  error: {error}");
+        }
+        for tool in &s.tools {
+            println!("  {tool}");
+        }
+    }
+    Ok(if failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn pairs(items: &[String], flag: &str) -> Result<std::collections::BTreeMap<String, String>> {
+    items
+        .iter()
+        .map(|item| match item.split_once('=') {
+            Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
+            _ => bail!("{flag} takes KEY=VALUE, got '{item}'"),
+        })
+        .collect()
+}
+
+fn user_config_file() -> Result<std::path::PathBuf> {
+    config::user_config_dir()
+        .map(|d| d.join("config.toml"))
+        .context("cannot find the user config directory (set CROW_CONFIG_DIR or HOME)")
+}
+
+fn read_or_empty(path: &Path) -> Result<String> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok(text),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
+        Err(e) => bail!("cannot read {}: {e}", path.display()),
+    }
+}
+
+fn write(path: &Path, text: &str) -> Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// Adds `[mcp_servers.NAME]` with toml_edit, so the user's comments and layout survive.
+pub fn add_to_toml(text: &str, name: &str, entry: &crow_mcp::McpServerEntry) -> Result<String> {
+    let mut doc: toml_edit::DocumentMut =
+        text.parse().context("the config file is not valid TOML")?;
+    let servers = doc
+        .entry("mcp_servers")
+        .or_insert_with(|| {
+            let mut t = toml_edit::Table::new();
+            t.set_implicit(true);
+            toml_edit::Item::Table(t)
+        })
+        .as_table_mut()
+        .context("`mcp_servers` in the config file is not a table")?;
+    if servers.contains_key(name) {
+        bail!("an MCP server named '{name}' already exists; `crow mcp remove {name}` first");
+    }
+    let mut table = toml_edit::Table::new();
+    if let Some(command) = &entry.command {
+        table["command"] = toml_edit::value(command.as_str());
+        if !entry.args.is_empty() {
+            table["args"] = toml_edit::value(entry.args.iter().collect::<toml_edit::Array>());
+        }
+        if !entry.env.is_empty() {
+            table["env"] = toml_edit::value(inline(&entry.env));
+        }
+    }
+    if let Some(url) = &entry.url {
+        table["url"] = toml_edit::value(url.as_str());
+        if !entry.headers.is_empty() {
+            table["headers"] = toml_edit::value(inline(&entry.headers));
+        }
+        if let Some(var) = &entry.bearer_token_env_var {
+            table["bearer_token_env_var"] = toml_edit::value(var.as_str());
+        }
+    }
+    servers.insert(name, toml_edit::Item::Table(table));
+    Ok(doc.to_string())
+}
+
+fn inline(map: &std::collections::BTreeMap<String, String>) -> toml_edit::InlineTable {
+    map.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
+}
+
+/// Removes `[mcp_servers.NAME]`, keeping everything else as written.
+pub fn remove_from_toml(text: &str, name: &str) -> Result<String> {
+    let mut doc: toml_edit::DocumentMut =
+        text.parse().context("the config file is not valid TOML")?;
+    let removed = doc
+        .get_mut("mcp_servers")
+        .and_then(toml_edit::Item::as_table_like_mut)
+        .and_then(|t| t.remove(name));
+    if removed.is_none() {
+        bail!(
+            "no MCP server named '{name}' in the user config (servers from .crow/config.toml or .mcp.json are edited there)"
+        );
+    }
+    Ok(doc.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn add_and_remove_keep_the_users_formatting() {
+        let original = "# my settings\nmodel = \"gpt-5\"   # the best\n\n[providers.openai]\nmax_retries = 2\n";
+        let entry = crow_mcp::McpServerEntry {
+            command: Some("uvx".into()),
+            args: vec!["mcp-server-time".into()],
+            env: [("TZ".to_owned(), "UTC".to_owned())].into(),
+            ..Default::default()
+        };
+        let added = add_to_toml(original, "time", &entry).unwrap();
+        assert!(added.starts_with(original), "{added}");
+        assert!(added.contains("[mcp_servers.time]\ncommand = \"uvx\"\nargs = [\"mcp-server-time\"]\nenv = { TZ = \"UTC\" }\n"), "{added}");
+        let parsed: Config = toml::from_str(&added).unwrap();
+        assert_eq!(parsed.mcp_servers["time"], entry);
+        assert!(
+            add_to_toml(&added, "time", &entry).is_err(),
+            "no silent overwrite"
+        );
+
+        let http = crow_mcp::McpServerEntry {
+            url: Some("http://127.0.0.1:1/mcp".into()),
+            bearer_token_env_var: Some("TOKEN".into()),
+            ..Default::default()
+        };
+        let both = add_to_toml(&added, "api", &http).unwrap();
+        let removed = remove_from_toml(&both, "time").unwrap();
+        assert!(removed.starts_with(original), "{removed}");
+        assert!(removed.contains("[mcp_servers.api]") && !removed.contains("uvx"));
+        assert!(remove_from_toml(&removed, "time").is_err());
+    }
+}

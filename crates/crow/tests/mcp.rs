@@ -1,0 +1,205 @@
+//! End-to-end MCP: the real `crow` binary, the mock model, and the real `mcp-server-time`
+//! (PyPI, installed by `.ci/run` into tests/mcp-servers/python).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::*;
+use crow_testkit::{MockLlm, Reply, Scenario};
+use serde_json::json;
+
+/// tests/mcp-servers/python, or None (with a note) when absent and CI does not require it.
+fn time_server_path() -> Option<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/mcp-servers/python");
+    if dir.join("mcp_server_time").exists() {
+        return Some(dir.canonicalize().unwrap());
+    }
+    let help = "run .ci/run, or: python3 -m pip install --target tests/mcp-servers/python -r tests/mcp-servers/requirements.txt";
+    if std::env::var_os("CROW_REQUIRE_MCP_SERVERS").is_some() {
+        panic!("mcp-server-time is missing: {help}");
+    }
+    eprintln!("note: skipped, mcp-server-time is not installed ({help})");
+    None
+}
+
+/// Processes whose working directory is `dir` (the MCP servers crow started there).
+fn processes_in(dir: &Path) -> Vec<String> {
+    let dir = dir.canonicalize().unwrap();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .chars()
+                .all(|c| c.is_ascii_digit())
+        })
+        .filter(|e| std::fs::read_link(e.path().join("cwd")).is_ok_and(|cwd| cwd == dir))
+        .filter(|e| {
+            let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+            !stat.contains(") Z ")
+        })
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn crow_run_calls_a_tool_of_a_server_from_mcp_json_and_uses_its_result() {
+    let Some(python) = time_server_path() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join(".mcp.json"),
+        json!({"mcpServers": {"time": {
+            "command": "python3",
+            "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"],
+            "env": {"PYTHONPATH": python.display().to_string()}
+        }}})
+        .to_string(),
+    )
+    .unwrap();
+    // The server starts in the background, so the first call gives it time to be ready;
+    // the model only calls the MCP tool once a request has advertised it.
+    let scenario = Scenario::new()
+        .reply(Reply::tool_call("bash", json!({"command": "sleep 4"})))
+        .reply(Reply::tool_call(
+            "mcp__time__get_current_time",
+            json!({"timezone": "Asia/Tokyo"}),
+        ))
+        .reply(Reply::text("It is late in Tokyo."));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let out = output(crow_run(dir.path(), &mock, "what time is it in Tokyo?")).await;
+    assert_eq!(
+        out.code,
+        Some(0),
+        "stderr: {}\nstdout: {}",
+        out.stderr,
+        out.stdout
+    );
+    assert!(!out.stderr.contains("warning"), "{}", out.stderr);
+
+    let ends = out.of_type("tool_call_end");
+    assert_eq!(ends[1]["tool"], "mcp__time__get_current_time");
+    assert_eq!(ends[1]["result"]["status"], "success", "{}", ends[1]);
+    let output = ends[1]["result"]["output"].as_str().unwrap();
+    assert!(
+        output.contains("Asia/Tokyo") && output.contains("datetime"),
+        "{output}"
+    );
+
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 3);
+    let tools: Vec<&str> = requests[1].body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert!(tools.contains(&"mcp__time__get_current_time"), "{tools:?}");
+    assert!(
+        String::from_utf8_lossy(&requests[2].raw_body).contains("Asia/Tokyo"),
+        "the model saw the tool's result"
+    );
+    assert!(
+        processes_in(dir.path()).is_empty(),
+        "the MCP server outlived crow: {:?}",
+        processes_in(dir.path())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_that_cannot_start_is_a_warning_and_the_run_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    write_project_config(
+        dir.path(),
+        "[mcp_servers.ghost]\ncommand = \"/nonexistent/mcp-server\"\n",
+    );
+    // The turn outlasts the failed start (a server failing after the turn is not reported).
+    let scenario = Scenario::new()
+        .reply(Reply::tool_call("bash", json!({"command": "sleep 1"})))
+        .reply(Reply::text("fine without it"));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let out = output(crow_run(dir.path(), &mock, "hi")).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("warning: MCP server 'ghost' failed to start"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mcp_add_list_remove_edit_the_user_config() {
+    let Some(python) = time_server_path() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config_dir = dir.path().join(".home/.config/crow");
+    std::fs::create_dir_all(&config_dir).unwrap();
+    std::fs::write(
+        config_dir.join("config.toml"),
+        "# mine\nmax_iterations = 7 # keep\n",
+    )
+    .unwrap();
+
+    let mut add = crow(dir.path());
+    add.args(["mcp", "add", "time", "--env"])
+        .arg(format!("PYTHONPATH={}", python.display()))
+        .args(["--", "python3", "-m", "mcp_server_time"]);
+    let out = output(add).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let text = std::fs::read_to_string(config_dir.join("config.toml")).unwrap();
+    assert!(
+        text.starts_with("# mine\nmax_iterations = 7 # keep\n"),
+        "{text}"
+    );
+
+    let mut list = crow(dir.path());
+    list.args(["mcp", "list"]);
+    let out = output(list).await;
+    assert_eq!(out.code, Some(0), "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout.contains("time  (ready, 2 tools)"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("mcp__time__convert_time"),
+        "{}",
+        out.stdout
+    );
+
+    let mut show = crow(dir.path());
+    show.args(["config", "show"]);
+    let out = output(show).await;
+    assert!(
+        out.stdout.contains("mcp_servers.time.command"),
+        "{}",
+        out.stdout
+    );
+    let env_line = out
+        .stdout
+        .lines()
+        .find(|l| l.contains("mcp_servers.time.env.PYTHONPATH"));
+    assert!(
+        env_line.unwrap().contains("\"[redacted]\""),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        !out.stdout.contains(&python.display().to_string()),
+        "env values are redacted"
+    );
+
+    let mut remove = crow(dir.path());
+    remove.args(["mcp", "remove", "time"]);
+    assert_eq!(output(remove).await.code, Some(0));
+    let text = std::fs::read_to_string(config_dir.join("config.toml")).unwrap();
+    assert!(!text.contains("mcp_servers.time"), "{text}");
+    assert!(text.starts_with("# mine\n"));
+}
