@@ -281,8 +281,18 @@ fn describe(transport: &McpTransport) -> String {
 }
 
 fn emit(inner: &Inner, event: McpEvent) {
-    if let Some(w) = event.warning() {
-        tracing::debug!("{w}");
+    match &event {
+        McpEvent::Ready { server, tools } => {
+            tracing::info!("MCP server '{server}' ready with {} tools", tools.len());
+        }
+        McpEvent::ToolsChanged { server, tools } => {
+            tracing::info!("MCP server '{server}' now has {} tools", tools.len());
+        }
+        other => {
+            if let Some(w) = other.warning() {
+                tracing::debug!("{w}");
+            }
+        }
     }
     let _ = inner.events.send(event);
 }

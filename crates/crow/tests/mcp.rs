@@ -62,17 +62,21 @@ async fn crow_run_calls_a_tool_of_a_server_from_mcp_json_and_uses_its_result() {
         .to_string(),
     )
     .unwrap();
-    // The server starts in the background, so the first call gives it time to be ready;
-    // the model only calls the MCP tool once a request has advertised it.
+    // The server starts in the background (the first request goes out without it). The
+    // first tool call waits for a flag the test sets when crow logs the server ready, so the
+    // second request advertises the MCP tool.
+    let wait = "for i in $(seq 600); do [ -f ready.flag ] && exit 0; sleep 0.05; done; exit 1";
     let scenario = Scenario::new()
-        .reply(Reply::tool_call("bash", json!({"command": "sleep 4"})))
+        .reply(Reply::tool_call("bash", json!({"command": wait})))
         .reply(Reply::tool_call(
             "mcp__time__get_current_time",
             json!({"timezone": "Asia/Tokyo"}),
         ))
         .reply(Reply::text("It is late in Tokyo."));
     let mock = MockLlm::start(scenario).await.unwrap();
-    let out = output(crow_run(dir.path(), &mock, "what time is it in Tokyo?")).await;
+    let mut cmd = crow_run(dir.path(), &mock, "what time is it in Tokyo?");
+    cmd.env("CROW_LOG", "crow_mcp=info");
+    let out = run_flagging_ready(cmd, &dir.path().join("ready.flag")).await;
     assert_eq!(
         out.code,
         Some(0),
@@ -81,6 +85,10 @@ async fn crow_run_calls_a_tool_of_a_server_from_mcp_json_and_uses_its_result() {
         out.stdout
     );
     assert!(!out.stderr.contains("warning"), "{}", out.stderr);
+    assert_eq!(
+        out.of_type("tool_call_end")[0]["result"]["status"],
+        "success"
+    );
 
     let ends = out.of_type("tool_call_end");
     assert_eq!(ends[1]["tool"], "mcp__time__get_current_time");
@@ -109,6 +117,32 @@ async fn crow_run_calls_a_tool_of_a_server_from_mcp_json_and_uses_its_result() {
         "the MCP server outlived crow: {:?}",
         processes_in(dir.path())
     );
+}
+
+/// Runs `cmd`, creating `flag` as soon as crow logs that the MCP server is ready.
+async fn run_flagging_ready(mut cmd: tokio::process::Command, flag: &Path) -> Output {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+    let mut child = cmd.spawn().unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let flag = flag.to_path_buf();
+    let watcher = tokio::spawn(async move {
+        let mut lines = BufReader::new(stderr).lines();
+        let mut seen = String::new();
+        while let Ok(Some(line)) = lines.next_line().await {
+            if line.contains("MCP server 'time' ready") {
+                std::fs::write(&flag, "").unwrap();
+            }
+            seen.push_str(&line);
+            seen.push('\n');
+        }
+        seen
+    });
+    let mut out = Vec::new();
+    stdout.read_to_end(&mut out).await.unwrap();
+    let status = child.wait().await.unwrap();
+    let err = watcher.await.unwrap();
+    parse(status.code(), out, err.into_bytes())
 }
 
 #[tokio::test(flavor = "multi_thread")]
