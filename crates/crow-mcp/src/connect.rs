@@ -179,12 +179,37 @@ fn install_crypto_provider() {
     }
 }
 
+/// Process groups of the stdio servers alive in this process, for [`kill_all_servers`].
+static LIVE_GROUPS: std::sync::Mutex<std::collections::BTreeSet<i32>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+fn live_groups() -> std::sync::MutexGuard<'static, std::collections::BTreeSet<i32>> {
+    LIVE_GROUPS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Remembers a server's process group until it is killed.
+pub(crate) fn track_group(pgid: i32) {
+    live_groups().insert(pgid);
+}
+
 /// Kills a process group (the server and everything it started). A group that is already
 /// gone is not an error.
 pub(crate) fn kill_group(pgid: i32) {
     use nix::sys::signal::{Signal, killpg};
     use nix::unistd::Pid;
+    live_groups().remove(&pgid);
     if pgid > 1 {
         let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+    }
+}
+
+/// Kills every stdio server of every manager in this process at once, for a front end that
+/// is about to exit without running destructors (`std::process::exit` on a second Ctrl-C).
+pub fn kill_all_servers() {
+    let groups: Vec<i32> = live_groups().iter().copied().collect();
+    for pgid in groups {
+        kill_group(pgid);
     }
 }

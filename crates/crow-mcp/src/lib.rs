@@ -20,5 +20,6 @@ pub use config::{
     ConfigError, DEFAULT_STARTUP_TIMEOUT, DEFAULT_TOOL_TIMEOUT, McpServerConfig, McpServerEntry,
     McpTransport, parse_mcp_json,
 };
+pub use connect::kill_all_servers;
 pub use manager::{McpEvent, McpManager, McpOptions, ServerState, ServerStatus};
 pub use tool::{McpTool, tool_name};

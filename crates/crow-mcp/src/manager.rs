@@ -314,6 +314,9 @@ async fn run_server(weak: std::sync::Weak<Inner>, server: Arc<Server>) {
         let opened = connect::open(&name, &server.config.transport, &inner.options.cwd, &tail)?;
         if let Opened::Stdio { pgid, .. } = &opened {
             *lock(&server.pgid) = *pgid;
+            if let Some(pgid) = pgid {
+                connect::track_group(*pgid);
+            }
         }
         let service = connect::handshake(
             opened,

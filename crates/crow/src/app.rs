@@ -274,6 +274,8 @@ async fn watch_interrupts(cancel: CancellationToken) {
     }
     cancel.cancel();
     if tokio::signal::ctrl_c().await.is_ok() {
+        // exit() runs no destructors: stop the MCP servers' process groups first.
+        crow_mcp::kill_all_servers();
         std::process::exit(130);
     }
 }
