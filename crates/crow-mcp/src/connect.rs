@@ -167,7 +167,22 @@ pub(crate) async fn handshake(opened: Opened, handler: Handler) -> Result<Servic
                 .await
         }
     };
-    result.map_err(|e| format!("MCP handshake failed: {e}"))
+    result.map_err(|e| match &e {
+        rmcp::service::ClientInitializeError::TransportError { error, .. } => {
+            format!("MCP handshake failed: {}", root_cause(error))
+        }
+        other => format!("MCP handshake failed: {other}"),
+    })
+}
+
+/// The innermost cause of an error: rmcp's outer messages name generic transport types,
+/// the innermost one says what happened ("Connection refused", "connection closed").
+fn root_cause(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut current = error;
+    while let Some(next) = current.source() {
+        current = next;
+    }
+    current.to_string()
 }
 
 /// reqwest inside rmcp is built without a bundled crypto backend (it would compile aws-lc);

@@ -149,7 +149,8 @@ fn main() -> ExitCode {
 /// Logs go to stderr (stdout is for the answer or JSON). `CROW_LOG=debug` for more.
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("CROW_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        // rmcp logs a server's connection troubles as errors; crow reports them itself, once.
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,rmcp=off"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
