@@ -237,3 +237,37 @@ async fn mcp_add_list_remove_edit_the_user_config() {
     assert!(!text.contains("mcp_servers.time"), "{text}");
     assert!(text.starts_with("# mine\n"));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_user_config_overrides_mcp_json_and_unusable_entries_are_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join(".mcp.json"),
+        json!({"mcpServers": {
+            "time": {"command": "python3", "args": ["-m", "mcp_server_time"]},
+            "old": {"type": "sse", "url": "http://127.0.0.1:9/sse"}
+        }})
+        .to_string(),
+    )
+    .unwrap();
+    let config_dir = dir.path().join(".home/.config/crow");
+    std::fs::create_dir_all(&config_dir).unwrap();
+    std::fs::write(
+        config_dir.join("config.toml"),
+        "[mcp_servers.time]\nenabled = false\n",
+    )
+    .unwrap();
+    let mut list = crow(dir.path());
+    list.args(["mcp", "list", "--json"]);
+    let out = output(list).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let statuses: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(statuses.as_array().unwrap().len(), 1, "{statuses}");
+    assert_eq!(statuses[0]["name"], "time");
+    assert_eq!(statuses[0]["state"], "disabled");
+    assert!(
+        out.stderr.contains("sse"),
+        "the skipped entry is named: {}",
+        out.stderr
+    );
+}
