@@ -26,6 +26,7 @@ mod ops;
 pub mod sample;
 mod schema;
 mod sqlite;
+pub mod timing;
 
 use std::path::PathBuf;
 

@@ -269,6 +269,8 @@ impl SessionStore for SqliteStore {
             })
             .map_err(|e| self.err(e))?;
         tx.commit().map_err(|e| self.err(e))?;
+        drop(conn);
+        self.committed();
         Ok(u64::try_from(seq).unwrap_or(0))
     }
 
@@ -397,6 +399,7 @@ impl SessionStore for SqliteStore {
                 ts(&usage.timestamp),
             ])
         })
+        .inspect(|_| self.committed())
         .map_err(|e| match e.sqlite_error_code() {
             Some(rusqlite::ErrorCode::ConstraintViolation) => {
                 StoreError::NotFound(session_id.to_owned())

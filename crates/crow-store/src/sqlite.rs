@@ -41,6 +41,84 @@ pub struct SqliteStore {
     pub(crate) busy_timeout: Duration,
     /// Appends the [`HistorySink`](crow_core::HistorySink) could not write: count and first error.
     pub(crate) sink_failures: Mutex<(u64, Option<StoreError>)>,
+    checkpointer: Option<Checkpointer>,
+}
+
+/// Commits between two checkpoints (each commit adds a few pages to the log).
+const CHECKPOINT_EVERY: u32 = 128;
+
+/// Log frames (pages) past which the checkpoint thread makes the log start over.
+const RESTART_FRAMES: i64 = 4096;
+
+/// A thread with its own connection that checkpoints the WAL when nudged. PASSIVE
+/// checkpoints take no writer lock, so appends never wait for one. But a writer that never
+/// pauses leaves a passive checkpoint no moment to finish, and only a finished checkpoint
+/// lets the log start over instead of growing; so past [`RESTART_FRAMES`] the thread runs a
+/// RESTART checkpoint, which holds writers back for the little the passive ones left to copy.
+struct Checkpointer {
+    nudge: Option<std::sync::mpsc::SyncSender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    commits: std::sync::atomic::AtomicU32,
+}
+
+impl Checkpointer {
+    fn start(path: &Path, flags: OpenFlags, busy: Duration) -> Result<Self, Spawn> {
+        let conn = Connection::open_with_flags(path, flags).map_err(Spawn::Sql)?;
+        conn.busy_timeout(busy).map_err(Spawn::Sql)?;
+        let (nudge, nudges) = std::sync::mpsc::sync_channel::<()>(1);
+        let thread = std::thread::Builder::new()
+            .name("crow-store-checkpoint".into())
+            .spawn(move || {
+                let checkpoint = |mode: &str| -> rusqlite::Result<i64> {
+                    conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |r| r.get(1))
+                };
+                while nudges.recv().is_ok() {
+                    match checkpoint("PASSIVE") {
+                        Ok(frames) if frames >= RESTART_FRAMES => {
+                            if let Err(e) = checkpoint("RESTART") {
+                                tracing::debug!("restart checkpoint skipped: {e}");
+                            }
+                        }
+                        Ok(_) => {}
+                        Err(e) => tracing::debug!("checkpoint skipped: {e}"),
+                    }
+                }
+                // Last one out: leave a small log behind.
+                let _ = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+            })
+            .map_err(Spawn::Thread)?;
+        Ok(Self {
+            nudge: Some(nudge),
+            thread: Some(thread),
+            commits: std::sync::atomic::AtomicU32::new(0),
+        })
+    }
+
+    fn committed(&self) {
+        let n = self
+            .commits
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if n % CHECKPOINT_EVERY == CHECKPOINT_EVERY - 1
+            && let Some(nudge) = &self.nudge
+        {
+            // Full means a checkpoint is already pending: nothing to add.
+            let _ = nudge.try_send(());
+        }
+    }
+}
+
+enum Spawn {
+    Sql(rusqlite::Error),
+    Thread(std::io::Error),
+}
+
+impl Drop for Checkpointer {
+    fn drop(&mut self) {
+        self.nudge = None;
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -96,8 +174,14 @@ impl SqliteStore {
             if !mode.eq_ignore_ascii_case("wal") {
                 tracing::warn!("{}: journal mode is {mode}, not WAL", path.display());
             }
-            conn.execute_batch("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;")
-                .map_err(fail)?;
+            // Checkpoints (copying the log back into the database, with an fsync) run on a
+            // thread of their own: done inline every 1000 pages they were the whole tail of
+            // the append latency.
+            conn.execute_batch(
+                "PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;
+                 PRAGMA wal_autocheckpoint = 0; PRAGMA journal_size_limit = 16777216;",
+            )
+            .map_err(fail)?;
             if version < SCHEMA_VERSION {
                 migrate(&conn, &path).map_err(|e| match e {
                     Migrate::Sql(e) => fail(e),
@@ -109,11 +193,25 @@ impl SqliteStore {
             conn.query_row(&format!("PRAGMA max_page_count = {pages}"), [], |_| Ok(()))
                 .map_err(fail)?;
         }
+        let checkpointer = if options.read_only {
+            None
+        } else {
+            Some(
+                Checkpointer::start(&path, flags, options.busy_timeout).map_err(|e| match e {
+                    Spawn::Sql(e) => fail(e),
+                    Spawn::Thread(e) => StoreError::Other(format!(
+                        "cannot start the checkpoint thread of {}: {e}",
+                        path.display()
+                    )),
+                })?,
+            )
+        };
         Ok(Self {
             conn: Mutex::new(conn),
             path,
             busy_timeout: options.busy_timeout,
             sink_failures: Mutex::new((0, None)),
+            checkpointer,
         })
     }
 
@@ -131,6 +229,13 @@ impl SqliteStore {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let (count, first) = std::mem::take(&mut *guard);
         first.map(|e| (count, e))
+    }
+
+    /// Counts a commit; every so often the checkpoint thread is nudged.
+    pub(crate) fn committed(&self) {
+        if let Some(c) = &self.checkpointer {
+            c.committed();
+        }
     }
 
     pub(crate) fn conn(&self) -> Result<MutexGuard<'_, Connection>, StoreError> {

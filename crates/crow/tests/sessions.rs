@@ -543,3 +543,91 @@ async fn crow_home_moves_the_database() {
     assert!(home.join("crow.db").exists());
     assert!(!db(dir.path()).exists());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_builder_and_reviewer_session_resumes_with_both_histories() {
+    const BUILDER: &str = "You are crow, a coding agent";
+    const REVIEWER: &str = "You are crow's reviewer";
+    let dir = tempfile::tempdir().unwrap();
+    let done = |who: &str, summary: &str| {
+        Reply::tool_call("task_complete", json!({"summary": summary})).matching_system(who)
+    };
+    let scenario = Scenario::new()
+        .reply(done(BUILDER, "first done"))
+        .reply(done(REVIEWER, "first approved"))
+        .reply(done(BUILDER, "second done"))
+        .reply(done(REVIEWER, "second approved"));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let mut cmd = crow_run(dir.path(), &mock, "first task");
+    cmd.args(["--agent", "build-judge"]);
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    // No --agent: the session's own composition comes back, reviewer included.
+    let mut cmd = crow_run(dir.path(), &mock, "second task");
+    cmd.arg("--continue");
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    assert_eq!(
+        mock.remaining_steps(),
+        0,
+        "the reviewer ran in the resumed session too"
+    );
+
+    let info = only_session(dir.path());
+    assert_eq!(info.agent, "build-judge");
+    let store = store(dir.path());
+    let prompts = store.system_prompts(&info.id).unwrap();
+    assert_eq!(prompts.len(), 2, "{:?}", prompts.keys());
+    for (agent, wanted) in [("builder", 2), ("reviewer", 2)] {
+        let history = store.load_history(&info.id, agent).unwrap();
+        let users = history
+            .iter()
+            .filter(|e| matches!(e.kind, EntryKind::User { .. }))
+            .count();
+        assert_eq!(users, wanted, "{agent}: {:?}", kinds(&history));
+    }
+    // The reviewer's second request carries its first review, as in one process.
+    let reviews: Vec<_> = mock
+        .requests()
+        .into_iter()
+        .filter(|r| String::from_utf8_lossy(&r.raw_body).contains(REVIEWER))
+        .collect();
+    assert_eq!(reviews.len(), 2);
+    assert!(String::from_utf8_lossy(&reviews[1].raw_body).contains("first approved"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn subagent_histories_are_stored_under_the_same_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let agents = dir.path().join(".crow/agents");
+    std::fs::create_dir_all(&agents).unwrap();
+    std::fs::write(
+        agents.join("worker.md"),
+        "---\ndescription: Does one job\nmode: subagent\n---\nYou are the worker.\n",
+    )
+    .unwrap();
+    let scenario = Scenario::new()
+        .reply(
+            Reply::tool_call("task", json!({"agent": "worker", "prompt": "say 42"}))
+                .matching_system("You are crow, a coding agent"),
+        )
+        .reply(Reply::text("42").matching_system("You are the worker."))
+        .reply(Reply::text("The worker said 42.").matching_system("You are crow, a coding agent"));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let out = output(crow_run(dir.path(), &mock, "ask the worker")).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    let info = only_session(dir.path());
+    let timeline = store(dir.path()).timeline(&info.id).unwrap();
+    let worker: Vec<_> = timeline
+        .iter()
+        .filter(|e| e.agent.starts_with("builder/worker"))
+        .collect();
+    assert_eq!(worker.len(), 2, "{timeline:?}");
+    assert!(matches!(&worker[0].entry.kind, EntryKind::User { content } if content == "say 42"));
+    // The builder's own history holds only its side: the call and the result.
+    let builder = store(dir.path()).load_history(&info.id, "builder").unwrap();
+    assert_eq!(
+        kinds(&builder),
+        ["user", "tool_call", "tool_result", "assistant_text"]
+    );
+}
