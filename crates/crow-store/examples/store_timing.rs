@@ -47,6 +47,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         loads[loads.len() / 2].as_secs_f64() * 1e3,
         loads[loads.len() - 1].as_secs_f64() * 1e3
     );
+    let wal = std::fs::metadata(dir.join("crow.db-wal")).map_or(0, |m| m.len());
+    println!(
+        "log (WAL) after the run: {:.1} MiB",
+        wal as f64 / (1 << 20) as f64
+    );
     drop(store);
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())

@@ -47,18 +47,24 @@ pub struct SqliteStore {
 /// Commits between two checkpoints (each commit adds a few pages to the log).
 const CHECKPOINT_EVERY: u32 = 128;
 
-/// Log frames (pages) past which the checkpoint thread makes the log start over.
-const RESTART_FRAMES: i64 = 4096;
+/// Size of the log file past which the writer itself makes the log start over.
+const RESTART_BYTES: u64 = 32 << 20;
 
 /// A thread with its own connection that checkpoints the WAL when nudged. PASSIVE
 /// checkpoints take no writer lock, so appends never wait for one. But a writer that never
 /// pauses leaves a passive checkpoint no moment to finish, and only a finished checkpoint
-/// lets the log start over instead of growing; so past [`RESTART_FRAMES`] the thread runs a
-/// RESTART checkpoint, which holds writers back for the little the passive ones left to copy.
+/// lets the log start over instead of growing; so when the log file passes [`RESTART_BYTES`]
+/// the writer runs a RESTART checkpoint inline (cheap by then: the passive ones have copied
+/// nearly everything), and the log starts over, cut back to `journal_size_limit`. A session
+/// that pauses between entries, as every real one does, never gets there.
 struct Checkpointer {
     nudge: Option<std::sync::mpsc::SyncSender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
     commits: std::sync::atomic::AtomicU32,
+    wal: PathBuf,
+    /// Held while either side checkpoints: SQLite refuses, rather than waits for, a second
+    /// checkpointer, so a RESTART must not start while the thread's PASSIVE runs.
+    running: std::sync::Arc<Mutex<()>>,
 }
 
 impl Checkpointer {
@@ -66,21 +72,18 @@ impl Checkpointer {
         let conn = Connection::open_with_flags(path, flags).map_err(Spawn::Sql)?;
         conn.busy_timeout(busy).map_err(Spawn::Sql)?;
         let (nudge, nudges) = std::sync::mpsc::sync_channel::<()>(1);
+        let running = std::sync::Arc::new(Mutex::new(()));
+        let held = std::sync::Arc::clone(&running);
         let thread = std::thread::Builder::new()
             .name("crow-store-checkpoint".into())
             .spawn(move || {
-                let checkpoint = |mode: &str| -> rusqlite::Result<i64> {
-                    conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |r| r.get(1))
-                };
                 while nudges.recv().is_ok() {
-                    match checkpoint("PASSIVE") {
-                        Ok(frames) if frames >= RESTART_FRAMES => {
-                            if let Err(e) = checkpoint("RESTART") {
-                                tracing::debug!("restart checkpoint skipped: {e}");
-                            }
-                        }
-                        Ok(_) => {}
-                        Err(e) => tracing::debug!("checkpoint skipped: {e}"),
+                    let _running = held
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
+                    {
+                        tracing::debug!("checkpoint skipped: {e}");
                     }
                 }
                 // Last one out: leave a small log behind.
@@ -91,19 +94,29 @@ impl Checkpointer {
             nudge: Some(nudge),
             thread: Some(thread),
             commits: std::sync::atomic::AtomicU32::new(0),
+            wal: {
+                let mut name = path.as_os_str().to_owned();
+                name.push("-wal");
+                PathBuf::from(name)
+            },
+            running,
         })
     }
 
-    fn committed(&self) {
+    /// Counts a commit and every so often nudges the thread. True when the log has grown
+    /// past [`RESTART_BYTES`] and the caller should restart it.
+    fn committed(&self) -> bool {
         let n = self
             .commits
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if n % CHECKPOINT_EVERY == CHECKPOINT_EVERY - 1
-            && let Some(nudge) = &self.nudge
-        {
+        if n % CHECKPOINT_EVERY != CHECKPOINT_EVERY - 1 {
+            return false;
+        }
+        if let Some(nudge) = &self.nudge {
             // Full means a checkpoint is already pending: nothing to add.
             let _ = nudge.try_send(());
         }
+        std::fs::metadata(&self.wal).is_ok_and(|m| m.len() > RESTART_BYTES)
     }
 }
 
@@ -231,10 +244,25 @@ impl SqliteStore {
         first.map(|e| (count, e))
     }
 
-    /// Counts a commit; every so often the checkpoint thread is nudged.
+    /// Counts a commit (every so often the checkpoint thread is nudged), and restarts a log
+    /// that a writer without pauses let grow. Call without holding the connection.
     pub(crate) fn committed(&self) {
-        if let Some(c) = &self.checkpointer {
-            c.committed();
+        let Some(c) = &self.checkpointer else {
+            return;
+        };
+        if c.committed() {
+            let _running = c
+                .running
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let done = self.conn().ok().map(|conn| {
+                conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+                    r.get::<_, i64>(0)
+                })
+            });
+            if let Some(Ok(1) | Err(_)) = done {
+                tracing::debug!("the session log could not be restarted yet (busy)");
+            }
         }
     }
 

@@ -460,15 +460,17 @@ fn the_log_is_checkpointed_off_the_append_path_and_stays_small() {
     let path = db(dir.path());
     let store = SqliteStore::open(&path).unwrap();
     crow_store::timing::create_bench_session(&store, "bench").unwrap();
-    let entries = sample::long_history(3_000);
+    // Appends without a pause (the worst case: a passive checkpoint never catches up);
+    // without a restart the log would pass 100 MB.
+    let entries = sample::long_history(6_000);
     let latencies = crow_store::timing::append_latencies(&store, "bench", &entries).unwrap();
-    assert_eq!(latencies.len(), 3_000);
+    assert_eq!(latencies.len(), 6_000);
     // Give the checkpoint thread a moment to catch up with the last nudge.
     std::thread::sleep(Duration::from_millis(200));
     let wal = std::fs::metadata(path.with_extension("db-wal"))
         .unwrap()
         .len();
-    assert!(wal <= 24 << 20, "the WAL is reused, not grown: {wal} bytes");
+    assert!(wal <= 40 << 20, "the WAL is reused, not grown: {wal} bytes");
     let (_, messages) = crow_store::timing::load_and_rebuild(&store, "bench").unwrap();
     assert!(messages > 1_000);
 }
