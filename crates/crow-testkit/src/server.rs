@@ -128,6 +128,7 @@ impl MockLlm {
             .route("/chat/completions", post(openai_handler))
             .route("/v1/messages", post(anthropic_handler))
             .route("/_mock/requests", get(requests_handler))
+            .route("/_mock/scenario", post(scenario_handler))
             .fallback(not_found)
             .layer(DefaultBodyLimit::max(BODY_LIMIT))
             .with_state(shared.clone());
@@ -167,6 +168,12 @@ impl MockLlm {
     /// Steps not yet served.
     pub fn remaining_steps(&self) -> usize {
         self.shared.lock().consumed.iter().filter(|c| !**c).count()
+    }
+
+    /// Replaces the scenario and forgets the requests so far, so one server can serve a
+    /// sequence of independent cases (e.g. driven over HTTP by an out-of-process test).
+    pub fn set_scenario(&self, scenario: Scenario) {
+        replace_scenario(&self.shared, scenario);
     }
 
     /// Appends a step to the running scenario.
@@ -221,6 +228,24 @@ async fn anthropic_handler(
 
 async fn requests_handler(State(shared): State<Arc<Shared>>) -> Json<Vec<RecordedRequest>> {
     Json(shared.lock().requests.clone())
+}
+
+fn replace_scenario(shared: &Shared, scenario: Scenario) {
+    let mut inner = shared.lock();
+    inner.consumed = vec![false; scenario.steps.len()];
+    inner.scenario = scenario;
+    inner.requests.clear();
+}
+
+/// `POST /_mock/scenario` with a scenario JSON body: [`MockLlm::set_scenario`] over HTTP.
+async fn scenario_handler(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
+    match serde_json::from_slice::<Scenario>(&body) {
+        Ok(scenario) => {
+            replace_scenario(&shared, scenario);
+            StatusCode::NO_CONTENT.into_response()
+        }
+        Err(e) => (StatusCode::BAD_REQUEST, format!("mock: bad scenario: {e}")).into_response(),
+    }
 }
 
 async fn not_found(uri: Uri) -> Response {

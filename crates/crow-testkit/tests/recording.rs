@@ -227,3 +227,27 @@ async fn binary_serves_a_scenario_file() {
         .unwrap();
     assert_eq!(recorded[0]["path"], "/v1/chat/completions");
 }
+
+#[tokio::test]
+async fn scenario_is_replaced_over_http() {
+    let mock = MockLlm::start(Scenario::new().reply(Reply::text("old")))
+        .await
+        .unwrap();
+    let client = reqwest::Client::new();
+    let set = client
+        .post(format!("{}/_mock/scenario", mock.base_url()))
+        .body(Scenario::new().reply(Reply::text("new")).to_json())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(set.status(), 204);
+    assert_eq!(mock.remaining_steps(), 1);
+    assert!(mock.requests().is_empty(), "the record starts over");
+    let bad = client
+        .post(format!("{}/_mock/scenario", mock.base_url()))
+        .body("{\"steps\": 3}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 400);
+}

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result, anyhow, bail};
 use crow_core::{
-    AgentConfig, AllowAll, BaseAgent, ControlFlow, Crew, PermissionGate, Provider, SubagentFactory,
-    TaskTool, ToolRegistry,
+    AgentConfig, AllowAll, BaseAgent, ClientBridge, ControlFlow, Crew, PermissionGate, Provider,
+    SubagentFactory, TaskTool, ToolRegistry,
 };
 use crow_providers::ProviderSettings;
 
@@ -26,6 +26,8 @@ pub struct Composer {
     pub catalog: Catalog,
     pub tools: ToolRegistry,
     pub permission: Arc<dyn PermissionGate>,
+    /// The editor's files and terminals (`crow acp`), handed to every agent's tools.
+    pub client: Option<Arc<dyn ClientBridge>>,
     pub cwd: PathBuf,
     pub project_root: PathBuf,
     is_git: bool,
@@ -55,6 +57,7 @@ impl Composer {
             catalog,
             tools,
             permission: Arc::new(AllowAll),
+            client: None,
             cwd,
             project_root,
             is_git,
@@ -191,14 +194,18 @@ impl Composer {
             temperature: def.temperature,
             ..AgentConfig::default()
         };
-        Ok(BaseAgent::new(
+        let agent = BaseAgent::new(
             shown,
             provider,
             tools,
             system_prompt,
             Arc::clone(&self.permission),
             config,
-        ))
+        );
+        Ok(match &self.client {
+            Some(client) => agent.with_client(Arc::clone(client)),
+            None => agent,
+        })
     }
 
     fn provider_for(&self, def: &AgentDef) -> Result<Arc<dyn Provider>> {

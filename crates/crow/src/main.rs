@@ -3,6 +3,7 @@
 // The binary's job is to print; libraries must not (workspace lint).
 #![allow(clippy::print_stdout)]
 
+mod acp;
 mod agents;
 mod app;
 mod compose;
@@ -61,6 +62,8 @@ enum Command {
         #[command(subcommand)]
         command: sessions::SessionsCommand,
     },
+    /// Serve the Agent Client Protocol on stdin/stdout, for editors (Zed, JetBrains, Neovim)
+    Acp(ModelArgs),
     /// Inspect the configuration
     Config {
         #[command(subcommand)]
@@ -137,7 +140,11 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(dispatch(cli.command)) {
+    let result = runtime.block_on(dispatch(cli.command));
+    // Do not wait for work nobody will see (a turn still running when the editor closed the
+    // connection): exit promptly.
+    runtime.shutdown_timeout(Duration::from_millis(200));
+    match result {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {}", one_line(&e));
@@ -183,6 +190,10 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
         }
         Command::Mcp { command } => mcp::command(command).await,
         Command::Agents { command } => agents_command(command),
+        Command::Acp(model) => {
+            acp::serve(overrides(&model, None)).await?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Config {
             command: ConfigCommand::Show(model),
         } => {
@@ -270,7 +281,7 @@ async fn run(args: RunArgs) -> Result<ExitCode> {
 }
 
 /// Agent definitions for a project; broken files are warned about, the rest load.
-fn load_agents(project_root: &std::path::Path) -> agents::Catalog {
+pub(crate) fn load_agents(project_root: &std::path::Path) -> agents::Catalog {
     let catalog = agents::load_catalog(
         config::user_config_dir().as_deref(),
         &project_root.join(".crow"),

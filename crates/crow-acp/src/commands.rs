@@ -1,0 +1,152 @@
+//! Slash commands, modes and the session config options (mode, model) as the editor sees them.
+//! Commands arrive as prompt text (`/model gpt-4.1`); crow answers them without a model call.
+
+use agent_client_protocol::v1::schema as acp;
+
+use crate::runner::{ModeInfo, ModelInfo};
+use crate::session::Settings;
+
+pub const MODE_OPTION: &str = "mode";
+pub const MODEL_OPTION: &str = "model";
+
+/// The commands crow offers (grows as features land).
+pub fn available() -> Vec<acp::AvailableCommand> {
+    vec![
+        acp::AvailableCommand::new("model", "Show the models or switch to one").input(
+            acp::AvailableCommandInput::Unstructured(acp::UnstructuredCommandInput::new(
+                "model id (empty: list the models)",
+            )),
+        ),
+        acp::AvailableCommand::new("mode", "Show the modes or switch to one").input(
+            acp::AvailableCommandInput::Unstructured(acp::UnstructuredCommandInput::new(
+                "mode id (empty: list the modes)",
+            )),
+        ),
+        acp::AvailableCommand::new("help", "What crow can do here"),
+    ]
+}
+
+/// A slash command in a prompt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    Model(Option<String>),
+    Mode(Option<String>),
+    Help,
+}
+
+/// Parses `/name args`; any other text (including unknown commands) goes to the model.
+pub fn parse(text: &str) -> Option<Command> {
+    let rest = text.trim().strip_prefix('/')?;
+    let (name, arg) = match rest.split_once(char::is_whitespace) {
+        Some((name, arg)) => (name, Some(arg.trim().to_owned()).filter(|a| !a.is_empty())),
+        None => (rest, None),
+    };
+    match name {
+        "model" => Some(Command::Model(arg)),
+        "mode" => Some(Command::Mode(arg)),
+        "help" => Some(Command::Help),
+        _ => None,
+    }
+}
+
+fn select_options(
+    choices: impl Iterator<Item = (String, String, Option<String>)>,
+) -> Vec<acp::SessionConfigSelectOption> {
+    choices
+        .map(|(id, name, description)| {
+            acp::SessionConfigSelectOption::new(id, name).description(description)
+        })
+        .collect()
+}
+
+/// The full set of config options for a session.
+pub fn config_options(
+    modes: &[ModeInfo],
+    models: &[ModelInfo],
+    settings: &Settings,
+) -> Vec<acp::SessionConfigOption> {
+    let mut options = Vec::new();
+    if modes.len() > 1 {
+        options.push(
+            acp::SessionConfigOption::select(
+                MODE_OPTION,
+                "Mode",
+                settings.mode.clone(),
+                select_options(modes.iter().map(|m| {
+                    (
+                        m.choice.id.clone(),
+                        m.choice.name.clone(),
+                        m.choice.description.clone(),
+                    )
+                })),
+            )
+            .category(acp::SessionConfigOptionCategory::Mode),
+        );
+    }
+    options.push(
+        acp::SessionConfigOption::select(
+            MODEL_OPTION,
+            "Model",
+            settings.model.clone(),
+            select_options(models.iter().map(|m| {
+                (
+                    m.choice.id.clone(),
+                    m.choice.name.clone(),
+                    m.choice.description.clone(),
+                )
+            })),
+        )
+        .category(acp::SessionConfigOptionCategory::Model),
+    );
+    options
+}
+
+/// The modes block of session responses.
+pub fn mode_state(modes: &[ModeInfo], current: &str) -> acp::SessionModeState {
+    acp::SessionModeState::new(
+        current.to_owned(),
+        modes
+            .iter()
+            .map(|m| {
+                acp::SessionMode::new(m.choice.id.clone(), m.choice.name.clone())
+                    .description(m.choice.description.clone())
+            })
+            .collect(),
+    )
+}
+
+/// A bulleted list of choices, the current one marked.
+pub fn list<'a>(choices: impl Iterator<Item = &'a crate::runner::Choice>, current: &str) -> String {
+    let mut out = String::new();
+    for choice in choices {
+        let mark = if choice.id == current {
+            " (current)"
+        } else {
+            ""
+        };
+        out.push_str(&format!("- `{}` — {}{mark}\n", choice.id, choice.name));
+    }
+    out
+}
+
+pub const HELP: &str = "crow is a coding agent: ask it to read, change and run code in this \
+project. It asks before it edits files or runs commands (unless the mode allows them).\n\n\
+Commands:\n- `/model [id]` — list the models or switch\n- `/mode [id]` — list the modes or \
+switch\n- `/help` — this text\n";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_commands_and_leaves_other_text() {
+        assert_eq!(
+            parse("/model gpt-4.1 "),
+            Some(Command::Model(Some("gpt-4.1".into())))
+        );
+        assert_eq!(parse(" /mode"), Some(Command::Mode(None)));
+        assert_eq!(parse("/help"), Some(Command::Help));
+        assert_eq!(parse("/unknown x"), None);
+        assert_eq!(parse("fix /model"), None);
+    }
+}

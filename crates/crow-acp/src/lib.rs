@@ -1,0 +1,193 @@
+//! crow-acp: crow as an Agent Client Protocol (v1) agent, on the `agent-client-protocol` crate.
+//!
+//! The binary implements [`AgentFactory`] (sessions, modes, models, the store) and
+//! [`SessionRunner`] (one prompt turn); this crate owns the protocol: session lifecycle,
+//! translation of [`crow_core::AgentEvent`]s into `session/update`s, permissions through
+//! `session/request_permission`, the editor's files and terminals as a
+//! [`crow_core::ClientBridge`], slash commands, modes and config options.
+//!
+//! Handlers never await the client inside the connection's dispatch loop (that deadlocks):
+//! every request that does real work runs in its own task and answers through its responder.
+
+mod bridge;
+mod commands;
+mod content;
+mod permission;
+mod replay;
+mod runner;
+mod server;
+mod session;
+mod tools;
+mod translate;
+mod turn;
+
+use std::sync::Arc;
+
+use agent_client_protocol::v1::schema as acp;
+use agent_client_protocol::v1::{ConnectionTo, Responder};
+use agent_client_protocol::{Agent, Client, ConnectTo, Error, Stdio};
+
+pub use runner::{
+    AgentFactory, Choice, McpServerSpec, ModeInfo, ModelInfo, RestoredSession, RunnerError,
+    SessionRunner, SessionSpec, SessionSummary, Stop, TurnInput, TurnOutcome,
+};
+pub use translate::Translator;
+
+use crate::server::Server;
+
+/// Answers `responder` from a task, logging (not propagating) a failure to send: one lost
+/// response must not end the connection.
+fn answer<T: agent_client_protocol::JsonRpcResponse>(
+    responder: Responder<T>,
+    result: Result<T, Error>,
+) {
+    if let Err(e) = responder.respond_with_result(result) {
+        tracing::debug!(%e, "cannot send a response (connection closed?)");
+    }
+}
+
+/// The agent side of an ACP connection, ready to connect to a client transport.
+pub fn agent(factory: Arc<dyn AgentFactory>) -> impl ConnectTo<Client> {
+    let server = Arc::new(Server::new(factory));
+    let (s_init, s_new, s_load, s_resume, s_list, s_prompt) = (
+        Arc::clone(&server),
+        Arc::clone(&server),
+        Arc::clone(&server),
+        Arc::clone(&server),
+        Arc::clone(&server),
+        Arc::clone(&server),
+    );
+    let (s_cancel, s_close, s_mode, s_config) = (
+        Arc::clone(&server),
+        Arc::clone(&server),
+        Arc::clone(&server),
+        Arc::clone(&server),
+    );
+    Agent
+        .v1()
+        .name("crow")
+        .on_receive_request(
+            async move |request: acp::InitializeRequest,
+                        responder: Responder<acp::InitializeResponse>,
+                        _cx: ConnectionTo<Client>| {
+                responder.respond(s_init.initialize(&request))
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: acp::NewSessionRequest,
+                        responder: Responder<acp::NewSessionResponse>,
+                        cx: ConnectionTo<Client>| {
+                let server = Arc::clone(&s_new);
+                tokio::spawn(async move {
+                    match server.new_session(request, &cx).await {
+                        Ok((response, state)) => {
+                            answer(responder, Ok(response));
+                            Server::after_open(&state);
+                        }
+                        Err(e) => answer(responder, Err(e)),
+                    }
+                });
+                Ok(())
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: acp::LoadSessionRequest,
+                        responder: Responder<acp::LoadSessionResponse>,
+                        cx: ConnectionTo<Client>| {
+                let server = Arc::clone(&s_load);
+                tokio::spawn(async move {
+                    match server.load_session(request, &cx).await {
+                        Ok((response, state)) => {
+                            answer(responder, Ok(response));
+                            Server::after_open(&state);
+                        }
+                        Err(e) => answer(responder, Err(e)),
+                    }
+                });
+                Ok(())
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: acp::ResumeSessionRequest,
+                        responder: Responder<acp::ResumeSessionResponse>,
+                        cx: ConnectionTo<Client>| {
+                let server = Arc::clone(&s_resume);
+                tokio::spawn(async move {
+                    match server.resume_session(request, &cx).await {
+                        Ok((response, state)) => {
+                            answer(responder, Ok(response));
+                            Server::after_open(&state);
+                        }
+                        Err(e) => answer(responder, Err(e)),
+                    }
+                });
+                Ok(())
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: acp::ListSessionsRequest,
+                        responder: Responder<acp::ListSessionsResponse>,
+                        _cx: ConnectionTo<Client>| {
+                let server = Arc::clone(&s_list);
+                tokio::spawn(async move { answer(responder, server.list_sessions(request).await) });
+                Ok(())
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: acp::PromptRequest,
+                        responder: Responder<acp::PromptResponse>,
+                        _cx: ConnectionTo<Client>| {
+                let server = Arc::clone(&s_prompt);
+                tokio::spawn(async move { answer(responder, turn::prompt(server, request).await) });
+                Ok(())
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_notification(
+            async move |notification: acp::CancelNotification, _cx: ConnectionTo<Client>| {
+                s_cancel.cancel(&notification.session_id.0);
+                Ok(())
+            },
+            agent_client_protocol::on_receive_notification!(),
+        )
+        .on_receive_request(
+            async move |request: acp::CloseSessionRequest,
+                        responder: Responder<acp::CloseSessionResponse>,
+                        _cx: ConnectionTo<Client>| {
+                let result = s_close
+                    .close_session(&request.session_id.0)
+                    .map(|()| acp::CloseSessionResponse::new());
+                responder.respond_with_result(result)
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: acp::SetSessionModeRequest,
+                        responder: Responder<acp::SetSessionModeResponse>,
+                        _cx: ConnectionTo<Client>| {
+                let result = s_mode
+                    .set_mode(&request.session_id.0, &request.mode_id.0)
+                    .map(|_| acp::SetSessionModeResponse::new());
+                responder.respond_with_result(result)
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: acp::SetSessionConfigOptionRequest,
+                        responder: Responder<acp::SetSessionConfigOptionResponse>,
+                        _cx: ConnectionTo<Client>| {
+                responder.respond_with_result(s_config.set_config_option(&request))
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+}
+
+/// Serves ACP on stdin/stdout until stdin closes. stdout carries JSON-RPC only.
+pub async fn serve_stdio(factory: Arc<dyn AgentFactory>) -> Result<(), Error> {
+    agent(factory).connect_to(Stdio::new()).await
+}

@@ -1,0 +1,127 @@
+//! crow-core's [`PermissionGate`] answered by the editor's user through
+//! `session/request_permission`: allow once, allow always, reject once, reject always.
+//! "Always" is remembered for the session, per tool. A rejection is a denial the tool turns
+//! into a failed result the model reads; the turn goes on.
+
+use std::sync::Arc;
+
+use agent_client_protocol::v1::schema as acp;
+use async_trait::async_trait;
+use crow_core::{PermissionDecision, PermissionGate, PermissionRequest};
+
+use crate::session::{Shared, lock};
+use crate::tools;
+
+const ALLOW_ONCE: &str = "allow_once";
+const ALLOW_ALWAYS: &str = "allow_always";
+const REJECT_ONCE: &str = "reject_once";
+const REJECT_ALWAYS: &str = "reject_always";
+
+/// Asks the editor's user.
+pub struct AcpPermissionGate {
+    shared: Arc<Shared>,
+}
+
+impl AcpPermissionGate {
+    pub fn new(shared: Arc<Shared>) -> Self {
+        Self { shared }
+    }
+}
+
+fn options(tool: &str) -> Vec<acp::PermissionOption> {
+    vec![
+        acp::PermissionOption::new(ALLOW_ONCE, "Allow", acp::PermissionOptionKind::AllowOnce),
+        acp::PermissionOption::new(
+            ALLOW_ALWAYS,
+            format!("Always allow {tool} in this session"),
+            acp::PermissionOptionKind::AllowAlways,
+        ),
+        acp::PermissionOption::new(REJECT_ONCE, "Reject", acp::PermissionOptionKind::RejectOnce),
+        acp::PermissionOption::new(
+            REJECT_ALWAYS,
+            format!("Always reject {tool} in this session"),
+            acp::PermissionOptionKind::RejectAlways,
+        ),
+    ]
+}
+
+fn deny(reason: impl Into<String>) -> PermissionDecision {
+    PermissionDecision::Deny {
+        reason: reason.into(),
+    }
+}
+
+#[async_trait]
+impl PermissionGate for AcpPermissionGate {
+    async fn check(&self, request: PermissionRequest) -> PermissionDecision {
+        let mode = self.shared.settings().mode;
+        if self.shared.auto_approve_modes.contains(&mode) {
+            return PermissionDecision::Allow;
+        }
+        match lock(&self.shared.remembered).get(&request.tool) {
+            Some(true) => return PermissionDecision::Allow,
+            Some(false) => {
+                return deny(format!(
+                    "the user rejects every {} call in this session; do not retry it",
+                    request.tool
+                ));
+            }
+            None => {}
+        }
+        self.shared.wait_announced(&request.call_id).await;
+
+        let tool_call = acp::ToolCallUpdate::new(
+            acp::ToolCallId::new(request.call_id.as_str()),
+            acp::ToolCallUpdateFields::new()
+                .title(request.title.clone())
+                .kind(tools::acp_kind(request.kind))
+                .status(acp::ToolCallStatus::Pending)
+                .raw_input(request.input.clone()),
+        );
+        let ask = acp::RequestPermissionRequest::new(
+            self.shared.id.clone(),
+            tool_call,
+            options(&request.tool),
+        );
+        let answer = match self.shared.outbox.cx().send_request(ask).block_task().await {
+            Ok(answer) => answer,
+            Err(e) => {
+                tracing::warn!(%e, "permission request failed");
+                return deny(format!("the editor could not ask the user ({})", e.message));
+            }
+        };
+        let chosen = match answer.outcome {
+            acp::RequestPermissionOutcome::Selected(selected) => selected.option_id.0.to_string(),
+            acp::RequestPermissionOutcome::Cancelled => {
+                return deny("the user cancelled the request");
+            }
+            _ => return deny("the editor gave an answer crow does not understand"),
+        };
+        let decision = match chosen.as_str() {
+            ALLOW_ONCE => PermissionDecision::Allow,
+            ALLOW_ALWAYS => {
+                lock(&self.shared.remembered).insert(request.tool.clone(), true);
+                PermissionDecision::Allow
+            }
+            REJECT_ALWAYS => {
+                lock(&self.shared.remembered).insert(request.tool.clone(), false);
+                deny(format!(
+                    "the user rejected this and every further {} call in this session",
+                    request.tool
+                ))
+            }
+            REJECT_ONCE => deny(format!("the user rejected this {} call", request.tool)),
+            other => deny(format!("the editor chose an unknown option '{other}'")),
+        };
+        if decision == PermissionDecision::Allow {
+            // The editor showed the call as waiting for the user; it runs now.
+            self.shared.outbox.send(acp::SessionUpdate::ToolCallUpdate(
+                acp::ToolCallUpdate::new(
+                    acp::ToolCallId::new(request.call_id.as_str()),
+                    acp::ToolCallUpdateFields::new().status(acp::ToolCallStatus::InProgress),
+                ),
+            ));
+        }
+        decision
+    }
+}

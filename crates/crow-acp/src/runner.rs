@@ -1,0 +1,233 @@
+//! The seam between the protocol and the agent: crow-acp speaks ACP and translates events; the
+//! binary implements [`AgentFactory`] and [`SessionRunner`] with whatever runs a prompt (today
+//! a `BaseAgent`, later a `Crew` whose compositions are the session modes).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use crow_core::{
+    ClientBridge, EventSender, HistoryEntry, PermissionGate, RunStop, ToolKind, TurnStop, Usage,
+};
+use tokio_util::sync::CancellationToken;
+
+/// A failure the runner reports; its message reaches the editor.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RunnerError {
+    /// The session id is not known (session/load, session/resume).
+    #[error("no session {0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// An item of a selector (a mode or a model).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Choice {
+    pub id: String,
+    pub name: String,
+    pub description: Option<String>,
+}
+
+impl Choice {
+    pub fn new(id: impl Into<String>, name: impl Into<String>) -> Self {
+        Self {
+            id: id.into(),
+            name: name.into(),
+            description: None,
+        }
+    }
+
+    pub fn describe(mut self, description: impl Into<String>) -> Self {
+        self.description = Some(description.into());
+        self
+    }
+}
+
+/// A session mode (a composition of agents, an autonomy preset).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModeInfo {
+    pub choice: Choice,
+    /// Tools that change the machine run without asking the user in this mode.
+    pub auto_approve: bool,
+}
+
+/// A model the user can pick for a session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelInfo {
+    pub choice: Choice,
+    /// Tokens the model's context holds, for the editor's context meter.
+    pub context_window: Option<u64>,
+}
+
+/// An MCP server the client asked the session to use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum McpServerSpec {
+    Stdio {
+        name: String,
+        command: PathBuf,
+        args: Vec<String>,
+        env: Vec<(String, String)>,
+    },
+    Http {
+        name: String,
+        url: String,
+        headers: Vec<(String, String)>,
+    },
+    Sse {
+        name: String,
+        url: String,
+        headers: Vec<(String, String)>,
+    },
+}
+
+/// Everything a runner needs to start (or restore) a session.
+#[derive(Clone)]
+pub struct SessionSpec {
+    pub session_id: String,
+    /// Absolute working directory the editor gave.
+    pub cwd: PathBuf,
+    pub mcp_servers: Vec<McpServerSpec>,
+    /// Asks the editor's user before a tool changes the machine (follows the current mode).
+    pub permission: Arc<dyn PermissionGate>,
+    /// The editor's files and terminals, when it offers them.
+    pub client: Option<Arc<dyn ClientBridge>>,
+    pub mode: String,
+    pub model: String,
+}
+
+impl std::fmt::Debug for SessionSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionSpec")
+            .field("session_id", &self.session_id)
+            .field("cwd", &self.cwd)
+            .field("mcp_servers", &self.mcp_servers)
+            .field("client", &self.client.is_some())
+            .field("mode", &self.mode)
+            .field("model", &self.model)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One prompt turn as the runner receives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TurnInput {
+    /// The user's message as the model will read it (resources inlined).
+    pub text: String,
+    /// Current mode and model ids; they may have changed since the last turn.
+    pub mode: String,
+    pub model: String,
+}
+
+/// Why a prompt turn ended, as the editor is told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    EndTurn,
+    MaxTokens,
+    /// A bound on model calls or crew rounds was hit.
+    MaxTurnRequests,
+    Refusal,
+    Cancelled,
+}
+
+impl From<TurnStop> for Stop {
+    fn from(stop: TurnStop) -> Self {
+        match stop {
+            TurnStop::Text | TurnStop::TaskComplete => Stop::EndTurn,
+            TurnStop::MaxIterations => Stop::MaxTurnRequests,
+            TurnStop::MaxTokens => Stop::MaxTokens,
+            TurnStop::Refusal => Stop::Refusal,
+            TurnStop::Cancelled => Stop::Cancelled,
+        }
+    }
+}
+
+impl From<&RunStop> for Stop {
+    fn from(stop: &RunStop) -> Self {
+        match stop {
+            RunStop::Complete { .. } | RunStop::NeedsInput => Stop::EndTurn,
+            RunStop::MaxTurns => Stop::MaxTurnRequests,
+            RunStop::MaxTokens => Stop::MaxTokens,
+            RunStop::Refusal => Stop::Refusal,
+            RunStop::Cancelled => Stop::Cancelled,
+        }
+    }
+}
+
+/// How a turn ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TurnOutcome {
+    pub stop: Stop,
+    /// Tokens of every model call in the turn.
+    pub usage: Usage,
+}
+
+/// A stored session brought back: its runner and the history to replay.
+pub struct RestoredSession {
+    pub runner: Box<dyn SessionRunner>,
+    /// The whole timeline in order (every agent of the session).
+    pub history: Vec<HistoryEntry>,
+    /// Mode and model the session last used, if the store knows them.
+    pub mode: Option<String>,
+    pub model: Option<String>,
+}
+
+/// A stored session as session/list shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionSummary {
+    pub session_id: String,
+    pub cwd: PathBuf,
+    pub title: Option<String>,
+    /// RFC 3339.
+    pub updated_at: Option<String>,
+}
+
+/// Runs the prompts of one session. Owned by crow-acp; one prompt at a time.
+#[async_trait]
+pub trait SessionRunner: Send {
+    /// Runs one turn, streaming events, until it ends or `cancel` fires (then it must return
+    /// promptly with [`Stop::Cancelled`]).
+    async fn prompt(
+        &mut self,
+        input: TurnInput,
+        events: &EventSender,
+        cancel: CancellationToken,
+    ) -> Result<TurnOutcome, RunnerError>;
+
+    /// The kind of a tool by name (for history replay, where only names are stored).
+    fn tool_kind(&self, _tool: &str) -> Option<ToolKind> {
+        None
+    }
+}
+
+/// Creates sessions and knows what the agent offers.
+#[async_trait]
+pub trait AgentFactory: Send + Sync + 'static {
+    /// Modes in display order; the first is the default. Never empty.
+    fn modes(&self) -> Vec<ModeInfo>;
+
+    /// Models in display order, and the default model's id.
+    fn models(&self) -> (Vec<ModelInfo>, String);
+
+    /// Whether stored sessions can be listed, loaded and resumed.
+    fn can_restore(&self) -> bool {
+        false
+    }
+
+    /// Whether MCP servers over HTTP are started (stdio ones always are, when MCP is wired).
+    fn mcp_http(&self) -> bool {
+        false
+    }
+
+    async fn create(&self, spec: SessionSpec) -> Result<Box<dyn SessionRunner>, RunnerError>;
+
+    /// Restores a stored session (session/load and session/resume).
+    async fn restore(&self, spec: SessionSpec) -> Result<RestoredSession, RunnerError> {
+        Err(RunnerError::NotFound(spec.session_id))
+    }
+
+    /// Stored sessions, newest first, optionally only those of `cwd`.
+    async fn list(&self, _cwd: Option<PathBuf>) -> Result<Vec<SessionSummary>, RunnerError> {
+        Ok(Vec::new())
+    }
+}

@@ -1,0 +1,435 @@
+//! The agent's state across sessions and the session lifecycle: initialize, new, load, resume,
+//! list, close, modes and config options. Prompt turns are in `turn.rs`.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use agent_client_protocol::Client;
+use agent_client_protocol::Error;
+use agent_client_protocol::schema::ProtocolVersion;
+use agent_client_protocol::v1::ConnectionTo;
+use agent_client_protocol::v1::schema as acp;
+use crow_core::ClientBridge;
+
+use crate::bridge::{AcpClientBridge, ClientCaps};
+use crate::commands;
+use crate::permission::AcpPermissionGate;
+use crate::replay::replay;
+use crate::runner::{AgentFactory, McpServerSpec, RunnerError, SessionSpec};
+use crate::session::{SessionState, Settings, Shared, lock};
+
+/// Everything the agent knows across sessions.
+pub struct Server {
+    pub(crate) factory: Arc<dyn AgentFactory>,
+    caps: Mutex<ClientCaps>,
+    sessions: Mutex<HashMap<String, Arc<SessionState>>>,
+}
+
+pub(crate) fn runner_error(e: RunnerError) -> Error {
+    match e {
+        RunnerError::NotFound(id) => acp::Error::session_not_found(id).into(),
+        RunnerError::Failed(message) => Error::internal_error().data(message),
+    }
+}
+
+fn mcp_specs(servers: &[acp::McpServer]) -> Vec<McpServerSpec> {
+    let pairs = |v: &[acp::HttpHeader]| {
+        v.iter()
+            .map(|h| (h.name.clone(), h.value.clone()))
+            .collect()
+    };
+    servers
+        .iter()
+        .filter_map(|server| match server {
+            acp::McpServer::Stdio(s) => Some(McpServerSpec::Stdio {
+                name: s.name.clone(),
+                command: s.command.clone(),
+                args: s.args.clone(),
+                env: s
+                    .env
+                    .iter()
+                    .map(|e| (e.name.clone(), e.value.clone()))
+                    .collect(),
+            }),
+            acp::McpServer::Http(s) => Some(McpServerSpec::Http {
+                name: s.name.clone(),
+                url: s.url.clone(),
+                headers: pairs(&s.headers),
+            }),
+            acp::McpServer::Sse(s) => Some(McpServerSpec::Sse {
+                name: s.name.clone(),
+                url: s.url.clone(),
+                headers: pairs(&s.headers),
+            }),
+            _ => {
+                tracing::warn!("ignoring an MCP server of a transport crow does not know");
+                None
+            }
+        })
+        .collect()
+}
+
+/// How a session comes to be.
+enum Origin {
+    New,
+    /// session/load: replay the history first.
+    Load,
+    /// session/resume: no replay.
+    Resume,
+}
+
+impl Server {
+    pub fn new(factory: Arc<dyn AgentFactory>) -> Self {
+        Self {
+            factory,
+            caps: Mutex::new(ClientCaps::default()),
+            sessions: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn session(&self, id: &str) -> Option<Arc<SessionState>> {
+        lock(&self.sessions).get(id).cloned()
+    }
+
+    pub fn initialize(&self, request: &acp::InitializeRequest) -> acp::InitializeResponse {
+        let client = &request.client_capabilities;
+        let caps = ClientCaps {
+            read: client.fs.read_text_file,
+            write: client.fs.write_text_file,
+            terminal: client.terminal,
+        };
+        *lock(&self.caps) = caps;
+        tracing::info!(?caps, client = ?request.client_info.as_ref().map(|i| &i.name), "initialize");
+
+        let restore = self.factory.can_restore();
+        let mut sessions =
+            acp::SessionCapabilities::new().close(acp::SessionCloseCapabilities::new());
+        if restore {
+            sessions = sessions
+                .list(acp::SessionListCapabilities::new())
+                .resume(acp::SessionResumeCapabilities::new());
+        }
+        acp::InitializeResponse::new(ProtocolVersion::V1)
+            .agent_info(
+                acp::Implementation::new("crow", env!("CARGO_PKG_VERSION"))
+                    .title("crow".to_owned()),
+            )
+            .agent_capabilities(
+                acp::AgentCapabilities::new()
+                    .load_session(restore)
+                    .prompt_capabilities(
+                        // Images are not advertised: the core's user message is text only.
+                        acp::PromptCapabilities::new().embedded_context(true),
+                    )
+                    .mcp_capabilities(acp::McpCapabilities::new().http(self.factory.mcp_http()))
+                    .session_capabilities(sessions),
+            )
+    }
+
+    fn default_settings(&self) -> Settings {
+        let modes = self.factory.modes();
+        let (_, model) = self.factory.models();
+        Settings {
+            mode: modes
+                .first()
+                .map(|m| m.choice.id.clone())
+                .unwrap_or_default(),
+            model,
+        }
+    }
+
+    /// Builds a session's shared state, gate and bridge, and the spec for the factory.
+    fn prepare(
+        &self,
+        id: String,
+        cwd: PathBuf,
+        mcp: &[acp::McpServer],
+        settings: Settings,
+        cx: &ConnectionTo<Client>,
+    ) -> (Arc<Shared>, SessionSpec) {
+        let auto: HashSet<String> = self
+            .factory
+            .modes()
+            .into_iter()
+            .filter(|m| m.auto_approve)
+            .map(|m| m.choice.id)
+            .collect();
+        let shared = Arc::new(Shared::new(
+            id.clone(),
+            cwd.clone(),
+            mcp_specs(mcp),
+            settings.clone(),
+            auto,
+            cx.clone(),
+        ));
+        let caps = *lock(&self.caps);
+        let client: Option<Arc<dyn ClientBridge>> = caps
+            .any()
+            .then(|| Arc::new(AcpClientBridge::new(caps, Arc::clone(&shared))) as _);
+        let spec = SessionSpec {
+            session_id: id,
+            cwd,
+            mcp_servers: shared.mcp_servers.clone(),
+            permission: Arc::new(AcpPermissionGate::new(Arc::clone(&shared))),
+            client,
+            mode: settings.mode,
+            model: settings.model,
+        };
+        (shared, spec)
+    }
+
+    fn check_cwd(cwd: &std::path::Path) -> Result<(), Error> {
+        if cwd.is_absolute() {
+            Ok(())
+        } else {
+            Err(Error::invalid_params().data(format!(
+                "cwd must be an absolute path, got '{}'",
+                cwd.display()
+            )))
+        }
+    }
+
+    /// The session's modes and config options, for the responses.
+    fn session_view(
+        &self,
+        settings: &Settings,
+    ) -> (acp::SessionModeState, Vec<acp::SessionConfigOption>) {
+        let modes = self.factory.modes();
+        let (models, _) = self.factory.models();
+        (
+            commands::mode_state(&modes, &settings.mode),
+            commands::config_options(&modes, &models, settings),
+        )
+    }
+
+    async fn open(
+        &self,
+        origin: Origin,
+        id: String,
+        cwd: PathBuf,
+        mcp: &[acp::McpServer],
+        cx: &ConnectionTo<Client>,
+    ) -> Result<(Arc<SessionState>, Settings), Error> {
+        Self::check_cwd(&cwd)?;
+        let settings = self.default_settings();
+        let (shared, spec) = self.prepare(id.clone(), cwd.clone(), mcp, settings, cx);
+        let (runner, history) = match origin {
+            Origin::New => (self.factory.create(spec).await.map_err(runner_error)?, None),
+            Origin::Load | Origin::Resume => {
+                let restored = self.factory.restore(spec).await.map_err(runner_error)?;
+                let mut settings = shared.settings();
+                if let Some(mode) = restored.mode.filter(|m| self.has_mode(m)) {
+                    settings.mode = mode;
+                }
+                if let Some(model) = restored.model.filter(|m| self.has_model(m)) {
+                    settings.model = model;
+                }
+                *lock(&shared.settings) = settings;
+                let history = matches!(origin, Origin::Load).then_some(restored.history);
+                (restored.runner, history)
+            }
+        };
+        if let Some(history) = history {
+            let kind_of = |name: &str| runner.tool_kind(name);
+            for update in replay(&history, &cwd, &kind_of) {
+                shared.outbox.notify(update);
+            }
+        }
+        let state = Arc::new(SessionState::new(Arc::clone(&shared), runner));
+        if let Some(old) = lock(&self.sessions).insert(id, Arc::clone(&state)) {
+            // Loaded again while open: the old one stops.
+            old.cancel();
+        }
+        let settings = shared.settings();
+        Ok((state, settings))
+    }
+
+    fn has_mode(&self, id: &str) -> bool {
+        self.factory.modes().iter().any(|m| m.choice.id == id)
+    }
+
+    fn has_model(&self, id: &str) -> bool {
+        self.factory.models().0.iter().any(|m| m.choice.id == id)
+    }
+
+    fn announce_commands(state: &SessionState) {
+        state
+            .shared
+            .outbox
+            .notify(acp::SessionUpdate::AvailableCommandsUpdate(
+                acp::AvailableCommandsUpdate::new(commands::available()),
+            ));
+    }
+
+    pub async fn new_session(
+        &self,
+        request: acp::NewSessionRequest,
+        cx: &ConnectionTo<Client>,
+    ) -> Result<(acp::NewSessionResponse, Arc<SessionState>), Error> {
+        let id = uuid::Uuid::now_v7().to_string();
+        let (state, settings) = self
+            .open(
+                Origin::New,
+                id.clone(),
+                request.cwd,
+                &request.mcp_servers,
+                cx,
+            )
+            .await?;
+        let (modes, options) = self.session_view(&settings);
+        Ok((
+            acp::NewSessionResponse::new(id)
+                .modes(modes)
+                .config_options(options),
+            state,
+        ))
+    }
+
+    pub async fn load_session(
+        &self,
+        request: acp::LoadSessionRequest,
+        cx: &ConnectionTo<Client>,
+    ) -> Result<(acp::LoadSessionResponse, Arc<SessionState>), Error> {
+        let (state, settings) = self
+            .open(
+                Origin::Load,
+                request.session_id.0.to_string(),
+                request.cwd,
+                &request.mcp_servers,
+                cx,
+            )
+            .await?;
+        let (modes, options) = self.session_view(&settings);
+        Ok((
+            acp::LoadSessionResponse::new()
+                .modes(modes)
+                .config_options(options),
+            state,
+        ))
+    }
+
+    pub async fn resume_session(
+        &self,
+        request: acp::ResumeSessionRequest,
+        cx: &ConnectionTo<Client>,
+    ) -> Result<(acp::ResumeSessionResponse, Arc<SessionState>), Error> {
+        let (state, settings) = self
+            .open(
+                Origin::Resume,
+                request.session_id.0.to_string(),
+                request.cwd,
+                &request.mcp_servers,
+                cx,
+            )
+            .await?;
+        let (modes, options) = self.session_view(&settings);
+        Ok((
+            acp::ResumeSessionResponse::new()
+                .modes(modes)
+                .config_options(options),
+            state,
+        ))
+    }
+
+    /// Sent after a session response: the commands the session offers.
+    pub fn after_open(state: &SessionState) {
+        Self::announce_commands(state);
+    }
+
+    pub async fn list_sessions(
+        &self,
+        request: acp::ListSessionsRequest,
+    ) -> Result<acp::ListSessionsResponse, Error> {
+        let sessions = self.factory.list(request.cwd).await.map_err(runner_error)?;
+        Ok(acp::ListSessionsResponse::new(
+            sessions
+                .into_iter()
+                .map(|s| {
+                    acp::SessionInfo::new(s.session_id, s.cwd)
+                        .title(s.title)
+                        .updated_at(s.updated_at)
+                })
+                .collect(),
+        ))
+    }
+
+    pub fn close_session(&self, id: &str) -> Result<(), Error> {
+        match lock(&self.sessions).remove(id) {
+            Some(state) => {
+                state.cancel();
+                Ok(())
+            }
+            None => Err(acp::Error::session_not_found(id.to_owned()).into()),
+        }
+    }
+
+    pub fn cancel(&self, id: &str) {
+        match self.session(id) {
+            Some(state) => state.cancel(),
+            None => tracing::debug!(session = id, "cancel for an unknown session"),
+        }
+    }
+
+    fn existing(&self, id: &str) -> Result<Arc<SessionState>, Error> {
+        self.session(id)
+            .ok_or_else(|| acp::Error::session_not_found(id.to_owned()).into())
+    }
+
+    /// Switches the mode (from the next prompt on).
+    pub fn set_mode(&self, session_id: &str, mode: &str) -> Result<Arc<SessionState>, Error> {
+        let state = self.existing(session_id)?;
+        if !self.has_mode(mode) {
+            return Err(Error::invalid_params().data(format!("no mode '{mode}'")));
+        }
+        lock(&state.shared.settings).mode = mode.to_owned();
+        Ok(state)
+    }
+
+    /// Switches the model (from the next prompt on).
+    pub fn set_model(&self, session_id: &str, model: &str) -> Result<Arc<SessionState>, Error> {
+        let state = self.existing(session_id)?;
+        if !self.has_model(model) {
+            return Err(Error::invalid_params().data(format!("no model '{model}'")));
+        }
+        lock(&state.shared.settings).model = model.to_owned();
+        Ok(state)
+    }
+
+    pub fn set_config_option(
+        &self,
+        request: &acp::SetSessionConfigOptionRequest,
+    ) -> Result<acp::SetSessionConfigOptionResponse, Error> {
+        let id = request.session_id.0.as_ref();
+        let value = request
+            .value
+            .as_value_id()
+            .map(|v| v.0.to_string())
+            .ok_or_else(|| Error::invalid_params().data("expected a value id"))?;
+        let state = match request.config_id.0.as_ref() {
+            commands::MODE_OPTION => self.set_mode(id, &value)?,
+            commands::MODEL_OPTION => self.set_model(id, &value)?,
+            other => {
+                return Err(Error::invalid_params().data(format!("no config option '{other}'")));
+            }
+        };
+        Ok(acp::SetSessionConfigOptionResponse::new(
+            self.config_options(&state),
+        ))
+    }
+
+    pub fn config_options(&self, state: &SessionState) -> Vec<acp::SessionConfigOption> {
+        let settings = state.shared.settings();
+        self.session_view(&settings).1
+    }
+
+    /// The context window of a session's current model.
+    pub fn context_window(&self, model: &str) -> Option<u64> {
+        self.factory
+            .models()
+            .0
+            .into_iter()
+            .find(|m| m.choice.id == model)
+            .and_then(|m| m.context_window)
+    }
+}

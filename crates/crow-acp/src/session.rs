@@ -1,0 +1,220 @@
+//! One ACP session's state: its runner (taken out while a prompt runs, so a second prompt is
+//! refused), the current mode and model, remembered permission answers, and the outbox every
+//! turn update goes through (closed when the prompt is answered, so nothing follows it).
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use agent_client_protocol::Client;
+use agent_client_protocol::v1::ConnectionTo;
+use agent_client_protocol::v1::schema as acp;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::runner::{McpServerSpec, SessionRunner};
+
+/// Locks a std mutex; a poisoned one still holds consistent data (no critical section here can
+/// panic half-way), so it is used as is.
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Mode and model of a session; changes apply from the next prompt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    pub mode: String,
+    pub model: String,
+}
+
+/// State shared by the session, its permission gate and its client bridge.
+pub struct Shared {
+    pub id: String,
+    pub cwd: PathBuf,
+    pub mcp_servers: Vec<McpServerSpec>,
+    pub settings: Mutex<Settings>,
+    /// Modes in which mutating tools run without asking.
+    pub auto_approve_modes: HashSet<String>,
+    /// "Always" answers by tool name: true = allow, false = reject.
+    pub remembered: Mutex<HashMap<String, bool>>,
+    pub outbox: Outbox,
+    announced: Mutex<HashSet<String>>,
+    announcement: Notify,
+}
+
+impl Shared {
+    pub fn new(
+        id: String,
+        cwd: PathBuf,
+        mcp_servers: Vec<McpServerSpec>,
+        settings: Settings,
+        auto_approve_modes: HashSet<String>,
+        cx: ConnectionTo<Client>,
+    ) -> Self {
+        Self {
+            outbox: Outbox::new(cx, id.clone()),
+            id,
+            cwd,
+            mcp_servers,
+            settings: Mutex::new(settings),
+            auto_approve_modes,
+            remembered: Mutex::new(HashMap::new()),
+            announced: Mutex::new(HashSet::new()),
+            announcement: Notify::new(),
+        }
+    }
+
+    pub fn settings(&self) -> Settings {
+        lock(&self.settings).clone()
+    }
+
+    /// Records that the editor has been told of a tool call.
+    pub fn announce(&self, call_id: &str) {
+        lock(&self.announced).insert(call_id.to_owned());
+        self.announcement.notify_waiters();
+    }
+
+    /// Waits (briefly) until the editor has been told of `call_id`, so a permission request or
+    /// terminal for a call never reaches it before the call itself.
+    pub async fn wait_announced(&self, call_id: &str) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
+        loop {
+            let notified = self.announcement.notified();
+            if lock(&self.announced).contains(call_id) {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                tracing::debug!(call_id, "tool call was never announced; going on");
+                return;
+            }
+        }
+    }
+}
+
+/// Where turn updates go. Closed once the prompt is answered: a late event of a cancelled
+/// turn is dropped rather than sent after the response.
+pub struct Outbox {
+    cx: ConnectionTo<Client>,
+    session_id: String,
+    open: Mutex<bool>,
+}
+
+impl Outbox {
+    fn new(cx: ConnectionTo<Client>, session_id: String) -> Self {
+        Self {
+            cx,
+            session_id,
+            open: Mutex::new(false),
+        }
+    }
+
+    pub fn cx(&self) -> &ConnectionTo<Client> {
+        &self.cx
+    }
+
+    pub fn open(&self) {
+        *lock(&self.open) = true;
+    }
+
+    /// Sends a turn update unless the turn has been answered.
+    pub fn send(&self, update: acp::SessionUpdate) {
+        let open = lock(&self.open);
+        if *open {
+            self.notify(update);
+        } else {
+            tracing::debug!(session = %self.session_id, "dropped an update after the turn ended");
+        }
+    }
+
+    /// Sends an update outside any turn (commands list, config changes, replay).
+    pub fn notify(&self, update: acp::SessionUpdate) {
+        let notification = acp::SessionNotification::new(self.session_id.clone(), update);
+        if let Err(e) = self.cx.send_notification(notification) {
+            tracing::debug!(%e, "cannot send a session update (connection closed?)");
+        }
+    }
+
+    /// Closes the outbox and runs `respond` while no update can slip in between.
+    pub fn close_then<R>(&self, respond: impl FnOnce() -> R) -> R {
+        let mut open = lock(&self.open);
+        *open = false;
+        respond()
+    }
+}
+
+/// The runner and the turn running on it.
+struct Slot {
+    runner: Option<Box<dyn SessionRunner>>,
+    turn: Option<CancellationToken>,
+}
+
+/// Why a prompt could not start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Busy {
+    /// Another prompt of this session is running.
+    Running,
+    /// A cancelled turn has not given its runner back in time.
+    Stuck,
+}
+
+/// One ACP session.
+pub struct SessionState {
+    pub shared: Arc<Shared>,
+    slot: Mutex<Slot>,
+    returned: Notify,
+}
+
+impl SessionState {
+    pub fn new(shared: Arc<Shared>, runner: Box<dyn SessionRunner>) -> Self {
+        Self {
+            shared,
+            slot: Mutex::new(Slot {
+                runner: Some(runner),
+                turn: None,
+            }),
+            returned: Notify::new(),
+        }
+    }
+
+    /// Takes the runner for a new turn. A turn that was cancelled but is still winding down
+    /// is waited for; a turn still running refuses the new prompt.
+    pub async fn begin_turn(&self) -> Result<(Box<dyn SessionRunner>, CancellationToken), Busy> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let notified = self.returned.notified();
+            {
+                let mut slot = lock(&self.slot);
+                if let Some(runner) = slot.runner.take() {
+                    let token = CancellationToken::new();
+                    slot.turn = Some(token.clone());
+                    return Ok((runner, token));
+                }
+                match &slot.turn {
+                    Some(turn) if !turn.is_cancelled() => return Err(Busy::Running),
+                    _ => {}
+                }
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return Err(Busy::Stuck);
+            }
+        }
+    }
+
+    /// Gives the runner back after a turn.
+    pub fn end_turn(&self, runner: Box<dyn SessionRunner>) {
+        {
+            let mut slot = lock(&self.slot);
+            slot.runner = Some(runner);
+            slot.turn = None;
+        }
+        self.returned.notify_waiters();
+    }
+
+    /// Cancels the running turn, if any.
+    pub fn cancel(&self) {
+        if let Some(turn) = &lock(&self.slot).turn {
+            turn.cancel();
+        }
+    }
+}

@@ -1,0 +1,250 @@
+//! How crow's tool calls look in an editor: human titles, ACP kinds, file locations the editor
+//! can follow, and result content (text, diffs, terminals). Shared by live translation and
+//! history replay so a loaded session looks like the live one did.
+
+use std::path::{Path, PathBuf};
+
+use agent_client_protocol::v1::schema as acp;
+use crow_core::{ToolKind, ToolMetadata, ToolStatus};
+use serde_json::Value;
+
+/// Tools whose calls are not shown as tool cards: their effect is shown otherwise
+/// (`todo_write` as the plan, `task_complete` as the final message).
+pub fn is_hidden(tool: &str) -> bool {
+    matches!(tool, "todo_write" | crow_core::TASK_COMPLETE)
+}
+
+/// The kind of a built-in tool by name, for replays where only names are stored.
+pub fn builtin_kind(tool: &str) -> ToolKind {
+    match tool {
+        "read_file" | "list_directory" => ToolKind::Read,
+        "write_file" | "edit_file" => ToolKind::Edit,
+        "bash" => ToolKind::Execute,
+        "glob" | "grep" => ToolKind::Search,
+        "think" | "todo_read" | "todo_write" => ToolKind::Think,
+        "web_fetch" => ToolKind::Fetch,
+        _ => ToolKind::Other,
+    }
+}
+
+pub fn acp_kind(kind: ToolKind) -> acp::ToolKind {
+    match kind {
+        ToolKind::Read => acp::ToolKind::Read,
+        ToolKind::Edit => acp::ToolKind::Edit,
+        ToolKind::Delete => acp::ToolKind::Delete,
+        ToolKind::Move => acp::ToolKind::Move,
+        ToolKind::Search => acp::ToolKind::Search,
+        ToolKind::Execute => acp::ToolKind::Execute,
+        ToolKind::Think => acp::ToolKind::Think,
+        ToolKind::Fetch => acp::ToolKind::Fetch,
+        ToolKind::Other => acp::ToolKind::Other,
+    }
+}
+
+fn arg<'a>(args: &'a Value, key: &str) -> Option<&'a str> {
+    args.get(key)
+        .and_then(Value::as_str)
+        .filter(|s| !s.trim().is_empty())
+}
+
+/// One line, at most `max` characters, for titles.
+fn short(text: &str, max: usize) -> String {
+    let line = text.trim().lines().next().unwrap_or_default();
+    let mut out: String = line.chars().take(max).collect();
+    if out.len() < text.trim().len() {
+        out.push('…');
+    }
+    out
+}
+
+/// A title a person reads in the tool card, e.g. "Edit src/main.rs" or "`cargo test`".
+pub fn title(tool: &str, args: &Value) -> String {
+    let path = arg(args, "path");
+    match tool {
+        "read_file" => {
+            let path = path.unwrap_or("file");
+            match args.get("offset").and_then(Value::as_u64) {
+                Some(offset) if offset > 1 => format!("Read {path} (from line {offset})"),
+                _ => format!("Read {path}"),
+            }
+        }
+        "write_file" => format!("Write {}", path.unwrap_or("file")),
+        "edit_file" => format!("Edit {}", path.unwrap_or("file")),
+        "list_directory" => format!("List {}", path.unwrap_or(".")),
+        "bash" => match arg(args, "command") {
+            Some(command) => format!("`{}`", short(command, 120)),
+            None => "Run a command".to_owned(),
+        },
+        "glob" => match arg(args, "pattern") {
+            Some(p) => format!("Find `{}`", short(p, 80)),
+            None => "Find files".to_owned(),
+        },
+        "grep" => match (arg(args, "pattern"), path) {
+            (Some(p), Some(dir)) => format!("Search `{}` in {dir}", short(p, 80)),
+            (Some(p), None) => format!("Search `{}`", short(p, 80)),
+            _ => "Search".to_owned(),
+        },
+        "think" => "Think".to_owned(),
+        "todo_read" => "Read the plan".to_owned(),
+        "todo_write" => "Update the plan".to_owned(),
+        other => other.to_owned(),
+    }
+}
+
+/// Files the call touches, absolute, so the editor can follow the agent.
+pub fn locations(tool: &str, args: &Value, cwd: &Path) -> Vec<acp::ToolCallLocation> {
+    let Some(path) = arg(args, "path") else {
+        return Vec::new();
+    };
+    let absolute = absolute(cwd, path);
+    let location = acp::ToolCallLocation::new(absolute);
+    let line = match tool {
+        "read_file" => args
+            .get("offset")
+            .and_then(Value::as_u64)
+            .and_then(|l| u32::try_from(l).ok()),
+        _ => None,
+    };
+    vec![location.line(line)]
+}
+
+fn absolute(cwd: &Path, path: &str) -> PathBuf {
+    let p = Path::new(path);
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        cwd.join(p)
+    }
+}
+
+pub fn acp_status(status: ToolStatus) -> acp::ToolCallStatus {
+    match status {
+        ToolStatus::Success => acp::ToolCallStatus::Completed,
+        // ACP has no "cancelled" status; a cancelled call did not complete.
+        ToolStatus::Error | ToolStatus::Cancelled => acp::ToolCallStatus::Failed,
+    }
+}
+
+fn text_content(text: impl Into<String>) -> acp::ToolCallContent {
+    acp::ToolCallContent::Content(acp::Content::new(acp::ContentBlock::Text(
+        acp::TextContent::new(text),
+    )))
+}
+
+/// Output in a fence long enough that the output cannot close it.
+fn fenced(output: &str) -> String {
+    let mut fence = "```".to_owned();
+    while output.contains(&fence) {
+        fence.push('`');
+    }
+    format!("{fence}\n{}\n{fence}", output.trim_end_matches('\n'))
+}
+
+/// The content of a finished call: a diff per edited file, the terminal for commands run in
+/// the editor, else the output the model read.
+pub fn result_content(
+    tool: &str,
+    status: ToolStatus,
+    output: &str,
+    metadata: &ToolMetadata,
+) -> Vec<acp::ToolCallContent> {
+    let mut content = Vec::new();
+    for edit in &metadata.edits {
+        content.push(acp::ToolCallContent::Diff(
+            acp::Diff::new(edit.path.clone(), edit.new_text.clone())
+                .old_text(edit.old_text.clone()),
+        ));
+    }
+    if let Some(id) = metadata.extra.get("terminal_id").and_then(Value::as_str) {
+        content.push(acp::ToolCallContent::Terminal(acp::Terminal::new(
+            acp::TerminalId::new(id),
+        )));
+        if status == ToolStatus::Success {
+            return content;
+        }
+    }
+    if !content.is_empty() && status == ToolStatus::Success {
+        return content;
+    }
+    if output.is_empty() {
+        return content;
+    }
+    let shown = match (tool, status) {
+        ("bash" | "read_file" | "grep" | "glob" | "list_directory", ToolStatus::Success) => {
+            fenced(output)
+        }
+        ("bash", _) if metadata.extra.get("terminal_id").is_none() => fenced(output),
+        _ => output.to_owned(),
+    };
+    content.push(text_content(shown));
+    content
+}
+
+/// The plan entries of a `todo_write` result (`metadata.extra.todos`).
+pub fn plan_entries(metadata: &ToolMetadata) -> Option<Vec<acp::PlanEntry>> {
+    let todos = metadata.extra.get("todos")?.as_array()?;
+    Some(
+        todos
+            .iter()
+            .filter_map(|todo| {
+                let content = todo.get("content")?.as_str()?.to_owned();
+                let status = match todo.get("status").and_then(Value::as_str) {
+                    Some("in_progress") => acp::PlanEntryStatus::InProgress,
+                    Some("completed") => acp::PlanEntryStatus::Completed,
+                    _ => acp::PlanEntryStatus::Pending,
+                };
+                let priority = match todo.get("priority").and_then(Value::as_str) {
+                    Some("high") => acp::PlanEntryPriority::High,
+                    Some("low") => acp::PlanEntryPriority::Low,
+                    _ => acp::PlanEntryPriority::Medium,
+                };
+                Some(acp::PlanEntry::new(content, priority, status))
+            })
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn titles_read_like_sentences() {
+        assert_eq!(
+            title("edit_file", &json!({"path": "src/a.rs"})),
+            "Edit src/a.rs"
+        );
+        assert_eq!(
+            title("read_file", &json!({"path": "a", "offset": 40})),
+            "Read a (from line 40)"
+        );
+        assert_eq!(
+            title("bash", &json!({"command": "cargo test\nmore"})),
+            "`cargo test…`"
+        );
+        assert_eq!(
+            title("grep", &json!({"pattern": "fn main", "path": "src"})),
+            "Search `fn main` in src"
+        );
+        assert_eq!(title("mcp_tool", &json!({})), "mcp_tool");
+    }
+
+    #[test]
+    fn fences_survive_backticks_in_output() {
+        assert_eq!(fenced("a\n"), "```\na\n```");
+        assert_eq!(fenced("x ``` y"), "````\nx ``` y\n````");
+    }
+
+    #[test]
+    fn locations_are_absolute_with_lines() {
+        let locs = locations(
+            "read_file",
+            &json!({"path": "src/a.rs", "offset": 3}),
+            Path::new("/p"),
+        );
+        assert_eq!(locs[0].path, Path::new("/p/src/a.rs"));
+        assert_eq!(locs[0].line, Some(3));
+        assert!(locations("bash", &json!({"command": "ls"}), Path::new("/p")).is_empty());
+    }
+}

@@ -1,0 +1,207 @@
+//! AgentEvent → `session/update`: the one place crow's event stream becomes what the editor
+//! shows (seed 001 "Stream Translation"). Pure and synchronous so every event kind is tested
+//! without a connection.
+
+use std::path::PathBuf;
+
+use agent_client_protocol::v1::schema as acp;
+use crow_core::{AgentEvent, ToolStatus};
+use serde_json::Value;
+
+use crate::tools;
+
+fn text_block(text: impl Into<String>) -> acp::ContentBlock {
+    acp::ContentBlock::Text(acp::TextContent::new(text))
+}
+
+pub fn message_chunk(text: impl Into<String>) -> acp::SessionUpdate {
+    acp::SessionUpdate::AgentMessageChunk(acp::ContentChunk::new(text_block(text)))
+}
+
+pub fn thought_chunk(text: impl Into<String>) -> acp::SessionUpdate {
+    acp::SessionUpdate::AgentThoughtChunk(acp::ContentChunk::new(text_block(text)))
+}
+
+pub fn user_chunk(text: impl Into<String>) -> acp::SessionUpdate {
+    acp::SessionUpdate::UserMessageChunk(acp::ContentChunk::new(text_block(text)))
+}
+
+/// The `tool_call` announcing a call.
+pub fn tool_call(
+    id: &str,
+    tool: &str,
+    kind: crow_core::ToolKind,
+    args: &Value,
+    cwd: &std::path::Path,
+    status: acp::ToolCallStatus,
+) -> acp::SessionUpdate {
+    acp::SessionUpdate::ToolCall(
+        acp::ToolCall::new(acp::ToolCallId::new(id), tools::title(tool, args))
+            .kind(tools::acp_kind(kind))
+            .status(status)
+            .locations(tools::locations(tool, args, cwd))
+            .raw_input(args.clone()),
+    )
+}
+
+/// The `tool_call_update` that finishes a call.
+pub fn tool_result(
+    id: &str,
+    tool: &str,
+    status: ToolStatus,
+    output: &str,
+    metadata: &crow_core::ToolMetadata,
+) -> acp::SessionUpdate {
+    let mut fields = acp::ToolCallUpdateFields::new()
+        .status(tools::acp_status(status))
+        .content(tools::result_content(tool, status, output, metadata));
+    if let Some(code) = metadata.extra.get("exit_code").filter(|c| !c.is_null()) {
+        fields = fields.raw_output(serde_json::json!({ "exit_code": code }));
+    }
+    acp::SessionUpdate::ToolCallUpdate(acp::ToolCallUpdate::new(acp::ToolCallId::new(id), fields))
+}
+
+/// Translates the events of one session.
+#[derive(Debug)]
+pub struct Translator {
+    cwd: PathBuf,
+    /// Context window of the current model, for `usage_update`.
+    context_window: Option<u64>,
+    /// The agent that answers the user; words of any other agent are introduced by name.
+    primary: Option<String>,
+    /// The agent whose words were streamed last.
+    speaking: Option<String>,
+}
+
+impl Translator {
+    pub fn new(cwd: PathBuf, context_window: Option<u64>) -> Self {
+        Self {
+            cwd,
+            context_window,
+            primary: None,
+            speaking: None,
+        }
+    }
+
+    /// A header when another agent (a reviewer, a subagent) starts talking, so the user can
+    /// tell its words from the primary's.
+    fn speaker(&mut self, agent: &str, out: &mut Vec<acp::SessionUpdate>) {
+        let primary = self.primary.get_or_insert_with(|| agent.to_owned());
+        let changed = self.speaking.as_deref() != Some(agent);
+        if changed {
+            if agent != primary.as_str() {
+                out.push(message_chunk(format!("\n\n**{agent}:** ")));
+            } else if self.speaking.is_some() {
+                out.push(message_chunk("\n\n"));
+            }
+            self.speaking = Some(agent.to_owned());
+        }
+    }
+
+    /// The updates for one event (often none: lifecycle events are internal).
+    pub fn translate(&mut self, event: &AgentEvent) -> Vec<acp::SessionUpdate> {
+        let mut out = Vec::new();
+        match event {
+            AgentEvent::TurnStart { agent } => {
+                self.primary.get_or_insert_with(|| agent.clone());
+            }
+            AgentEvent::TextDelta { agent, delta } => {
+                self.speaker(agent, &mut out);
+                out.push(message_chunk(delta.clone()));
+            }
+            AgentEvent::ThinkingDelta { delta, .. } => out.push(thought_chunk(delta.clone())),
+            AgentEvent::ToolCallStart {
+                call_id,
+                tool,
+                kind,
+                arguments,
+                ..
+            } => {
+                if !tools::is_hidden(tool) {
+                    out.push(tool_call(
+                        call_id,
+                        tool,
+                        *kind,
+                        arguments,
+                        &self.cwd,
+                        acp::ToolCallStatus::InProgress,
+                    ));
+                }
+            }
+            AgentEvent::ToolCallEnd {
+                call_id,
+                tool,
+                result,
+                ..
+            } => {
+                if tool == "todo_write" {
+                    if let Some(entries) = tools::plan_entries(&result.metadata) {
+                        out.push(acp::SessionUpdate::Plan(acp::Plan::new(entries)));
+                    }
+                } else if !tools::is_hidden(tool) {
+                    out.push(tool_result(
+                        call_id,
+                        tool,
+                        result.status,
+                        &result.output,
+                        &result.metadata,
+                    ));
+                }
+            }
+            AgentEvent::TaskComplete { agent, summary } => {
+                if !summary.trim().is_empty() {
+                    self.speaker(agent, &mut out);
+                    out.push(message_chunk(format!("\n\n{summary}")));
+                }
+            }
+            AgentEvent::Usage {
+                input_tokens,
+                output_tokens,
+                ..
+            } => {
+                if let Some(size) = self.context_window {
+                    // Input counts the whole prompt (cached parts included); the answer joins
+                    // the context for the next call.
+                    out.push(acp::SessionUpdate::UsageUpdate(acp::UsageUpdate::new(
+                        input_tokens + output_tokens,
+                        size,
+                    )));
+                }
+            }
+            AgentEvent::Retry {
+                attempt,
+                delay_ms,
+                reason,
+                ..
+            } => {
+                tracing::info!(attempt, delay_ms, %reason, "provider retry");
+            }
+            AgentEvent::Error { agent, error } => {
+                tracing::warn!(%agent, %error, "turn failed");
+            }
+            AgentEvent::SubagentStart { subagent, task, .. } => {
+                out.push(thought_chunk(format!(
+                    "\n{subagent} started: {}\n",
+                    task.trim()
+                )));
+            }
+            AgentEvent::Handoff { from, to, .. } => {
+                // The prompt itself is internal (the reviewer's words were already shown).
+                out.push(thought_chunk(format!("\n{from} hands over to {to}\n")));
+            }
+            AgentEvent::SubagentEnd { subagent, .. } => {
+                out.push(thought_chunk(format!("\n{subagent} finished\n")));
+            }
+            // Internal to the loop or shown otherwise (stop reason, tool results).
+            AgentEvent::TextComplete { .. }
+            | AgentEvent::ThinkingComplete { .. }
+            | AgentEvent::FilesChanged { .. }
+            | AgentEvent::CoagentStart { .. }
+            | AgentEvent::CoagentEnd { .. }
+            | AgentEvent::ModelCallStart { .. }
+            | AgentEvent::TurnComplete { .. }
+            | AgentEvent::Cancelled { .. } => {}
+        }
+        out
+    }
+}

@@ -1,0 +1,368 @@
+// `crow acp` driven by the official ACP TypeScript SDK as a real client. Tests run one after
+// another: they share the mock model, which each test scripts for itself.
+
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import * as acp from "@agentclientprotocol/sdk";
+import { script, mockRequests, project, startCrow, cleanup, sleep, joined } from "./harness.mjs";
+
+/** Opens crow in a fresh project: initialize + session/new. */
+async function open(options) {
+  const dir = project();
+  const crow = startCrow(dir, options);
+  const init = await crow.initialize();
+  const session = await crow.newSession();
+  return { dir, crow, init, session, id: session.sessionId };
+}
+
+async function close({ dir, crow }) {
+  await crow.stop();
+  cleanup(dir);
+}
+
+test("initialize: agent info, capabilities, unknown methods", async () => {
+  const dir = project();
+  const crow = startCrow(dir);
+  try {
+    const init = await crow.initialize();
+    assert.equal(init.protocolVersion, 1);
+    assert.equal(init.agentInfo.name, "crow");
+    assert.match(init.agentInfo.version, /^\d+\.\d+\.\d+/);
+    const caps = init.agentCapabilities;
+    assert.equal(caps.promptCapabilities.embeddedContext, true);
+    assert.equal(typeof caps.loadSession, "boolean");
+    await assert.rejects(crow.agent.request("crow/no_such_method", {}), (e) => e.code === -32601);
+  } finally {
+    await crow.stop();
+    cleanup(dir);
+  }
+});
+
+test("session/new: modes, model option, slash commands", async () => {
+  const s = await open();
+  try {
+    assert.match(s.id, /^[0-9a-f-]{36}$/);
+    assert.equal(s.session.modes.currentModeId, "build");
+    assert.ok(s.session.modes.availableModes.some((m) => m.id === "build-judge"));
+    const model = s.session.configOptions.find((o) => o.category === "model");
+    assert.equal(model.currentValue, "mock/mock-model");
+    const commands = await s.crow.waitFor((u) => u.update.sessionUpdate === "available_commands_update");
+    assert.ok(commands.update.availableCommands.some((c) => c.name === "model"));
+
+    // A slash command is answered without the model.
+    await script({ steps: [] });
+    const res = await s.crow.prompt(s.id, "/model");
+    assert.equal(res.stopReason, "end_turn");
+    assert.match(joined(s.crow, s.id, "agent_message_chunk"), /mock\/mock-model.*\(current\)/);
+    assert.equal((await mockRequests()).length, 0);
+  } finally {
+    await close(s);
+  }
+});
+
+test("prompt: streaming, tool calls with diffs and output, plan, usage", async () => {
+  await script({
+    steps: [
+      {
+        reply: {
+          thinking: "I should look first.",
+          text: "Let me write the file.",
+          tool_calls: [
+            { name: "write_file", arguments: { path: "hello.txt", content: "hi\n" } },
+            {
+              name: "todo_write",
+              arguments: { todos: [{ content: "write hello", status: "completed" }, { content: "check it", status: "in_progress" }] },
+            },
+          ],
+        },
+      },
+      { reply: { tool_calls: [{ name: "bash", arguments: { command: "cat hello.txt" } }] } },
+      { reply: { text: "Done: hello.txt says hi." } },
+    ],
+  });
+  const s = await open();
+  try {
+    const res = await s.crow.prompt(s.id, [
+      { type: "text", text: "Create hello.txt. See " },
+      { type: "resource", resource: { uri: `file://${s.dir}/notes.md`, text: "be brief" } },
+    ]);
+    assert.equal(res.stopReason, "end_turn");
+    assert.equal(readFileSync(join(s.dir, "hello.txt"), "utf8"), "hi\n");
+
+    assert.equal(joined(s.crow, s.id, "agent_thought_chunk"), "I should look first.");
+    assert.match(joined(s.crow, s.id, "agent_message_chunk"), /^Let me write the file\.Done: hello\.txt says hi\.$/);
+
+    const calls = s.crow.updates.filter((u) => u.update.sessionUpdate === "tool_call").map((u) => u.update);
+    const write = calls.find((c) => c.title === "Write hello.txt");
+    assert.equal(write.kind, "edit");
+    assert.deepEqual(write.rawInput, { path: "hello.txt", content: "hi\n" });
+    assert.equal(write.locations[0].path, join(s.dir, "hello.txt"));
+    const done = s.crow.updates.find(
+      (u) => u.update.sessionUpdate === "tool_call_update" && u.update.toolCallId === write.toolCallId && u.update.status === "completed",
+    ).update;
+    const diff = done.content.find((c) => c.type === "diff");
+    assert.equal(diff.path, join(s.dir, "hello.txt"));
+    assert.equal(diff.newText, "hi\n");
+    assert.ok(diff.oldText == null, "a new file has no old text");
+
+    const bash = calls.find((c) => c.kind === "execute");
+    assert.equal(bash.title, "`cat hello.txt`");
+    const bashDone = s.crow.updates.find(
+      (u) =>
+        u.update.sessionUpdate === "tool_call_update" &&
+        u.update.toolCallId === bash.toolCallId &&
+        ["completed", "failed"].includes(u.update.status),
+    ).update;
+    assert.equal(bashDone.status, "completed");
+    assert.match(bashDone.content[0].content.text, /hi/);
+
+    const plan = (await s.crow.waitFor((u) => u.update.sessionUpdate === "plan")).update;
+    assert.deepEqual(
+      plan.entries.map((e) => [e.content, e.status]),
+      [["write hello", "completed"], ["check it", "in_progress"]],
+    );
+    assert.ok(!calls.some((c) => c.title === "Update the plan"), "todo_write shows as the plan, not a card");
+
+    const usage = s.crow.updates.filter((u) => u.update.sessionUpdate === "usage_update");
+    assert.ok(usage.length >= 1, "usage_update after model calls");
+    assert.equal(usage[0].update.size, 32000);
+    assert.ok(usage[0].update.used > 0);
+
+    // Embedded context reached the model as text.
+    const first = (await mockRequests())[0].body.messages.find((m) => m.role === "user");
+    assert.match(first.content, /<context ref="file:\/\/.*notes\.md">\nbe brief\n<\/context>/);
+    assert.equal(s.crow.permissionRequests.length, 2, "write_file and bash asked first");
+  } finally {
+    await close(s);
+  }
+});
+
+test("permissions: reject fails the call and the turn goes on; always is remembered", async () => {
+  await script({
+    steps: [
+      { reply: { tool_calls: [{ name: "write_file", arguments: { path: "no.txt", content: "x" } }] } },
+      { reply: { tool_calls: [{ name: "bash", arguments: { command: "echo one" } }] } },
+      { reply: { tool_calls: [{ name: "bash", arguments: { command: "echo two" } }] } },
+      { reply: { text: "ok" } },
+    ],
+  });
+  const s = await open({
+    permission: (p) => (p.toolCall.kind === "edit" ? "reject_once" : "allow_always"),
+  });
+  try {
+    const res = await s.crow.prompt(s.id, "try things");
+    assert.equal(res.stopReason, "end_turn");
+    assert.ok(!existsSync(join(s.dir, "no.txt")));
+    const failed = s.crow.updates.find((u) => u.update.sessionUpdate === "tool_call_update" && u.update.status === "failed");
+    assert.match(failed.update.content[0].content.text, /permission denied: the user rejected/);
+    // The model read the rejection.
+    const requests = await mockRequests();
+    const toolMsg = requests[1].body.messages.find((m) => m.role === "tool");
+    assert.match(toolMsg.content, /permission denied/);
+    // One question for the edit, one for the first bash; the second bash was remembered.
+    assert.deepEqual(
+      s.crow.permissionRequests.map((p) => p.toolCall.kind),
+      ["edit", "execute"],
+    );
+    const pending = s.crow.permissionRequests[0].toolCall;
+    assert.equal(pending.title, "Create no.txt");
+    // No call is left pending: every tool_call has a final status.
+    const ids = s.crow.updates.filter((u) => u.update.sessionUpdate === "tool_call").map((u) => u.update.toolCallId);
+    for (const id of ids) {
+      assert.ok(
+        s.crow.updates.some((u) => u.update.toolCallId === id && ["completed", "failed"].includes(u.update.status)),
+        `call ${id} has a final status`,
+      );
+    }
+  } finally {
+    await close(s);
+  }
+});
+
+/** Asserts nothing more arrives for `id` after its prompt was answered. */
+async function assertQuietAfterResponse(crow, id) {
+  await sleep(300);
+  const responseAt = crow.log.findLast((e) => e.kind === "response").at;
+  const late = crow.log.filter((e) => e.kind === "update" && e.params.sessionId === id && e.at > responseAt);
+  assert.deepEqual(late.map((e) => e.params.update.sessionUpdate), [], "no update after the response");
+}
+
+test("cancel mid-stream: cancelled within 100 ms, nothing after, next prompt works", async () => {
+  await script({
+    steps: [
+      { fault: { stall: { reply: { text: "A long answer that never ends because the stream stalls" }, after_chunks: 2 } } },
+      { reply: { text: "second answer" } },
+    ],
+  });
+  const s = await open();
+  try {
+    const pending = s.crow.prompt(s.id, "talk");
+    await s.crow.waitFor((u) => u.update.sessionUpdate === "agent_message_chunk");
+    const cancelledAt = performance.now();
+    await s.crow.cancel(s.id);
+    const res = await pending;
+    const took = performance.now() - cancelledAt;
+    assert.equal(res.stopReason, "cancelled");
+    assert.ok(took < 100, `answered in ${took.toFixed(1)} ms`);
+    await assertQuietAfterResponse(s.crow, s.id);
+
+    const again = await s.crow.prompt(s.id, "again");
+    assert.equal(again.stopReason, "end_turn");
+    assert.match(joined(s.crow, s.id, "agent_message_chunk"), /second answer$/);
+  } finally {
+    await close(s);
+  }
+});
+
+test("cancel mid-tool: the command is killed, cancelled within 100 ms", async () => {
+  await script({
+    steps: [
+      { reply: { tool_calls: [{ name: "bash", arguments: { command: "echo $$ > pid; sleep 30" } }] } },
+      { reply: { text: "after" } },
+    ],
+  });
+  const s = await open();
+  try {
+    const pending = s.crow.prompt(s.id, "run it");
+    const pidFile = join(s.dir, "pid");
+    for (let i = 0; i < 400 && !existsSync(pidFile); i++) await sleep(10);
+    await sleep(50);
+    const pid = Number(readFileSync(pidFile, "utf8").trim());
+    const cancelledAt = performance.now();
+    await s.crow.cancel(s.id);
+    const res = await pending;
+    const took = performance.now() - cancelledAt;
+    assert.equal(res.stopReason, "cancelled");
+    assert.ok(took < 100, `answered in ${took.toFixed(1)} ms`);
+    await assertQuietAfterResponse(s.crow, s.id);
+    const call = s.crow.updates.find((u) => u.update.sessionUpdate === "tool_call").update;
+    assert.ok(
+      s.crow.updates.some((u) => u.update.toolCallId === call.toolCallId && u.update.status === "failed"),
+      "the cancelled call is not left in progress",
+    );
+    let alive = true;
+    for (let i = 0; i < 50 && alive; i++) {
+      try {
+        process.kill(pid, 0);
+        await sleep(20);
+      } catch {
+        alive = false;
+      }
+    }
+    assert.equal(alive, false, "sleep was killed");
+    assert.equal((await s.crow.prompt(s.id, "again")).stopReason, "end_turn");
+  } finally {
+    await close(s);
+  }
+});
+
+test("a second prompt while one runs is refused clearly", async () => {
+  await script({
+    steps: [{ fault: { stall: { reply: { text: "thinking hard" }, after_chunks: 1 } } }],
+  });
+  const s = await open();
+  try {
+    const first = s.crow.prompt(s.id, "one");
+    await s.crow.waitFor((u) => u.update.sessionUpdate === "agent_message_chunk");
+    await assert.rejects(s.crow.prompt(s.id, "two"), (e) => /already running/.test(JSON.stringify(e)));
+    await s.crow.cancel(s.id);
+    assert.equal((await first).stopReason, "cancelled");
+  } finally {
+    await close(s);
+  }
+});
+
+test("fs delegation: reads see editor buffers, writes go through the editor, new files work", async () => {
+  await script({
+    steps: [
+      { reply: { tool_calls: [{ name: "read_file", arguments: { path: "a.txt" } }] } },
+      { reply: { tool_calls: [{ name: "edit_file", arguments: { path: "a.txt", old_string: "unsaved", new_string: "edited" } }] } },
+      { reply: { tool_calls: [{ name: "write_file", arguments: { path: "sub/new.txt", content: "fresh\n" } }] } },
+      { reply: { text: "done" } },
+    ],
+  });
+  const dir = project();
+  writeFileSync(join(dir, "a.txt"), "on disk\n");
+  const buffers = new Map([[join(dir, "a.txt"), "unsaved buffer\n"]]);
+  const crow = startCrow(dir, { fs: true, buffers });
+  try {
+    await crow.initialize();
+    const { sessionId } = await crow.newSession();
+    assert.equal((await crow.prompt(sessionId, "go")).stopReason, "end_turn");
+    const read = crow.updates.find((u) => u.update.sessionUpdate === "tool_call_update" && u.update.status === "completed");
+    assert.match(read.update.content[0].content.text, /unsaved buffer/);
+    assert.deepEqual(
+      crow.writes.map((w) => [w.path, w.content]),
+      [
+        [join(dir, "a.txt"), "edited buffer\n"],
+        [join(dir, "sub/new.txt"), "fresh\n"],
+      ],
+    );
+    assert.ok(crow.reads.every((r) => r.sessionId === sessionId));
+    const diffs = crow.updates
+      .filter((u) => u.update.sessionUpdate === "tool_call_update")
+      .flatMap((u) => u.update.content ?? [])
+      .filter((c) => c.type === "diff");
+    assert.deepEqual(
+      diffs.map((d) => [d.oldText ?? null, d.newText]),
+      [["unsaved buffer\n", "edited buffer\n"], [null, "fresh\n"]],
+    );
+  } finally {
+    await crow.stop();
+    cleanup(dir);
+  }
+});
+
+test("terminal delegation: bash runs in the editor's terminal, shown in the tool call", async () => {
+  await script({
+    steps: [
+      { reply: { tool_calls: [{ name: "bash", arguments: { command: "echo from-terminal; exit 3" } }] } },
+      { reply: { text: "saw it" } },
+    ],
+  });
+  const dir = project();
+  const crow = startCrow(dir, { terminal: true });
+  try {
+    await crow.initialize();
+    const { sessionId } = await crow.newSession();
+    assert.equal((await crow.prompt(sessionId, "run")).stopReason, "end_turn");
+    const [kind, create] = crow.terminals.calls[0];
+    assert.equal(kind, "create");
+    assert.equal(create.command, "bash");
+    assert.deepEqual(create.args, ["-c", "echo from-terminal; exit 3"]);
+    assert.equal(create.cwd, dir);
+    assert.ok(crow.terminals.calls.some(([k]) => k === "release"), "the terminal is released");
+    const shown = crow.updates.find(
+      (u) => u.update.sessionUpdate === "tool_call_update" && (u.update.content ?? []).some((c) => c.type === "terminal"),
+    );
+    assert.ok(shown, "the terminal is embedded in the tool call");
+    const final = crow.updates.findLast((u) => u.update.sessionUpdate === "tool_call_update").update;
+    assert.equal(final.status, "failed");
+    const toolMsg = (await mockRequests())[1].body.messages.find((m) => m.role === "tool");
+    assert.match(toolMsg.content, /from-terminal[\s\S]*exit code: 3/);
+  } finally {
+    await crow.stop();
+    cleanup(dir);
+  }
+});
+
+test("stdin EOF: crow exits", async () => {
+  const dir = project();
+  const crow = startCrow(dir);
+  try {
+    await crow.initialize();
+    const started = performance.now();
+    crow.child.stdin.end();
+    const { code } = await Promise.race([
+      crow.exited,
+      sleep(3000).then(() => ({ code: "still running" })),
+    ]);
+    assert.equal(code, 0);
+    assert.ok(performance.now() - started < 3000);
+  } finally {
+    crow.child.kill("SIGKILL");
+    cleanup(dir);
+  }
+});
