@@ -188,7 +188,10 @@ impl SessionDump {
             total.output_tokens,
             total.cache_read_tokens
         );
-        let several_agents = self.timeline.iter().any(|e| e.agent != info.agent);
+        let several_agents = self
+            .timeline
+            .first()
+            .is_some_and(|first| self.timeline.iter().any(|e| e.agent != first.agent));
         for stored in &self.timeline {
             let time = stored
                 .entry

@@ -399,13 +399,15 @@ impl SessionStore for SqliteStore {
                 ts(&usage.timestamp),
             ])
         })
-        .inspect(|_| self.committed())
         .map_err(|e| match e.sqlite_error_code() {
             Some(rusqlite::ErrorCode::ConstraintViolation) => {
                 StoreError::NotFound(session_id.to_owned())
             }
             _ => self.err(e),
         })?;
+        // Not under the connection's lock: a log restart takes it.
+        drop(conn);
+        self.committed();
         Ok(())
     }
 

@@ -474,3 +474,40 @@ fn the_log_is_checkpointed_off_the_append_path_and_stays_small() {
     let (_, messages) = crow_store::timing::load_and_rebuild(&store, "bench").unwrap();
     assert!(messages > 1_000);
 }
+
+#[test]
+fn a_log_restart_triggered_by_a_usage_row_does_not_deadlock() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db(dir.path());
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let store = SqliteStore::open(&path).unwrap();
+        crow_store::timing::create_bench_session(&store, "bench").unwrap();
+        // 40 MiB of log in 40 commits, then usage rows up to the 128th commit, where the
+        // writer checks the log's size and restarts it.
+        let big = HistoryEntry::now(EntryKind::User {
+            content: "x".repeat(1 << 20),
+        });
+        for _ in 0..40 {
+            store.append_entry("bench", "builder", &big).unwrap();
+        }
+        let row = UsageRecord {
+            agent: "builder".into(),
+            model: "m".into(),
+            usage: Usage::default(),
+            duration_ms: 1,
+            timestamp: Utc::now(),
+        };
+        for _ in 0..100 {
+            store.record_usage("bench", &row).unwrap();
+        }
+        let wal = std::fs::metadata(path.with_extension("db-wal"))
+            .unwrap()
+            .len();
+        done.send(wal).unwrap();
+    });
+    let wal = finished
+        .recv_timeout(Duration::from_secs(60))
+        .expect("no deadlock");
+    assert!(wal < 32 << 20, "the log was restarted: {wal} bytes");
+}
