@@ -366,3 +366,78 @@ test("stdin EOF: crow exits", async () => {
     cleanup(dir);
   }
 });
+
+test("load in a new process: the whole history is replayed, then prompts go on", async () => {
+  await script({
+    steps: [
+      {
+        reply: {
+          thinking: "Plan: write it.",
+          text: "Writing the file.",
+          tool_calls: [{ name: "write_file", arguments: { path: "kept.txt", content: "kept\n" } }],
+        },
+      },
+      { reply: { text: "Wrote kept.txt." } },
+    ],
+  });
+  const dir = project();
+  const first = startCrow(dir);
+  let id;
+  try {
+    const init = await first.initialize();
+    assert.equal(init.agentCapabilities.loadSession, true);
+    ({ sessionId: id } = await first.newSession());
+    assert.equal((await first.prompt(id, "Please keep a file")).stopReason, "end_turn");
+  } finally {
+    await first.stop();
+  }
+
+  // An editor restart: a new process, the same data directory.
+  await script({ steps: [{ reply: { text: "Still here." } }] });
+  const second = startCrow(dir);
+  try {
+    const init = await second.initialize();
+    assert.ok(init.agentCapabilities.sessionCapabilities.list, "session/list is offered");
+    const { sessions } = await second.agent.request(acp.methods.agent.session.list, { cwd: dir });
+    const listed = sessions.find((s) => s.sessionId === id);
+    assert.ok(listed, `listed: ${JSON.stringify(sessions)}`);
+    assert.equal(listed.title, "Please keep a file");
+    assert.equal(listed.cwd, dir);
+
+    const loaded = await second.agent.request(acp.methods.agent.session.load, {
+      sessionId: id,
+      cwd: dir,
+      mcpServers: [],
+    });
+    assert.equal(loaded.modes.currentModeId, "build");
+    const replay = second.updates.filter((u) => u.sessionId === id).map((u) => u.update);
+    assert.deepEqual(
+      replay.map((u) => u.sessionUpdate).filter((k) => k !== "available_commands_update"),
+      ["user_message_chunk", "agent_thought_chunk", "agent_message_chunk", "tool_call", "tool_call_update", "agent_message_chunk"],
+    );
+    assert.equal(replay[0].content.text, "Please keep a file");
+    const call = replay.find((u) => u.sessionUpdate === "tool_call");
+    assert.equal(call.title, "Write kept.txt");
+    assert.equal(call.kind, "edit");
+    const result = replay.find((u) => u.sessionUpdate === "tool_call_update");
+    assert.equal(result.status, "completed");
+    const diff = result.content[0];
+    assert.deepEqual([diff.type, diff.path, diff.oldText ?? null, diff.newText], ["diff", join(dir, "kept.txt"), null, "kept\n"]);
+    // The commands follow the load response.
+    await second.waitFor((u) => u.sessionId === id && u.update.sessionUpdate === "available_commands_update");
+
+    assert.equal((await second.prompt(id, "still there?")).stopReason, "end_turn");
+    // The model saw the whole earlier conversation.
+    const messages = (await mockRequests())[0].body.messages;
+    assert.ok(messages.some((m) => m.role === "user" && m.content === "Please keep a file"));
+    assert.ok(messages.some((m) => m.role === "tool" && /kept\.txt/.test(m.content)));
+
+    await assert.rejects(
+      second.agent.request(acp.methods.agent.session.load, { sessionId: "no-such-session", cwd: dir, mcpServers: [] }),
+      (e) => e.code === -32002 || /no session/.test(JSON.stringify(e)),
+    );
+  } finally {
+    await second.stop();
+    cleanup(dir);
+  }
+});

@@ -1,5 +1,7 @@
-//! A stored history → the `session/update`s that rebuild it in the editor (session/load): user
-//! messages, answers, thoughts, tool calls with their final status and content, the plan.
+//! A stored timeline → the `session/update`s that rebuild it in the editor (session/load): the
+//! user's messages, answers, thoughts, tool calls with their final status and content, the
+//! plan — looking as the live session did. Only the primary's user messages are the user's
+//! (a reviewer's "user" messages are handoffs); other agents' words are introduced by name.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -13,17 +15,31 @@ use crate::translate::{message_chunk, thought_chunk, tool_call, tool_result, use
 /// The updates, in timeline order. `kind_of` names the kind of a tool (the history stores
 /// names only).
 pub fn replay(
-    history: &[HistoryEntry],
+    timeline: &[(String, HistoryEntry)],
+    primary: &str,
     cwd: &Path,
     kind_of: &dyn Fn(&str) -> Option<ToolKind>,
 ) -> Vec<acp::SessionUpdate> {
     let mut out = Vec::new();
     // Arguments of each call, for the task_complete summary.
     let mut arguments: HashMap<&str, serde_json::Value> = HashMap::new();
-    for entry in history {
+    let mut speaking: Option<&str> = None;
+    for (agent, entry) in timeline {
+        let own = agent == primary;
         match &entry.kind {
-            EntryKind::User { content } => out.push(user_chunk(content.clone())),
+            EntryKind::User { content } if own => {
+                out.push(user_chunk(content.clone()));
+                speaking = None;
+            }
             EntryKind::AssistantText { content, .. } if !content.is_empty() => {
+                if speaking != Some(agent.as_str()) {
+                    if !own {
+                        out.push(message_chunk(format!("\n\n**{agent}:** ")));
+                    } else if speaking.is_some() {
+                        out.push(message_chunk("\n\n"));
+                    }
+                    speaking = Some(agent.as_str());
+                }
                 out.push(message_chunk(content.clone()));
             }
             EntryKind::Thinking { content, .. } if !content.is_empty() => {
@@ -80,8 +96,10 @@ pub fn replay(
                     out.push(tool_result(call_id, name, *status, output, &metadata));
                 }
             }
-            // Not shown in the editor: empty parts, opaque reasoning, internal events.
-            EntryKind::AssistantText { .. }
+            // Not shown: other agents' prompts (handoffs), empty parts, opaque reasoning,
+            // internal events.
+            EntryKind::User { .. }
+            | EntryKind::AssistantText { .. }
             | EntryKind::Thinking { .. }
             | EntryKind::RedactedThinking { .. }
             | EntryKind::Handoff { .. }
@@ -89,4 +107,144 @@ pub fn replay(
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crow_core::{FileEdit, ToolMetadata, ToolStatus};
+    use serde_json::{Value, json};
+
+    fn entry(kind: EntryKind) -> HistoryEntry {
+        HistoryEntry::now(kind)
+    }
+
+    #[test]
+    fn a_crew_timeline_replays_as_the_user_saw_it() {
+        let b = "builder".to_owned();
+        let r = "reviewer".to_owned();
+        let timeline = vec![
+            (
+                b.clone(),
+                entry(EntryKind::User {
+                    content: "fix it".into(),
+                }),
+            ),
+            (
+                b.clone(),
+                entry(EntryKind::Thinking {
+                    content: "hm".into(),
+                    signature: None,
+                    partial: false,
+                }),
+            ),
+            (
+                b.clone(),
+                entry(EntryKind::AssistantText {
+                    content: "Fixing.".into(),
+                    partial: false,
+                }),
+            ),
+            (
+                b.clone(),
+                entry(EntryKind::ToolCall {
+                    id: "c1".into(),
+                    name: "edit_file".into(),
+                    arguments: "{\"path\":\"a.rs\"}".into(),
+                }),
+            ),
+            (
+                b.clone(),
+                entry(EntryKind::ToolResult {
+                    call_id: "c1".into(),
+                    name: "edit_file".into(),
+                    status: ToolStatus::Success,
+                    output: "Edited".into(),
+                    metadata: ToolMetadata {
+                        edits: vec![FileEdit {
+                            path: "/p/a.rs".into(),
+                            old_text: Some("a".into()),
+                            new_text: "b".into(),
+                        }],
+                        ..ToolMetadata::default()
+                    },
+                }),
+            ),
+            (
+                b.clone(),
+                entry(EntryKind::ToolCall {
+                    id: "c2".into(),
+                    name: "bash".into(),
+                    arguments: "{\"command\":\"make\"}".into(),
+                }),
+            ),
+            (
+                b.clone(),
+                entry(EntryKind::ToolResult {
+                    call_id: "c2".into(),
+                    name: "bash".into(),
+                    status: ToolStatus::Error,
+                    output: "failed".into(),
+                    metadata: ToolMetadata {
+                        extra: json!({"terminal_id": "gone", "exit_code": 2}),
+                        ..ToolMetadata::default()
+                    },
+                }),
+            ),
+            (
+                r.clone(),
+                entry(EntryKind::User {
+                    content: "review this".into(),
+                }),
+            ),
+            (
+                r.clone(),
+                entry(EntryKind::AssistantText {
+                    content: "LGTM".into(),
+                    partial: false,
+                }),
+            ),
+        ];
+        let updates: Vec<Value> = replay(&timeline, "builder", Path::new("/p"), &|_| None)
+            .iter()
+            .map(|u| serde_json::to_value(u).unwrap())
+            .collect();
+        let kinds: Vec<&str> = updates
+            .iter()
+            .map(|u| u["sessionUpdate"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "user_message_chunk",
+                "agent_thought_chunk",
+                "agent_message_chunk",
+                "tool_call",
+                "tool_call_update",
+                "tool_call",
+                "tool_call_update",
+                "agent_message_chunk",
+                "agent_message_chunk",
+            ]
+        );
+        assert_eq!(updates[3]["kind"], "edit");
+        // Pending is the default status, left out on the wire.
+        assert!(updates[3]["status"].is_null() || updates[3]["status"] == "pending");
+        assert_eq!(updates[4]["content"][0]["type"], "diff");
+        assert_eq!(
+            updates[5]["kind"], "execute",
+            "built-in kinds without a registry"
+        );
+        assert_eq!(updates[6]["status"], "failed");
+        assert_eq!(
+            updates[6]["content"][0]["type"], "content",
+            "a dead terminal is replayed as its output"
+        );
+        assert_eq!(updates[7]["content"]["text"], "\n\n**reviewer:** ");
+        assert!(
+            !updates
+                .iter()
+                .any(|u| u["content"]["text"] == "review this")
+        );
+    }
 }

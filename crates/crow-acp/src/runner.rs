@@ -165,8 +165,10 @@ pub struct TurnOutcome {
 /// A stored session brought back: its runner and the history to replay.
 pub struct RestoredSession {
     pub runner: Box<dyn SessionRunner>,
-    /// The whole timeline in order (every agent of the session).
-    pub history: Vec<HistoryEntry>,
+    /// The whole timeline in order: every agent's entries, by agent name.
+    pub history: Vec<(String, HistoryEntry)>,
+    /// The agent that talks to the user (whose user messages are the user's).
+    pub primary: String,
     /// Mode and model the session last used, if the store knows them.
     pub mode: Option<String>,
     pub model: Option<String>,

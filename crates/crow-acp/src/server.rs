@@ -226,13 +226,14 @@ impl Server {
                     settings.model = model;
                 }
                 *lock(&shared.settings) = settings;
-                let history = matches!(origin, Origin::Load).then_some(restored.history);
+                let history =
+                    matches!(origin, Origin::Load).then_some((restored.history, restored.primary));
                 (restored.runner, history)
             }
         };
-        if let Some(history) = history {
+        if let Some((history, primary)) = history {
             let kind_of = |name: &str| runner.tool_kind(name);
-            for update in replay(&history, &cwd, &kind_of) {
+            for update in replay(&history, &primary, &cwd, &kind_of) {
                 shared.outbox.notify(update);
             }
         }

@@ -83,7 +83,10 @@ pub async fn prompt(
         tracing::warn!(session = %id, "the turn did not stop in time after a cancel");
         let state = Arc::clone(&state);
         tokio::spawn(async move {
-            if let Ok((runner, _)) = turn.await {
+            let joined = turn.await;
+            // Its last events go nowhere (the outbox is closed) before a next turn reopens it.
+            let _ = forwarder.await;
+            if let Ok((runner, _)) = joined {
                 state.end_turn(runner);
             }
         });

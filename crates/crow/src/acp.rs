@@ -1,24 +1,30 @@
 //! `crow acp`: the binary's side of crow-acp. Sessions are wired exactly like `crow run`
-//! (layered config of the session's project → provider → tools → [`Composer`] → crew); the
-//! session modes are the compositions (build, build-judge, plan, ...), the models those of the
-//! configured providers.
+//! (layered config of the session's project → provider → tools + MCP servers → [`Composer`] →
+//! crew), persisted in the same store (so an editor restart can load them), with modes = the
+//! compositions (build, build-judge, plan, ...) and models = those of the configured providers.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use async_trait::async_trait;
 use crow_acp::{
-    AgentFactory, Choice, ModeInfo, ModelInfo, RunnerError, SessionRunner, SessionSpec, TurnInput,
-    TurnOutcome,
+    AgentFactory, Choice, McpServerSpec, ModeInfo, ModelInfo, RestoredSession, RunnerError,
+    SessionRunner, SessionSpec, SessionSummary, TurnInput, TurnOutcome,
 };
-use crow_core::{CrewSession, EventSender, Session, ToolKind, ToolRegistry};
+use crow_core::{
+    CrewSession, EventSender, HistorySink, SessionFilter, SessionStore, StoreError, ToolKind,
+    ToolRegistry,
+};
+use crow_mcp::{McpManager, McpOptions, McpServerConfig, McpTransport};
 use crow_providers::ProviderSettings;
+use crow_store::SqliteStore;
 use tokio_util::sync::CancellationToken;
 
 use crate::app::{find_project_root, provider_settings, select_provider};
 use crate::compose::{Composer, with_subagents};
 use crate::config::{self, LoadedConfig, Overrides};
+use crate::sessions;
 
 /// The mode a session starts in when the catalog has it.
 const DEFAULT_MODE: &str = "build";
@@ -92,9 +98,11 @@ fn modes(root: &Path) -> Vec<ModeInfo> {
     modes
 }
 
-/// Creates crow sessions for crow-acp.
+/// Creates, restores and lists crow sessions for crow-acp.
 pub struct CrowFactory {
     overrides: Overrides,
+    /// The configuration as seen where crow was started (where the session store is).
+    config: config::Config,
     modes: Vec<ModeInfo>,
     models: (Vec<ModelInfo>, String),
 }
@@ -108,6 +116,7 @@ impl CrowFactory {
         Ok(Self {
             models: models(&loaded)?,
             modes: modes(&root),
+            config: loaded.config,
             overrides,
         })
     }
@@ -115,6 +124,10 @@ impl CrowFactory {
 
 fn failed(e: impl std::fmt::Display) -> RunnerError {
     RunnerError::Failed(e.to_string())
+}
+
+fn failed_any(e: &anyhow::Error) -> RunnerError {
+    RunnerError::Failed(format!("{e:#}"))
 }
 
 #[async_trait]
@@ -127,20 +140,87 @@ impl AgentFactory for CrowFactory {
         self.models.clone()
     }
 
+    fn can_restore(&self) -> bool {
+        true
+    }
+
+    fn mcp_http(&self) -> bool {
+        true
+    }
+
     async fn create(&self, spec: SessionSpec) -> Result<Box<dyn SessionRunner>, RunnerError> {
-        if !spec.mcp_servers.is_empty() {
-            tracing::warn!(
-                servers = spec.mcp_servers.len(),
-                "MCP servers from the editor are recorded but not started yet"
-            );
-        }
-        let runner =
-            CrowRunner::new(&spec, &self.overrides).map_err(|e| failed(format!("{e:#}")))?;
+        let runner = CrowRunner::new(&spec, &self.overrides).map_err(|e| failed_any(&e))?;
         Ok(Box::new(runner))
+    }
+
+    async fn restore(&self, spec: SessionSpec) -> Result<RestoredSession, RunnerError> {
+        CrowRunner::restore(spec, &self.overrides).map_err(|e| match e.downcast::<StoreError>() {
+            Ok(StoreError::NotFound(id)) => RunnerError::NotFound(id),
+            Ok(other) => failed(other),
+            Err(e) => failed_any(&e),
+        })
+    }
+
+    async fn list(&self, cwd: Option<PathBuf>) -> Result<Vec<SessionSummary>, RunnerError> {
+        let path = sessions::db_path(&self.config).map_err(|e| failed_any(&e))?;
+        if !path.exists() {
+            return Ok(Vec::new());
+        }
+        let store = sessions::open(&self.config).map_err(|e| failed_any(&e))?;
+        let filter = SessionFilter {
+            project_root: cwd.map(|c| find_project_root(&c).0),
+            limit: None,
+        };
+        let list = store.list_sessions(&filter).map_err(failed)?;
+        Ok(list
+            .into_iter()
+            .map(|info| SessionSummary {
+                session_id: info.id,
+                cwd: info.cwd,
+                title: Some(info.title).filter(|t| !t.is_empty()),
+                updated_at: Some(info.updated_at.to_rfc3339()),
+            })
+            .collect())
     }
 }
 
-/// One ACP session: its composer (rebuilt when the model changes) and its histories.
+/// The editor's MCP servers in crow-mcp's terms (SSE is not supported by crow-mcp: skipped).
+fn mcp_configs(specs: &[McpServerSpec]) -> Vec<McpServerConfig> {
+    specs
+        .iter()
+        .filter_map(|spec| match spec {
+            McpServerSpec::Stdio {
+                name,
+                command,
+                args,
+                env,
+            } => Some(McpServerConfig::with_transport(
+                name.clone(),
+                McpTransport::Stdio {
+                    command: command.display().to_string(),
+                    args: args.clone(),
+                    env: env.iter().cloned().collect(),
+                    cwd: None,
+                },
+            )),
+            McpServerSpec::Http { name, url, headers } => Some(McpServerConfig::with_transport(
+                name.clone(),
+                McpTransport::Http {
+                    url: url.clone(),
+                    headers: headers.iter().cloned().collect(),
+                    bearer_token_env_var: None,
+                },
+            )),
+            McpServerSpec::Sse { name, .. } => {
+                tracing::warn!(server = %name, "MCP over SSE is not supported; server skipped");
+                None
+            }
+        })
+        .collect()
+}
+
+/// One ACP session: its composer (rebuilt when the model changes), its histories, its MCP
+/// servers and its row in the store (written from the first prompt on).
 pub struct CrowRunner {
     spec: SessionSpec,
     loaded: LoadedConfig,
@@ -148,6 +228,11 @@ pub struct CrowRunner {
     composer: Arc<Composer>,
     model: String,
     session: CrewSession,
+    store: Option<Arc<SqliteStore>>,
+    /// Whether the session has its row in the store yet.
+    stored: bool,
+    /// Kept for the session's life: dropping it stops the servers.
+    _mcp: McpManager,
 }
 
 impl CrowRunner {
@@ -156,8 +241,18 @@ impl CrowRunner {
         let loaded = config::load(&root, overrides)?;
         let tools = crow_tools::builtin_tools(&crate::tool_options(&loaded.config));
         let composer = compose(spec, &loaded, &tools, &spec.model)?;
+        let store = match sessions::open(&loaded.config) {
+            Ok(store) => Some(store),
+            Err(e) => {
+                tracing::warn!("sessions will not be saved: {e:#}");
+                None
+            }
+        };
+        if let Some(store) = &store {
+            composer.set_history_sink(Arc::clone(store) as Arc<dyn HistorySink>);
+        }
         let session = CrewSession {
-            primary: Session::new(
+            primary: crow_core::Session::new(
                 spec.session_id.clone(),
                 "builder",
                 spec.cwd.clone(),
@@ -165,6 +260,7 @@ impl CrowRunner {
             ),
             coagent: None,
         };
+        let mcp = start_mcp(spec, &loaded, &tools);
         Ok(Self {
             spec: spec.clone(),
             loaded,
@@ -172,8 +268,77 @@ impl CrowRunner {
             composer,
             model: spec.model.clone(),
             session,
+            store,
+            stored: false,
+            _mcp: mcp,
         })
     }
+
+    /// Reopens a stored session with its histories; the timeline is for the editor's replay.
+    fn restore(mut spec: SessionSpec, overrides: &Overrides) -> Result<RestoredSession> {
+        let (root, _) = find_project_root(&spec.cwd);
+        let loaded = config::load(&root, overrides)?;
+        let store = sessions::open(&loaded.config)?;
+        let info = store.session(&spec.session_id)?;
+        let timeline = store.timeline(&info.id)?;
+        let model = model_id(&info.provider, &info.model);
+        if settings_for(&loaded, &model).is_ok() {
+            spec.model = model.clone();
+        }
+        let tools = crow_tools::builtin_tools(&crate::tool_options(&loaded.config));
+        let composer = compose(&spec, &loaded, &tools, &spec.model)?;
+        composer.set_stored_prompts(sessions::stored_prompts(&store, &info.id)?);
+        composer.set_history_sink(Arc::clone(&store) as Arc<dyn HistorySink>);
+        let mode = if composer.composition(&info.agent).is_ok() {
+            info.agent.clone()
+        } else {
+            DEFAULT_MODE.to_owned()
+        };
+        let crew = composer.crew(&mode, None)?;
+        let primary = crew.primary().name.clone();
+        let (_, session) = sessions::resume(&store, &crew, info)?;
+        let mcp = start_mcp(&spec, &loaded, &tools);
+        let runner = Self {
+            model: spec.model.clone(),
+            spec,
+            loaded,
+            tools,
+            composer,
+            session,
+            store: Some(store),
+            stored: true,
+            _mcp: mcp,
+        };
+        Ok(RestoredSession {
+            runner: Box::new(runner),
+            history: timeline.into_iter().map(|e| (e.agent, e.entry)).collect(),
+            primary,
+            mode: Some(mode),
+            model: Some(model),
+        })
+    }
+}
+
+/// Starts the project's configured MCP servers and the editor's into the session's tools.
+fn start_mcp(spec: &SessionSpec, loaded: &LoadedConfig, tools: &ToolRegistry) -> McpManager {
+    let mut servers = crate::mcp::servers(&loaded.config);
+    servers.extend(mcp_configs(&spec.mcp_servers));
+    let (manager, mut events) = McpManager::start(
+        servers,
+        tools.clone(),
+        McpOptions {
+            max_output_bytes: crate::tool_options(&loaded.config).max_output_bytes,
+            cwd: spec.cwd.clone(),
+        },
+    );
+    tokio::spawn(async move {
+        while let Some(event) = events.recv().await {
+            if let Some(warning) = event.warning() {
+                tracing::warn!("{warning}");
+            }
+        }
+    });
+    manager
 }
 
 /// Provider settings for a model id `provider/model` (or the configured default).
@@ -224,7 +389,11 @@ impl SessionRunner for CrowRunner {
     ) -> Result<TurnOutcome, RunnerError> {
         if input.model != self.model {
             self.composer = compose(&self.spec, &self.loaded, &self.tools, &input.model)
-                .map_err(|e| failed(format!("{e:#}")))?;
+                .map_err(|e| failed_any(&e))?;
+            if let Some(store) = &self.store {
+                self.composer
+                    .set_history_sink(Arc::clone(store) as Arc<dyn HistorySink>);
+            }
             self.model = input.model.clone();
         }
         let mode = if self.composer.composition(&input.mode).is_ok() {
@@ -232,32 +401,56 @@ impl SessionRunner for CrowRunner {
         } else {
             DEFAULT_MODE
         };
-        let crew = self
-            .composer
-            .crew(mode, None)
-            .map_err(|e| failed(format!("{e:#}")))?;
-        // A mode with a reviewer gets the reviewer's history the first time it is used; the
-        // builder's history carries on across modes.
-        if let Some(coagent) = crew.coagent() {
-            let fresh = self
-                .session
-                .coagent
-                .as_ref()
-                .is_none_or(|s| s.agent != coagent.name);
-            if fresh {
-                self.session.coagent = Some(Session::new(
-                    self.spec.session_id.clone(),
-                    coagent.name.clone(),
-                    self.spec.cwd.clone(),
-                    self.composer.project_root.clone(),
-                ));
+        let crew = self.composer.crew(mode, None).map_err(|e| failed_any(&e))?;
+        // The reviewer's history belongs to the reviewer: another mode's coagent starts its own.
+        if let (Some(open), Some(coagent)) = (&self.session.coagent, crew.coagent())
+            && open.agent != coagent.name
+        {
+            self.session.coagent = None;
+        }
+        if let Some(store) = &self.store {
+            let noted = if self.stored {
+                sessions::note_agents(store, &crew, &self.spec.session_id)
+            } else {
+                sessions::create_with_id(
+                    store,
+                    &crew,
+                    &self.composer,
+                    &self.spec.session_id,
+                    &input.text,
+                )
+                .map(|(_, session)| {
+                    self.session = session;
+                    self.stored = true;
+                })
+            };
+            if let Err(e) = noted {
+                tracing::warn!("the session is not saved: {e:#}");
             }
         }
         self.session.primary.add_user_message(input.text);
-        let run = crew
-            .run(&mut self.session, events, cancel)
-            .await
-            .map_err(failed)?;
+
+        // Usage rows go to the store on the way to the editor.
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let recorder = self.store.as_ref().map(|store| {
+            tokio::spawn(sessions::record_usage(
+                rx,
+                events.clone(),
+                Arc::clone(store),
+                self.spec.session_id.clone(),
+                sessions::models(&crew),
+            ))
+        });
+        let sender = if recorder.is_some() { &tx } else { events };
+        let outcome = crew.run(&mut self.session, sender, cancel).await;
+        drop(tx);
+        if let Some(recorder) = recorder {
+            let _ = recorder.await;
+        }
+        if let Some(store) = &self.store {
+            sessions::finish(store, &self.spec.session_id, &outcome);
+        }
+        let run = outcome.map_err(failed)?;
         Ok(TurnOutcome {
             stop: (&run.stop).into(),
             usage: run.usage,

@@ -157,10 +157,22 @@ pub fn create(
     composer: &Composer,
     prompt: &str,
 ) -> Result<(SessionInfo, CrewSession)> {
+    let id = uuid::Uuid::now_v7().to_string();
+    create_with_id(store, crew, composer, &id, prompt)
+}
+
+/// [`create`] under an id chosen by the front end (an ACP session id).
+pub fn create_with_id(
+    store: &Arc<SqliteStore>,
+    crew: &Crew,
+    composer: &Composer,
+    id: &str,
+    prompt: &str,
+) -> Result<(SessionInfo, CrewSession)> {
     let primary = crew.primary();
     let info = store
         .create_session(&NewSession {
-            id: uuid::Uuid::now_v7().to_string(),
+            id: id.to_owned(),
             project_root: composer.project_root.clone(),
             cwd: composer.cwd.clone(),
             title: crow_store::title_from_prompt(prompt),
@@ -202,6 +214,20 @@ pub fn resume(
     };
     let session = crew_session(store, crew, &info, cwd, true)?;
     Ok((info, session))
+}
+
+/// Before another run of a stored session: the prompts of agents it did not have before
+/// (another mode's reviewer), the model now used, and that it is active again.
+pub fn note_agents(store: &SqliteStore, crew: &Crew, id: &str) -> Result<()> {
+    let stored = store.system_prompts(id).map_err(store_error)?;
+    store_prompts(store, crew, id, &stored)?;
+    let primary = crew.primary();
+    store
+        .set_model(id, primary.provider().name(), primary.provider().model())
+        .map_err(store_error)?;
+    store
+        .set_status(id, SessionStatus::Active)
+        .map_err(store_error)
 }
 
 fn store_prompts(
