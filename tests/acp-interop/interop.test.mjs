@@ -89,6 +89,7 @@ test("prompt: streaming, tool calls with diffs and output, plan, usage", async (
       { type: "resource", resource: { uri: `file://${s.dir}/notes.md`, text: "be brief" } },
     ]);
     assert.equal(res.stopReason, "end_turn");
+    assert.ok(res.usage.totalTokens > 0 && res.usage.inputTokens > 0, "the turn's usage");
     assert.equal(readFileSync(join(s.dir, "hello.txt"), "utf8"), "hi\n");
 
     assert.equal(joined(s.crow, s.id, "agent_thought_chunk"), "I should look first.");

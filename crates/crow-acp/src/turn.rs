@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use agent_client_protocol::Error;
 use agent_client_protocol::v1::schema as acp;
-use crow_core::AgentEvent;
+use crow_core::{AgentEvent, Usage};
 use tokio::sync::mpsc;
 
 use crate::commands::{self, Command};
@@ -31,6 +31,24 @@ fn acp_stop(stop: Stop) -> acp::StopReason {
         Stop::Refusal => acp::StopReason::Refusal,
         Stop::Cancelled => acp::StopReason::Cancelled,
     }
+}
+
+/// The turn's token totals (every model call of the turn), when the provider reported any.
+fn turn_usage(usage: &Usage) -> Option<acp::Usage> {
+    if usage.is_empty() {
+        return None;
+    }
+    let nonzero = |n: u64| (n > 0).then_some(n);
+    Some(
+        acp::Usage::new(
+            usage.input_tokens + usage.output_tokens,
+            usage.input_tokens,
+            usage.output_tokens,
+        )
+        .thought_tokens(nonzero(usage.reasoning_tokens))
+        .cached_read_tokens(nonzero(usage.cache_read_tokens))
+        .cached_write_tokens(nonzero(usage.cache_write_tokens)),
+    )
 }
 
 /// Runs one prompt to its response.
@@ -107,7 +125,9 @@ pub async fn prompt(
     shared.outbox.close_then(|| match outcome {
         // A cancel wins over however the runner ended (stream errors after an abort included).
         _ if cancel.is_cancelled() => Ok(acp::PromptResponse::new(acp::StopReason::Cancelled)),
-        Ok(TurnOutcome { stop, .. }) => Ok(acp::PromptResponse::new(acp_stop(stop))),
+        Ok(TurnOutcome { stop, usage }) => {
+            Ok(acp::PromptResponse::new(acp_stop(stop)).usage(turn_usage(&usage)))
+        }
         Err(e) => Err(runner_error(e)),
     })
 }
