@@ -533,7 +533,9 @@ impl HistorySink for SqliteStore {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             if failures.1.is_none() {
-                tracing::warn!("history entry not saved: {error}");
+                // Debug, not warn: the front end reports the count and the first error once,
+                // at the end of the run (`take_sink_failures`).
+                tracing::debug!("history entry not saved: {error}");
                 failures.1 = Some(error);
             }
             failures.0 += 1;

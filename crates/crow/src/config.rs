@@ -48,6 +48,8 @@ pub struct StoreConfig {
     pub data_dir: Option<PathBuf>,
     /// How long a write waits for another crow process's lock.
     pub busy_timeout_ms: Option<u64>,
+    /// Size limit of the database in MiB; past it, writes fail as on a full disk.
+    pub max_size_mb: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

@@ -84,6 +84,10 @@ fn options(config: &Config, read_only: bool) -> StoreOptions {
     if let Some(ms) = config.store.busy_timeout_ms {
         options.busy_timeout = Duration::from_millis(ms);
     }
+    if let Some(mb) = config.store.max_size_mb {
+        // 4 KiB pages.
+        options.max_pages = Some(mb.saturating_mul(256));
+    }
     options
 }
 
@@ -293,7 +297,8 @@ pub fn finish(store: &SqliteStore, id: &str, outcome: &Result<RunResult, AgentEr
         tracing::warn!("cannot record the session's status: {e}");
     }
     if let Some((count, error)) = store.take_sink_failures() {
-        eprintln!("warning: {count} history entries of this session were not saved: {error}");
+        let entries = if count == 1 { "entry" } else { "entries" };
+        eprintln!("warning: {count} history {entries} of this session not saved: {error}");
     }
 }
 

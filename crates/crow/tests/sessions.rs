@@ -631,3 +631,43 @@ async fn subagent_histories_are_stored_under_the_same_session() {
         ["user", "tool_call", "tool_result", "assistant_text"]
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_full_database_loses_this_sessions_entries_with_a_warning_and_no_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = Scenario::new()
+        .reply(Reply::text("first answer"))
+        .reply(Reply::text("second answer"));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let out = output(crow_run(dir.path(), &mock, "an earlier session")).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let earlier = only_session(dir.path());
+
+    // A 1 MiB limit and a 2 MiB prompt: the session starts, its entries cannot be written.
+    write_project_config(dir.path(), "[store]\nmax_size_mb = 1\n");
+    let mut cmd = crow_run(dir.path(), &mock, "-");
+    cmd.stdin(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut stdin, "big prompt ".repeat(200_000).as_bytes())
+        .await
+        .unwrap();
+    drop(stdin);
+    let done = child.wait_with_output().await.unwrap();
+    let out = parse(done.status.code(), done.stdout, done.stderr);
+    assert_eq!(out.code, Some(0), "the run itself goes on: {}", out.stderr);
+    let warning: Vec<_> = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains("not saved"))
+        .collect();
+    assert_eq!(warning.len(), 1, "{}", out.stderr);
+    assert!(warning[0].contains("full"), "{}", warning[0]);
+
+    let store = store(dir.path());
+    assert_eq!(
+        store.load_history(&earlier.id, "builder").unwrap().len(),
+        earlier.entries as usize,
+        "the earlier session is untouched"
+    );
+}
