@@ -281,14 +281,15 @@ impl SqliteStore {
 }
 
 fn read_header(conn: &Connection) -> rusqlite::Result<(i32, i64, i64)> {
-    let app_id: i32 = conn.query_row("PRAGMA application_id", [], |r| r.get(0))?;
-    let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-    let tables: i64 = conn.query_row(
-        "SELECT count(*) FROM sqlite_master WHERE type = 'table'",
+    // One statement, so one snapshot: read piecemeal, another process's first migration
+    // could land in between and make a fresh crow database look like a foreign one.
+    conn.query_row(
+        "SELECT (SELECT application_id FROM pragma_application_id()),
+                (SELECT user_version FROM pragma_user_version()),
+                (SELECT count(*) FROM sqlite_master WHERE type = 'table')",
         [],
-        |r| r.get(0),
-    )?;
-    Ok((app_id, version, tables))
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+    )
 }
 
 fn check_header(path: &Path, app_id: i32, version: i64, tables: i64) -> Result<(), StoreError> {

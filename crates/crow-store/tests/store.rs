@@ -511,3 +511,24 @@ fn a_log_restart_triggered_by_a_usage_row_does_not_deadlock() {
         .expect("no deadlock");
     assert!(wal < 32 << 20, "the log was restarted: {wal} bytes");
 }
+
+#[test]
+fn processes_creating_the_database_at_once_all_succeed() {
+    for _ in 0..10 {
+        let dir = tempfile::tempdir().unwrap();
+        let path = db(dir.path());
+        let openers: Vec<_> = (0..4)
+            .map(|i| {
+                let path = path.clone();
+                std::thread::spawn(move || {
+                    let store = SqliteStore::open(&path)?;
+                    store.create_session(&new_session(&format!("s{i}"), "/p"))?;
+                    Ok::<_, StoreError>(())
+                })
+            })
+            .collect();
+        for opener in openers {
+            opener.join().unwrap().unwrap();
+        }
+    }
+}
