@@ -1,44 +1,23 @@
 //! Sessions end to end: the real `crow` binary, a real SQLite file under the test's HOME,
 //! the mock model: resume byte for byte, kill -9 mid-stream, Ctrl-C, two processes at once,
-//! the `sessions` commands, and bad databases.
+//! compositions and subagents.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
 use crow_core::{
-    AgentConfig, AllowAll, BaseAgent, EntryKind, HistoryEntry, SessionFilter, SessionStatus,
-    SessionStore, SystemEvent,
+    AgentConfig, AllowAll, BaseAgent, EntryKind, SessionFilter, SessionStatus, SessionStore,
+    SystemEvent,
 };
 use crow_providers::{ProviderKind, ProviderSettings, RetryPolicy};
-use crow_store::SqliteStore;
 use crow_testkit::{MockLlm, Reply, Scenario, ToolCall};
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
-
-/// The database a `crow` started by `common::crow(dir)` uses.
-fn db(dir: &Path) -> PathBuf {
-    dir.join(".home/.local/share/crow/crow.db")
-}
-
-fn store(dir: &Path) -> SqliteStore {
-    SqliteStore::open(db(dir)).unwrap()
-}
-
-fn only_session(dir: &Path) -> crow_core::SessionInfo {
-    let sessions = store(dir).list_sessions(&SessionFilter::default()).unwrap();
-    assert_eq!(sessions.len(), 1, "{sessions:?}");
-    sessions.into_iter().next().unwrap()
-}
-
-fn kinds(history: &[HistoryEntry]) -> Vec<&'static str> {
-    history.iter().map(|e| e.kind.name()).collect()
-}
 
 fn read_reply(text: &str, id: &str) -> Reply {
     Reply::text(text)
@@ -377,174 +356,6 @@ async fn two_crow_processes_share_the_database_each_on_its_own_session() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn the_sessions_commands_list_show_export_and_delete() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("notes.txt"), "alpha\n").unwrap();
-    let scenario = Scenario::new()
-        .reply(read_reply("Reading.", "call_s1"))
-        .reply(Reply::text("It says alpha."));
-    let mock = MockLlm::start(scenario).await.unwrap();
-    // Terminal mode names the session on stderr; stdout has only the answer.
-    let mut cmd = crow(dir.path());
-    cmd.args([
-        "run",
-        "--provider",
-        "openai",
-        "--model",
-        "mock-model",
-        "--base-url",
-    ])
-    .arg(mock.openai_base_url())
-    .arg("Summarise notes.txt for me please");
-    let out = output(cmd).await;
-    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
-    let info = only_session(dir.path());
-    assert!(
-        out.stderr.contains(&format!("session {}", info.id)),
-        "{}",
-        out.stderr
-    );
-    assert!(out.stderr.contains("crow run --continue"), "{}", out.stderr);
-    assert!(!out.stdout.contains(&info.id));
-
-    let run = |args: &[&str]| {
-        let mut cmd = crow(dir.path());
-        cmd.arg("sessions").args(args);
-        output(cmd)
-    };
-    let list = run(&["list"]).await;
-    assert_eq!(list.code, Some(0), "{}", list.stderr);
-    assert!(
-        list.stdout.contains(&info.id) && list.stdout.contains("Summarise notes.txt"),
-        "{}",
-        list.stdout
-    );
-    let elsewhere = tempfile::tempdir().unwrap();
-    let mut cmd = crow(elsewhere.path());
-    cmd.env("HOME", dir.path().join(".home"))
-        .env("XDG_DATA_HOME", dir.path().join(".home/.local/share"))
-        .args(["sessions", "list", "--all"]);
-    let all = output(cmd).await;
-    assert!(
-        all.stdout.contains(&info.id),
-        "--all lists other projects: {}",
-        all.stdout
-    );
-
-    let show = run(&["show", &info.id[..24]]).await;
-    assert_eq!(show.code, Some(0), "{}", show.stderr);
-    for needle in [
-        "Summarise notes.txt",
-        "→ read_file",
-        "← read_file ok",
-        "It says alpha.",
-    ] {
-        assert!(show.stdout.contains(needle), "{needle}: {}", show.stdout);
-    }
-
-    let jsonl = run(&["export", &info.id, "--format", "jsonl"]).await;
-    let lines: Vec<serde_json::Value> = jsonl
-        .stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    assert_eq!(lines[0]["type"], "session");
-    assert_eq!(lines.iter().filter(|l| l["type"] == "entry").count(), 5);
-    assert_eq!(lines.iter().filter(|l| l["type"] == "usage").count(), 2);
-    let md = run(&["export", &info.id, "--format", "markdown"]).await;
-    assert!(
-        md.stdout.starts_with("# Summarise notes.txt"),
-        "{}",
-        md.stdout
-    );
-
-    let gone = run(&["delete", &info.id]).await;
-    assert_eq!(gone.code, Some(0), "{}", gone.stderr);
-    let again = run(&["show", &info.id]).await;
-    assert_eq!(again.code, Some(1));
-    assert!(
-        again.stderr.contains("crow sessions list"),
-        "{}",
-        again.stderr
-    );
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn bad_databases_give_one_clear_line_and_are_not_rewritten() {
-    let dir = tempfile::tempdir().unwrap();
-    let mock = MockLlm::start(Scenario::new().reply(Reply::text("hi")))
-        .await
-        .unwrap();
-    let path = db(dir.path());
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-
-    let one_error_line = |out: &Output, needle: &str| {
-        assert_eq!(out.code, Some(1), "stdout: {}", out.stdout);
-        let line = out.stderr.trim();
-        assert_eq!(line.lines().count(), 1, "{line}");
-        assert!(
-            line.starts_with("error:") && line.contains(needle),
-            "{line}"
-        );
-    };
-
-    // Corrupt.
-    std::fs::write(&path, b"garbage, not SQLite ".repeat(300)).unwrap();
-    let before = std::fs::read(&path).unwrap();
-    one_error_line(&output(crow_run(dir.path(), &mock, "hi")).await, "damaged");
-    let mut cmd = crow(dir.path());
-    cmd.args(["sessions", "list"]);
-    one_error_line(&output(cmd).await, "damaged");
-    assert_eq!(std::fs::read(&path).unwrap(), before);
-
-    // Newer schema.
-    std::fs::remove_file(&path).unwrap();
-    {
-        let conn = rusqlite::Connection::open(&path).unwrap();
-        conn.execute_batch(&format!(
-            "PRAGMA application_id = {}; PRAGMA user_version = 999; CREATE TABLE future (x);",
-            crow_store::APPLICATION_ID
-        ))
-        .unwrap();
-    }
-    let before = std::fs::read(&path).unwrap();
-    one_error_line(
-        &output(crow_run(dir.path(), &mock, "hi")).await,
-        "newer crow",
-    );
-    assert_eq!(std::fs::read(&path).unwrap(), before, "never rewritten");
-
-    // Locked by another process for longer than the busy timeout.
-    std::fs::remove_file(&path).unwrap();
-    SqliteStore::open(&path).unwrap();
-    write_project_config(dir.path(), "[store]\nbusy_timeout_ms = 200\n");
-    let holder = rusqlite::Connection::open(&path).unwrap();
-    holder.execute_batch("BEGIN EXCLUSIVE").unwrap();
-    one_error_line(&output(crow_run(dir.path(), &mock, "hi")).await, "locked");
-    holder.execute_batch("ROLLBACK").unwrap();
-    assert_eq!(mock.requests().len(), 0, "nothing ran without a database");
-
-    // Released, the same command works.
-    let out = output(crow_run(dir.path(), &mock, "hi")).await;
-    assert_eq!(out.code, Some(0), "{}", out.stderr);
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn crow_home_moves_the_database() {
-    let dir = tempfile::tempdir().unwrap();
-    let home = dir.path().join("elsewhere");
-    let mock = MockLlm::start(Scenario::new().reply(Reply::text("hi")))
-        .await
-        .unwrap();
-    let mut cmd = crow_run(dir.path(), &mock, "hello");
-    cmd.env("CROW_HOME", &home);
-    let out = output(cmd).await;
-    assert_eq!(out.code, Some(0), "{}", out.stderr);
-    assert!(home.join("crow.db").exists());
-    assert!(!db(dir.path()).exists());
-}
-
-#[tokio::test(flavor = "multi_thread")]
 async fn a_builder_and_reviewer_session_resumes_with_both_histories() {
     const BUILDER: &str = "You are crow, a coding agent";
     const REVIEWER: &str = "You are crow's reviewer";
@@ -629,45 +440,5 @@ async fn subagent_histories_are_stored_under_the_same_session() {
     assert_eq!(
         kinds(&builder),
         ["user", "tool_call", "tool_result", "assistant_text"]
-    );
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn a_full_database_loses_this_sessions_entries_with_a_warning_and_no_other() {
-    let dir = tempfile::tempdir().unwrap();
-    let scenario = Scenario::new()
-        .reply(Reply::text("first answer"))
-        .reply(Reply::text("second answer"));
-    let mock = MockLlm::start(scenario).await.unwrap();
-    let out = output(crow_run(dir.path(), &mock, "an earlier session")).await;
-    assert_eq!(out.code, Some(0), "{}", out.stderr);
-    let earlier = only_session(dir.path());
-
-    // A 1 MiB limit and a 2 MiB prompt: the session starts, its entries cannot be written.
-    write_project_config(dir.path(), "[store]\nmax_size_mb = 1\n");
-    let mut cmd = crow_run(dir.path(), &mock, "-");
-    cmd.stdin(std::process::Stdio::piped());
-    let mut child = cmd.spawn().unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    tokio::io::AsyncWriteExt::write_all(&mut stdin, "big prompt ".repeat(200_000).as_bytes())
-        .await
-        .unwrap();
-    drop(stdin);
-    let done = child.wait_with_output().await.unwrap();
-    let out = parse(done.status.code(), done.stdout, done.stderr);
-    assert_eq!(out.code, Some(0), "the run itself goes on: {}", out.stderr);
-    let warning: Vec<_> = out
-        .stderr
-        .lines()
-        .filter(|l| l.contains("not saved"))
-        .collect();
-    assert_eq!(warning.len(), 1, "{}", out.stderr);
-    assert!(warning[0].contains("full"), "{}", warning[0]);
-
-    let store = store(dir.path());
-    assert_eq!(
-        store.load_history(&earlier.id, "builder").unwrap().len(),
-        earlier.entries as usize,
-        "the earlier session is untouched"
     );
 }

@@ -125,3 +125,28 @@ pub fn parse(code: Option<i32>, stdout: Vec<u8>, stderr: Vec<u8>) -> Output {
 pub fn path(dir: &Path, rel: &str) -> PathBuf {
     dir.join(rel)
 }
+
+// ---- the session store, as the `crow` of `crow(dir)` sees it ----
+
+/// The database a `crow` started by [`crow`] uses.
+pub fn db(dir: &Path) -> PathBuf {
+    dir.join(".home/.local/share/crow/crow.db")
+}
+
+pub fn store(dir: &Path) -> crow_store::SqliteStore {
+    crow_store::SqliteStore::open(db(dir)).unwrap()
+}
+
+/// The one stored session (of any project).
+pub fn only_session(dir: &Path) -> crow_core::SessionInfo {
+    use crow_core::SessionStore;
+    let sessions = store(dir)
+        .list_sessions(&crow_core::SessionFilter::default())
+        .unwrap();
+    assert_eq!(sessions.len(), 1, "{sessions:?}");
+    sessions.into_iter().next().unwrap()
+}
+
+pub fn kinds(history: &[crow_core::HistoryEntry]) -> Vec<&'static str> {
+    history.iter().map(|e| e.kind.name()).collect()
+}
