@@ -223,8 +223,8 @@ export function startCrow(dir, options = {}) {
       },
       clientInfo: { name: "crow-interop-test", version: "0.0.0" },
     });
-  crow.newSession = (cwd = dir) =>
-    crow.agent.request(acp.methods.agent.session.new, { cwd, mcpServers: [] });
+  crow.newSession = (cwd = dir, mcpServers = []) =>
+    crow.agent.request(acp.methods.agent.session.new, { cwd, mcpServers });
   crow.prompt = async (sessionId, prompt) => {
     const blocks = typeof prompt === "string" ? [{ type: "text", text: prompt }] : prompt;
     const response = await crow.agent.request(acp.methods.agent.session.prompt, {

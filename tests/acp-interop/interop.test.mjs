@@ -3,7 +3,7 @@
 
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync, readdirSync, readlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
 import { script, mockRequests, project, startCrow, cleanup, sleep, joined } from "./harness.mjs";
@@ -439,6 +439,79 @@ test("load in a new process: the whole history is replayed, then prompts go on",
     );
   } finally {
     await second.stop();
+    cleanup(dir);
+  }
+});
+
+/** Live processes whose working directory is `dir` (MCP servers crow started there). */
+function processesIn(dir) {
+  return readdirSync("/proc")
+    .filter((p) => /^\d+$/.test(p))
+    .filter((p) => {
+      try {
+        return readlinkSync(`/proc/${p}/cwd`) === dir && !/\) Z /.test(readFileSync(`/proc/${p}/stat`, "utf8"));
+      } catch {
+        return false;
+      }
+    });
+}
+
+test("MCP servers from session/new: tools appear when ready, are called, and stop with crow", async (t) => {
+  const pythonpath = process.env.MCP_TIME_PYTHONPATH;
+  if (!pythonpath) {
+    assert.ok(!process.env.CROW_REQUIRE_MCP_SERVERS, "mcp-server-time is not installed: run .ci/run");
+    t.skip("mcp-server-time is not installed (run .ci/run)");
+    return;
+  }
+  const dir = project();
+  const crow = startCrow(dir);
+  try {
+    await crow.initialize();
+    const server = {
+      name: "time",
+      command: "python3",
+      args: ["-m", "mcp_server_time", "--local-timezone", "UTC"],
+      env: [{ name: "PYTHONPATH", value: pythonpath }],
+    };
+    const { sessionId: id } = await crow.newSession(dir, [server]);
+    // The server starts in the background: prompt until a request advertises its tools.
+    let advertised = false;
+    for (let i = 0; i < 100 && !advertised; i++) {
+      await script({ steps: [{ reply: { text: "ok" } }] });
+      await crow.prompt(id, "ping");
+      const tools = (await mockRequests())[0].body.tools ?? [];
+      advertised = tools.some((tool) => tool.function.name === "mcp__time__get_current_time");
+      if (!advertised) await sleep(100);
+    }
+    assert.ok(advertised, `the MCP tool never appeared\n${crow.stderr()}`);
+
+    await script({
+      steps: [
+        { reply: { tool_calls: [{ name: "mcp__time__get_current_time", arguments: { timezone: "Asia/Tokyo" } }] } },
+        { reply: { text: "It is late in Tokyo." } },
+      ],
+    });
+    const res = await crow.prompt(id, "What time is it in Tokyo?");
+    assert.equal(res.stopReason, "end_turn");
+    const call = crow.updates.find(
+      (u) => u.update.sessionUpdate === "tool_call" && u.update.rawInput?.timezone === "Asia/Tokyo",
+    )?.update;
+    assert.ok(call, "the MCP call is shown as a tool call");
+    const done = crow.updates.find(
+      (u) =>
+        u.update.sessionUpdate === "tool_call_update" &&
+        u.update.toolCallId === call.toolCallId &&
+        ["completed", "failed"].includes(u.update.status),
+    )?.update;
+    assert.equal(done?.status, "completed");
+    const toolMsg = (await mockRequests())[1].body.messages.find((m) => m.role === "tool");
+    assert.match(toolMsg.content, /Asia\/Tokyo/);
+    assert.equal(processesIn(dir).length, 2, "crow and the server run in the session's directory");
+  } finally {
+    await crow.stop();
+    const deadline = Date.now() + 3000;
+    while (processesIn(dir).length > 0 && Date.now() < deadline) await sleep(50);
+    assert.deepEqual(processesIn(dir), [], "the MCP server outlived crow acp");
     cleanup(dir);
   }
 });

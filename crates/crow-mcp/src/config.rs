@@ -233,6 +233,27 @@ pub fn check_server_name(name: &str) -> Result<(), ConfigError> {
 /// One `.mcp.json` server: its name and its entry, or why crow cannot use it.
 pub type McpJsonServer = (String, Result<McpServerEntry, ConfigError>);
 
+/// A usable server name from any text (names given by editors can hold spaces or dots):
+/// other characters become `_`, at most 40 are kept.
+pub fn server_name_from(name: &str) -> String {
+    let clean: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(40)
+        .collect();
+    if clean.is_empty() {
+        "server".to_owned()
+    } else {
+        clean
+    }
+}
+
 /// Reads the `mcpServers` of a project's `.mcp.json` into entries of crow's own shape.
 /// `${VAR}` and `${VAR:-default}` are expanded in command, args, env, url and headers.
 /// Unsupported entries (`sse`, `ws`) are returned as errors next to the good ones so the
@@ -364,6 +385,13 @@ mod tests {
             ..Default::default()
         };
         assert!(http.resolve("h").unwrap_err().to_string().contains("http"));
+    }
+
+    #[test]
+    fn any_text_becomes_a_server_name() {
+        assert_eq!(server_name_from("My Files.v2"), "My_Files_v2");
+        assert_eq!(server_name_from(""), "server");
+        assert!(check_server_name(&server_name_from(&"é".repeat(100))).is_ok());
     }
 
     #[test]

@@ -33,9 +33,13 @@ const DEFAULT_MODE: &str = "build";
 pub async fn serve(overrides: Overrides) -> Result<()> {
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
     let factory = CrowFactory::new(&cwd, overrides)?;
-    crow_acp::serve_stdio(Arc::new(factory))
+    let served = crow_acp::serve_stdio(Arc::new(factory))
         .await
-        .map_err(|e| anyhow::anyhow!("ACP connection failed: {e}"))
+        .map_err(|e| anyhow::anyhow!("ACP connection failed: {e}"));
+    // Sessions still open when the editor leaves are not dropped in order; their MCP servers
+    // must not outlive crow.
+    crow_mcp::kill_all_servers();
+    served
 }
 
 /// Models of every provider crow can use: the selected one, and any other whose key is set.
@@ -195,7 +199,7 @@ fn mcp_configs(specs: &[McpServerSpec]) -> Vec<McpServerConfig> {
                 args,
                 env,
             } => Some(McpServerConfig::with_transport(
-                name.clone(),
+                crow_mcp::config::server_name_from(name),
                 McpTransport::Stdio {
                     command: command.display().to_string(),
                     args: args.clone(),
@@ -204,7 +208,7 @@ fn mcp_configs(specs: &[McpServerSpec]) -> Vec<McpServerConfig> {
                 },
             )),
             McpServerSpec::Http { name, url, headers } => Some(McpServerConfig::with_transport(
-                name.clone(),
+                crow_mcp::config::server_name_from(name),
                 McpTransport::Http {
                     url: url.clone(),
                     headers: headers.iter().cloned().collect(),
@@ -321,8 +325,11 @@ impl CrowRunner {
 
 /// Starts the project's configured MCP servers and the editor's into the session's tools.
 fn start_mcp(spec: &SessionSpec, loaded: &LoadedConfig, tools: &ToolRegistry) -> McpManager {
-    let mut servers = crate::mcp::servers(&loaded.config);
-    servers.extend(mcp_configs(&spec.mcp_servers));
+    // An editor's server replaces a configured one of the same name (no duplicate tools).
+    let servers = crate::mcp::with_editor_servers(
+        crate::mcp::servers(&loaded.config),
+        mcp_configs(&spec.mcp_servers),
+    );
     let (manager, mut events) = McpManager::start(
         servers,
         tools.clone(),

@@ -88,6 +88,20 @@ pub fn servers(config: &Config) -> Vec<McpServerConfig> {
         .collect()
 }
 
+/// `base` plus the servers an editor gave for one session; an editor's server replaces a
+/// configured one of the same name.
+pub fn with_editor_servers(
+    base: Vec<McpServerConfig>,
+    editor: Vec<McpServerConfig>,
+) -> Vec<McpServerConfig> {
+    let mut servers: Vec<McpServerConfig> = base
+        .into_iter()
+        .filter(|s| !editor.iter().any(|e| e.name == s.name))
+        .collect();
+    servers.extend(editor);
+    servers
+}
+
 /// A session's servers and the task printing their warnings.
 pub struct Session {
     manager: McpManager,

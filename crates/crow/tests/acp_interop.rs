@@ -12,6 +12,17 @@ fn interop_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/acp-interop")
 }
 
+/// Where .ci/run installs mcp-server-time, for the MCP test (which skips, or with
+/// CROW_REQUIRE_MCP_SERVERS fails, without it).
+fn mcp_time_pythonpath() -> Option<String> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/mcp-servers/python");
+    dir.join("mcp_server_time")
+        .exists()
+        .then(|| dir.canonicalize().ok())
+        .flatten()
+        .map(|d| d.display().to_string())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn typescript_sdk_client_drives_crow_acp() {
     let dir = interop_dir();
@@ -26,6 +37,7 @@ async fn typescript_sdk_client_drives_crow_acp() {
         .current_dir(&dir)
         .env("CROW_BIN", env!("CARGO_BIN_EXE_crow"))
         .env("MOCK_URL", mock.base_url())
+        .envs(mcp_time_pythonpath().map(|p| ("MCP_TIME_PYTHONPATH", p)))
         .stdin(Stdio::null())
         .kill_on_drop(true)
         .output()
