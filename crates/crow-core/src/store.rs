@@ -70,6 +70,9 @@ pub struct SessionInfo {
     pub provider: String,
     /// The model of the latest run of the session.
     pub model: String,
+    /// Autonomy level chosen for the session (`--level`), if one overrode the composition's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub level: Option<i8>,
     pub status: SessionStatus,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
@@ -183,6 +186,9 @@ pub trait SessionStore: HistorySink {
     fn usage(&self, session_id: &str) -> Result<Vec<UsageRecord>, StoreError>;
 
     fn set_status(&self, session_id: &str, status: SessionStatus) -> Result<(), StoreError>;
+
+    /// Records the autonomy level chosen for the session, so a resume keeps it.
+    fn set_level(&self, session_id: &str, level: Option<i8>) -> Result<(), StoreError>;
 
     /// Records the model of the latest run (a resumed session may use another one).
     fn set_model(&self, session_id: &str, provider: &str, model: &str) -> Result<(), StoreError>;

@@ -26,7 +26,7 @@ fn parse_ts(text: &str) -> Result<DateTime<Utc>, StoreError> {
 
 const SESSION_COLUMNS: &str = "s.id, s.project_root, s.cwd, s.title, s.agent, s.provider, \
     s.model, s.status, s.created_at, s.updated_at, \
-    (SELECT count(*) FROM entries e WHERE e.session_id = s.id)";
+    (SELECT count(*) FROM entries e WHERE e.session_id = s.id), s.level";
 
 fn session_row(row: &Row<'_>) -> rusqlite::Result<RawSession> {
     Ok(RawSession {
@@ -41,6 +41,7 @@ fn session_row(row: &Row<'_>) -> rusqlite::Result<RawSession> {
         created_at: row.get(8)?,
         updated_at: row.get(9)?,
         entries: row.get(10)?,
+        level: row.get(11)?,
     })
 }
 
@@ -56,6 +57,7 @@ struct RawSession {
     created_at: String,
     updated_at: String,
     entries: i64,
+    level: Option<i64>,
 }
 
 impl RawSession {
@@ -76,6 +78,7 @@ impl RawSession {
             agent: self.agent,
             provider: self.provider,
             model: self.model,
+            level: self.level.and_then(|l| i8::try_from(l).ok()),
             entries: u64::try_from(self.entries).unwrap_or(0),
         })
     }
@@ -465,6 +468,20 @@ impl SessionStore for SqliteStore {
             session_id,
             status.as_str(),
         )
+    }
+
+    fn set_level(&self, session_id: &str, level: Option<i8>) -> Result<(), StoreError> {
+        let conn = self.conn()?;
+        let n = conn
+            .execute(
+                "UPDATE sessions SET level = ?2 WHERE id = ?1",
+                params![session_id, level],
+            )
+            .map_err(|e| self.err(e))?;
+        if n == 0 {
+            return Err(StoreError::NotFound(session_id.to_owned()));
+        }
+        Ok(())
     }
 
     fn set_model(&self, session_id: &str, provider: &str, model: &str) -> Result<(), StoreError> {

@@ -72,6 +72,10 @@ pub const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (session_id, agent)
     );
     "#,
+    // 2: the autonomy level a session was given (`--level`), kept for resumes.
+    r#"
+    ALTER TABLE sessions ADD COLUMN level INTEGER;
+    "#,
 ];
 
 /// The schema version this crow writes.

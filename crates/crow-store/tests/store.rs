@@ -532,3 +532,32 @@ fn processes_creating_the_database_at_once_all_succeed() {
         }
     }
 }
+
+#[test]
+fn an_older_schema_is_migrated_in_place_keeping_its_sessions() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db(dir.path());
+    let store = SqliteStore::open(&path).unwrap();
+    store.create_session(&new_session("old", "/p")).unwrap();
+    let entry = HistoryEntry::now(EntryKind::User {
+        content: "from before".into(),
+    });
+    store.append_entry("old", "builder", &entry).unwrap();
+    drop(store);
+    // Take the file back to schema 1, as the first crow with a store wrote it.
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch("ALTER TABLE sessions DROP COLUMN level; PRAGMA user_version = 1;")
+            .unwrap();
+    }
+    let store = SqliteStore::open(&path).unwrap();
+    let version: i64 = rusqlite::Connection::open(&path)
+        .unwrap()
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, crow_store::SCHEMA_VERSION);
+    assert_eq!(store.load_history("old", "builder").unwrap(), [entry]);
+    assert_eq!(store.session("old").unwrap().level, None);
+    store.set_level("old", Some(4)).unwrap();
+    assert_eq!(store.session("old").unwrap().level, Some(4));
+}

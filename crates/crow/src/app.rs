@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
-use crow_core::RunStop;
+use crow_core::{RunStop, SessionStore};
 use crow_providers::{KeySource, ProviderKind, ProviderSettings, RetryPolicy};
 use crow_store::SqliteStore;
 use tokio_util::sync::CancellationToken;
@@ -195,13 +195,22 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
         spec.composer
             .set_stored_prompts(sessions::stored_prompts(&store, &info.id)?);
     }
-    let crew = spec.composer.crew(&composition, spec.level)?;
+    // A level given for the session (`--level`) stays with it when it is resumed.
+    let level = spec
+        .level
+        .or_else(|| resumed.as_ref().and_then(|info| info.level));
+    let crew = spec.composer.crew(&composition, level)?;
     spec.composer
         .set_history_sink(Arc::clone(&store) as Arc<dyn crow_core::HistorySink>);
     let (info, mut session) = match resumed {
         Some(info) => sessions::resume(&store, &crew, info)?,
         None => sessions::create(&store, &crew, &spec.composer, &spec.prompt)?,
     };
+    if spec.level.is_some() {
+        store
+            .set_level(&info.id, spec.level)
+            .map_err(sessions::store_error)?;
+    }
     let mcp = crate::mcp::start(
         spec.mcp_servers,
         spec.composer.tools.clone(),

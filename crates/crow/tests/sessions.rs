@@ -442,3 +442,27 @@ async fn subagent_histories_are_stored_under_the_same_session() {
         ["user", "tool_call", "tool_result", "assistant_text"]
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_level_given_to_a_session_stays_with_it_on_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let done = |summary: &str| Reply::tool_call("task_complete", json!({"summary": summary}));
+    // Level 0 loops past a text-only answer until task_complete; the default (HITL) would
+    // stop at the text.
+    let scenario = Scenario::new()
+        .reply(Reply::text("working on it"))
+        .reply(done("first"))
+        .reply(Reply::text("more work"))
+        .reply(done("second"));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let mut cmd = crow_run(dir.path(), &mock, "first");
+    cmd.args(["--level", "0"]);
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    assert_eq!(only_session(dir.path()).level, Some(0));
+    let mut cmd = crow_run(dir.path(), &mock, "second");
+    cmd.arg("--continue");
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    assert_eq!(mock.remaining_steps(), 0, "the resumed run looped too");
+}
