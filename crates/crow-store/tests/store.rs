@@ -561,3 +561,30 @@ fn an_older_schema_is_migrated_in_place_keeping_its_sessions() {
     store.set_level("old", Some(4)).unwrap();
     assert_eq!(store.session("old").unwrap().level, Some(4));
 }
+
+#[test]
+fn damaged_pages_are_reported_as_damage_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db(dir.path());
+    let store = SqliteStore::open(&path).unwrap();
+    store.create_session(&new_session("s1", "/p")).unwrap();
+    for entry in sample::long_history(200) {
+        store.append_entry("s1", "builder", &entry).unwrap();
+    }
+    drop(store); // the last connection folds the log into the file
+    let mut bytes = std::fs::read(&path).unwrap();
+    assert!(bytes.len() > 16 * 4096);
+    for b in &mut bytes[2 * 4096..] {
+        *b = 0xA5;
+    }
+    std::fs::write(&path, bytes).unwrap();
+    let err = SqliteStore::open(&path)
+        .and_then(|s| s.load_history("s1", "builder").map(|_| ()))
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Corrupt(_)), "{err:?}");
+    let message = err.to_string();
+    assert!(
+        message.contains("damaged") && !message.contains('\n'),
+        "{message}"
+    );
+}
