@@ -515,3 +515,37 @@ test("MCP servers from session/new: tools appear when ready, are called, and sto
     cleanup(dir);
   }
 });
+
+test("approve option: edits run without asking, commands still ask", async () => {
+  await script({
+    steps: [
+      {
+        reply: {
+          tool_calls: [
+            { name: "write_file", arguments: { path: "auto.txt", content: "auto\n" } },
+            { name: "bash", arguments: { command: "echo asked" } },
+          ],
+        },
+      },
+      { reply: { text: "ok" } },
+    ],
+  });
+  const s = await open();
+  try {
+    const approve = s.session.configOptions.find((o) => o.id === "approve");
+    assert.equal(approve.currentValue, "ask");
+    const { configOptions } = await s.crow.agent.request(acp.methods.agent.session.setConfigOption, {
+      sessionId: s.id,
+      configId: "approve",
+      value: "edits",
+    });
+    assert.equal(configOptions.find((o) => o.id === "approve").currentValue, "edits");
+    assert.equal((await s.crow.prompt(s.id, "Write auto.txt\nthen echo")).stopReason, "end_turn");
+    assert.equal(readFileSync(join(s.dir, "auto.txt"), "utf8"), "auto\n");
+    assert.deepEqual(s.crow.permissionRequests.map((p) => p.toolCall.kind), ["execute"]);
+    const info = s.crow.updates.find((u) => u.update.sessionUpdate === "session_info_update");
+    assert.equal(info.update.title, "Write auto.txt");
+  } finally {
+    await close(s);
+  }
+});

@@ -4,10 +4,11 @@
 use agent_client_protocol::v1::schema as acp;
 
 use crate::runner::{ModeInfo, ModelInfo};
-use crate::session::Settings;
+use crate::session::{APPROVE_ALL, APPROVE_ASK, APPROVE_EDITS, Settings};
 
 pub const MODE_OPTION: &str = "mode";
 pub const MODEL_OPTION: &str = "model";
+pub const APPROVE_OPTION: &str = "approve";
 
 /// The commands crow offers (grows as features land).
 pub fn available() -> Vec<acp::AvailableCommand> {
@@ -83,6 +84,33 @@ pub fn config_options(
             .category(acp::SessionConfigOptionCategory::Mode),
         );
     }
+    options.push(
+        acp::SessionConfigOption::select(
+            APPROVE_OPTION,
+            "Approve",
+            settings.approve.clone(),
+            select_options(
+                [
+                    (
+                        APPROVE_ASK,
+                        "Ask first",
+                        "Ask before every edit, write and command",
+                    ),
+                    (
+                        APPROVE_EDITS,
+                        "Edits",
+                        "Edit and write files without asking; ask before commands",
+                    ),
+                    (APPROVE_ALL, "Everything", "Run every tool without asking"),
+                ]
+                .into_iter()
+                .map(|(id, name, d)| (id.to_owned(), name.to_owned(), Some(d.to_owned()))),
+            ),
+        )
+        .category(acp::SessionConfigOptionCategory::Other(
+            "_permissions".into(),
+        )),
+    );
     options.push(
         acp::SessionConfigOption::select(
             MODEL_OPTION,

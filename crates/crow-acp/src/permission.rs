@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use agent_client_protocol::v1::schema as acp;
 use async_trait::async_trait;
-use crow_core::{PermissionDecision, PermissionGate, PermissionRequest};
+use crow_core::{PermissionDecision, PermissionGate, PermissionRequest, ToolKind};
 
-use crate::session::{Shared, lock};
+use crate::session::{APPROVE_ALL, APPROVE_EDITS, Shared, lock};
 use crate::tools;
 
 const ALLOW_ONCE: &str = "allow_once";
@@ -54,8 +54,11 @@ fn deny(reason: impl Into<String>) -> PermissionDecision {
 #[async_trait]
 impl PermissionGate for AcpPermissionGate {
     async fn check(&self, request: PermissionRequest) -> PermissionDecision {
-        let mode = self.shared.settings().mode;
-        if self.shared.auto_approve_modes.contains(&mode) {
+        let settings = self.shared.settings();
+        let approved = self.shared.auto_approve_modes.contains(&settings.mode)
+            || settings.approve == APPROVE_ALL
+            || (settings.approve == APPROVE_EDITS && request.kind == ToolKind::Edit);
+        if approved {
             return PermissionDecision::Allow;
         }
         match lock(&self.shared.remembered).get(&request.tool) {

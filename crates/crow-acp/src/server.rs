@@ -17,7 +17,9 @@ use crate::commands;
 use crate::permission::AcpPermissionGate;
 use crate::replay::replay;
 use crate::runner::{AgentFactory, McpServerSpec, RunnerError, SessionSpec};
-use crate::session::{SessionState, Settings, Shared, lock};
+use crate::session::{
+    APPROVE_ALL, APPROVE_ASK, APPROVE_EDITS, SessionState, Settings, Shared, lock,
+};
 
 /// Everything the agent knows across sessions.
 pub struct Server {
@@ -136,6 +138,7 @@ impl Server {
                 .map(|m| m.choice.id.clone())
                 .unwrap_or_default(),
             model,
+            approve: APPROVE_ASK.to_owned(),
         }
     }
 
@@ -226,6 +229,9 @@ impl Server {
                     settings.model = model;
                 }
                 *lock(&shared.settings) = settings;
+                shared
+                    .titled
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
                 let history =
                     matches!(origin, Origin::Load).then_some((restored.history, restored.primary));
                 (restored.runner, history)
@@ -410,6 +416,14 @@ impl Server {
         let state = match request.config_id.0.as_ref() {
             commands::MODE_OPTION => self.set_mode(id, &value)?,
             commands::MODEL_OPTION => self.set_model(id, &value)?,
+            commands::APPROVE_OPTION => {
+                if ![APPROVE_ASK, APPROVE_EDITS, APPROVE_ALL].contains(&value.as_str()) {
+                    return Err(Error::invalid_params().data(format!("no approval '{value}'")));
+                }
+                let state = self.existing(id)?;
+                lock(&state.shared.settings).approve = value;
+                state
+            }
             other => {
                 return Err(Error::invalid_params().data(format!("no config option '{other}'")));
             }

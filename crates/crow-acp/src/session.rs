@@ -26,7 +26,16 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 pub struct Settings {
     pub mode: String,
     pub model: String,
+    /// Which tool calls run without asking: [`APPROVE_ASK`], [`APPROVE_EDITS`], [`APPROVE_ALL`].
+    pub approve: String,
 }
+
+/// Ask before every edit, write and command.
+pub const APPROVE_ASK: &str = "ask";
+/// Edits and writes run without asking; commands still ask.
+pub const APPROVE_EDITS: &str = "edits";
+/// Nothing asks (the user trusts the session).
+pub const APPROVE_ALL: &str = "all";
 
 /// State shared by the session, its permission gate and its client bridge.
 pub struct Shared {
@@ -39,6 +48,8 @@ pub struct Shared {
     /// "Always" answers by tool name: true = allow, false = reject.
     pub remembered: Mutex<HashMap<String, bool>>,
     pub outbox: Outbox,
+    /// The editor has been given a title for the session.
+    pub titled: std::sync::atomic::AtomicBool,
     announced: Mutex<HashSet<String>>,
     announcement: Notify,
 }
@@ -60,6 +71,7 @@ impl Shared {
             settings: Mutex::new(settings),
             auto_approve_modes,
             remembered: Mutex::new(HashMap::new()),
+            titled: std::sync::atomic::AtomicBool::new(false),
             announced: Mutex::new(HashSet::new()),
             announcement: Notify::new(),
         }

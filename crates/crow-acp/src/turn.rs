@@ -76,6 +76,14 @@ pub async fn prompt(
     })?;
     let shared = Arc::clone(&state.shared);
     shared.outbox.open();
+    if !shared
+        .titled
+        .swap(true, std::sync::atomic::Ordering::Relaxed)
+    {
+        shared.outbox.send(acp::SessionUpdate::SessionInfoUpdate(
+            acp::SessionInfoUpdate::new().title(title_of(&text)),
+        ));
+    }
     let settings = shared.settings();
     let translator = Translator::new(shared.cwd.clone(), server.context_window(&settings.model));
     let (events, received) = mpsc::unbounded_channel();
@@ -130,6 +138,16 @@ pub async fn prompt(
         }
         Err(e) => Err(runner_error(e)),
     })
+}
+
+/// A session title from its first prompt: the first line, shortened.
+fn title_of(prompt: &str) -> String {
+    let line = prompt.trim().lines().next().unwrap_or_default().trim();
+    let mut title: String = line.chars().take(80).collect();
+    if title.len() < line.len() {
+        title.push('…');
+    }
+    title
 }
 
 /// Sends the translated events of a turn, in order, and records announced tool calls.

@@ -276,7 +276,10 @@ fn user(text: &str) -> Vec<acp::ContentBlock> {
 fn turn_updates(updates: &[Value]) -> Vec<Value> {
     updates
         .iter()
-        .filter(|u| u["sessionUpdate"] != "available_commands_update")
+        .filter(|u| {
+            u["sessionUpdate"] != "available_commands_update"
+                && u["sessionUpdate"] != "session_info_update"
+        })
         .cloned()
         .collect()
 }
@@ -556,6 +559,11 @@ async fn prompt_text_mode_and_model_reach_the_runner_and_commands_are_local() {
             .any(|u| u["content"]["text"] == "look at @/project/a.rs|build|p/small")
     );
     assert_eq!(updates[0]["sessionUpdate"], "available_commands_update");
+    assert_eq!(updates[1]["sessionUpdate"], "session_info_update");
+    assert_eq!(
+        updates[1]["title"], "look at @/project/a.rs",
+        "the first prompt names the session"
+    );
 
     let (updates, stop, _) = run(Script::Echo, false, "allow_once", user("/mode")).await;
     assert_eq!(stop, acp::StopReason::EndTurn);
