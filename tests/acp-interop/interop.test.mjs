@@ -267,7 +267,7 @@ test("a second prompt while one runs is refused clearly", async () => {
   try {
     const first = s.crow.prompt(s.id, "one");
     await s.crow.waitFor((u) => u.update.sessionUpdate === "agent_message_chunk");
-    await assert.rejects(s.crow.prompt(s.id, "two"), (e) => /already running/.test(JSON.stringify(e)));
+    await assert.rejects(s.crow.prompt(s.id, "two"), (e) => /already running/.test(`${e.message} ${JSON.stringify(e)}`));
     await s.crow.cancel(s.id);
     assert.equal((await first).stopReason, "cancelled");
   } finally {
@@ -547,5 +547,19 @@ test("approve option: edits run without asking, commands still ask", async () =>
     assert.equal(info.update.title, "Write auto.txt");
   } finally {
     await close(s);
+  }
+});
+
+test("a broken configuration is reported by session/new, not by an agent that dies", async () => {
+  const dir = project();
+  writeFileSync(join(dir, ".crow", "config.toml"), "provider = [\n");
+  const crow = startCrow(dir);
+  try {
+    const init = await crow.initialize();
+    assert.equal(init.agentInfo.name, "crow");
+    await assert.rejects(crow.newSession(), (e) => /config\.toml/.test(e.message ?? "") || /config\.toml/.test(JSON.stringify(e)));
+  } finally {
+    await crow.stop();
+    cleanup(dir);
   }
 });

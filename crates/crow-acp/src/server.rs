@@ -6,10 +6,10 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use agent_client_protocol::Client;
-use agent_client_protocol::Error;
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema as acp;
+use agent_client_protocol::{Error, ErrorCode};
 use crow_core::ClientBridge;
 
 use crate::bridge::{AcpClientBridge, ClientCaps};
@@ -31,7 +31,8 @@ pub struct Server {
 pub(crate) fn runner_error(e: RunnerError) -> Error {
     match e {
         RunnerError::NotFound(id) => acp::Error::session_not_found(id).into(),
-        RunnerError::Failed(message) => Error::internal_error().data(message),
+        // Editors show the message; the code alone says nothing to the user.
+        RunnerError::Failed(message) => Error::new(ErrorCode::INTERNAL_ERROR, message),
     }
 }
 

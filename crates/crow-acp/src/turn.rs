@@ -6,8 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_client_protocol::Error;
 use agent_client_protocol::v1::schema as acp;
+use agent_client_protocol::{Error, ErrorCode};
 use crow_core::{AgentEvent, Usage};
 use tokio::sync::mpsc;
 
@@ -69,10 +69,14 @@ pub async fn prompt(
     }
 
     let (mut runner, cancel) = state.begin_turn().await.map_err(|busy| match busy {
-        Busy::Running => Error::invalid_request()
-            .data("a prompt is already running in this session; wait for it or cancel it first"),
-        Busy::Stuck => Error::internal_error()
-            .data("the previous prompt did not stop after it was cancelled; try again"),
+        Busy::Running => Error::new(
+            ErrorCode::INVALID_REQUEST,
+            "a prompt is already running in this session; wait for it or cancel it first",
+        ),
+        Busy::Stuck => Error::new(
+            ErrorCode::INTERNAL_ERROR,
+            "the previous prompt did not stop after it was cancelled; try again",
+        ),
     })?;
     let shared = Arc::clone(&state.shared);
     shared.outbox.open();

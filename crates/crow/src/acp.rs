@@ -116,11 +116,24 @@ impl CrowFactory {
     /// lists of modes and models; each session reads its own project's configuration.
     pub fn new(cwd: &Path, overrides: Overrides) -> Result<Self> {
         let (root, _) = find_project_root(cwd);
-        let loaded = config::load(&root, &overrides)?;
+        let (config, models) = match config::load(&root, &overrides) {
+            Ok(loaded) => {
+                let models = models(&loaded).unwrap_or_else(|e| {
+                    tracing::warn!("no usable model yet: {e:#}");
+                    (Vec::new(), String::new())
+                });
+                (loaded.config, models)
+            }
+            // Sessions read their project's configuration again and report the problem.
+            Err(e) => {
+                tracing::warn!("{e:#}");
+                (config::Config::default(), (Vec::new(), String::new()))
+            }
+        };
         Ok(Self {
-            models: models(&loaded)?,
+            models,
             modes: modes(&root),
-            config: loaded.config,
+            config,
             overrides,
         })
     }
