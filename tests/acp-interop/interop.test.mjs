@@ -563,3 +563,47 @@ test("a broken configuration is reported by session/new, not by an agent that di
     cleanup(dir);
   }
 });
+
+test("cancel while the user is asked: answered cancelled, the call fails, nothing pending", async () => {
+  await script({
+    steps: [
+      { reply: { tool_calls: [{ name: "write_file", arguments: { path: "never.txt", content: "x" } }] } },
+      { reply: { text: "after" } },
+    ],
+  });
+  let answer;
+  const asked = new Promise((resolve) => {
+    answer = resolve;
+  });
+  let release;
+  const s = await open({
+    permission: () => {
+      answer();
+      // The user does not answer; the client answers "cancelled" once the turn is cancelled.
+      return new Promise((resolve) => {
+        release = () => resolve("cancelled");
+      });
+    },
+  });
+  try {
+    const pending = s.crow.prompt(s.id, "write it");
+    await asked;
+    const cancelledAt = performance.now();
+    await s.crow.cancel(s.id);
+    release();
+    const res = await pending;
+    const took = performance.now() - cancelledAt;
+    assert.equal(res.stopReason, "cancelled");
+    assert.ok(took < 100, `answered in ${took.toFixed(1)} ms`);
+    assert.ok(!existsSync(join(s.dir, "never.txt")));
+    const call = s.crow.updates.find((u) => u.update.sessionUpdate === "tool_call").update;
+    assert.ok(
+      s.crow.updates.some((u) => u.update.toolCallId === call.toolCallId && u.update.status === "failed"),
+      "the call is not left pending",
+    );
+    await assertQuietAfterResponse(s.crow, s.id);
+    assert.equal((await s.crow.prompt(s.id, "again")).stopReason, "end_turn");
+  } finally {
+    await close(s);
+  }
+});
