@@ -220,6 +220,7 @@ export function startCrow(dir, options = {}) {
       clientCapabilities: {
         fs: { readTextFile: !!options.fs, writeTextFile: !!options.fs },
         terminal: !!options.terminal,
+        ...(options.notices ? { session: { notices: {} } } : {}),
       },
       clientInfo: { name: "crow-interop-test", version: "0.0.0" },
     });

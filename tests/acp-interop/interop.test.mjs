@@ -607,3 +607,20 @@ test("cancel while the user is asked: answered cancelled, the call fails, nothin
     await close(s);
   }
 });
+
+test("an MCP server that fails to start reaches the editor as a notice", async () => {
+  const dir = project();
+  const crow = startCrow(dir, { notices: true });
+  try {
+    await crow.initialize();
+    const ghost = { name: "ghost", command: join(dir, "no-such-mcp-server"), args: [], env: [] };
+    const session = await crow.newSession(dir, [ghost]);
+    const found = await crow.waitFor((u) => u.update.sessionUpdate === "notice");
+    assert.equal(found.sessionId, session.sessionId);
+    assert.equal(found.update.severity, "warning");
+    assert.match(found.update.title, /ghost/);
+  } finally {
+    await crow.stop();
+    cleanup(dir);
+  }
+});

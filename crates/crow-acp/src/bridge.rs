@@ -22,10 +22,13 @@ pub struct ClientCaps {
     pub read: bool,
     pub write: bool,
     pub terminal: bool,
+    /// The client shows `notice` updates (otherwise notices go out as thoughts).
+    pub notices: bool,
 }
 
 impl ClientCaps {
     pub fn any(self) -> bool {
+        // Only the capabilities the bridge serves; notices are sent by the session itself.
         self.read || self.write || self.terminal
     }
 }

@@ -94,6 +94,8 @@ pub struct SessionSpec {
     pub client: Option<Arc<dyn ClientBridge>>,
     pub mode: String,
     pub model: String,
+    /// Where the runner reports problems outside a turn (shown to the user as notices).
+    pub notices: EventSender,
 }
 
 impl std::fmt::Debug for SessionSpec {

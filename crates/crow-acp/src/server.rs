@@ -10,7 +10,7 @@ use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema as acp;
 use agent_client_protocol::{Error, ErrorCode};
-use crow_core::ClientBridge;
+use crow_core::{AgentEvent, ClientBridge};
 
 use crate::bridge::{AcpClientBridge, ClientCaps};
 use crate::commands;
@@ -101,6 +101,7 @@ impl Server {
             read: client.fs.read_text_file,
             write: client.fs.write_text_file,
             terminal: client.terminal,
+            notices: client.session.as_ref().is_some_and(|s| s.notices.is_some()),
         };
         *lock(&self.caps) = caps;
         tracing::info!(?caps, client = ?request.client_info.as_ref().map(|i| &i.name), "initialize");
@@ -171,6 +172,19 @@ impl Server {
         let client: Option<Arc<dyn ClientBridge>> = caps
             .any()
             .then(|| Arc::new(AcpClientBridge::new(caps, Arc::clone(&shared))) as _);
+        // Events from outside any turn (an MCP server that failed to start) reach the
+        // editor as notices.
+        let (notices, mut incoming) = tokio::sync::mpsc::unbounded_channel::<AgentEvent>();
+        let outbox = Arc::clone(&shared);
+        tokio::spawn(async move {
+            while let Some(event) = incoming.recv().await {
+                if let AgentEvent::Notice { level, message, .. } = event {
+                    outbox
+                        .outbox
+                        .notify(crate::translate::notice(level, &message, caps.notices));
+                }
+            }
+        });
         let spec = SessionSpec {
             session_id: id,
             cwd,
@@ -179,6 +193,7 @@ impl Server {
             client,
             mode: settings.mode,
             model: settings.model,
+            notices,
         };
         (shared, spec)
     }
@@ -440,6 +455,11 @@ impl Server {
     }
 
     /// The context window of a session's current model.
+    /// What the client said it serves.
+    pub fn client_caps(&self) -> ClientCaps {
+        *lock(&self.caps)
+    }
+
     pub fn context_window(&self, model: &str) -> Option<u64> {
         self.factory
             .models()

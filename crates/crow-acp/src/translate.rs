@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use agent_client_protocol::v1::schema as acp;
-use crow_core::{AgentEvent, ToolStatus};
+use crow_core::{AgentEvent, NoticeLevel, ToolStatus};
 use serde_json::Value;
 
 use crate::tools;
@@ -71,6 +71,28 @@ pub struct Translator {
     primary: Option<String>,
     /// The agent whose words were streamed last.
     speaking: Option<String>,
+    /// Whether the client shows `notice` updates.
+    notices: bool,
+}
+
+/// A notice for the user: a `notice` update where the client shows them, else a thought
+/// (every client shows those) so the problem is not lost.
+pub fn notice(level: NoticeLevel, message: &str, client_shows_notices: bool) -> acp::SessionUpdate {
+    if client_shows_notices {
+        let severity = match level {
+            NoticeLevel::Info => acp::NoticeSeverity::Info,
+            NoticeLevel::Warning => acp::NoticeSeverity::Warning,
+            NoticeLevel::Error => acp::NoticeSeverity::Error,
+        };
+        acp::SessionUpdate::Notice(acp::Notice::new(severity, message))
+    } else {
+        let mark = if level == NoticeLevel::Info {
+            "ℹ"
+        } else {
+            "⚠"
+        };
+        thought_chunk(format!("\n{mark} {message}\n"))
+    }
 }
 
 impl Translator {
@@ -80,7 +102,14 @@ impl Translator {
             context_window,
             primary: None,
             speaking: None,
+            notices: false,
         }
+    }
+
+    /// Sends notices as `notice` updates (the client advertised `session.notices`).
+    pub fn with_notices(mut self, client_shows_notices: bool) -> Self {
+        self.notices = client_shows_notices;
+        self
     }
 
     /// A header when another agent (a reviewer, a subagent) starts talking, so the user can
@@ -175,6 +204,14 @@ impl Translator {
                 ..
             } => {
                 tracing::info!(attempt, delay_ms, %reason, "provider retry");
+                let message = format!(
+                    "{reason} — retry {attempt} in {:.1}s",
+                    *delay_ms as f64 / 1000.0
+                );
+                out.push(notice(NoticeLevel::Info, &message, self.notices));
+            }
+            AgentEvent::Notice { level, message, .. } => {
+                out.push(notice(*level, message, self.notices))
             }
             AgentEvent::Error { agent, error } => {
                 tracing::warn!(%agent, %error, "turn failed");
@@ -203,5 +240,30 @@ impl Translator {
             | AgentEvent::Cancelled { .. } => {}
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn notices_go_out_as_notices_where_the_client_shows_them() {
+        let event = AgentEvent::Notice {
+            agent: "crow".into(),
+            level: NoticeLevel::Warning,
+            message: "MCP server 'time' exited".into(),
+        };
+        let shown = Translator::new(PathBuf::from("/p"), None)
+            .with_notices(true)
+            .translate(&event);
+        let json = serde_json::to_value(&shown).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!([{"sessionUpdate": "notice", "severity": "warning", "title": "MCP server 'time' exited"}])
+        );
+        let fallback = Translator::new(PathBuf::from("/p"), None).translate(&event);
+        let json = serde_json::to_value(&fallback).unwrap();
+        assert_eq!(json[0]["sessionUpdate"], "agent_thought_chunk");
     }
 }

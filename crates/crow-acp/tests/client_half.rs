@@ -399,6 +399,11 @@ async fn every_event_kind_translates() {
             delay_ms: 10,
             reason: "429".into(),
         },
+        AgentEvent::Notice {
+            agent: "crow".into(),
+            level: crow_core::NoticeLevel::Warning,
+            message: "MCP server 'x' failed to start".into(),
+        },
         AgentEvent::Error {
             agent: "builder".into(),
             error: "nothing shown".into(),
@@ -444,6 +449,8 @@ async fn every_event_kind_translates() {
         {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "Looks good"}},
         {"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": "\nbuilder/explore started: find x\n"}},
         {"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": "\nbuilder/explore finished\n"}},
+        {"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": "\nℹ 429 — retry 1 in 0.0s\n"}},
+        {"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": "\n⚠ MCP server 'x' failed to start\n"}},
         {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "\n\n"}},
         {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "\n\nAll done."}},
     ]);

@@ -117,6 +117,14 @@ pub enum AgentEvent {
         agent: String,
     },
 
+    /// Something the user should know that is no agent's answer: a tool server that failed
+    /// or died, a setting that was ignored.
+    Notice {
+        agent: String,
+        level: NoticeLevel,
+        message: String,
+    },
+
     // Telemetry
     Usage {
         agent: String,
@@ -126,6 +134,15 @@ pub enum AgentEvent {
         cache_read_tokens: u64,
         cache_write_tokens: u64,
     },
+}
+
+/// How much a [`AgentEvent::Notice`] matters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NoticeLevel {
+    Info,
+    Warning,
+    Error,
 }
 
 impl AgentEvent {

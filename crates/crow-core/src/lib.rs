@@ -31,7 +31,7 @@ pub use client::{BridgeError, ClientBridge, CommandEnding, CommandOutcome, Comma
 pub use crew::{
     CoagentTools, ControlFlow, Crew, CrewError, CrewSession, Handoff, RunResult, RunStop,
 };
-pub use event::{AgentEvent, EventSender};
+pub use event::{AgentEvent, EventSender, NoticeLevel};
 pub use history::{EntryKind, HistoryEntry, SystemEvent};
 pub use message::{AssistantPart, ChatRequest, Message, ToolDefinition, ToolResultMessage};
 pub use provider::{

@@ -351,10 +351,17 @@ fn start_mcp(spec: &SessionSpec, loaded: &LoadedConfig, tools: &ToolRegistry) ->
             cwd: spec.cwd.clone(),
         },
     );
+    let notices = spec.notices.clone();
     tokio::spawn(async move {
         while let Some(event) = events.recv().await {
             if let Some(warning) = event.warning() {
                 tracing::warn!("{warning}");
+                // The editor shows it too: a server the user configured is not there.
+                let _ = notices.send(crow_core::AgentEvent::Notice {
+                    agent: "crow".into(),
+                    level: crow_core::NoticeLevel::Warning,
+                    message: warning,
+                });
             }
         }
     });

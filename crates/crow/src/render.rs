@@ -264,6 +264,15 @@ pub async fn terminal(mut events: UnboundedReceiver<AgentEvent>, show_agent: boo
                 line.finish(&mut out);
                 let _ = writeln!(out, "{}", style.yellow("⊘ cancelled"));
             }
+            AgentEvent::Notice { level, message, .. } => {
+                line.finish(&mut out);
+                let text = match level {
+                    crow_core::NoticeLevel::Info => style.dim(&message),
+                    crow_core::NoticeLevel::Warning => style.yellow(&format!("warning: {message}")),
+                    crow_core::NoticeLevel::Error => style.red(&format!("error: {message}")),
+                };
+                let _ = writeln!(out, "{text}");
+            }
             // Nudges of the control flow (levels 1 and 2); a reviewer's feedback was streamed.
             AgentEvent::Handoff { from, to, prompt } if from == "crew" => {
                 line.finish(&mut out);
