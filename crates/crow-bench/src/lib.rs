@@ -7,6 +7,7 @@ pub mod prefix;
 pub mod search;
 pub mod sessions;
 pub mod stats;
+pub mod store;
 pub mod stream;
 pub mod table;
 
@@ -14,7 +15,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 
-use crate::table::{Row, Section};
+use crate::table::Section;
 
 /// How much to measure. Sizes below the full run only make the figures noisier.
 #[derive(Debug, Clone, PartialEq)]
@@ -29,6 +30,8 @@ pub struct Config {
     /// Files of the generated search tree.
     pub tree_files: usize,
     pub search_runs: usize,
+    /// Entries appended to (then loaded from) the store.
+    pub store_entries: usize,
     pub parallel_sleep_secs: f64,
     pub parallel_runs: usize,
 }
@@ -44,6 +47,7 @@ impl Config {
             stream_runs: 5,
             tree_files: 50_000,
             search_runs: 7,
+            store_entries: 10_000,
             parallel_sleep_secs: 1.0,
             parallel_runs: 3,
         }
@@ -72,6 +76,7 @@ impl Config {
             stream_runs: 1,
             tree_files: 1_000,
             search_runs: 1,
+            store_entries: 50,
             parallel_sleep_secs: 0.2,
             parallel_runs: 1,
         }
@@ -116,36 +121,13 @@ impl Bench {
         let startup = sessions::startup(self)?;
         progress("streaming");
         let streaming = stream::measure(self)?;
+        let store = store::measure(self, progress)?;
         let search = search::measure(self, progress)?;
         progress("parallel tools");
         let parallel = sessions::parallel(self)?;
         Ok(vec![
-            overhead,
-            walls,
-            startup,
-            requests,
-            streaming,
-            store(),
-            search,
-            parallel,
+            overhead, walls, startup, requests, streaming, store, search, parallel,
         ])
-    }
-}
-
-/// Section 6 waits for the session store to land on main.
-fn store() -> Section {
-    Section {
-        title: "6. session store".into(),
-        rows: vec![
-            Row::missing(
-                "append latency p50 / p99",
-                "not yet: crow-store has not landed",
-            ),
-            Row::missing(
-                "load + rebuild of a 10,000-entry session",
-                "not yet: crow-store has not landed",
-            ),
-        ],
     }
 }
 

@@ -75,6 +75,7 @@ pub fn crow_command(crow: &Path, dir: &Path) -> Command {
         "CROW_PROVIDER",
         "CROW_MODEL",
         "CROW_LOG",
+        "CROW_HOME",
     ] {
         cmd.env_remove(var);
     }
