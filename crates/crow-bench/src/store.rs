@@ -65,7 +65,15 @@ pub fn measure(bench: &Bench, progress: &mut dyn FnMut(&str)) -> Result<Section>
             loads.push(ms);
         }
     }
-    let size = std::fs::metadata(dir.path().join(crow_store::DB_FILE)).map_or(0, |m| m.len());
+    // Committed entries may still sit in the write-ahead log: count both files.
+    let size: u64 = ["", "-wal"]
+        .iter()
+        .filter_map(|suffix| {
+            let name = format!("{}{suffix}", crow_store::DB_FILE);
+            std::fs::metadata(dir.path().join(name)).ok()
+        })
+        .map(|m| m.len())
+        .sum();
     Ok(Section {
         title: "6. session store (SQLite, in-process)".into(),
         rows: vec![
@@ -81,7 +89,10 @@ pub fn measure(bench: &Bench, progress: &mut dyn FnMut(&str)) -> Result<Section>
                 summarize(&loads),
                 Unit::Ms,
             )
-            .note(format!("database {}", Unit::Bytes.format(size as f64))),
+            .note(format!(
+                "database + WAL {}",
+                Unit::Bytes.format(size as f64)
+            )),
         ],
     })
 }
