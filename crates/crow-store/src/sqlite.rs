@@ -6,6 +6,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use crow_core::StoreError;
+use rusqlite::config::DbConfig;
 use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior};
 
 use crate::schema::{APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION};
@@ -50,6 +51,19 @@ const CHECKPOINT_EVERY: u32 = 128;
 /// Size of the log file past which the writer itself makes the log start over.
 const RESTART_BYTES: u64 = 32 << 20;
 
+/// Size of the log past which a closing store checkpoints it and empties the file.
+const EXIT_CHECKPOINT_BYTES: u64 = 1 << 20;
+
+/// Leaves the log in place when `conn` closes, instead of checkpointing it into the
+/// database and deleting it. Otherwise every process that opens the store re-creates the
+/// log (an fsync of it and of its directory) and checkpoints it on exit (two more), which
+/// was most of a one-tool-call `crow run` on a VM disk (24 of 32 ms). Committed entries are
+/// in the log either way, and the next connection reads them from there.
+fn keep_log_on_close(conn: &Connection) -> rusqlite::Result<()> {
+    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
+        .map(|_| ())
+}
+
 /// A thread with its own connection that checkpoints the WAL when nudged. PASSIVE
 /// checkpoints take no writer lock, so appends never wait for one. But a writer that never
 /// pauses leaves a passive checkpoint no moment to finish, and only a finished checkpoint
@@ -71,6 +85,13 @@ impl Checkpointer {
     fn start(path: &Path, flags: OpenFlags, busy: Duration) -> Result<Self, Spawn> {
         let conn = Connection::open_with_flags(path, flags).map_err(Spawn::Sql)?;
         conn.busy_timeout(busy).map_err(Spawn::Sql)?;
+        keep_log_on_close(&conn).map_err(Spawn::Sql)?;
+        let wal = {
+            let mut name = path.as_os_str().to_owned();
+            name.push("-wal");
+            PathBuf::from(name)
+        };
+        let log = wal.clone();
         let (nudge, nudges) = std::sync::mpsc::sync_channel::<()>(1);
         let running = std::sync::Arc::new(Mutex::new(()));
         let held = std::sync::Arc::clone(&running);
@@ -86,19 +107,22 @@ impl Checkpointer {
                         tracing::debug!("checkpoint skipped: {e}");
                     }
                 }
-                // Last one out: leave a small log behind.
-                let _ = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+                // Last one out: leave a small log behind — but only once it is big. A short
+                // `crow run` that checkpointed on every exit paid the fsyncs each time, and
+                // a big log costs every later opener a scan of it (the WAL index is rebuilt
+                // from the log when no connection is open). TRUNCATE empties the file; it
+                // waits for other writers, so only briefly: if busy, a later exit does it.
+                if std::fs::metadata(&log).is_ok_and(|m| m.len() > EXIT_CHECKPOINT_BYTES) {
+                    let _ = conn.busy_timeout(Duration::from_millis(50));
+                    let _ = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+                }
             })
             .map_err(Spawn::Thread)?;
         Ok(Self {
             nudge: Some(nudge),
             thread: Some(thread),
             commits: std::sync::atomic::AtomicU32::new(0),
-            wal: {
-                let mut name = path.as_os_str().to_owned();
-                name.push("-wal");
-                PathBuf::from(name)
-            },
+            wal,
             running,
         })
     }
@@ -195,6 +219,7 @@ impl SqliteStore {
                  PRAGMA wal_autocheckpoint = 0; PRAGMA journal_size_limit = 16777216;",
             )
             .map_err(fail)?;
+            keep_log_on_close(&conn).map_err(fail)?;
             if version < SCHEMA_VERSION {
                 migrate(&conn, &path).map_err(|e| match e {
                     Migrate::Sql(e) => fail(e),

@@ -571,7 +571,12 @@ fn damaged_pages_are_reported_as_damage_in_one_line() {
     for entry in sample::long_history(200) {
         store.append_entry("s1", "builder", &entry).unwrap();
     }
-    drop(store); // the last connection folds the log into the file
+    drop(store);
+    // Fold the log into the file (crow's connections leave it for the next process).
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+        .unwrap();
     let mut bytes = std::fs::read(&path).unwrap();
     assert!(bytes.len() > 16 * 4096);
     for b in &mut bytes[2 * 4096..] {
@@ -587,4 +592,30 @@ fn damaged_pages_are_reported_as_damage_in_one_line() {
         message.contains("damaged") && !message.contains('\n'),
         "{message}"
     );
+}
+
+#[test]
+fn a_short_process_leaves_its_log_for_the_next_one_to_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db(dir.path());
+    for round in 0..3 {
+        let store = SqliteStore::open(&path).unwrap();
+        let id = format!("s{round}");
+        store.create_session(&new_session(&id, "/p")).unwrap();
+        let entry = HistoryEntry::now(EntryKind::User {
+            content: format!("prompt {round}"),
+        });
+        store.append_entry(&id, "builder", &entry).unwrap();
+        drop(store);
+        // No checkpoint and no delete on close (each would cost a short `crow run` fsyncs);
+        // the next opener reads every earlier session from the log.
+        assert!(path.with_extension("db-wal").exists());
+        let store = SqliteStore::open(&path).unwrap();
+        for earlier in 0..=round {
+            let history = store
+                .load_history(&format!("s{earlier}"), "builder")
+                .unwrap();
+            assert_eq!(history.len(), 1, "session s{earlier} after round {round}");
+        }
+    }
 }
