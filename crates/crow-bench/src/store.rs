@@ -1,68 +1,39 @@
 //! Section 6: the session store — appending entries one by one (each its own transaction, as
-//! a live session does) and loading a long session back into provider messages.
+//! a live session does) and loading a long session back into provider messages, through
+//! crow-store's own timing helpers.
 
-use std::time::Instant;
-
-use anyhow::{Context, Result};
-use crow_core::{NewSession, SessionStore};
+use anyhow::{Context, Result, ensure};
 use crow_store::SqliteStore;
+use crow_store::timing::{append_latencies, create_bench_session, load_and_rebuild};
 
 use crate::Bench;
 use crate::stats::{percentile, summarize};
 use crate::table::{Row, Section, Unit};
 
-const AGENT: &str = "builder";
-
-fn open(dir: &std::path::Path, id: &str) -> Result<SqliteStore> {
-    let store =
-        SqliteStore::open(dir.join(crow_store::DB_FILE)).context("cannot open the store")?;
-    store
-        .create_session(&NewSession {
-            id: id.into(),
-            project_root: "/bench".into(),
-            cwd: "/bench".into(),
-            title: "benchmark session".into(),
-            agent: AGENT.into(),
-            provider: "mock".into(),
-            model: "mock-model".into(),
-        })
-        .context("cannot create the session")?;
-    Ok(store)
-}
-
 pub fn measure(bench: &Bench, progress: &mut dyn FnMut(&str)) -> Result<Section> {
     let n = bench.config.store_entries;
     let dir = tempfile::tempdir().context("cannot create a directory for the store")?;
-    let store = open(dir.path(), "bench")?;
+    let path = dir.path().join(crow_store::DB_FILE);
+    let store = SqliteStore::open(&path).context("cannot open the store")?;
+    create_bench_session(&store, "bench").context("cannot create the session")?;
     // A realistic mix: prompts, thinking, text, tool calls and ~1 KiB results.
     let entries = crow_store::sample::long_history(n);
 
     progress(&format!("store: appending {n} entries"));
-    let mut appends = Vec::with_capacity(n);
-    for entry in &entries {
-        let started = Instant::now();
-        store
-            .append_entry("bench", AGENT, entry)
-            .context("append failed")?;
-        appends.push(started.elapsed().as_secs_f64() * 1000.0);
-    }
+    let appends: Vec<f64> = append_latencies(&store, "bench", &entries)
+        .context("append failed")?
+        .iter()
+        .map(|d| d.as_secs_f64() * 1000.0)
+        .collect();
 
     progress("store: loading");
     let mut loads = Vec::new();
     for i in 0..=bench.config.search_runs {
-        let started = Instant::now();
-        let history = store.load_history("bench", AGENT).context("load failed")?;
-        let messages = crow_core::history::to_messages(&history);
-        let ms = started.elapsed().as_secs_f64() * 1000.0;
-        anyhow::ensure!(
-            history.len() == n,
-            "loaded {} of {n} entries",
-            history.len()
-        );
-        std::hint::black_box(&messages);
+        let (took, messages) = load_and_rebuild(&store, "bench").context("load failed")?;
+        ensure!(messages > 0, "the loaded session has no messages");
         // The first load reads a cold page cache; like the search warm-up, it is discarded.
         if i > 0 {
-            loads.push(ms);
+            loads.push(took.as_secs_f64() * 1000.0);
         }
     }
     // Committed entries may still sit in the write-ahead log: count both files.
