@@ -2,6 +2,7 @@
 //! crow-testkit's scripted mock, and crow's tools called directly. BENCHMARKS.md explains
 //! each figure; `cargo run --release -p crow-bench` prints them.
 
+pub mod acp;
 pub mod child;
 pub mod prefix;
 pub mod search;

@@ -18,10 +18,13 @@ use crate::stats::{percentile, summarize};
 use crate::table::{Row, Section, Unit};
 use crate::{Bench, sessions};
 
-type Stamps = Arc<Mutex<Vec<(Instant, Vec<u8>)>>>;
+pub(crate) type Stamps = Arc<Mutex<Vec<(Instant, Vec<u8>)>>>;
 
 /// Relays connections from a fresh loopback port to `upstream`, stamping response chunks.
-async fn relay(upstream: std::net::SocketAddr, stamps: Stamps) -> Result<std::net::SocketAddr> {
+pub(crate) async fn relay(
+    upstream: std::net::SocketAddr,
+    stamps: Stamps,
+) -> Result<std::net::SocketAddr> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     tokio::spawn(async move {
@@ -71,15 +74,11 @@ pub fn measure(bench: &Bench) -> Result<Section> {
     // Six-character pieces that each appear once, so a delta names its chunk.
     let text: String = (0..deltas).map(|i| format!("w{i:04} ")).collect();
     let mut latencies = Vec::new();
+    let (mut acp, mut acp_error) = (Vec::new(), None);
     for _ in 0..bench.config.stream_runs {
-        let scenario = Scenario::new()
-            .chunk_size(6)
-            // Paced so each delta travels alone, as from a real model.
-            .chunk_delay(5)
-            .reply(Reply::text(text.clone()));
         let stamps: Stamps = Arc::default();
         let (mock, addr) = bench.rt.block_on(async {
-            let mock = MockLlm::start(scenario).await?;
+            let mock = MockLlm::start(scenario_for(&text)).await?;
             let addr = relay(mock.addr(), Arc::clone(&stamps)).await?;
             anyhow::Ok((mock, addr))
         })?;
@@ -88,29 +87,47 @@ pub fn measure(bench: &Bench) -> Result<Section> {
         drop(mock);
         run.ensure_success("crow run (streaming)")?;
         let stamps = stamps.lock().map(|s| s.clone()).unwrap_or_default();
-        let lines = run.events("text_delta");
-        ensure!(!lines.is_empty(), "crow emitted no text_delta");
-        let mut cursor = 0;
-        for (read_at, event) in lines {
-            let delta = event["delta"].as_str().unwrap_or_default();
-            let Some(found) = stamps[cursor..]
-                .iter()
-                .position(|(_, bytes)| contains(bytes, delta.as_bytes()))
-            else {
-                continue;
-            };
-            cursor += found;
-            let sent_at = stamps[cursor].0;
-            latencies.push(read_at.saturating_duration_since(sent_at).as_secs_f64() * 1000.0);
+        let emitted: Vec<(Instant, String)> = run
+            .events("text_delta")
+            .into_iter()
+            .map(|(at, e)| (at, e["delta"].as_str().unwrap_or_default().to_owned()))
+            .collect();
+        ensure!(!emitted.is_empty(), "crow emitted no text_delta");
+        latencies.extend(match_deltas(&emitted, &stamps));
+
+        // The same through `crow acp`, as an editor sees it.
+        let stamps: Stamps = Arc::default();
+        let (mock, addr) = bench.rt.block_on(async {
+            let mock = MockLlm::start(scenario_for(&text)).await?;
+            let addr = relay(mock.addr(), Arc::clone(&stamps)).await?;
+            anyhow::Ok((mock, addr))
+        })?;
+        let acp_dir = sessions::project()?;
+        match crate::acp::prompt_once(bench, acp_dir.path(), &format!("http://{addr}/v1")) {
+            Ok(chunks) => {
+                let stamps = stamps.lock().map(|s| s.clone()).unwrap_or_default();
+                acp.extend(match_deltas(&chunks, &stamps));
+            }
+            Err(e) => acp_error = Some(format!("{e:#}")),
         }
+        drop(mock);
     }
     ensure!(
         !latencies.is_empty(),
         "no delta could be matched to a chunk"
     );
     let p99 = percentile(&latencies, 99.0);
+    let acp_label = "  …through `crow acp`: agent_message_chunk";
+    let acp_row = match acp_error {
+        Some(e) if acp.is_empty() => Row::missing(acp_label, e),
+        _ => Row::stats(acp_label, summarize(&acp), Unit::Ms).note(format!(
+            "p99 {}; {} chunks",
+            Unit::Ms.format(percentile(&acp, 99.0)),
+            acp.len()
+        )),
+    };
     Ok(Section {
-        title: "5. streaming pass-through (JSON mode)".into(),
+        title: "5. streaming pass-through".into(),
         rows: vec![
             Row::stats(
                 "text delta: on the wire → JSON line on stdout",
@@ -122,8 +139,43 @@ pub fn measure(bench: &Bench) -> Result<Section> {
                 Unit::Ms.format(p99),
                 latencies.len()
             )),
+            acp_row,
         ],
     })
+}
+
+/// Six-character pieces, each unique, paced so each travels alone as from a real model.
+fn scenario_for(text: &str) -> Scenario {
+    Scenario::new()
+        .chunk_size(6)
+        .chunk_delay(5)
+        .reply(Reply::text(text.to_owned()))
+}
+
+/// Matches each emitted piece of text, in order, to the first relay chunk (from the last
+/// match on) carrying it; returns emitted-minus-relayed in milliseconds.
+pub(crate) fn match_deltas(
+    emitted: &[(Instant, String)],
+    stamps: &[(Instant, Vec<u8>)],
+) -> Vec<f64> {
+    let mut out = Vec::new();
+    let mut cursor = 0;
+    for (read_at, delta) in emitted {
+        let Some(found) = stamps[cursor..]
+            .iter()
+            .position(|(_, bytes)| contains(bytes, delta.as_bytes()))
+        else {
+            continue;
+        };
+        cursor += found;
+        out.push(
+            read_at
+                .saturating_duration_since(stamps[cursor].0)
+                .as_secs_f64()
+                * 1000.0,
+        );
+    }
+    out
 }
 
 #[cfg(test)]
