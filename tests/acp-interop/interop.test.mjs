@@ -3,7 +3,7 @@
 
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { existsSync, readFileSync, readdirSync, readlinkSync, writeFileSync } from "node:fs";
+import { appendFileSync, existsSync, readFileSync, readdirSync, readlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
 import { script, mockRequests, project, startCrow, cleanup, sleep, joined } from "./harness.mjs";
@@ -622,5 +622,48 @@ test("an MCP server that fails to start reaches the editor as a notice", async (
   } finally {
     await crow.stop();
     cleanup(dir);
+  }
+});
+
+test("images reach a model that reads them; a model that does not is told one was attached", async () => {
+  const image = { type: "image", data: "iVBORw0KGgo=", mimeType: "image/png" };
+  const ask = [{ type: "text", text: "What is in this picture?" }, image];
+
+  await script({ steps: [{ reply: { text: "A tiny PNG." } }] });
+  const dir = project();
+  // The last table of the project config is the mock model's: it reads images.
+  appendFileSync(join(dir, ".crow", "config.toml"), "images = true\n");
+  let crow = startCrow(dir);
+  try {
+    const init = await crow.initialize();
+    assert.equal(init.agentCapabilities.promptCapabilities.image, true);
+    const { sessionId } = await crow.newSession();
+    assert.equal((await crow.prompt(sessionId, ask)).stopReason, "end_turn");
+    const [request] = await mockRequests();
+    const user = request.body.messages.find((m) => m.role === "user");
+    assert.ok(Array.isArray(user.content), JSON.stringify(user));
+    assert.deepEqual(user.content.find((p) => p.type === "image_url"), {
+      type: "image_url",
+      image_url: { url: "data:image/png;base64,iVBORw0KGgo=" },
+    });
+  } finally {
+    await crow.stop();
+    cleanup(dir);
+  }
+
+  await script({ steps: [{ reply: { text: "I cannot see it." } }] });
+  const plain = project();
+  crow = startCrow(plain);
+  try {
+    await crow.initialize();
+    const { sessionId } = await crow.newSession();
+    await crow.prompt(sessionId, ask);
+    const [request] = await mockRequests();
+    const user = request.body.messages.find((m) => m.role === "user");
+    assert.equal(typeof user.content, "string");
+    assert.match(user.content, /attached 1 image\(s\), but model mock-model does not read images/);
+  } finally {
+    await crow.stop();
+    cleanup(plain);
   }
 });

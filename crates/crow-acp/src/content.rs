@@ -1,6 +1,6 @@
-//! Prompt content → the text the model reads. The core's user message is text, so resource
-//! links become mentions the model can open with its tools, embedded resources are inlined in
-//! `<context>` blocks, and images and audio (not advertised) are named, not sent.
+//! Prompt content → what the model reads: resource links become mentions the model can open
+//! with its tools, embedded resources are inlined in `<context>` blocks, images travel beside
+//! the text (the runner sends them when the model reads images), audio is named, not sent.
 
 use agent_client_protocol::v1::schema as acp;
 
@@ -33,9 +33,8 @@ pub fn prompt_text(blocks: &[acp::ContentBlock]) -> String {
                 }
                 _ => text.push_str("[an attachment crow cannot read]"),
             },
-            acp::ContentBlock::Image(_) => {
-                text.push_str("[an image was attached; crow cannot pass images to the model yet]");
-            }
+            // Carried by `prompt_images`; the text keeps its place.
+            acp::ContentBlock::Image(_) => text.push_str("[image]"),
             acp::ContentBlock::Audio(_) => {
                 text.push_str("[an audio clip was attached; crow cannot pass audio to the model]");
             }
@@ -44,6 +43,17 @@ pub fn prompt_text(blocks: &[acp::ContentBlock]) -> String {
     }
     text.push_str(&context);
     text
+}
+
+/// The attached images as `(mime type, base64 data)`, in order.
+pub fn prompt_images(blocks: &[acp::ContentBlock]) -> Vec<(String, String)> {
+    blocks
+        .iter()
+        .filter_map(|b| match b {
+            acp::ContentBlock::Image(image) => Some((image.mime_type.clone(), image.data.clone())),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Text blocks only, for slash-command detection.
@@ -76,12 +86,16 @@ mod tests {
         ];
         let text = prompt_text(&blocks);
         assert!(
-            text.starts_with("Explain @/p/a.rs and @/p/b.rs[an image"),
+            text.starts_with("Explain @/p/a.rs and @/p/b.rs[image]"),
             "{text}"
         );
         assert!(
             text.ends_with("<context ref=\"file:///p/b.rs\">\nfn b() {}\n</context>"),
             "{text}"
+        );
+        assert_eq!(
+            prompt_images(&blocks),
+            [("image/png".to_owned(), "AAAA".to_owned())]
         );
     }
 }

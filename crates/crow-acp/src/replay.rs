@@ -31,6 +31,14 @@ pub fn replay(
                 out.push(user_chunk(content.clone()));
                 speaking = None;
             }
+            EntryKind::Image { mime_type, data } if own => {
+                out.push(acp::SessionUpdate::UserMessageChunk(
+                    acp::ContentChunk::new(acp::ContentBlock::Image(acp::ImageContent::new(
+                        data.clone(),
+                        mime_type.clone(),
+                    ))),
+                ));
+            }
             EntryKind::AssistantText { content, .. } if !content.is_empty() => {
                 if speaking != Some(agent.as_str()) {
                     if !own {
@@ -99,6 +107,7 @@ pub fn replay(
             // Not shown: other agents' prompts (handoffs), empty parts, opaque reasoning,
             // internal events.
             EntryKind::User { .. }
+            | EntryKind::Image { .. }
             | EntryKind::AssistantText { .. }
             | EntryKind::Thinking { .. }
             | EntryKind::RedactedThinking { .. }

@@ -116,6 +116,9 @@ impl std::fmt::Debug for SessionSpec {
 pub struct TurnInput {
     /// The user's message as the model will read it (resources inlined).
     pub text: String,
+    /// Attached images as `(mime type, base64 data)`; the runner sends them if the model
+    /// reads images and otherwise tells the model they could not be shown.
+    pub images: Vec<(String, String)>,
     /// Current mode and model ids; they may have changed since the last turn.
     pub mode: String,
     pub model: String,

@@ -123,8 +123,10 @@ impl Server {
                 acp::AgentCapabilities::new()
                     .load_session(restore)
                     .prompt_capabilities(
-                        // Images are not advertised: the core's user message is text only.
-                        acp::PromptCapabilities::new().embedded_context(true),
+                        // Images reach models that read them; others are told one was attached.
+                        acp::PromptCapabilities::new()
+                            .embedded_context(true)
+                            .image(true),
                     )
                     .mcp_capabilities(acp::McpCapabilities::new().http(self.factory.mcp_http()))
                     .session_capabilities(sessions),

@@ -96,6 +96,7 @@ pub async fn prompt(
 
     let input = TurnInput {
         text,
+        images: content::prompt_images(&request.prompt),
         mode: settings.mode,
         model: settings.model,
     };

@@ -639,7 +639,10 @@ impl Crew {
     ) -> Result<Option<String>, AgentError> {
         let request = ChatRequest {
             system,
-            messages: vec![Message::User { text: user }],
+            messages: vec![Message::User {
+                text: user,
+                images: Vec::new(),
+            }],
             tools: &[],
             max_tokens: agent.config.max_tokens,
             temperature: agent.config.temperature,

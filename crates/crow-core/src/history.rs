@@ -8,7 +8,7 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::message::{AssistantPart, Message, ToolResultMessage};
+use crate::message::{AssistantPart, ImagePart, Message, ToolResultMessage};
 use crate::tool::{ToolMetadata, ToolStatus};
 
 /// One timestamped entry.
@@ -34,6 +34,11 @@ impl HistoryEntry {
 pub enum EntryKind {
     User {
         content: String,
+    },
+    /// An image the user attached to the message just before it (base64 data).
+    Image {
+        mime_type: String,
+        data: String,
     },
     AssistantText {
         content: String,
@@ -80,6 +85,7 @@ impl EntryKind {
     pub fn name(&self) -> &'static str {
         match self {
             EntryKind::User { .. } => "user",
+            EntryKind::Image { .. } => "image",
             EntryKind::AssistantText { .. } => "assistant_text",
             EntryKind::Thinking { .. } => "thinking",
             EntryKind::RedactedThinking { .. } => "redacted_thinking",
@@ -118,7 +124,29 @@ pub fn to_messages(entries: &[HistoryEntry]) -> Vec<Message<'_>> {
         match &entry.kind {
             EntryKind::User { content } => {
                 flush(&mut out, &mut assistant, &mut results, &mut open_calls);
-                out.push(Message::User { text: content });
+                out.push(Message::User {
+                    text: content,
+                    images: Vec::new(),
+                });
+            }
+            EntryKind::Image { mime_type, data } => {
+                let image = ImagePart { mime_type, data };
+                match out.last_mut() {
+                    Some(Message::User { images, .. })
+                        if assistant.is_empty() && results.is_empty() =>
+                    {
+                        images.push(image);
+                    }
+                    // An image is always recorded right after its message; keep a stray one
+                    // as a message of its own rather than lose it.
+                    _ => {
+                        flush(&mut out, &mut assistant, &mut results, &mut open_calls);
+                        out.push(Message::User {
+                            text: "",
+                            images: vec![image],
+                        });
+                    }
+                }
             }
             EntryKind::AssistantText { content, .. } => {
                 start_assistant_part(&mut out, &assistant, &mut results, &mut open_calls);
@@ -314,7 +342,13 @@ mod tests {
             }
             other => panic!("expected results, got {other:?}"),
         }
-        assert_eq!(m[3], Message::User { text: "again" });
+        assert_eq!(
+            m[3],
+            Message::User {
+                text: "again",
+                images: vec![]
+            }
+        );
     }
 
     #[test]
@@ -336,6 +370,30 @@ mod tests {
     }
 
     #[test]
+    fn images_join_the_message_they_were_attached_to() {
+        let h = vec![
+            e(EntryKind::User {
+                content: "what is this?".into(),
+            }),
+            e(EntryKind::Image {
+                mime_type: "image/png".into(),
+                data: "AAAA".into(),
+            }),
+        ];
+        let m = to_messages(&h);
+        assert_eq!(
+            m,
+            vec![Message::User {
+                text: "what is this?",
+                images: vec![ImagePart {
+                    mime_type: "image/png",
+                    data: "AAAA"
+                }]
+            }]
+        );
+    }
+
+    #[test]
     fn system_and_handoff_entries_are_not_sent() {
         let h = vec![
             e(EntryKind::System {
@@ -350,7 +408,13 @@ mod tests {
                 prompt: "p".into(),
             }),
         ];
-        assert_eq!(to_messages(&h), vec![Message::User { text: "hi" }]);
+        assert_eq!(
+            to_messages(&h),
+            vec![Message::User {
+                text: "hi",
+                images: vec![]
+            }]
+        );
     }
 
     #[test]

@@ -33,7 +33,9 @@ pub use crew::{
 };
 pub use event::{AgentEvent, EventSender, NoticeLevel};
 pub use history::{EntryKind, HistoryEntry, SystemEvent};
-pub use message::{AssistantPart, ChatRequest, Message, ToolDefinition, ToolResultMessage};
+pub use message::{
+    AssistantPart, ChatRequest, ImagePart, Message, ToolDefinition, ToolResultMessage,
+};
 pub use provider::{
     DeltaStream, FinishReason, Provider, ProviderError, ProviderErrorKind, StreamDelta, Usage,
 };

@@ -22,8 +22,10 @@ pub struct ChatRequest<'a> {
 /// One message in the batched format the wire APIs expect.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Message<'a> {
+    /// The user's words and any images attached to them.
     User {
         text: &'a str,
+        images: Vec<ImagePart<'a>>,
     },
     Assistant {
         parts: Vec<AssistantPart<'a>>,
@@ -32,6 +34,13 @@ pub enum Message<'a> {
     ToolResults {
         results: Vec<ToolResultMessage<'a>>,
     },
+}
+
+/// An image in a user message: base64 data and its MIME type.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ImagePart<'a> {
+    pub mime_type: &'a str,
+    pub data: &'a str,
 }
 
 /// A piece of an assistant message.

@@ -27,6 +27,10 @@ pub trait Provider: Send + Sync {
     fn context_window(&self) -> Option<u64> {
         None
     }
+    /// Whether the model reads images in user messages.
+    fn accepts_images(&self) -> bool {
+        false
+    }
     /// Sends the request and returns the delta stream once the response has started.
     /// Implementations serialise the request before returning; the stream owns no borrow.
     async fn stream(&self, request: &ChatRequest<'_>) -> Result<DeltaStream, ProviderError>;

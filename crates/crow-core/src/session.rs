@@ -83,6 +83,14 @@ impl Session {
         });
     }
 
+    /// Attaches an image to the user message just added.
+    pub fn add_image(&mut self, mime_type: impl Into<String>, data: impl Into<String>) {
+        self.push(EntryKind::Image {
+            mime_type: mime_type.into(),
+            data: data.into(),
+        });
+    }
+
     /// The batched provider messages for the whole history (borrowed, not cloned).
     pub fn messages(&self) -> Vec<Message<'_>> {
         to_messages(&self.entries)

@@ -59,6 +59,48 @@ pub fn context_window(model: &str) -> Option<u64> {
         .map(|&(_, window)| window)
 }
 
+/// Model families known to read images. Unknown models are assumed not to (sending an
+/// image to a text-only model fails the whole request); config can say otherwise.
+const VISION: &[&str] = &[
+    "gpt-4o",
+    "gpt-4.1",
+    "gpt-4-turbo",
+    "gpt-5",
+    "o1",
+    "o3",
+    "o4",
+    "chatgpt-4o",
+    "claude-3",
+    "claude-sonnet-4",
+    "claude-opus-4",
+    "claude-haiku-4",
+    "gemini",
+    "llava",
+    "bakllava",
+    "llama3.2-vision",
+    "llama-3.2-11b-vision",
+    "llama-3.2-90b-vision",
+    "llama4",
+    "qwen2.5-vl",
+    "qwen2-vl",
+    "qwen3-vl",
+    "gemma3",
+    "pixtral",
+    "mistral-small3.1",
+    "minicpm-v",
+    "moondream",
+];
+
+/// Whether `model` is known to read images (same name rules as [`context_window`]).
+pub fn accepts_images(model: &str) -> bool {
+    let base = model
+        .rsplit('/')
+        .next()
+        .unwrap_or(model)
+        .to_ascii_lowercase();
+    VISION.iter().any(|prefix| base.starts_with(prefix))
+}
+
 #[cfg(test)]
 mod tests {
     use super::context_window;
@@ -66,6 +108,10 @@ mod tests {
     #[test]
     fn longest_prefix_wins() {
         assert_eq!(context_window("gpt-4o-mini"), Some(128_000));
+        assert!(
+            super::accepts_images("openai/gpt-4o") && super::accepts_images("claude-sonnet-4-5")
+        );
+        assert!(!super::accepts_images("qwen2.5-coder:7b"));
         assert_eq!(context_window("gpt-4-0613"), Some(8_192));
         assert_eq!(context_window("gpt-4.1-nano"), Some(1_047_576));
         assert_eq!(context_window("gpt-5-mini"), Some(400_000));

@@ -25,6 +25,8 @@ pub trait WireApi: Send + Sync + 'static {
     fn name(&self) -> &str;
     fn model(&self) -> &str;
     fn context_window(&self) -> Option<u64>;
+    /// Whether the model reads images.
+    fn accepts_images(&self) -> bool;
     /// Serialises `request` into the exact request body.
     fn encode(&self, request: &ChatRequest<'_>) -> Result<Bytes, ProviderError>;
     /// One attempt: POSTs `body` and returns the delta stream once the response has started.

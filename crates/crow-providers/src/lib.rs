@@ -91,6 +91,8 @@ pub struct ProviderSettings {
     pub api_key: Option<ApiKey>,
     /// Overrides the [`catalog`] figure.
     pub context_window: Option<u64>,
+    /// Whether the model reads images; `None` trusts the [`catalog`].
+    pub images: Option<bool>,
     pub retry: RetryPolicy,
     /// Extra headers sent on every request (e.g. OpenRouter's `HTTP-Referer`).
     pub headers: Vec<(String, String)>,
@@ -113,6 +115,7 @@ impl ProviderSettings {
             model: model.into(),
             api_key: None,
             context_window: None,
+            images: None,
             retry: RetryPolicy::default(),
             headers: Vec::new(),
             max_tokens: None,
@@ -121,6 +124,12 @@ impl ProviderSettings {
     }
 
     /// The configured context window, else the catalog's.
+    /// Whether images may be sent: the setting, else the catalog's knowledge of the model.
+    pub fn resolved_images(&self) -> bool {
+        self.images
+            .unwrap_or_else(|| catalog::accepts_images(&self.model))
+    }
+
     pub fn resolved_context_window(&self) -> Option<u64> {
         self.context_window
             .or_else(|| catalog::context_window(&self.model))

@@ -90,6 +90,10 @@ impl<P: WireApi> Provider for Retrying<P> {
         self.inner.context_window()
     }
 
+    fn accepts_images(&self) -> bool {
+        self.inner.accepts_images()
+    }
+
     async fn stream(&self, request: &ChatRequest<'_>) -> Result<DeltaStream, ProviderError> {
         // Encoded once: every attempt sends exactly these bytes.
         let body = self.inner.encode(request)?;

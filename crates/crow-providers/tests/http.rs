@@ -175,7 +175,10 @@ fn settings(kind: ProviderKind, base: &str, retry: RetryPolicy) -> ProviderSetti
 fn request() -> ChatRequest<'static> {
     ChatRequest {
         system: "sys",
-        messages: vec![Message::User { text: "hi" }],
+        messages: vec![Message::User {
+            text: "hi",
+            images: vec![],
+        }],
         tools: &[],
         max_tokens: None,
         temperature: None,

@@ -109,6 +109,13 @@ impl SessionDump {
                 EntryKind::User { content } => {
                     let _ = writeln!(out, "## User\n\n{content}\n");
                 }
+                EntryKind::Image { mime_type, data } => {
+                    let _ = writeln!(
+                        out,
+                        "*(an attached image: {mime_type}, {} bytes of base64)*\n",
+                        data.len()
+                    );
+                }
                 EntryKind::AssistantText { content, partial } => {
                     let cut = if *partial { " (cut off)" } else { "" };
                     let _ = writeln!(out, "## Assistant ({who}){cut}\n\n{content}\n");
@@ -217,6 +224,10 @@ impl SessionDump {
 fn describe(kind: &EntryKind) -> (String, String) {
     match kind {
         EntryKind::User { content } => ("user".into(), content.clone()),
+        EntryKind::Image { mime_type, data } => (
+            "image".into(),
+            format!("{mime_type}, {} bytes of base64", data.len()),
+        ),
         EntryKind::AssistantText { content, partial } => {
             let label = if *partial {
                 "assistant (cut off)"

@@ -13,6 +13,10 @@ pub fn every_kind() -> Vec<EntryKind> {
         EntryKind::User {
             content: "fix the bug in auth.rs\nit panics on empty tokens".into(),
         },
+        EntryKind::Image {
+            mime_type: "image/png".into(),
+            data: "iVBORw0KGgo=".into(),
+        },
         EntryKind::Thinking {
             content: "The token check is probably unwrap()ing.".into(),
             signature: Some("sig-abc".into()),

@@ -455,7 +455,21 @@ impl SessionRunner for CrowRunner {
                 tracing::warn!("the session is not saved: {e:#}");
             }
         }
-        self.session.primary.add_user_message(input.text);
+        let sees_images = crew.primary().provider().accepts_images();
+        let mut text = input.text;
+        if !input.images.is_empty() && !sees_images {
+            text.push_str(&format!(
+                "\n\n(The user attached {} image(s), but model {} does not read images, so they are not shown.)",
+                input.images.len(),
+                crew.primary().provider().model()
+            ));
+        }
+        self.session.primary.add_user_message(text);
+        if sees_images {
+            for (mime_type, data) in input.images {
+                self.session.primary.add_image(mime_type, data);
+            }
+        }
 
         // Usage rows go to the store on the way to the editor.
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();

@@ -130,6 +130,7 @@ pub fn provider_settings(
         name: name.to_owned(),
         base_url,
         context_window: pc.models.get(&model).and_then(|m| m.context_window),
+        images: pc.models.get(&model).and_then(|m| m.images),
         model,
         api_key,
         retry,

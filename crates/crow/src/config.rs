@@ -81,6 +81,8 @@ pub struct ProviderConfig {
 #[serde(deny_unknown_fields)]
 pub struct ModelConfig {
     pub context_window: Option<u64>,
+    /// Whether the model reads images (default: crow's catalog of known vision models).
+    pub images: Option<bool>,
 }
 
 /// Where a value came from.

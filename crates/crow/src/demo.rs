@@ -43,6 +43,7 @@ pub async fn run(json: bool, dir: Option<PathBuf>) -> Result<ExitCode> {
         model: "crow-demo".into(),
         api_key: None,
         context_window: Some(128_000),
+        images: None,
         retry: RetryPolicy::default(),
         headers: Vec::new(),
         max_tokens: None,

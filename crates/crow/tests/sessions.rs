@@ -62,6 +62,7 @@ async fn a_resumed_session_sends_what_an_uninterrupted_one_would_byte_for_byte()
         model: "mock-model".into(),
         api_key: None,
         context_window: None,
+        images: None,
         retry: RetryPolicy::default(),
         headers: Vec::new(),
         max_tokens: None,

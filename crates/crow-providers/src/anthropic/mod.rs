@@ -24,6 +24,7 @@ pub struct AnthropicProvider {
     name: String,
     model: String,
     context_window: Option<u64>,
+    accepts_images: bool,
     max_tokens: Option<u32>,
     thinking_budget: Option<u32>,
     endpoint: Endpoint,
@@ -50,6 +51,7 @@ impl AnthropicProvider {
             name: settings.name.clone(),
             model: settings.model.clone(),
             context_window: settings.resolved_context_window(),
+            accepts_images: settings.resolved_images(),
             max_tokens: settings.max_tokens,
             thinking_budget: settings.thinking_budget,
             endpoint,
@@ -74,6 +76,10 @@ impl WireApi for AnthropicProvider {
 
     fn context_window(&self) -> Option<u64> {
         self.context_window
+    }
+
+    fn accepts_images(&self) -> bool {
+        self.accepts_images
     }
 
     fn encode(&self, request: &ChatRequest<'_>) -> Result<Bytes, ProviderError> {
@@ -110,6 +116,10 @@ impl Provider for AnthropicProvider {
 
     fn context_window(&self) -> Option<u64> {
         self.context_window
+    }
+
+    fn accepts_images(&self) -> bool {
+        self.accepts_images
     }
 
     async fn stream(&self, request: &ChatRequest<'_>) -> Result<DeltaStream, ProviderError> {

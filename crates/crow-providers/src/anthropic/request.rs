@@ -66,6 +66,9 @@ enum Block<'a> {
     RedactedThinking {
         data: &'a str,
     },
+    Image {
+        source: ImageSource<'a>,
+    },
     ToolUse {
         id: &'a str,
         name: &'a str,
@@ -90,13 +93,22 @@ impl Block<'_> {
             Block::Text { cache_control, .. }
             | Block::ToolUse { cache_control, .. }
             | Block::ToolResult { cache_control, .. } => Some(cache_control),
-            Block::Thinking { .. } | Block::RedactedThinking { .. } => None,
+            Block::Thinking { .. } | Block::RedactedThinking { .. } | Block::Image { .. } => None,
         }
     }
 }
 
 /// A tool call's input: the model's own argument text when it is a JSON object (replayed
 /// byte for byte, no re-encoding), else `{}` — the API insists on an object.
+/// An image block's data: `{"type": "base64", "media_type", "data"}`.
+#[derive(Serialize)]
+struct ImageSource<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    media_type: &'a str,
+    data: &'a str,
+}
+
 #[derive(Serialize)]
 #[serde(untagged)]
 enum Input<'a> {
@@ -128,7 +140,21 @@ pub(crate) fn body<'a>(request: &'a ChatRequest<'a>, options: &BodyOptions<'a>) 
     let mut messages: Vec<WireMessage<'a>> = Vec::with_capacity(request.messages.len());
     for message in &request.messages {
         let (role, blocks) = match message {
-            Message::User { text } => ("user", text_block(text).into_iter().collect()),
+            // Images first, then the words about them (Anthropic's recommended order).
+            Message::User { text, images } => (
+                "user",
+                images
+                    .iter()
+                    .map(|i| Block::Image {
+                        source: ImageSource {
+                            kind: "base64",
+                            media_type: i.mime_type,
+                            data: i.data,
+                        },
+                    })
+                    .chain(text_block(text))
+                    .collect(),
+            ),
             Message::Assistant { parts } => ("assistant", assistant_blocks(parts)),
             Message::ToolResults { results } => (
                 "user",

@@ -242,7 +242,10 @@ fn unsigned_thinking_dropped_bad_arguments_become_empty_object_and_thinking_conf
     let request = ChatRequest {
         system: "",
         messages: vec![
-            Message::User { text: "go" },
+            Message::User {
+                text: "go",
+                images: vec![],
+            },
             Message::Assistant {
                 parts: vec![
                     AssistantPart::Thinking {
@@ -296,7 +299,10 @@ fn consecutive_same_role_messages_merge() {
     let request = ChatRequest {
         system: "s",
         messages: vec![
-            Message::User { text: "a" },
+            Message::User {
+                text: "a",
+                images: vec![],
+            },
             // Nothing sendable: skipped, so the two user messages must merge.
             Message::Assistant {
                 parts: vec![AssistantPart::Thinking {
@@ -304,7 +310,10 @@ fn consecutive_same_role_messages_merge() {
                     signature: None,
                 }],
             },
-            Message::User { text: "b" },
+            Message::User {
+                text: "b",
+                images: vec![],
+            },
         ],
         tools: &[],
         max_tokens: None,
@@ -335,4 +344,31 @@ fn base_url_with_or_without_v1() {
         AnthropicProvider::new(&settings).unwrap().url(),
         "https://api.anthropic.com/v1/messages"
     );
+}
+
+#[test]
+fn images_go_as_base64_blocks_before_the_text() {
+    let request = ChatRequest {
+        system: "s",
+        messages: vec![Message::User {
+            text: "what is it?",
+            images: vec![crow_core::ImagePart {
+                mime_type: "image/jpeg",
+                data: "BBBB",
+            }],
+        }],
+        tools: &[],
+        max_tokens: None,
+        temperature: None,
+        session_id: "s",
+    };
+    let body: serde_json::Value =
+        serde_json::from_slice(&provider(None).encode(&request).unwrap()).unwrap();
+    let content = &body["messages"][0]["content"];
+    assert_eq!(
+        content[0],
+        json!({"type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": "BBBB"}})
+    );
+    assert_eq!(content[1]["type"], "text");
+    assert_eq!(content[1]["text"], "what is it?");
 }

@@ -21,6 +21,7 @@ pub struct OpenAiProvider {
     name: String,
     model: String,
     context_window: Option<u64>,
+    accepts_images: bool,
     max_tokens: Option<u32>,
     endpoint: Endpoint,
 }
@@ -50,6 +51,7 @@ impl OpenAiProvider {
             name: settings.name.clone(),
             model: settings.model.clone(),
             context_window: settings.resolved_context_window(),
+            accepts_images: settings.resolved_images(),
             max_tokens: settings.max_tokens,
             endpoint,
         })
@@ -73,6 +75,10 @@ impl WireApi for OpenAiProvider {
 
     fn context_window(&self) -> Option<u64> {
         self.context_window
+    }
+
+    fn accepts_images(&self) -> bool {
+        self.accepts_images
     }
 
     fn encode(&self, request: &ChatRequest<'_>) -> Result<Bytes, ProviderError> {
@@ -108,6 +114,10 @@ impl Provider for OpenAiProvider {
 
     fn context_window(&self) -> Option<u64> {
         self.context_window
+    }
+
+    fn accepts_images(&self) -> bool {
+        self.accepts_images
     }
 
     async fn stream(&self, request: &ChatRequest<'_>) -> Result<DeltaStream, ProviderError> {

@@ -30,6 +30,28 @@ struct StreamOptions {
     include_usage: bool,
 }
 
+/// A user message's content: a plain string, or parts when images are attached (a plain
+/// string keeps text-only requests what every OpenAI-compatible server accepts).
+#[derive(Serialize)]
+#[serde(untagged)]
+enum UserContent<'a> {
+    Text(&'a str),
+    Parts(Vec<UserPart<'a>>),
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum UserPart<'a> {
+    Text { text: &'a str },
+    ImageUrl { image_url: ImageUrl },
+}
+
+/// A `data:` URL carrying the image (built per request; images are rare and small enough).
+#[derive(Serialize)]
+struct ImageUrl {
+    url: String,
+}
+
 #[derive(Serialize)]
 #[serde(tag = "role", rename_all = "lowercase")]
 enum WireMessage<'a> {
@@ -37,7 +59,7 @@ enum WireMessage<'a> {
         content: &'a str,
     },
     User {
-        content: &'a str,
+        content: UserContent<'a>,
     },
     Assistant {
         /// `null` when the message is only tool calls (explicit null suits chat templates
@@ -91,7 +113,25 @@ pub(crate) fn body<'a>(request: &'a ChatRequest<'a>, options: &BodyOptions<'a>) 
     }
     for message in &request.messages {
         match message {
-            Message::User { text } => messages.push(WireMessage::User { content: text }),
+            Message::User { text, images } if images.is_empty() => {
+                messages.push(WireMessage::User {
+                    content: UserContent::Text(text),
+                })
+            }
+            Message::User { text, images } => {
+                let mut parts: Vec<UserPart<'a>> = Vec::with_capacity(images.len() + 1);
+                if !text.is_empty() {
+                    parts.push(UserPart::Text { text });
+                }
+                parts.extend(images.iter().map(|i| UserPart::ImageUrl {
+                    image_url: ImageUrl {
+                        url: format!("data:{};base64,{}", i.mime_type, i.data),
+                    },
+                }));
+                messages.push(WireMessage::User {
+                    content: UserContent::Parts(parts),
+                });
+            }
             Message::Assistant { parts } => {
                 if let Some(m) = assistant(parts) {
                     messages.push(m);

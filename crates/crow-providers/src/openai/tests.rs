@@ -259,6 +259,7 @@ pub(crate) fn history<'a>(tools: &'a [ToolDefinition]) -> ChatRequest<'a> {
         messages: vec![
             Message::User {
                 text: "Fix main.rs",
+                images: vec![],
             },
             Message::Assistant {
                 parts: vec![
@@ -297,6 +298,7 @@ pub(crate) fn history<'a>(tools: &'a [ToolDefinition]) -> ChatRequest<'a> {
             },
             Message::User {
                 text: "Also add tests.",
+                images: vec![],
             },
         ],
         tools,
@@ -353,7 +355,10 @@ fn minimal_body_is_exact_and_skips_empty_parts() {
     let request = ChatRequest {
         system: "",
         messages: vec![
-            Message::User { text: "hi" },
+            Message::User {
+                text: "hi",
+                images: vec![],
+            },
             // Only thinking: nothing to send to an OpenAI-compatible server.
             Message::Assistant {
                 parts: vec![AssistantPart::Thinking {
@@ -378,5 +383,32 @@ fn minimal_body_is_exact_and_skips_empty_parts() {
     assert_eq!(
         std::str::from_utf8(&bytes).unwrap(),
         r#"{"model":"gpt-4o","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"ls","arguments":"{}"}}]}],"stream":true,"stream_options":{"include_usage":true}}"#
+    );
+}
+
+#[test]
+fn images_go_as_data_url_parts() {
+    let request = ChatRequest {
+        system: "",
+        messages: vec![Message::User {
+            text: "what is it?",
+            images: vec![crow_core::ImagePart {
+                mime_type: "image/png",
+                data: "AAAA",
+            }],
+        }],
+        tools: &[],
+        max_tokens: None,
+        temperature: None,
+        session_id: "s",
+    };
+    let body: serde_json::Value =
+        serde_json::from_slice(&provider(None).encode(&request).unwrap()).unwrap();
+    assert_eq!(
+        body["messages"][0],
+        json!({"role": "user", "content": [
+            {"type": "text", "text": "what is it?"},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+        ]})
     );
 }

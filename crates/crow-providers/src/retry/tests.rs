@@ -48,6 +48,9 @@ impl WireApi for Scripted {
     fn context_window(&self) -> Option<u64> {
         Some(42)
     }
+    fn accepts_images(&self) -> bool {
+        false
+    }
     fn encode(&self, request: &ChatRequest<'_>) -> Result<Bytes, ProviderError> {
         Ok(Bytes::copy_from_slice(request.system.as_bytes()))
     }
