@@ -115,6 +115,49 @@ pub fn session(
     Ok((run, requests))
 }
 
+/// A session over the Anthropic Messages API (a project config selects it).
+fn anthropic_session(bench: &Bench, n: usize) -> Result<Vec<RecordedRequest>> {
+    let dir = project()?;
+    let mock = bench
+        .rt
+        .block_on(MockLlm::start(scenario(Work::Echo, n)))
+        .context("cannot start the mock model")?;
+    std::fs::create_dir_all(dir.path().join(".crow"))?;
+    std::fs::write(
+        dir.path().join(".crow/config.toml"),
+        format!(
+            "provider = \"claude\"\n[providers.claude]\ntype = \"anthropic\"\nbase_url = \"{}\"\n\
+             model = \"claude-mock\"\napi_key_env = \"CROW_BENCH_ANTHROPIC_KEY\"\n",
+            mock.base_url()
+        ),
+    )?;
+    let mut cmd = crow_command(&bench.crow, dir.path());
+    cmd.env("CROW_BENCH_ANTHROPIC_KEY", "bench-key-not-secret")
+        .args(["run", "--json", "--max-iterations", "1000", "do the task"]);
+    let run = bench.spawn(&cmd)?;
+    let requests = mock.requests();
+    drop(mock);
+    run.ensure_success("crow run (Anthropic)")?;
+    Ok(requests)
+}
+
+/// Anthropic's prompt-cache breakpoints (`cache_control`) sit on the newest block of each
+/// request, so they move by design; everything else must stay byte-stable.
+fn without_breakpoints(raw: &[u8]) -> Vec<u8> {
+    let marker: &[u8] = br#","cache_control":{"type":"ephemeral"}"#;
+    let mut out = Vec::with_capacity(raw.len());
+    let mut at = 0;
+    while at < raw.len() {
+        if raw[at..].starts_with(marker) {
+            at += marker.len();
+        } else {
+            out.push(raw[at]);
+            at += 1;
+        }
+    }
+    out
+}
+
 /// Sections 1, 2 and 4: sessions of N iterations of each kind of work.
 pub fn measure(bench: &Bench, progress: &mut dyn FnMut(&str)) -> Result<[Section; 3]> {
     let config = &bench.config;
@@ -207,6 +250,25 @@ pub fn measure(bench: &Bench, progress: &mut dyn FnMut(&str)) -> Result<[Section
         }
     }
 
+    // One Anthropic session of the longest length.
+    let anthropic = anthropic_session(bench, n3)?;
+    let (mut a_stable, mut a_pairs) = (0usize, 0usize);
+    for pair in anthropic.windows(2) {
+        a_pairs += 1;
+        let (x, y) = (
+            without_breakpoints(&pair[0].raw_body),
+            without_breakpoints(&pair[1].raw_body),
+        );
+        a_stable += usize::from(prefix::stable(&x, &y));
+    }
+    let a_share = if a_pairs == 0 {
+        f64::NAN
+    } else {
+        100.0 * a_stable as f64 / a_pairs as f64
+    };
+    let a_first = anthropic
+        .first()
+        .map_or(f64::NAN, |r| r.raw_body.len() as f64);
     let share = if pairs == 0 {
         f64::NAN
     } else {
@@ -219,6 +281,13 @@ pub fn measure(bench: &Bench, progress: &mut dyn FnMut(&str)) -> Result<[Section
         Row::single("consecutive requests with a byte-stable prefix", share, Unit::Percent)
             .target(Target::at_least_percent(100.0))
             .note(format!("{stable} of {pairs} pairs: same bytes around `messages`, earlier messages a byte prefix")),
+        Row::single("Anthropic API: first request body", a_first, Unit::Bytes)
+            .target(Target::at_most(15.0 * 1024.0, Unit::Bytes)),
+        Row::single("Anthropic API: byte-stable prefix", a_share, Unit::Percent)
+            .target(Target::at_least_percent(100.0))
+            .note(format!(
+                "{a_stable} of {a_pairs} pairs of one ×{n3} session, its moving cache_control breakpoints set aside"
+            )),
     ];
     Ok([
         Section {
@@ -231,7 +300,7 @@ pub fn measure(bench: &Bench, progress: &mut dyn FnMut(&str)) -> Result<[Section
             rows: wall_rows,
         },
         Section {
-            title: "4. requests (from the mock's log, OpenAI wire format)".into(),
+            title: "4. requests (from the mock's log; OpenAI wire format unless named)".into(),
             rows: requests,
         },
     ])

@@ -33,6 +33,9 @@ impl Unit {
             Unit::Ms if value.abs() >= 10.0 => format!("{value:.1} ms"),
             Unit::Ms => format!("{value:.2} ms"),
             Unit::MiB => format!("{value:.1} MiB"),
+            Unit::Bytes if value >= 1024.0 * 1024.0 => {
+                format!("{:.1} MiB", value / 1024.0 / 1024.0)
+            }
             Unit::Bytes if value >= 1024.0 => format!("{:.1} KiB", value / 1024.0),
             Unit::Bytes => format!("{value:.0} B"),
             Unit::Percent => format!("{value:.0}%"),
