@@ -54,7 +54,7 @@ impl Config {
         }
     }
 
-    /// A quick look (about half a minute): fewer runs, a smaller tree.
+    /// A quick look (seconds, plus building): fewer runs, a smaller tree.
     pub fn quick() -> Self {
         Self {
             runs: 3,

@@ -16,7 +16,7 @@ use crow_bench::{Bench, Config, child, load, locate_crow, machine, table};
     about = "Measure crow's speed and memory against a scripted mock model"
 )]
 struct Args {
-    /// A quick look: fewer runs and a 10,000-file search tree (about half a minute)
+    /// A quick look: fewer runs and a 10,000-file search tree (a few seconds)
     #[arg(long)]
     quick: bool,
     /// Runs of every session (default 21, or 3 with --quick)
