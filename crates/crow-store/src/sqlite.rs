@@ -205,9 +205,7 @@ impl SqliteStore {
             // WAL: readers never block the writer and a commit is one append to the log.
             // synchronous=NORMAL in WAL mode keeps the database consistent across a crash
             // or kill; only a power loss can drop the last commits.
-            let mode: String = conn
-                .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
-                .map_err(fail)?;
+            let mode = enter_wal(&conn, options.busy_timeout).map_err(fail)?;
             if !mode.eq_ignore_ascii_case("wal") {
                 tracing::warn!("{}: journal mode is {mode}, not WAL", path.display());
             }
@@ -352,6 +350,24 @@ impl From<rusqlite::Error> for Migrate {
 
 /// Applies the missing migrations in one transaction. The version is read again under the
 /// write lock: another crow process may have migrated in between.
+/// Switches to WAL. SQLite takes the exclusive lock this needs without calling the busy
+/// handler, so a second process opening a brand-new database while the first converts it
+/// would fail at once; retry for as long as the busy timeout allows instead.
+fn enter_wal(conn: &Connection, busy: Duration) -> rusqlite::Result<String> {
+    let deadline = std::time::Instant::now() + busy;
+    loop {
+        match conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get::<_, String>(0)) {
+            Err(e)
+                if e.sqlite_error_code() == Some(ErrorCode::DatabaseBusy)
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            other => return other,
+        }
+    }
+}
+
 fn migrate(conn: &Connection, path: &Path) -> Result<(), Migrate> {
     let tx = rusqlite::Transaction::new_unchecked(conn, TransactionBehavior::Immediate)?;
     let (app_id, version, tables) = read_header(&tx)?;
