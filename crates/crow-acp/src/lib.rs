@@ -46,6 +46,28 @@ fn answer<T: agent_client_protocol::JsonRpcResponse>(
     }
 }
 
+/// Answers a request that opens a session (new, load, resume) once `opened` is done, then
+/// sends what follows an open (the commands list). Runs apart from the connection's loop so
+/// a slow open (a resumed history, MCP servers) never holds up other requests.
+fn answer_open<T>(
+    responder: Responder<T>,
+    opened: impl std::future::Future<Output = Result<(T, Arc<session::SessionState>), Error>>
+    + Send
+    + 'static,
+) where
+    T: agent_client_protocol::JsonRpcResponse + Send + 'static,
+{
+    tokio::spawn(async move {
+        match opened.await {
+            Ok((response, state)) => {
+                answer(responder, Ok(response));
+                Server::after_open(&state);
+            }
+            Err(e) => answer(responder, Err(e)),
+        }
+    });
+}
+
 /// The agent side of an ACP connection, ready to connect to a client transport.
 pub fn agent(factory: Arc<dyn AgentFactory>) -> impl ConnectTo<Client> {
     let server = Arc::new(Server::new(factory));
@@ -79,15 +101,10 @@ pub fn agent(factory: Arc<dyn AgentFactory>) -> impl ConnectTo<Client> {
                         responder: Responder<acp::NewSessionResponse>,
                         cx: ConnectionTo<Client>| {
                 let server = Arc::clone(&s_new);
-                tokio::spawn(async move {
-                    match server.new_session(request, &cx).await {
-                        Ok((response, state)) => {
-                            answer(responder, Ok(response));
-                            Server::after_open(&state);
-                        }
-                        Err(e) => answer(responder, Err(e)),
-                    }
-                });
+                answer_open(
+                    responder,
+                    async move { server.new_session(request, &cx).await },
+                );
                 Ok(())
             },
             agent_client_protocol::on_receive_request!(),
@@ -97,15 +114,10 @@ pub fn agent(factory: Arc<dyn AgentFactory>) -> impl ConnectTo<Client> {
                         responder: Responder<acp::LoadSessionResponse>,
                         cx: ConnectionTo<Client>| {
                 let server = Arc::clone(&s_load);
-                tokio::spawn(async move {
-                    match server.load_session(request, &cx).await {
-                        Ok((response, state)) => {
-                            answer(responder, Ok(response));
-                            Server::after_open(&state);
-                        }
-                        Err(e) => answer(responder, Err(e)),
-                    }
-                });
+                answer_open(
+                    responder,
+                    async move { server.load_session(request, &cx).await },
+                );
                 Ok(())
             },
             agent_client_protocol::on_receive_request!(),
@@ -115,14 +127,8 @@ pub fn agent(factory: Arc<dyn AgentFactory>) -> impl ConnectTo<Client> {
                         responder: Responder<acp::ResumeSessionResponse>,
                         cx: ConnectionTo<Client>| {
                 let server = Arc::clone(&s_resume);
-                tokio::spawn(async move {
-                    match server.resume_session(request, &cx).await {
-                        Ok((response, state)) => {
-                            answer(responder, Ok(response));
-                            Server::after_open(&state);
-                        }
-                        Err(e) => answer(responder, Err(e)),
-                    }
+                answer_open(responder, async move {
+                    server.resume_session(request, &cx).await
                 });
                 Ok(())
             },
