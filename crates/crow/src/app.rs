@@ -247,10 +247,21 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
     sessions::finish(&store, &info.id, &outcome);
     if !spec.json {
         eprintln!("{}", render::usage_line(&totals, started.elapsed()));
-        eprintln!(
-            "session {} · continue it with crow run --continue \"…\"",
-            info.id
-        );
+        // --continue only finds it from the same project; --resume works from anywhere.
+        let here = std::env::current_dir()
+            .ok()
+            .map(|d| find_project_root(&d).0);
+        if here.as_deref() == Some(spec.composer.project_root.as_path()) {
+            eprintln!(
+                "session {} · continue it with crow run --continue \"…\"",
+                info.id
+            );
+        } else {
+            eprintln!(
+                "session {} · continue it with crow run --resume {} \"…\"",
+                info.id, info.id
+            );
+        }
     }
     let result = outcome.map_err(|e| anyhow!("{e}"))?;
     Ok(match result.stop {
