@@ -21,8 +21,24 @@ pub(crate) struct Body<'a> {
     stream_options: StreamOptions,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_tokens: Option<u32>,
+    /// OpenAI's reasoning models (o-series, gpt-5) refuse `max_tokens` and take this instead.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_completion_tokens: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     temperature: Option<f32>,
+}
+
+/// Whether `model` is one of OpenAI's reasoning models, which limit output with
+/// `max_completion_tokens` (router prefixes like `openai/` are ignored).
+fn reasoning_model(model: &str) -> bool {
+    let base = model
+        .rsplit('/')
+        .next()
+        .unwrap_or(model)
+        .to_ascii_lowercase();
+    ["o1", "o3", "o4", "gpt-5"]
+        .iter()
+        .any(|p| base.starts_with(p))
 }
 
 #[derive(Serialize)]
@@ -145,6 +161,8 @@ pub(crate) fn body<'a>(request: &'a ChatRequest<'a>, options: &BodyOptions<'a>) 
             }
         }
     }
+    let limit = request.max_tokens.or(options.max_tokens);
+    let reasoning = reasoning_model(options.model);
     Body {
         model: options.model,
         messages,
@@ -153,7 +171,8 @@ pub(crate) fn body<'a>(request: &'a ChatRequest<'a>, options: &BodyOptions<'a>) 
         stream_options: StreamOptions {
             include_usage: true,
         },
-        max_tokens: request.max_tokens.or(options.max_tokens),
+        max_tokens: limit.filter(|_| !reasoning),
+        max_completion_tokens: limit.filter(|_| reasoning),
         temperature: request.temperature,
     }
 }

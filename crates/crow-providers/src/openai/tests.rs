@@ -412,3 +412,32 @@ fn images_go_as_data_url_parts() {
         ]})
     );
 }
+
+#[test]
+fn reasoning_models_get_max_completion_tokens() {
+    let request = ChatRequest {
+        system: "",
+        messages: vec![Message::User {
+            text: "hi",
+            images: vec![],
+        }],
+        tools: &[],
+        max_tokens: None,
+        temperature: None,
+        session_id: "s",
+    };
+    let body = |model: &str| -> serde_json::Value {
+        let mut settings = ProviderSettings::new(ProviderKind::OpenAi, model);
+        settings.max_tokens = Some(1000);
+        let provider = OpenAiProvider::new(&settings).unwrap();
+        serde_json::from_slice(&provider.encode(&request).unwrap()).unwrap()
+    };
+    let o3 = body("o3-mini");
+    assert_eq!(o3["max_completion_tokens"], 1000);
+    assert!(o3.get("max_tokens").is_none());
+    let gpt5 = body("openai/gpt-5");
+    assert_eq!(gpt5["max_completion_tokens"], 1000);
+    let llama = body("llama3.1:8b");
+    assert_eq!(llama["max_tokens"], 1000);
+    assert!(llama.get("max_completion_tokens").is_none());
+}
