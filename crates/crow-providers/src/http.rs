@@ -33,6 +33,16 @@ pub trait WireApi: Send + Sync + 'static {
     async fn send(&self, body: Bytes) -> Result<DeltaStream, ProviderError>;
 }
 
+/// Serialises a request body once; retries resend these exact bytes.
+pub(crate) fn encode_body(body: &impl serde::Serialize) -> Result<Bytes, ProviderError> {
+    serde_json::to_vec(body).map(Bytes::from).map_err(|e| {
+        ProviderError::new(
+            ProviderErrorKind::BadRequest,
+            format!("could not encode the request: {e}"),
+        )
+    })
+}
+
 /// Where and how a provider POSTs.
 #[derive(Debug)]
 pub(crate) struct Endpoint {

@@ -5,7 +5,7 @@ mod stream;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use crow_core::{ChatRequest, DeltaStream, Provider, ProviderError, ProviderErrorKind};
+use crow_core::{ChatRequest, DeltaStream, ProviderError};
 
 use crate::http::{Endpoint, WireApi};
 use crate::{ProviderBuildError, ProviderSettings};
@@ -86,43 +86,12 @@ impl WireApi for OpenAiProvider {
             model: &self.model,
             max_tokens: self.max_tokens,
         };
-        serde_json::to_vec(&request::body(request, &options))
-            .map(Bytes::from)
-            .map_err(|e| {
-                ProviderError::new(
-                    ProviderErrorKind::BadRequest,
-                    format!("could not encode the request: {e}"),
-                )
-            })
+        crate::http::encode_body(&request::body(request, &options))
     }
 
     async fn send(&self, body: Bytes) -> Result<DeltaStream, ProviderError> {
         let parser = OpenAiParser::new(self.endpoint.ctx.clone());
         self.endpoint.post_sse(body, parser).await
-    }
-}
-
-#[async_trait]
-impl Provider for OpenAiProvider {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn model(&self) -> &str {
-        &self.model
-    }
-
-    fn context_window(&self) -> Option<u64> {
-        self.context_window
-    }
-
-    fn accepts_images(&self) -> bool {
-        self.accepts_images
-    }
-
-    async fn stream(&self, request: &ChatRequest<'_>) -> Result<DeltaStream, ProviderError> {
-        let body = WireApi::encode(self, request)?;
-        self.send(body).await
     }
 }
 
