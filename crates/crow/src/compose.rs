@@ -213,9 +213,8 @@ impl Composer {
             None => self.default_provider.clone(),
             Some(spec) => match spec.split_once('/') {
                 Some((provider, model)) if self.config.providers.contains_key(provider) => {
-                    provider_settings(&self.config, provider, None, Some(model)).with_context(
-                        || format!("agent '{}' ({})", def.name, source_hint(&def.source)),
-                    )?
+                    provider_settings(&self.config, provider, None, Some(model))
+                        .with_context(|| format!("agent '{}' ({})", def.name, def.source))?
                 }
                 _ => ProviderSettings {
                     model: spec.to_owned(),
@@ -235,10 +234,6 @@ impl Composer {
         cache.insert(key, Arc::clone(&provider));
         Ok(provider)
     }
-}
-
-fn source_hint(source: &DefSource) -> String {
-    source.to_string()
 }
 
 /// Subagents for the `task` tool: agents that may run as subagents, and user compositions.
