@@ -20,6 +20,7 @@ use crate::event::{AgentEvent, EventSender};
 use crate::history::{EntryKind, SystemEvent};
 use crate::message::{ChatRequest, ToolDefinition};
 use crate::provider::{FinishReason, Provider, ProviderError, StreamDelta, Usage};
+use crate::schedule::CallOrder;
 use crate::session::Session;
 use crate::tool::{PermissionGate, ToolContext, ToolKind, ToolRegistry, ToolResult};
 
@@ -536,7 +537,8 @@ impl BaseAgent {
         }
     }
 
-    /// Runs one response's tool calls concurrently; records results in call order.
+    /// Runs one response's tool calls concurrently, except that calls touching the same files
+    /// run one after another in call order (`schedule.rs`); records results in call order.
     async fn run_tools(
         &self,
         session: &mut Session,
@@ -547,6 +549,7 @@ impl BaseAgent {
     ) -> Vec<ExecutedToolCall> {
         let mut slots: Vec<(PendingCall, serde_json::Value, Option<ToolResult>, u64)> = Vec::new();
         let mut running = FuturesUnordered::new();
+        let mut order = CallOrder::default();
 
         for (index, call) in calls.into_iter().enumerate() {
             let tool = self.tools.get(&call.name);
@@ -597,9 +600,12 @@ impl BaseAgent {
                         client: self.client.clone(),
                     };
                     let tool = Arc::clone(tool);
+                    let (turn_comes, finished) = order.admit(tool.footprint(&input, &ctx));
                     running.push(async move {
+                        turn_comes.await;
                         let started = Instant::now();
                         let result = tool.execute(input, &ctx).await;
+                        drop(finished);
                         (index, result, started.elapsed().as_millis() as u64)
                     });
                     None

@@ -18,6 +18,7 @@ pub mod event;
 pub mod history;
 pub mod message;
 pub mod provider;
+mod schedule;
 pub mod session;
 pub mod store;
 pub mod subagent;
@@ -46,8 +47,8 @@ pub use store::{
 };
 pub use subagent::{SubagentFactory, TASK, TaskTool};
 pub use tool::{
-    AllowAll, FileEdit, PermissionDecision, PermissionGate, PermissionRequest, Tool, ToolContext,
-    ToolKind, ToolMetadata, ToolRegistry, ToolResult, ToolStatus,
+    AllowAll, FileEdit, Footprint, PermissionDecision, PermissionGate, PermissionRequest, Tool,
+    ToolContext, ToolKind, ToolMetadata, ToolRegistry, ToolResult, ToolStatus,
 };
 
 /// Name of the tool a model calls to end its work; the loop treats it specially.

@@ -50,6 +50,17 @@ pub trait Tool: Send + Sync {
     fn kind(&self) -> ToolKind {
         ToolKind::Other
     }
+    /// What this call may read or change, decided before it runs: calls of one response
+    /// whose footprints conflict run one after another in call order, the rest in parallel.
+    /// The default suits tools that say nothing: a mutating kind may touch anything, any
+    /// other kind touches no file.
+    fn footprint(&self, _input: &serde_json::Value, _ctx: &ToolContext) -> Footprint {
+        if self.kind().mutates() {
+            Footprint::Anything
+        } else {
+            Footprint::Nothing
+        }
+    }
     /// Runs the tool. Must return promptly once `ctx.cancel` fires, and must leave nothing
     /// running if its future is dropped.
     async fn execute(&self, input: serde_json::Value, ctx: &ToolContext) -> ToolResult;
@@ -59,6 +70,37 @@ pub trait Tool: Send + Sync {
             name: self.name().to_owned(),
             description: self.description().to_owned(),
             parameters: self.parameters_schema(),
+        }
+    }
+}
+
+/// The files a call reads or changes. Two calls conflict when one changes what the other
+/// reads or changes (a path, or a directory above it). `Anything` (a shell command) conflicts
+/// with every call that names files, but not with another `Anything`: commands the model sends
+/// together run together, as it asked (two test runs, two inspections).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Footprint {
+    /// Touches no file (think, todo, a search of the web).
+    #[default]
+    Nothing,
+    /// Reads these files or directory trees (absolute, resolved paths).
+    Reads(Vec<PathBuf>),
+    /// Changes (and may read) these files or directory trees.
+    Writes(Vec<PathBuf>),
+    /// May read or change any file.
+    Anything,
+}
+
+impl Footprint {
+    /// Whether the two calls must not run at the same time.
+    pub fn conflicts_with(&self, other: &Footprint) -> bool {
+        use Footprint::{Anything, Nothing, Reads, Writes};
+        match (self, other) {
+            (Nothing, _) | (_, Nothing) | (Reads(_), Reads(_)) | (Anything, Anything) => false,
+            (Anything, _) | (_, Anything) => true,
+            (Reads(a) | Writes(a), Writes(b)) | (Writes(a), Reads(b)) => a
+                .iter()
+                .any(|x| b.iter().any(|y| x.starts_with(y) || y.starts_with(x))),
         }
     }
 }

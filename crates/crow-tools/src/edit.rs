@@ -1,7 +1,7 @@
 //! `edit_file`: replace a unique snippet, tolerating whitespace slips, with a diff.
 
 use async_trait::async_trait;
-use crow_core::{FileEdit, Tool, ToolContext, ToolKind, ToolMetadata, ToolResult};
+use crow_core::{FileEdit, Footprint, Tool, ToolContext, ToolKind, ToolMetadata, ToolResult};
 
 use crate::write::write_text;
 use serde::Deserialize;
@@ -10,7 +10,7 @@ use crate::ToolOptions;
 use crate::args::{lenient_bool, parse, require_permission};
 use crate::fuzzy::{Found, Outcome, Strategy, find, line_spans};
 use crate::output::{cap_head_tail, unified_diff};
-use crate::path::{display_path, resolve_path};
+use crate::path::{display_path, path_footprint, resolve_path};
 
 const SHAPE: &str =
     r#"{"path": string, "old_string": string, "new_string": string, "replace_all"?: boolean}"#;
@@ -64,6 +64,10 @@ impl Tool for EditFileTool {
 
     fn kind(&self) -> ToolKind {
         ToolKind::Edit
+    }
+
+    fn footprint(&self, input: &serde_json::Value, ctx: &ToolContext) -> Footprint {
+        path_footprint(ctx, input, "path", None, true)
     }
 
     async fn execute(&self, input: serde_json::Value, ctx: &ToolContext) -> ToolResult {

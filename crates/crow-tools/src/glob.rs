@@ -4,13 +4,13 @@ use std::path::PathBuf;
 use std::time::SystemTime;
 
 use async_trait::async_trait;
-use crow_core::{Tool, ToolContext, ToolKind, ToolResult};
+use crow_core::{Footprint, Tool, ToolContext, ToolKind, ToolResult};
 use serde::Deserialize;
 
 use crate::ToolOptions;
 use crate::args::parse;
 use crate::output::cap_head_tail;
-use crate::path::{display_path, resolve_path};
+use crate::path::{display_path, path_footprint, resolve_path};
 use crate::walk::{NameFilter, walker};
 
 const SHAPE: &str = r#"{"pattern": string, "path"?: string}"#;
@@ -60,6 +60,10 @@ impl Tool for GlobTool {
 
     fn kind(&self) -> ToolKind {
         ToolKind::Search
+    }
+
+    fn footprint(&self, input: &serde_json::Value, ctx: &ToolContext) -> Footprint {
+        path_footprint(ctx, input, "path", Some("."), false)
     }
 
     async fn execute(&self, input: serde_json::Value, ctx: &ToolContext) -> ToolResult {

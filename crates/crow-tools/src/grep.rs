@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
-use crow_core::{Tool, ToolContext, ToolKind, ToolResult};
+use crow_core::{Footprint, Tool, ToolContext, ToolKind, ToolResult};
 use grep_regex::RegexMatcherBuilder;
 use grep_searcher::sinks::Lossy;
 use grep_searcher::{BinaryDetection, SearcherBuilder};
@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use crate::ToolOptions;
 use crate::args::{lenient_bool, parse};
 use crate::output::truncate_line;
-use crate::path::{display_path, resolve_path};
+use crate::path::{display_path, path_footprint, resolve_path};
 use crate::walk::{NameFilter, walker};
 
 const SHAPE: &str = r#"{"pattern": string (regex), "path"?: string, "glob"?: string, "case_insensitive"?: boolean}"#;
@@ -71,6 +71,10 @@ impl Tool for GrepTool {
 
     fn kind(&self) -> ToolKind {
         ToolKind::Search
+    }
+
+    fn footprint(&self, input: &serde_json::Value, ctx: &ToolContext) -> Footprint {
+        path_footprint(ctx, input, "path", Some("."), false)
     }
 
     async fn execute(&self, input: serde_json::Value, ctx: &ToolContext) -> ToolResult {

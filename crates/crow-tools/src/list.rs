@@ -1,13 +1,13 @@
 //! `list_directory`: the entries of one directory, .gitignore-aware.
 
 use async_trait::async_trait;
-use crow_core::{Tool, ToolContext, ToolKind, ToolResult};
+use crow_core::{Footprint, Tool, ToolContext, ToolKind, ToolResult};
 use serde::Deserialize;
 
 use crate::ToolOptions;
 use crate::args::parse;
 use crate::output::cap_head_tail;
-use crate::path::{display_path, resolve_path};
+use crate::path::{display_path, path_footprint, resolve_path};
 use crate::walk::walker;
 
 const SHAPE: &str = r#"{"path"?: string}"#;
@@ -50,6 +50,10 @@ impl Tool for ListDirectoryTool {
 
     fn kind(&self) -> ToolKind {
         ToolKind::Read
+    }
+
+    fn footprint(&self, input: &serde_json::Value, ctx: &ToolContext) -> Footprint {
+        path_footprint(ctx, input, "path", Some("."), false)
     }
 
     async fn execute(&self, input: serde_json::Value, ctx: &ToolContext) -> ToolResult {

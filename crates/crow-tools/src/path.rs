@@ -3,7 +3,7 @@
 use std::io;
 use std::path::{Component, Path, PathBuf};
 
-use crow_core::ToolContext;
+use crow_core::{Footprint, ToolContext};
 
 /// Why a path was refused.
 #[derive(Debug, thiserror::Error)]
@@ -52,6 +52,26 @@ pub fn resolve_path(ctx: &ToolContext, path: &str) -> Result<PathBuf, PathError>
             path: trimmed.to_owned(),
             root: root.display().to_string(),
         })
+    }
+}
+
+/// The footprint of a call whose path argument is `input[key]` (or `default` when absent):
+/// the resolved path, read or written. A path that does not resolve touches nothing, since
+/// the call fails before it reads or writes.
+pub(crate) fn path_footprint(
+    ctx: &ToolContext,
+    input: &serde_json::Value,
+    key: &str,
+    default: Option<&str>,
+    writes: bool,
+) -> Footprint {
+    let Some(path) = input.get(key).and_then(|v| v.as_str()).or(default) else {
+        return Footprint::Nothing;
+    };
+    match resolve_path(ctx, path) {
+        Ok(resolved) if writes => Footprint::Writes(vec![resolved]),
+        Ok(resolved) => Footprint::Reads(vec![resolved]),
+        Err(_) => Footprint::Nothing,
     }
 }
 

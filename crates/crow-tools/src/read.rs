@@ -4,13 +4,13 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
 use async_trait::async_trait;
-use crow_core::{Tool, ToolContext, ToolKind, ToolResult};
+use crow_core::{Footprint, Tool, ToolContext, ToolKind, ToolResult};
 use serde::Deserialize;
 
 use crate::ToolOptions;
 use crate::args::{lenient_u64, parse};
 use crate::output::truncate_line;
-use crate::path::{display_path, resolve_path};
+use crate::path::{display_path, path_footprint, resolve_path};
 
 /// Lines shown when the model gives no limit.
 const DEFAULT_LIMIT: u64 = 2000;
@@ -69,6 +69,10 @@ impl Tool for ReadFileTool {
 
     fn kind(&self) -> ToolKind {
         ToolKind::Read
+    }
+
+    fn footprint(&self, input: &serde_json::Value, ctx: &ToolContext) -> Footprint {
+        path_footprint(ctx, input, "path", None, false)
     }
 
     async fn execute(&self, input: serde_json::Value, ctx: &ToolContext) -> ToolResult {

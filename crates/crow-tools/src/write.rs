@@ -3,13 +3,13 @@
 use std::path::Path;
 
 use async_trait::async_trait;
-use crow_core::{FileEdit, Tool, ToolContext, ToolKind, ToolMetadata, ToolResult};
+use crow_core::{FileEdit, Footprint, Tool, ToolContext, ToolKind, ToolMetadata, ToolResult};
 use serde::Deserialize;
 
 use crate::ToolOptions;
 use crate::args::{parse, require_permission};
 use crate::output::{diff_stats, unified_diff};
-use crate::path::{display_path, resolve_path};
+use crate::path::{display_path, path_footprint, resolve_path};
 
 const SHAPE: &str = r#"{"path": string, "content": string}"#;
 
@@ -55,6 +55,10 @@ impl Tool for WriteFileTool {
 
     fn kind(&self) -> ToolKind {
         ToolKind::Edit
+    }
+
+    fn footprint(&self, input: &serde_json::Value, ctx: &ToolContext) -> Footprint {
+        path_footprint(ctx, input, "path", None, true)
     }
 
     async fn execute(&self, input: serde_json::Value, ctx: &ToolContext) -> ToolResult {

@@ -439,3 +439,84 @@ async fn an_unknown_model_says_which_model_and_url() {
         "{line}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn calls_of_one_response_on_the_same_file_apply_in_call_order() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("f.txt"), "a\nb\nc\nd\ne\n").unwrap();
+    let edit =
+        |old: &str, new: &str| json!({"path": "f.txt", "old_string": old, "new_string": new});
+    let mut five = Reply::tool_call("edit_file", edit("a\n", "A\n"));
+    for (old, new) in [
+        ("b\n", "B\n"),
+        ("c\n", "C\n"),
+        ("d\n", "D\n"),
+        ("e\n", "E\n"),
+    ] {
+        five = five.with_tool_call("edit_file", edit(old, new));
+    }
+    let scenario = Scenario::new()
+        .reply(five)
+        // A write then an edit of its result, a read of the edited file, a search of the
+        // directory, and an edit that no longer matches once the write replaced the text.
+        .reply(
+            Reply::tool_call("write_file", json!({"path": "g.txt", "content": "one\n"}))
+                .with_tool_call(
+                    "edit_file",
+                    json!({"path": "g.txt", "old_string": "one", "new_string": "two"}),
+                )
+                .with_tool_call("read_file", json!({"path": "g.txt"}))
+                .with_tool_call("grep", json!({"pattern": "two"}))
+                .with_tool_call(
+                    "edit_file",
+                    json!({"path": "g.txt", "old_string": "one", "new_string": "three"}),
+                ),
+        )
+        .reply(Reply::text("done"));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let out = output(crow_run(dir.path(), &mock, "capitalise")).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("f.txt")).unwrap(),
+        "A\nB\nC\nD\nE\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("g.txt")).unwrap(),
+        "two\n"
+    );
+    let ends = out.of_type("tool_call_end");
+    let status: Vec<_> = ends
+        .iter()
+        .map(|e| e["result"]["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        status,
+        [
+            "success", "success", "success", "success", "success", "success", "success", "success",
+            "success", "error"
+        ]
+    );
+    assert!(
+        ends[7]["result"]["output"]
+            .as_str()
+            .unwrap()
+            .contains("two"),
+        "{}",
+        ends[7]
+    );
+    assert!(
+        ends[8]["result"]["output"]
+            .as_str()
+            .unwrap()
+            .contains("g.txt"),
+        "{}",
+        ends[8]
+    );
+    // Each edit's diff is against the result of the one before.
+    let diff = ends[4]["result"]["metadata"]["diff"].as_str().unwrap();
+    assert!(
+        diff.contains("-e") && diff.contains("+E") && diff.contains(" D"),
+        "{diff}"
+    );
+}
