@@ -52,6 +52,50 @@ pub enum ControlFlow {
     },
 }
 
+impl std::fmt::Display for ControlFlow {
+    /// What the flow does, in words (for `crow agents show`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ControlFlow::Hitl => f.write_str("hitl: control returns to you after each turn"),
+            ControlFlow::Loop => {
+                f.write_str("loop: the primary continues until it calls task_complete")
+            }
+            ControlFlow::Static { message } => write!(
+                f,
+                "static: after each turn the primary is told \"{message}\""
+            ),
+            ControlFlow::Generated { .. } => f.write_str(
+                "generated: after each turn a side model call writes the next instruction",
+            ),
+            ControlFlow::Coagent {
+                tools,
+                can_terminate,
+            } => {
+                let name = match (tools, can_terminate) {
+                    (CoagentTools::ReadOnly, true) => "judge: ",
+                    (CoagentTools::Full, true) => "smart: ",
+                    (CoagentTools::None, true) => "chat: ",
+                    _ => "",
+                };
+                let tools = match tools {
+                    CoagentTools::None => "no tools",
+                    CoagentTools::ReadOnly => "read-only tools",
+                    CoagentTools::Full => "every tool",
+                };
+                let ends = if *can_terminate {
+                    "only the coagent's task_complete ends the run"
+                } else {
+                    "the primary's task_complete ends the run"
+                };
+                write!(
+                    f,
+                    "{name}the coagent ({tools}) takes a turn after each of the primary's; {ends}"
+                )
+            }
+        }
+    }
+}
+
 pub const DEFAULT_STATIC_NUDGE: &str =
     "Continue with the task. When everything it asks for is done and verified, call task_complete.";
 
@@ -110,24 +154,33 @@ impl ControlFlow {
         }
     }
 
-    pub fn level(&self) -> i8 {
-        match self {
+    /// The autonomy level this flow is, or `None` for a flow that is not on the -1..5 scale
+    /// (chat: a tool-less coagent that ends the run, unlike level 3's).
+    pub fn level(&self) -> Option<i8> {
+        let level = match self {
             ControlFlow::Hitl => -1,
             ControlFlow::Loop => 0,
             ControlFlow::Static { .. } => 1,
             ControlFlow::Generated { .. } => 2,
-            ControlFlow::Coagent {
-                tools: CoagentTools::None,
-                ..
-            } => 3,
-            ControlFlow::Coagent {
-                tools: CoagentTools::ReadOnly,
-                ..
-            } => 4,
-            ControlFlow::Coagent {
-                tools: CoagentTools::Full,
-                ..
-            } => 5,
+            ControlFlow::Coagent { .. } => {
+                return (3..=5).find(|l| ControlFlow::from_level(*l).as_ref() == Some(self));
+            }
+        };
+        Some(level)
+    }
+
+    /// A short label for listings: `level 4`, or the preset's name off the scale (`chat`).
+    pub fn label(&self) -> String {
+        match (self.level(), self) {
+            (Some(level), _) => format!("level {level}"),
+            (
+                None,
+                ControlFlow::Coagent {
+                    tools: CoagentTools::None,
+                    can_terminate: true,
+                },
+            ) => "chat".into(),
+            (None, _) => "coagent".into(),
         }
     }
 

@@ -427,9 +427,14 @@ async fn cancelling_mid_coagent_stops_everything() {
 #[test]
 fn levels_map_onto_flows_and_back() {
     for level in -1..=5 {
-        assert_eq!(ControlFlow::from_level(level).unwrap().level(), level);
+        assert_eq!(ControlFlow::from_level(level).unwrap().level(), Some(level));
     }
     assert!(ControlFlow::from_level(6).is_none());
+    // Chat's coagent ends the run, level 3's cannot: chat is not level 3.
+    assert_eq!(ControlFlow::chat().level(), None);
+    assert_eq!(ControlFlow::chat().label(), "chat");
+    assert_eq!(ControlFlow::judge().label(), "level 4");
+    assert!(ControlFlow::chat().to_string().starts_with("chat: "));
     assert!(
         Crew::new(
             "x",

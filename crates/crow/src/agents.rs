@@ -44,6 +44,8 @@ pub struct AgentDef {
     /// `model` or `provider/model`; `None` (or "inherit") uses the session's model.
     pub model: Option<String>,
     pub temperature: Option<f32>,
+    /// Output token limit of each model call (`max_tokens`, `maxTokens`).
+    pub max_tokens: Option<u32>,
     pub max_iterations: Option<u32>,
     /// Allowed tools (crow names, `*` suffix wildcards); `None` = all.
     pub tools: Option<Vec<String>>,
@@ -241,6 +243,8 @@ struct Frontmatter {
     mode: Option<Mode>,
     model: Option<String>,
     temperature: Option<f32>,
+    #[serde(alias = "maxTokens", alias = "maxOutputTokens")]
+    max_tokens: Option<u32>,
     #[serde(alias = "steps", alias = "maxTurns", alias = "max_steps")]
     max_iterations: Option<u32>,
     tools: Option<ToolsSpec>,
@@ -278,6 +282,7 @@ fn parse_markdown(text: &str, path: &Path, source: DefSource) -> Result<AgentDef
         mode: meta.mode.unwrap_or(Mode::All),
         model: meta.model.filter(|m| m != "inherit"),
         temperature: meta.temperature,
+        max_tokens: meta.max_tokens,
         max_iterations: meta.max_iterations,
         tools,
         disallowed_tools: disallowed,
@@ -294,6 +299,7 @@ struct TomlAgent {
     mode: Option<Mode>,
     model: Option<String>,
     temperature: Option<f32>,
+    max_tokens: Option<u32>,
     max_iterations: Option<u32>,
     tools: Option<ToolsSpec>,
     disallowed_tools: Option<ToolsSpec>,
@@ -388,6 +394,7 @@ fn parse_toml(text: &str, path: &Path, source: DefSource) -> Result<Def, String>
             mode: raw.mode.unwrap_or(Mode::All),
             model: raw.model.filter(|m| m != "inherit"),
             temperature: raw.temperature,
+            max_tokens: raw.max_tokens,
             max_iterations: raw.max_iterations,
             tools,
             disallowed_tools: disallowed,
@@ -550,7 +557,7 @@ mod tests {
         .unwrap();
         std::fs::write(
             agents.join("docs.md"),
-            "---\ndescription: Writes docs\nmode: subagent\ntemperature: 0.1\nsteps: 7\ntools:\n  bash: false\n  write: true\n---\nWrite docs.\n",
+            "---\ndescription: Writes docs\nmode: subagent\ntemperature: 0.1\nmaxTokens: 900\nsteps: 7\ntools:\n  bash: false\n  write: true\n---\nWrite docs.\n",
         )
         .unwrap();
         std::fs::write(
@@ -575,6 +582,7 @@ mod tests {
         let opencode = &c.agents["docs"];
         assert_eq!(opencode.mode, Mode::Subagent);
         assert_eq!(opencode.max_iterations, Some(7));
+        assert_eq!(opencode.max_tokens, Some(900));
         assert!(!opencode.allows("bash") && opencode.allows("write_file"));
         let comp = &c.compositions["review-loop"];
         assert_eq!(comp.flow, ControlFlow::judge());

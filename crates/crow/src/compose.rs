@@ -69,13 +69,13 @@ impl Composer {
         }
     }
 
-    /// Makes agents use these system prompts (by agent name) instead of rendering new ones:
-    /// a resumed session keeps the prompts it started with.
     /// Subagent histories are written here too.
     pub fn set_history_sink(&self, sink: Arc<dyn crow_core::HistorySink>) {
         let _ = self.history_sink.set(sink);
     }
 
+    /// Makes agents use these system prompts (by agent name) instead of rendering new ones:
+    /// a resumed session keeps the prompts it started with.
     pub fn set_stored_prompts(&self, prompts: HashMap<String, String>) {
         *self
             .stored_prompts
@@ -192,6 +192,7 @@ impl Composer {
         let config = AgentConfig {
             max_iterations: def.max_iterations.unwrap_or(self.max_iterations),
             temperature: def.temperature,
+            max_tokens: def.max_tokens,
             ..AgentConfig::default()
         };
         let agent = BaseAgent::new(
@@ -236,22 +237,10 @@ impl Composer {
     }
 }
 
-/// Subagents for the `task` tool: agents that may run as subagents, and user compositions.
+/// Subagents for the `task` tool: agents that may run as subagents, and compositions.
 impl SubagentFactory for Composer {
     fn available(&self) -> Vec<(String, String)> {
-        let agents = self
-            .catalog
-            .agents
-            .values()
-            .filter(|a| a.mode != Mode::Primary)
-            .map(|a| (a.name.clone(), a.description.clone()));
-        let compositions = self
-            .catalog
-            .compositions
-            .values()
-            .filter(|c| c.source != DefSource::BuiltIn)
-            .map(|c| (c.name.clone(), c.description.clone()));
-        agents.chain(compositions).collect()
+        subagents(&self.catalog)
     }
 
     fn history_sink(&self) -> Option<Arc<dyn crow_core::HistorySink>> {
@@ -262,6 +251,23 @@ impl SubagentFactory for Composer {
         self.crew_under(name, None, Some(parent))
             .map_err(|e| format!("{e:#}"))
     }
+}
+
+/// What the `task` tool offers: agents that may run as subagents, and every composition but
+/// the built-in single-agent ones (`build`, `plan` are their agent under another name), so a
+/// subagent can come with its own reviewer (`build-judge`, `build-smart`).
+fn subagents(catalog: &Catalog) -> Vec<(String, String)> {
+    let agents = catalog
+        .agents
+        .values()
+        .filter(|a| a.mode != Mode::Primary)
+        .map(|a| (a.name.clone(), a.description.clone()));
+    let compositions = catalog
+        .compositions
+        .values()
+        .filter(|c| c.source != DefSource::BuiltIn || c.flow != crow_core::ControlFlow::Hitl)
+        .map(|c| (c.name.clone(), c.description.clone()));
+    agents.chain(compositions).collect()
 }
 
 /// Subagents may nest this deep below a top-level agent.
@@ -281,4 +287,22 @@ pub fn with_subagents(composer: Composer) -> Arc<Composer> {
         MAX_PARALLEL_SUBAGENTS,
     )));
     composer
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn built_in_compositions_with_a_reviewer_are_offered_as_subagents() {
+        let empty = tempfile::tempdir().unwrap();
+        let catalog = crate::agents::load_catalog(None, empty.path());
+        let names: Vec<String> = subagents(&catalog).into_iter().map(|(n, _)| n).collect();
+        for offered in ["build-judge", "build-smart", "build-loop", "pair"] {
+            assert!(names.iter().any(|n| n == offered), "{offered} in {names:?}");
+        }
+        for hidden in ["build", "plan"] {
+            assert!(!names.iter().any(|n| n == hidden), "{hidden} in {names:?}");
+        }
+    }
 }

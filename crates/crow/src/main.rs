@@ -305,9 +305,9 @@ fn agents_command(command: AgentsCommand) -> Result<ExitCode> {
                     _ => c.primary.clone(),
                 };
                 println!(
-                    "  {:<14} level {:>2}  {:<20} {}",
+                    "  {:<14} {:<9} {:<20} {}",
                     c.name,
-                    c.flow.level(),
+                    c.flow.label(),
                     team,
                     c.description
                 );
@@ -335,18 +335,31 @@ fn agents_command(command: AgentsCommand) -> Result<ExitCode> {
                 if let Some(co) = &c.coagent {
                     println!("coagent:    {co}");
                 }
-                println!("flow:       {:?} (level {})", c.flow, c.flow.level());
+                println!("flow:       {} ({})", c.flow, c.flow.label());
                 println!("max_rounds: {}", c.max_rounds);
-                println!("handoff:    {:?}", c.handoff);
+                let handoff = match &c.handoff {
+                    h if *h == crow_core::Handoff::default() => {
+                        "the built-in review template".into()
+                    }
+                    crow_core::Handoff::Static { text } => format!("fixed text: {text}"),
+                    crow_core::Handoff::Template { template } => format!("template:\n{template}"),
+                    crow_core::Handoff::Generated { generator_prompt } => {
+                        format!("written by a side model call: {generator_prompt}")
+                    }
+                };
+                println!("handoff:    {handoff}");
             } else if let Some(a) = catalog.agents.get(&name) {
                 println!("agent {}  ({})\n{}", a.name, a.source, a.description);
-                println!("mode:        {:?}", a.mode);
+                println!("mode:        {}", format!("{:?}", a.mode).to_lowercase());
                 println!(
                     "model:       {}",
                     a.model.as_deref().unwrap_or("(the session's)")
                 );
                 if let Some(t) = a.temperature {
                     println!("temperature: {t}");
+                }
+                if let Some(n) = a.max_tokens {
+                    println!("max_tokens:  {n}");
                 }
                 if let Some(n) = a.max_iterations {
                     println!("max_iterations: {n}");

@@ -56,7 +56,11 @@ mod tests {
         assert_eq!(a, b);
         assert!(a.starts_with("You are a test agent.\n\n# Environment"));
         assert!(a.contains("Working directory: /w/p"));
-        assert!(a.contains("(a git repository)"));
+        // One fact per line (a block tag at a line end once swallowed the line break).
+        assert!(
+            a.contains("- Project root: /w/p (a git repository)\n- Platform: "),
+            "{a}"
+        );
         assert!(a.contains("2026-11-21"));
         assert!(
             a.len() < 3000,

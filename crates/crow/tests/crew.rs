@@ -149,7 +149,7 @@ async fn a_project_agent_file_restricts_tools_and_a_broken_one_is_reported() {
     let dir = tempfile::tempdir().unwrap();
     let agents = dir.path().join(".crow/agents");
     std::fs::create_dir_all(&agents).unwrap();
-    std::fs::write(agents.join("looker.md"), "---\nname: looker\ndescription: Only looks\ntools: Read, Grep\n---\nYou are a careful looker.\n").unwrap();
+    std::fs::write(agents.join("looker.md"), "---\nname: looker\ndescription: Only looks\ntools: Read, Grep\nmax_tokens: 777\n---\nYou are a careful looker.\n").unwrap();
     std::fs::write(agents.join("bad.toml"), "primary = \"looker\"\nlevel = 9\n").unwrap();
     let mock = MockLlm::start(Scenario::new().reply(Reply::text("Looked.")))
         .await
@@ -171,6 +171,10 @@ async fn a_project_agent_file_restricts_tools_and_a_broken_one_is_reported() {
         .map(|t| t["function"]["name"].as_str().unwrap())
         .collect();
     assert_eq!(tools, ["grep", "read_file"]);
+    assert_eq!(
+        body["max_tokens"], 777,
+        "the definition's max_tokens reaches the request"
+    );
     assert!(
         body["messages"][0]["content"]
             .as_str()
