@@ -42,8 +42,8 @@ pub use provider::{
 };
 pub use session::{HistorySink, Session};
 pub use store::{
-    NewSession, SessionFilter, SessionInfo, SessionStatus, SessionStore, StoreError, StoredEntry,
-    UsageRecord,
+    NewSession, SessionFilter, SessionInfo, SessionSettings, SessionStatus, SessionStore,
+    StoreError, StoredEntry, UsageRecord,
 };
 pub use subagent::{SubagentFactory, TASK, TaskTool};
 pub use tool::{

@@ -78,6 +78,22 @@ pub struct SessionInfo {
     pub updated_at: DateTime<Utc>,
     /// History entries of all its agents.
     pub entries: u64,
+    /// The rest of what the user chose for the session.
+    #[serde(default)]
+    pub settings: SessionSettings,
+}
+
+/// What the user chose for a session beyond its agent, provider, model and level, kept so
+/// that resume, load and restart give it back. Stored as JSON: a field added later is read
+/// as its default from older sessions, and an older crow ignores it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionSettings {
+    /// The endpoint the session talks to, so a resume never sends it anywhere else.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    /// Front-end choices by name (ACP: `approve`, the approval level).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub options: std::collections::BTreeMap<String, String>,
 }
 
 /// One history entry as stored: which agent's history it belongs to and where.
@@ -192,6 +208,9 @@ pub trait SessionStore: HistorySink {
 
     /// Records the model of the latest run (a resumed session may use another one).
     fn set_model(&self, session_id: &str, provider: &str, model: &str) -> Result<(), StoreError>;
+
+    /// Replaces the session's [`SessionSettings`].
+    fn set_settings(&self, session_id: &str, settings: &SessionSettings) -> Result<(), StoreError>;
 
     /// Removes the session with its entries and usage; no other session is touched.
     fn delete_session(&self, session_id: &str) -> Result<(), StoreError>;

@@ -175,6 +175,9 @@ impl SessionDump {
             "  model    {} ({}), agent {}",
             info.model, info.provider, info.agent
         );
+        if let Some(url) = &info.settings.base_url {
+            let _ = writeln!(out, "  endpoint {url}");
+        }
         let _ = writeln!(
             out,
             "  started  {}  updated {}",

@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use crow_core::{
-    EntryKind, HistoryEntry, HistorySink, NewSession, SessionFilter, SessionInfo, SessionStatus,
-    SessionStore, StoreError, StoredEntry, Usage, UsageRecord,
+    EntryKind, HistoryEntry, HistorySink, NewSession, SessionFilter, SessionInfo, SessionSettings,
+    SessionStatus, SessionStore, StoreError, StoredEntry, Usage, UsageRecord,
 };
 use rusqlite::{OptionalExtension, Row, TransactionBehavior, params};
 use sha2::{Digest, Sha256};
@@ -26,7 +26,7 @@ fn parse_ts(text: &str) -> Result<DateTime<Utc>, StoreError> {
 
 const SESSION_COLUMNS: &str = "s.id, s.project_root, s.cwd, s.title, s.agent, s.provider, \
     s.model, s.status, s.created_at, s.updated_at, \
-    (SELECT count(*) FROM entries e WHERE e.session_id = s.id), s.level";
+    (SELECT count(*) FROM entries e WHERE e.session_id = s.id), s.level, s.settings";
 
 fn session_row(row: &Row<'_>) -> rusqlite::Result<RawSession> {
     Ok(RawSession {
@@ -42,6 +42,7 @@ fn session_row(row: &Row<'_>) -> rusqlite::Result<RawSession> {
         updated_at: row.get(9)?,
         entries: row.get(10)?,
         level: row.get(11)?,
+        settings: row.get(12)?,
     })
 }
 
@@ -58,6 +59,7 @@ struct RawSession {
     updated_at: String,
     entries: i64,
     level: Option<i64>,
+    settings: String,
 }
 
 impl RawSession {
@@ -80,6 +82,9 @@ impl RawSession {
             model: self.model,
             level: self.level.and_then(|l| i8::try_from(l).ok()),
             entries: u64::try_from(self.entries).unwrap_or(0),
+            // Settings are a convenience: unreadable ones fall back to the defaults rather
+            // than making the session unreachable.
+            settings: serde_json::from_str(&self.settings).unwrap_or_default(),
         })
     }
 }
@@ -476,6 +481,22 @@ impl SessionStore for SqliteStore {
             .execute(
                 "UPDATE sessions SET level = ?2 WHERE id = ?1",
                 params![session_id, level],
+            )
+            .map_err(|e| self.err(e))?;
+        if n == 0 {
+            return Err(StoreError::NotFound(session_id.to_owned()));
+        }
+        Ok(())
+    }
+
+    fn set_settings(&self, session_id: &str, settings: &SessionSettings) -> Result<(), StoreError> {
+        let json = serde_json::to_string(settings)
+            .map_err(|e| StoreError::Other(format!("cannot encode session settings: {e}")))?;
+        let conn = self.conn()?;
+        let n = conn
+            .execute(
+                "UPDATE sessions SET settings = ?2 WHERE id = ?1",
+                params![session_id, json],
             )
             .map_err(|e| self.err(e))?;
         if n == 0 {

@@ -76,6 +76,10 @@ pub const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE sessions ADD COLUMN level INTEGER;
     "#,
+    // 3: what else the user chose for the session (endpoint, approvals), as JSON.
+    r#"
+    ALTER TABLE sessions ADD COLUMN settings TEXT NOT NULL DEFAULT '{}';
+    "#,
 ];
 
 /// The schema version this crow writes.

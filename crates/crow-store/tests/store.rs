@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use chrono::Utc;
 use crow_core::{
-    EntryKind, HistoryEntry, HistorySink, NewSession, Session, SessionFilter, SessionStatus,
-    SessionStore, StoreError, Usage, UsageRecord,
+    EntryKind, HistoryEntry, HistorySink, NewSession, Session, SessionFilter, SessionSettings,
+    SessionStatus, SessionStore, StoreError, Usage, UsageRecord,
 };
 use crow_store::{ExportFormat, SqliteStore, StoreOptions, sample};
 
@@ -547,8 +547,11 @@ fn an_older_schema_is_migrated_in_place_keeping_its_sessions() {
     // Take the file back to schema 1, as the first crow with a store wrote it.
     {
         let conn = rusqlite::Connection::open(&path).unwrap();
-        conn.execute_batch("ALTER TABLE sessions DROP COLUMN level; PRAGMA user_version = 1;")
-            .unwrap();
+        conn.execute_batch(
+            "ALTER TABLE sessions DROP COLUMN level; ALTER TABLE sessions DROP COLUMN settings; \
+             PRAGMA user_version = 1;",
+        )
+        .unwrap();
     }
     let store = SqliteStore::open(&path).unwrap();
     let version: i64 = rusqlite::Connection::open(&path)
@@ -560,6 +563,38 @@ fn an_older_schema_is_migrated_in_place_keeping_its_sessions() {
     assert_eq!(store.session("old").unwrap().level, None);
     store.set_level("old", Some(4)).unwrap();
     assert_eq!(store.session("old").unwrap().level, Some(4));
+    assert_eq!(
+        store.session("old").unwrap().settings,
+        SessionSettings::default()
+    );
+}
+
+#[test]
+fn session_settings_are_kept_and_unreadable_ones_fall_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db(dir.path());
+    let store = SqliteStore::open(&path).unwrap();
+    store.create_session(&new_session("s1", "/p")).unwrap();
+    let mut settings = SessionSettings {
+        base_url: Some("http://127.0.0.1:8000/v1".into()),
+        ..SessionSettings::default()
+    };
+    settings.options.insert("approve".into(), "edits".into());
+    store.set_settings("s1", &settings).unwrap();
+    assert_eq!(store.session("s1").unwrap().settings, settings);
+    assert!(matches!(
+        store.set_settings("nope", &settings),
+        Err(StoreError::NotFound(_))
+    ));
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute(
+            "UPDATE sessions SET settings = '{not json' WHERE id = 's1'",
+            [],
+        )
+        .unwrap();
+    let info = store.session("s1").unwrap();
+    assert_eq!(info.settings, SessionSettings::default());
 }
 
 #[test]

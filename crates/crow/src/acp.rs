@@ -313,7 +313,7 @@ impl CrowRunner {
         };
         let crew = composer.crew(&mode, None)?;
         let primary = crew.primary().name.clone();
-        let (_, session) = sessions::resume(&store, &crew, info)?;
+        let (_, session) = sessions::resume(&store, &crew, &composer, info)?;
         let mcp = start_mcp(&spec, &loaded, &tools);
         let runner = Self {
             model: spec.model.clone(),
@@ -437,7 +437,7 @@ impl SessionRunner for CrowRunner {
         }
         if let Some(store) = &self.store {
             let noted = if self.stored {
-                sessions::note_agents(store, &crew, &self.spec.session_id)
+                sessions::note_agents(store, &crew, &self.composer, &self.spec.session_id)
             } else {
                 sessions::create_with_id(
                     store,

@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use crate::compose::Composer;
 use crate::config::{Config, LoadedConfig};
 use crate::render;
-use crate::sessions::{self, Resume};
+use crate::sessions;
 
 /// The provider crow will talk to and why it was chosen.
 pub struct Selection {
@@ -165,8 +165,8 @@ pub struct RunSpec {
     pub level: Option<i8>,
     pub json: bool,
     pub store: Arc<SqliteStore>,
-    /// Continue a stored session instead of starting one.
-    pub resume: Option<Resume>,
+    /// The stored session this run continues, if any.
+    pub resumed: Option<crow_core::SessionInfo>,
     /// Started in the background; their tools join the registry when ready.
     pub mcp_servers: Vec<crow_mcp::McpServerConfig>,
 }
@@ -177,14 +177,7 @@ pub struct RunSpec {
 pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
     let started = Instant::now();
     let store = Arc::clone(&spec.store);
-    let resumed = match &spec.resume {
-        Some(resume) => Some(sessions::find_resumed(
-            &store,
-            resume,
-            &spec.composer.project_root,
-        )?),
-        None => None,
-    };
+    let resumed = spec.resumed;
     let composition = spec
         .agent
         .clone()
@@ -204,7 +197,7 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
     spec.composer
         .set_history_sink(Arc::clone(&store) as Arc<dyn crow_core::HistorySink>);
     let (info, mut session) = match resumed {
-        Some(info) => sessions::resume(&store, &crew, info)?,
+        Some(info) => sessions::resume(&store, &crew, &spec.composer, info)?,
         None => sessions::create(&store, &crew, &spec.composer, &spec.prompt)?,
     };
     if spec.level.is_some() {

@@ -65,7 +65,7 @@ pub async fn run(json: bool, dir: Option<PathBuf>) -> Result<ExitCode> {
         json,
         // The demo's session is stored like any other, so `crow sessions show` can replay it.
         store: crate::sessions::open(&crate::config::Config::default())?,
-        resume: None,
+        resumed: None,
         mcp_servers: Vec::new(),
     })
     .await?;

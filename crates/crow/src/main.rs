@@ -237,19 +237,33 @@ async fn run(args: RunArgs) -> Result<ExitCode> {
     }
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
     let (root, _) = app::find_project_root(&cwd);
-    let loaded = config::load(&root, &overrides(&args.model, args.max_iterations))?;
+    let flags = overrides(&args.model, args.max_iterations);
+    let mut loaded = config::load(&root, &flags)?;
+    let store = sessions::open(&loaded.config)?;
+    let resume = match (args.continue_last, args.resume) {
+        (_, Some(id)) => Some(sessions::Resume::Id(id)),
+        (true, None) => Some(sessions::Resume::Latest),
+        (false, None) => None,
+    };
+    let resumed = match resume {
+        Some(resume) => Some(sessions::find_resumed(&store, &resume, &root)?),
+        None => None,
+    };
+    if let Some(info) = &resumed {
+        // A continued session keeps its provider, model and endpoint unless a flag says
+        // otherwise: its conversation never goes where the user did not send it.
+        let (kept, changed) = sessions::keep_session_choices(&flags, info);
+        for line in changed {
+            eprintln!("note: {line}");
+        }
+        loaded = config::load(&root, &kept)?;
+    }
     let selection = app::select_provider(&loaded)?;
     let fallback = selection.name == "ollama" && loaded.config.provider.is_none();
     let mcp_servers = mcp::servers(&loaded.config);
     let catalog = load_agents(&root);
     let tools = crow_tools::builtin_tools(&tool_options(&loaded.config));
     let max_iterations = loaded.config.max_iterations.unwrap_or(50);
-    let resume = match (args.continue_last, args.resume) {
-        (_, Some(id)) => Some(sessions::Resume::Id(id)),
-        (true, None) => Some(sessions::Resume::Latest),
-        (false, None) => None,
-    };
-    let store = sessions::open(&loaded.config)?;
     let composer = compose::Composer::new(
         loaded.config,
         selection.settings,
@@ -265,7 +279,7 @@ async fn run(args: RunArgs) -> Result<ExitCode> {
         level: args.level,
         json: args.json,
         store,
-        resume,
+        resumed,
         mcp_servers,
     };
     app::run_session(spec).await.map_err(|e| {

@@ -173,7 +173,6 @@ pub fn create_with_id(
     id: &str,
     prompt: &str,
 ) -> Result<(SessionInfo, CrewSession)> {
-    let primary = crew.primary();
     let info = store
         .create_session(&NewSession {
             id: id.to_owned(),
@@ -181,10 +180,11 @@ pub fn create_with_id(
             cwd: composer.cwd.clone(),
             title: crow_store::title_from_prompt(prompt),
             agent: crew.name.clone(),
-            provider: primary.provider().name().to_owned(),
-            model: primary.provider().model().to_owned(),
+            provider: composer.default_provider.name.clone(),
+            model: composer.default_provider.model.clone(),
         })
         .map_err(store_error)?;
+    let info = record_choices(store, &info.id, composer)?;
     store_prompts(store, crew, &info.id, &BTreeMap::new())?;
     let session = crew_session(store, crew, &info, composer.cwd.clone(), false)?;
     Ok((info, session))
@@ -194,22 +194,10 @@ pub fn create_with_id(
 pub fn resume(
     store: &Arc<SqliteStore>,
     crew: &Crew,
+    composer: &Composer,
     info: SessionInfo,
 ) -> Result<(SessionInfo, CrewSession)> {
-    let stored = store.system_prompts(&info.id).map_err(store_error)?;
-    // An agent the session did not have before (another composition or level) starts now.
-    store_prompts(store, crew, &info.id, &stored)?;
-    let primary = crew.primary();
-    store
-        .set_model(
-            &info.id,
-            primary.provider().name(),
-            primary.provider().model(),
-        )
-        .map_err(store_error)?;
-    store
-        .set_status(&info.id, SessionStatus::Active)
-        .map_err(store_error)?;
+    note_agents(store, crew, composer, &info.id)?;
     // A resumed session works where it started: that is the directory the model was told.
     let cwd = if info.cwd.is_dir() {
         info.cwd.clone()
@@ -221,17 +209,66 @@ pub fn resume(
 }
 
 /// Before another run of a stored session: the prompts of agents it did not have before
-/// (another mode's reviewer), the model now used, and that it is active again.
-pub fn note_agents(store: &SqliteStore, crew: &Crew, id: &str) -> Result<()> {
+/// (another mode's reviewer), the model and endpoint now used, and that it is active again.
+pub fn note_agents(store: &SqliteStore, crew: &Crew, composer: &Composer, id: &str) -> Result<()> {
     let stored = store.system_prompts(id).map_err(store_error)?;
     store_prompts(store, crew, id, &stored)?;
-    let primary = crew.primary();
-    store
-        .set_model(id, primary.provider().name(), primary.provider().model())
-        .map_err(store_error)?;
+    record_choices(store, id, composer)?;
     store
         .set_status(id, SessionStatus::Active)
         .map_err(store_error)
+}
+
+/// Records the session's provider, model and endpoint (the session's choice, which agents
+/// without a model of their own use), keeping its other settings.
+fn record_choices(store: &SqliteStore, id: &str, composer: &Composer) -> Result<SessionInfo> {
+    let chosen = &composer.default_provider;
+    store
+        .set_model(id, &chosen.name, &chosen.model)
+        .map_err(store_error)?;
+    let mut info = store.session(id).map_err(store_error)?;
+    if info.settings.base_url.as_deref() != Some(chosen.base_url.as_str()) {
+        info.settings.base_url = Some(chosen.base_url.clone());
+        store
+            .set_settings(id, &info.settings)
+            .map_err(store_error)?;
+    }
+    Ok(info)
+}
+
+/// The model flags of a run that continues `info`: the session's provider, model and endpoint
+/// unless a flag names another. A flag naming another provider drops the session's model and
+/// endpoint too (they belonged to the old one). Also returns a line per choice a flag changed,
+/// for the user to see.
+pub fn keep_session_choices(
+    flags: &crate::config::Overrides,
+    info: &SessionInfo,
+) -> (crate::config::Overrides, Vec<String>) {
+    let mut kept = flags.clone();
+    let mut changed = Vec::new();
+    let mut note = |what: &str, now: &str, before: &str| {
+        if now != before {
+            changed.push(format!(
+                "{what} {now} for this run (the session used {before})"
+            ));
+        }
+    };
+    match &flags.provider {
+        Some(provider) => note("provider", provider, &info.provider),
+        None => kept.provider = Some(info.provider.clone()),
+    }
+    let same_provider = kept.provider.as_deref() == Some(info.provider.as_str());
+    match &flags.model {
+        Some(model) => note("model", model, &info.model),
+        None if same_provider => kept.model = Some(info.model.clone()),
+        None => {}
+    }
+    match (&flags.base_url, &info.settings.base_url) {
+        (Some(url), Some(before)) => note("endpoint", url, before),
+        (None, Some(before)) if same_provider => kept.base_url = Some(before.clone()),
+        _ => {}
+    }
+    (kept, changed)
 }
 
 fn store_prompts(

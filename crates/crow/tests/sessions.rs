@@ -467,3 +467,63 @@ async fn a_level_given_to_a_session_stays_with_it_on_resume() {
     assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
     assert_eq!(mock.remaining_steps(), 0, "the resumed run looped too");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_continued_session_keeps_its_provider_model_and_endpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = Scenario::new()
+        .reply(Reply::text("one"))
+        .reply(Reply::text("two"))
+        .reply(Reply::text("three"));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let out = output(crow_run(dir.path(), &mock, "first")).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    let info = only_session(dir.path());
+    assert_eq!(
+        info.settings.base_url.as_deref(),
+        Some(mock.openai_base_url().as_str())
+    );
+
+    // No flags, and a key in the environment that would otherwise select OpenAI's own
+    // endpoint: the conversation goes where the session has always gone.
+    let mut cmd = crow(dir.path());
+    cmd.env("OPENAI_API_KEY", "sk-not-for-this-session").args([
+        "run",
+        "--json",
+        "--continue",
+        "second",
+    ]);
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    assert!(
+        !out.stderr.contains("note:"),
+        "nothing overridden: {}",
+        out.stderr
+    );
+    assert_eq!(mock.requests()[1].body["model"], "mock-model");
+
+    // A flag overrides one choice for the run, says so, and keeps the endpoint.
+    let mut cmd = crow(dir.path());
+    cmd.env("OPENAI_API_KEY", "sk-not-for-this-session").args([
+        "run",
+        "--json",
+        "--model",
+        "other-model",
+        "--continue",
+        "third",
+    ]);
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("model other-model for this run (the session used mock-model)"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(mock.requests()[2].body["model"], "other-model");
+    let info = only_session(dir.path());
+    assert_eq!(
+        (info.provider.as_str(), info.model.as_str()),
+        ("openai", "other-model")
+    );
+}
