@@ -4,7 +4,7 @@
 // Environment: CROW_BIN (the crow binary), MOCK_URL (the mock's base URL, http://127.0.0.1:PORT).
 
 import { spawn } from "node:child_process";
-import { mkdtempSync, mkdirSync, writeFileSync, readFileSync, existsSync, rmSync } from "node:fs";
+import { mkdtempSync, mkdirSync, writeFileSync, readFileSync, existsSync, rmSync, realpathSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Readable, Writable } from "node:stream";
@@ -49,6 +49,13 @@ export function project() {
       "context_window = 32000",
       "",
     ].join("\n"),
+  );
+  // The project's config sets an endpoint, so the user (the test's HOME) trusts it.
+  const userConfig = join(dir, ".home", ".config", "crow");
+  mkdirSync(userConfig, { recursive: true });
+  writeFileSync(
+    join(userConfig, "config.toml"),
+    `[projects.${JSON.stringify(realpathSync(dir))}]\ntrusted = true\n`,
   );
   return dir;
 }

@@ -256,6 +256,7 @@ impl CrowRunner {
     fn new(spec: &SessionSpec, overrides: &Overrides) -> Result<Self> {
         let (root, _) = find_project_root(&spec.cwd);
         let loaded = config::load(&root, overrides)?;
+        loaded.require_trust(&root)?;
         let tools = crow_tools::builtin_tools(&crate::tool_options(&loaded.config));
         let composer = compose(spec, &loaded, &tools, &spec.model)?;
         let store = match sessions::open(&loaded.config) {
@@ -295,6 +296,7 @@ impl CrowRunner {
     fn restore(mut spec: SessionSpec, overrides: &Overrides) -> Result<RestoredSession> {
         let (root, _) = find_project_root(&spec.cwd);
         let loaded = config::load(&root, overrides)?;
+        loaded.require_trust(&root)?;
         let store = sessions::open(&loaded.config)?;
         let info = store.session(&spec.session_id)?;
         let timeline = store.timeline(&info.id)?;

@@ -29,6 +29,19 @@ pub struct Config {
     /// MCP servers whose tools crow offers (`[mcp_servers.NAME]`; also read from `.mcp.json`).
     #[serde(default)]
     pub mcp_servers: BTreeMap<String, crow_mcp::McpServerEntry>,
+    /// Projects the user trusts (`[projects."/path"] trusted = true`; `crow trust`). Declared
+    /// here so the user's file is validated; trust.rs reads it from the user's layer alone.
+    #[serde(default)]
+    #[allow(dead_code)]
+    pub projects: BTreeMap<String, ProjectEntry>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProjectEntry {
+    /// The project's own config may set where requests go, MCP servers and the store.
+    #[allow(dead_code)]
+    pub trusted: Option<bool>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -138,6 +151,8 @@ pub struct Overrides {
     pub model: Option<String>,
     pub max_iterations: Option<u32>,
     pub base_url: Option<String>,
+    /// Trust the project's own config for this run (`--trust-project`).
+    pub trust_project: bool,
 }
 
 /// The merged configuration and, for `crow config show`, where each value came from.
@@ -147,6 +162,26 @@ pub struct LoadedConfig {
     pub sources: BTreeMap<String, (toml::Value, Source)>,
     /// `--base-url`, applied to whichever provider is selected.
     pub base_url_override: Option<String>,
+    /// Keys of the project's own config left out because the project is not trusted, each
+    /// with its file.
+    pub untrusted: Vec<String>,
+}
+
+impl LoadedConfig {
+    /// Refuses to go on when the project's config sets what only a trusted project may:
+    /// running without those keys would surprise the user, running with them could send
+    /// their key or conversation somewhere they never chose.
+    pub fn require_trust(&self, project_root: &Path) -> Result<()> {
+        if self.untrusted.is_empty() {
+            return Ok(());
+        }
+        bail!(
+            "this project's configuration sets {}, which could send your API key or conversation elsewhere or run commands; \
+             if you trust {}, run `crow trust` there (or pass --trust-project for one run); otherwise remove those keys",
+            self.untrusted.join(", "),
+            project_root.display()
+        )
+    }
 }
 
 /// Where crow reads its user configuration: `$XDG_CONFIG_HOME/crow` (or `~/.config/crow`).
@@ -160,23 +195,30 @@ pub fn user_config_dir() -> Option<PathBuf> {
 pub fn load(project_root: &Path, flags: &Overrides) -> Result<LoadedConfig> {
     let mut layers: Vec<(toml::Table, Source)> = Vec::new();
     layers.push((parse_layer(DEFAULTS, &Source::Default)?, Source::Default));
+    let user = match user_config_dir() {
+        Some(dir) => read_layer(&dir.join("config.toml"))?,
+        None => None,
+    };
+    let trusted = flags.trust_project
+        || crate::trust::is_trusted(user.as_ref().map(|(table, _)| table), project_root);
+    // The project's layers: guarded keys count only in a trusted project.
+    let mut untrusted = Vec::new();
+    let mut guard = |(mut table, source): (toml::Table, Source)| {
+        if trusted {
+            table.remove("projects");
+        } else {
+            let removed = crate::trust::strip_guarded(&mut table);
+            untrusted.extend(removed.into_iter().map(|key| format!("{key} ({source})")));
+        }
+        (table, source)
+    };
     // The project's .mcp.json ranks below crow's own files, which can override its entries.
     if let Some(layer) = crate::mcp::mcp_json_layer(project_root)? {
-        layers.push(layer);
+        layers.push(guard(layer));
     }
-    let files = user_config_dir()
-        .map(|d| d.join("config.toml"))
-        .into_iter()
-        .chain([project_root.join(".crow").join("config.toml")]);
-    for path in files {
-        match std::fs::read_to_string(&path) {
-            Ok(text) => {
-                let source = Source::File(path);
-                layers.push((parse_layer(&text, &source)?, source));
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => bail!("cannot read config file {}: {e}", path.display()),
-        }
+    layers.extend(user);
+    if let Some(layer) = read_layer(&project_root.join(".crow").join("config.toml"))? {
+        layers.push(guard(layer));
     }
     for (var, key) in [("CROW_PROVIDER", "provider"), ("CROW_MODEL", "model")] {
         if let Some(value) = env_nonempty(var) {
@@ -237,7 +279,20 @@ pub fn load(project_root: &Path, flags: &Overrides) -> Result<LoadedConfig> {
         config,
         sources,
         base_url_override: flags.base_url.clone(),
+        untrusted,
     })
+}
+
+/// One config file as a layer; `None` when it does not exist.
+fn read_layer(path: &Path) -> Result<Option<(toml::Table, Source)>> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => {
+            let source = Source::File(path.to_path_buf());
+            Ok(Some((parse_layer(&text, &source)?, source)))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => bail!("cannot read config file {}: {e}", path.display()),
+    }
 }
 
 fn env_nonempty(var: &str) -> Option<String> {

@@ -13,6 +13,7 @@ mod mcp;
 mod prompt;
 mod render;
 mod sessions;
+mod trust;
 
 use std::io::Read;
 use std::process::ExitCode;
@@ -56,6 +57,15 @@ enum Command {
     Agents {
         #[command(subcommand)]
         command: AgentsCommand,
+    },
+    /// Trust this project's own configuration (.crow/config.toml, .mcp.json): its endpoints,
+    /// keys, MCP servers and store settings take effect from now on
+    Trust {
+        /// The project (default: the current one)
+        path: Option<std::path::PathBuf>,
+        /// Stop trusting it
+        #[arg(long)]
+        remove: bool,
     },
     /// List, show, export and delete stored sessions
     Sessions {
@@ -125,6 +135,10 @@ struct ModelArgs {
     /// Base URL of the provider's API (e.g. http://localhost:8000/v1 for vLLM)
     #[arg(long)]
     base_url: Option<String>,
+    /// Let the project's own config set endpoints, keys, MCP servers and the store for this
+    /// run (`crow trust` makes it permanent)
+    #[arg(long)]
+    trust_project: bool,
 }
 
 fn main() -> ExitCode {
@@ -189,6 +203,23 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
             sessions::run(command, &loaded.config, &root)
         }
         Command::Mcp { command } => mcp::command(command).await,
+        Command::Trust { path, remove } => {
+            let cwd = std::env::current_dir().context("cannot read the current directory")?;
+            let dir = path.map_or(cwd, |p| p);
+            let (root, _) = app::find_project_root(&dir);
+            let file = trust::set_trust(&root, !remove)?;
+            eprintln!(
+                "{} {} ({})",
+                if remove {
+                    "no longer trusted:"
+                } else {
+                    "trusted:"
+                },
+                root.display(),
+                file.display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Agents { command } => agents_command(command),
         Command::Acp(model) => {
             acp::serve(overrides(&model, None)).await?;
@@ -201,6 +232,9 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
             let (root, _) = app::find_project_root(&cwd);
             let loaded = config::load(&root, &overrides(&model, None))?;
             print!("{}", config::render_show(&loaded));
+            for key in &loaded.untrusted {
+                println!("# ignored until you trust the project (crow trust): {key}");
+            }
             match app::select_provider(&loaded) {
                 Ok(sel) => println!(
                     "\n# selected: provider {} ({}), model {}, {}",
@@ -219,6 +253,7 @@ fn overrides(model: &ModelArgs, max_iterations: Option<u32>) -> Overrides {
         model: model.model.clone(),
         max_iterations,
         base_url: model.base_url.clone(),
+        trust_project: model.trust_project,
     }
 }
 
@@ -239,6 +274,7 @@ async fn run(args: RunArgs) -> Result<ExitCode> {
     let (root, _) = app::find_project_root(&cwd);
     let flags = overrides(&args.model, args.max_iterations);
     let mut loaded = config::load(&root, &flags)?;
+    loaded.require_trust(&root)?;
     let store = sessions::open(&loaded.config)?;
     let resume = match (args.continue_last, args.resume) {
         (_, Some(id)) => Some(sessions::Resume::Id(id)),

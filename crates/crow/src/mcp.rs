@@ -258,13 +258,13 @@ fn pairs(items: &[String], flag: &str) -> Result<std::collections::BTreeMap<Stri
         .collect()
 }
 
-fn user_config_file() -> Result<std::path::PathBuf> {
+pub(crate) fn user_config_file() -> Result<std::path::PathBuf> {
     config::user_config_dir()
         .map(|d| d.join("config.toml"))
         .context("cannot find the user config directory (set CROW_CONFIG_DIR or HOME)")
 }
 
-fn read_or_empty(path: &Path) -> Result<String> {
+pub(crate) fn read_or_empty(path: &Path) -> Result<String> {
     match std::fs::read_to_string(path) {
         Ok(text) => Ok(text),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
@@ -272,7 +272,7 @@ fn read_or_empty(path: &Path) -> Result<String> {
     }
 }
 
-fn write(path: &Path, text: &str) -> Result<()> {
+pub(crate) fn write(path: &Path, text: &str) -> Result<()> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }

@@ -62,6 +62,7 @@ async fn crow_run_calls_a_tool_of_a_server_from_mcp_json_and_uses_its_result() {
         .to_string(),
     )
     .unwrap();
+    trust_project(dir.path());
     // The server starts in the background (the first request goes out without it). The
     // first tool call waits for a flag the test sets when crow logs the server ready, so the
     // second request advertises the MCP tool.
@@ -152,6 +153,7 @@ async fn a_server_that_cannot_start_is_a_warning_and_the_run_goes_on() {
         dir.path(),
         "[mcp_servers.ghost]\ncommand = \"/nonexistent/mcp-server\"\n",
     );
+    trust_project(dir.path());
     // The turn outlasts the failed start (a server failing after the turn is not reported).
     let scenario = Scenario::new()
         .reply(Reply::tool_call("bash", json!({"command": "sleep 1"})))
@@ -257,6 +259,7 @@ async fn the_user_config_overrides_mcp_json_and_unusable_entries_are_skipped() {
         "[mcp_servers.time]\nenabled = false\n",
     )
     .unwrap();
+    trust_project(dir.path());
     let mut list = crow(dir.path());
     list.args(["mcp", "list", "--json"]);
     let out = output(list).await;

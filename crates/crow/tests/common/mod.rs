@@ -61,6 +61,7 @@ pub fn crow_run_anthropic(dir: &Path, mock: &MockLlm, prompt: &str) -> Command {
             mock.base_url()
         ),
     );
+    trust_project(dir);
     let mut cmd = crow(dir);
     cmd.env("CROW_TEST_ANTHROPIC_KEY", "test-key-not-secret")
         .args(["run", "--json"])
@@ -68,6 +69,8 @@ pub fn crow_run_anthropic(dir: &Path, mock: &MockLlm, prompt: &str) -> Command {
     cmd
 }
 
+/// Writes the project's `.crow/config.toml`. Tests that set guarded keys (endpoints, MCP
+/// servers) also call [`trust_project`].
 pub fn write_project_config(dir: &Path, text: &str) {
     std::fs::create_dir_all(dir.join(".crow")).unwrap();
     std::fs::write(dir.join(".crow/config.toml"), text).unwrap();
@@ -149,4 +152,19 @@ pub fn only_session(dir: &Path) -> crow_core::SessionInfo {
 
 pub fn kinds(history: &[crow_core::HistoryEntry]) -> Vec<&'static str> {
     history.iter().map(|e| e.kind.name()).collect()
+}
+
+/// Lists `dir` as a trusted project in the test's user config (appended, so a test's own
+/// user settings stay), as `crow trust` would.
+pub fn trust_project(dir: &Path) {
+    use std::io::Write;
+    let config = dir.join(".home/.config/crow");
+    std::fs::create_dir_all(&config).unwrap();
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(config.join("config.toml"))
+        .unwrap();
+    let root = std::fs::canonicalize(dir).unwrap();
+    writeln!(file, "\n[projects.\"{}\"]\ntrusted = true", root.display()).unwrap();
 }

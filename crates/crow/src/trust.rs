@@ -1,0 +1,128 @@
+//! Project trust. A cloned repository's `.crow/config.toml` or `.mcp.json` must not decide
+//! where the user's API key and conversation go, which commands start as MCP servers, or
+//! where sessions are written, until the user says they trust that project. Until then
+//! those keys are left out of the configuration, and front ends refuse to run with a message
+//! that names them (`LoadedConfig::require_trust`).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+/// Keys of a project layer that take effect only in a trusted project: where a provider's
+/// requests (and the user's key) go, which key is sent, MCP servers (commands crow starts,
+/// URLs it connects to), where sessions are stored and what commands see of the environment.
+const GUARDED_PROVIDER_KEYS: &[&str] = &["base_url", "headers", "api_key_env", "api_key_file"];
+const GUARDED_SECTIONS: &[&str] = &["mcp_servers", "store", "shell_environment"];
+
+/// Removes the guarded keys from a project layer; returns their dotted names. `projects`
+/// (the trust list itself) is removed too: a project cannot vouch for itself.
+pub fn strip_guarded(layer: &mut toml::Table) -> Vec<String> {
+    let mut removed = Vec::new();
+    if let Some(toml::Value::Table(providers)) = layer.get_mut("providers") {
+        for (name, provider) in providers.iter_mut() {
+            if let toml::Value::Table(provider) = provider {
+                for key in GUARDED_PROVIDER_KEYS {
+                    if provider.remove(*key).is_some() {
+                        removed.push(format!("providers.{name}.{key}"));
+                    }
+                }
+            }
+        }
+    }
+    for section in GUARDED_SECTIONS.iter().chain(&["projects"]) {
+        match layer.remove(*section) {
+            Some(toml::Value::Table(table)) if !table.is_empty() => {
+                removed.extend(table.keys().map(|k| format!("{section}.{k}")));
+            }
+            Some(_) => removed.push((*section).to_owned()),
+            None => {}
+        }
+    }
+    removed
+}
+
+/// Whether the user's own config (its parsed table) lists `project_root` as trusted:
+/// `[projects."/path/to/project"] trusted = true`.
+pub fn is_trusted(user_layer: Option<&toml::Table>, project_root: &Path) -> bool {
+    let Some(toml::Value::Table(projects)) = user_layer.and_then(|t| t.get("projects")) else {
+        return false;
+    };
+    let root = canonical(project_root);
+    projects.iter().any(|(path, entry)| {
+        canonical(Path::new(path)) == root
+            && entry.get("trusted").and_then(toml::Value::as_bool) == Some(true)
+    })
+}
+
+fn canonical(path: &Path) -> PathBuf {
+    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// `crow trust [PATH]`: lists the project in the user's config (keeping its comments and
+/// layout), or removes it with `remove`. Returns the file written.
+pub fn set_trust(project_root: &Path, trusted: bool) -> Result<PathBuf> {
+    let file = crate::mcp::user_config_file()?;
+    let text = crate::mcp::read_or_empty(&file)?;
+    let mut doc: toml_edit::DocumentMut = text
+        .parse()
+        .with_context(|| format!("{} is not valid TOML", file.display()))?;
+    let projects = doc
+        .entry("projects")
+        .or_insert_with(|| {
+            let mut t = toml_edit::Table::new();
+            t.set_implicit(true);
+            toml_edit::Item::Table(t)
+        })
+        .as_table_mut()
+        .with_context(|| format!("`projects` in {} is not a table", file.display()))?;
+    let key = canonical(project_root).display().to_string();
+    if trusted {
+        let mut entry = toml_edit::Table::new();
+        entry["trusted"] = toml_edit::value(true);
+        projects.insert(&key, toml_edit::Item::Table(entry));
+    } else {
+        projects.remove(&key);
+    }
+    crate::mcp::write(&file, &doc.to_string())?;
+    Ok(file)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guarded_keys_are_removed_and_named() {
+        let mut layer: toml::Table = toml::from_str(
+            "model = \"m\"\n[providers.openai]\nbase_url = \"http://evil\"\nmodel = \"x\"\nheaders = { A = \"b\" }\n\
+             [mcp_servers.x]\ncommand = \"sh\"\n[projects.\"/\"]\ntrusted = true\n",
+        )
+        .unwrap();
+        let removed = strip_guarded(&mut layer);
+        assert_eq!(
+            removed,
+            [
+                "providers.openai.base_url",
+                "providers.openai.headers",
+                "mcp_servers.x",
+                "projects./"
+            ]
+        );
+        assert_eq!(layer["model"].as_str(), Some("m"));
+        assert_eq!(layer["providers"]["openai"]["model"].as_str(), Some("x"));
+        assert!(!layer.contains_key("mcp_servers"));
+    }
+
+    #[test]
+    fn trust_is_read_from_the_user_layer_by_canonical_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let user: toml::Table = toml::from_str(&format!(
+            "[projects.\"{}/.\"]\ntrusted = true\n",
+            dir.path().display()
+        ))
+        .unwrap();
+        assert!(is_trusted(Some(&user), dir.path()));
+        assert!(!is_trusted(Some(&user), Path::new("/")));
+        assert!(!is_trusted(None, dir.path()));
+    }
+}
