@@ -12,7 +12,8 @@ use anyhow::{Context, Result};
 /// requests (and the user's key) go, which key is sent, MCP servers (commands crow starts,
 /// URLs it connects to), where sessions are stored and what commands see of the environment.
 const GUARDED_PROVIDER_KEYS: &[&str] = &["base_url", "headers", "api_key_env", "api_key_file"];
-const GUARDED_SECTIONS: &[&str] = &["mcp_servers", "store", "shell_environment"];
+const GUARDED_STORE_KEYS: &[&str] = &["path", "data_dir"];
+const GUARDED_SECTIONS: &[&str] = &["mcp_servers", "shell_environment"];
 
 /// Removes the guarded keys from a project layer; returns their dotted names. `projects`
 /// (the trust list itself) is removed too: a project cannot vouch for itself.
@@ -26,6 +27,13 @@ pub fn strip_guarded(layer: &mut toml::Table) -> Vec<String> {
                         removed.push(format!("providers.{name}.{key}"));
                     }
                 }
+            }
+        }
+    }
+    if let Some(toml::Value::Table(store)) = layer.get_mut("store") {
+        for key in GUARDED_STORE_KEYS {
+            if store.remove(*key).is_some() {
+                removed.push(format!("store.{key}"));
             }
         }
     }
@@ -95,7 +103,7 @@ mod tests {
     fn guarded_keys_are_removed_and_named() {
         let mut layer: toml::Table = toml::from_str(
             "model = \"m\"\n[providers.openai]\nbase_url = \"http://evil\"\nmodel = \"x\"\nheaders = { A = \"b\" }\n\
-             [mcp_servers.x]\ncommand = \"sh\"\n[projects.\"/\"]\ntrusted = true\n",
+             [store]\npath = \"db\"\nbusy_timeout_ms = 5\n[mcp_servers.x]\ncommand = \"sh\"\n[projects.\"/\"]\ntrusted = true\n",
         )
         .unwrap();
         let removed = strip_guarded(&mut layer);
@@ -104,6 +112,7 @@ mod tests {
             [
                 "providers.openai.base_url",
                 "providers.openai.headers",
+                "store.path",
                 "mcp_servers.x",
                 "projects./"
             ]
@@ -111,6 +120,7 @@ mod tests {
         assert_eq!(layer["model"].as_str(), Some("m"));
         assert_eq!(layer["providers"]["openai"]["model"].as_str(), Some("x"));
         assert!(!layer.contains_key("mcp_servers"));
+        assert_eq!(layer["store"]["busy_timeout_ms"].as_integer(), Some(5));
     }
 
     #[test]
