@@ -239,7 +239,6 @@ impl SqliteStore {
                     Migrate::Refused(e) => e,
                 })?;
             }
-            import_recovered(&conn, &path, options.busy_timeout);
             let tightened = files::tighten(&path);
             if !tightened.is_empty() {
                 let names: Vec<String> =
@@ -253,6 +252,10 @@ impl SqliteStore {
         if let Some(pages) = options.max_pages {
             conn.query_row(&format!("PRAGMA max_page_count = {pages}"), [], |_| Ok(()))
                 .map_err(fail)?;
+        }
+        if !options.read_only {
+            // After the size cap: recovered entries count against it like any others.
+            import_recovered(&conn, &path, options.busy_timeout);
         }
         let checkpointer = if options.read_only {
             None
