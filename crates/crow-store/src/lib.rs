@@ -22,7 +22,9 @@
 //! ```
 
 mod export;
+mod files;
 mod ops;
+mod pending;
 pub mod sample;
 mod schema;
 mod sqlite;
@@ -32,6 +34,7 @@ use std::path::PathBuf;
 
 pub use export::{ExportFormat, SessionDump};
 pub use ops::prompt_hash;
+pub use pending::Unsaved;
 pub use schema::{APPLICATION_ID, SCHEMA_VERSION};
 pub use sqlite::{SqliteStore, StoreOptions};
 

@@ -11,6 +11,7 @@ use crow_core::{
 use rusqlite::{OptionalExtension, Row, TransactionBehavior, params};
 use sha2::{Digest, Sha256};
 
+use crate::pending::EntryRow;
 use crate::sqlite::SqliteStore;
 
 /// Fixed-width RFC 3339 with nanoseconds: sorts as text and round-trips exactly.
@@ -91,13 +92,6 @@ impl RawSession {
 
 fn path_text(path: &Path) -> String {
     path.to_string_lossy().into_owned()
-}
-
-fn partial(kind: &EntryKind) -> bool {
-    matches!(
-        kind,
-        EntryKind::AssistantText { partial: true, .. } | EntryKind::Thinking { partial: true, .. }
-    )
 }
 
 fn decode(session_id: &str, payload: &str, ts_text: &str) -> Result<HistoryEntry, StoreError> {
@@ -239,44 +233,9 @@ impl SessionStore for SqliteStore {
         agent: &str,
         entry: &HistoryEntry,
     ) -> Result<u64, StoreError> {
-        let payload = serde_json::to_string(&entry.kind)
-            .map_err(|e| StoreError::Other(format!("cannot encode a history entry ({e})")))?;
-        let when = ts(&entry.timestamp);
+        let row = EntryRow::new(session_id, agent, entry)?;
         let mut conn = self.conn()?;
-        // IMMEDIATE takes the write lock up front, so a busy database waits (busy timeout)
-        // instead of failing on a read-to-write upgrade.
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(|e| self.err(e))?;
-        let touched = tx
-            .prepare_cached("UPDATE sessions SET updated_at = ?2 WHERE id = ?1")
-            .and_then(|mut st| st.execute(params![session_id, when]))
-            .map_err(|e| self.err(e))?;
-        if touched == 0 {
-            return Err(StoreError::NotFound(session_id.to_owned()));
-        }
-        let seq: i64 = tx
-            .prepare_cached(
-                "INSERT INTO entries (session_id, agent, seq, kind, payload, partial, ts)
-                 SELECT ?1, ?2, coalesce(max(seq) + 1, 0), ?3, ?4, ?5, ?6
-                 FROM entries WHERE session_id = ?1 AND agent = ?2
-                 RETURNING seq",
-            )
-            .and_then(|mut st| {
-                st.query_row(
-                    params![
-                        session_id,
-                        agent,
-                        entry.kind.name(),
-                        payload,
-                        partial(&entry.kind),
-                        when
-                    ],
-                    |r| r.get(0),
-                )
-            })
-            .map_err(|e| self.err(e))?;
-        tx.commit().map_err(|e| self.err(e))?;
+        let seq = self.write_row(&mut conn, &row)?;
         drop(conn);
         self.committed();
         Ok(u64::try_from(seq).unwrap_or(0))
@@ -560,23 +519,16 @@ impl SqliteStore {
     }
 }
 
-/// The in-memory history stays authoritative when a write fails: the failure is logged once
-/// and counted, and the front end reports it when the run ends
+/// The in-memory history stays authoritative: an entry the database cannot take now waits
+/// in the store's ordered queue (retried before the next entry and when the store closes,
+/// then saved to a recovery file: [`SqliteStore::flush_pending`]); only an entry of a
+/// session that no longer exists is dropped, counted for the front end to report
 /// ([`SqliteStore::take_sink_failures`]).
 impl HistorySink for SqliteStore {
     fn append(&self, session_id: &str, agent: &str, entry: &HistoryEntry) {
-        if let Err(error) = self.append_entry(session_id, agent, entry) {
-            let mut failures = self
-                .sink_failures
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if failures.1.is_none() {
-                // Debug, not warn: the front end reports the count and the first error once,
-                // at the end of the run (`take_sink_failures`).
-                tracing::debug!("history entry not saved: {error}");
-                failures.1 = Some(error);
-            }
-            failures.0 += 1;
+        match EntryRow::new(session_id, agent, entry) {
+            Ok(row) => self.sink_append(row),
+            Err(e) => self.count_failure(e),
         }
     }
 }

@@ -9,6 +9,8 @@ use crow_core::StoreError;
 use rusqlite::config::DbConfig;
 use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior};
 
+use crate::files;
+use crate::pending::{self, EntryRow, ImportError, InsertError, PROBE, Pending, Unsaved};
 use crate::schema::{APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION};
 
 /// How to open a store.
@@ -42,6 +44,8 @@ pub struct SqliteStore {
     pub(crate) busy_timeout: Duration,
     /// Appends the [`HistorySink`](crow_core::HistorySink) could not write: count and first error.
     pub(crate) sink_failures: Mutex<(u64, Option<StoreError>)>,
+    /// Completed entries the database has not taken yet, in order (see [`pending`]).
+    pending: Mutex<Pending>,
     checkpointer: Option<Checkpointer>,
 }
 
@@ -51,14 +55,14 @@ const CHECKPOINT_EVERY: u32 = 128;
 /// Size of the log file past which the writer itself makes the log start over.
 const RESTART_BYTES: u64 = 32 << 20;
 
-/// Size of the log past which a closing store checkpoints it and empties the file.
+/// Size of the log past which a closing store, besides checkpointing it, empties the file.
 const EXIT_CHECKPOINT_BYTES: u64 = 1 << 20;
 
-/// Leaves the log in place when `conn` closes, instead of checkpointing it into the
-/// database and deleting it. Otherwise every process that opens the store re-creates the
-/// log (an fsync of it and of its directory) and checkpoints it on exit (two more), which
-/// was most of a one-tool-call `crow run` on a VM disk (24 of 32 ms). Committed entries are
-/// in the log either way, and the next connection reads them from there.
+/// Leaves the log file in place when `conn` closes, instead of SQLite's checkpoint-and-delete
+/// of the last connection: every process that opens the store would re-create the log (an
+/// fsync of it and of its directory), which was most of a one-tool-call `crow run` on a VM
+/// disk. The checkpoint thread checkpoints itself as the store closes, so the database file
+/// still ends up holding everything.
 fn keep_log_on_close(conn: &Connection) -> rusqlite::Result<()> {
     conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
         .map(|_| ())
@@ -107,14 +111,26 @@ impl Checkpointer {
                         tracing::debug!("checkpoint skipped: {e}");
                     }
                 }
-                // Last one out: leave a small log behind — but only once it is big. A short
-                // `crow run` that checkpointed on every exit paid the fsyncs each time, and
-                // a big log costs every later opener a scan of it (the WAL index is rebuilt
-                // from the log when no connection is open). TRUNCATE empties the file; it
-                // waits for other writers, so only briefly: if busy, a later exit does it.
-                if std::fs::metadata(&log).is_ok_and(|m| m.len() > EXIT_CHECKPOINT_BYTES) {
+                // Last connection of the store: copy the log into the database file, so
+                // the file alone holds every session (a backup or copy of it is whole).
+                // PASSIVE waits for no one and keeps the log file for the next process to
+                // reuse (deleting and re-creating it cost fsyncs of the directory). A big
+                // log is emptied too (TRUNCATE, waiting only briefly for other writers):
+                // every later opener would scan it to rebuild its index.
+                let big = std::fs::metadata(&log).is_ok_and(|m| m.len() > EXIT_CHECKPOINT_BYTES);
+                let mode = if big {
                     let _ = conn.busy_timeout(Duration::from_millis(50));
-                    let _ = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+                    "TRUNCATE"
+                } else {
+                    "PASSIVE"
+                };
+                let _running = held
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                if let Err(e) =
+                    conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |_| Ok(()))
+                {
+                    tracing::debug!("closing checkpoint skipped: {e}");
                 }
             })
             .map_err(Spawn::Thread)?;
@@ -175,11 +191,10 @@ impl SqliteStore {
     pub fn open_with(path: impl AsRef<Path>, options: &StoreOptions) -> Result<Self, StoreError> {
         let path = path.as_ref().to_path_buf();
         let fail = |e: rusqlite::Error| classify(&path, options.busy_timeout, e);
-        if !options.read_only
-            && let Some(dir) = path.parent()
-            && !dir.as_os_str().is_empty()
-        {
-            std::fs::create_dir_all(dir).map_err(|e| io_error(&path, &e))?;
+        // Before SQLite opens it: SQLite would read a replaced main file's pages from the log.
+        files::check_main_file(&path)?;
+        if !options.read_only {
+            files::create(&path)?;
         }
         let flags = if options.read_only {
             OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX
@@ -224,10 +239,23 @@ impl SqliteStore {
                     Migrate::Refused(e) => e,
                 })?;
             }
+            let tightened = files::tighten(&path);
+            if !tightened.is_empty() {
+                let names: Vec<String> =
+                    tightened.iter().map(|p| p.display().to_string()).collect();
+                tracing::warn!(
+                    "the session database holds whole conversations: made it readable by its owner only ({})",
+                    names.join(", ")
+                );
+            }
         }
         if let Some(pages) = options.max_pages {
             conn.query_row(&format!("PRAGMA max_page_count = {pages}"), [], |_| Ok(()))
                 .map_err(fail)?;
+        }
+        if !options.read_only {
+            // After the size cap: recovered entries count against it like any others.
+            import_recovered(&conn, &path, options.busy_timeout);
         }
         let checkpointer = if options.read_only {
             None
@@ -247,6 +275,7 @@ impl SqliteStore {
             path,
             busy_timeout: options.busy_timeout,
             sink_failures: Mutex::new((0, None)),
+            pending: Mutex::new(Pending::default()),
             checkpointer,
         })
     }
@@ -289,6 +318,125 @@ impl SqliteStore {
         }
     }
 
+    /// Appends an entry for the history sink: after the ones still pending, never before.
+    /// With nothing pending it waits for a busy database as long as any write does; with
+    /// entries pending (the database is known to be held) it only tries, so the agent loop
+    /// is not held up once per entry.
+    pub(crate) fn sink_append(&self, row: EntryRow) {
+        let mut pending = self.lock_pending();
+        pending.rows.push_back(row);
+        let wait = (pending.rows.len() > 1).then_some(PROBE);
+        self.flush(&mut pending, wait);
+    }
+
+    /// Writes pending entries in order, each in its own transaction, until one fails.
+    fn flush(&self, pending: &mut Pending, wait: Option<Duration>) {
+        let mut written = 0u32;
+        if let Ok(mut conn) = self.conn() {
+            if let Some(wait) = wait {
+                let _ = conn.busy_timeout(wait);
+            }
+            while let Some(row) = pending.rows.front() {
+                match self.write_row(&mut conn, row) {
+                    Ok(_) => {
+                        pending.rows.pop_front();
+                        written += 1;
+                    }
+                    // The session is gone (deleted by another process): nowhere to write it.
+                    Err(e @ StoreError::NotFound(_)) => {
+                        pending.rows.pop_front();
+                        self.count_failure(e);
+                    }
+                    Err(e) => {
+                        if pending.cause.is_none() {
+                            tracing::debug!("history entry pending: {e}");
+                        }
+                        pending.cause = Some(e);
+                        break;
+                    }
+                }
+            }
+            if wait.is_some() {
+                let _ = conn.busy_timeout(self.busy_timeout);
+            }
+        }
+        if pending.rows.is_empty() {
+            pending.cause = None;
+        }
+        for _ in 0..written {
+            self.committed();
+        }
+    }
+
+    /// Inserts one row in its own IMMEDIATE transaction (the write lock up front, so a busy
+    /// database is waited for instead of failing on a read-to-write upgrade).
+    pub(crate) fn write_row(
+        &self,
+        conn: &mut Connection,
+        row: &EntryRow,
+    ) -> Result<i64, StoreError> {
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| self.err(e))?;
+        let seq = row.insert(&tx).map_err(|e| match e {
+            InsertError::NoSession => StoreError::NotFound(row.session_id.clone()),
+            InsertError::Sql(e) => self.err(e),
+        })?;
+        tx.commit().map_err(|e| self.err(e))?;
+        Ok(seq)
+    }
+
+    pub(crate) fn count_failure(&self, error: StoreError) {
+        let mut failures = self
+            .sink_failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if failures.1.is_none() {
+            // Debug, not warn: the front end reports the count and the first error once,
+            // at the end of the run (`take_sink_failures`).
+            tracing::debug!("history entry not saved: {error}");
+            failures.1 = Some(error);
+        }
+        failures.0 += 1;
+    }
+
+    fn lock_pending(&self) -> MutexGuard<'_, Pending> {
+        self.pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// How many completed entries wait for the database (it was busy or failing).
+    pub fn pending_entries(&self) -> usize {
+        self.lock_pending().rows.len()
+    }
+
+    /// Writes the pending entries, waiting for a busy database as long as the busy timeout
+    /// allows; what the database still does not take goes to the recovery file beside it
+    /// (owner-only), which the next open imports. `None` when nothing is left unsaved. Call
+    /// when a run ends; dropping the store does it too, logging a warning.
+    pub fn flush_pending(&self) -> Option<Unsaved> {
+        let mut pending = self.lock_pending();
+        if pending.rows.is_empty() {
+            return None;
+        }
+        self.flush(&mut pending, None);
+        if pending.rows.is_empty() {
+            return None;
+        }
+        let cause = pending.cause.take().unwrap_or_else(|| {
+            StoreError::Other(format!("session database {}", self.path.display()))
+        });
+        let saved_to = pending::save(&self.path, &pending.rows);
+        let entries = pending.rows.len();
+        pending.rows.clear();
+        Some(Unsaved {
+            entries,
+            cause,
+            saved_to,
+        })
+    }
+
     pub(crate) fn conn(&self) -> Result<MutexGuard<'_, Connection>, StoreError> {
         // A panic while holding the lock cannot leave a transaction open (rusqlite rolls
         // back on drop), so the connection is still usable.
@@ -300,6 +448,37 @@ impl SqliteStore {
 
     pub(crate) fn err(&self, e: rusqlite::Error) -> StoreError {
         classify(&self.path, self.busy_timeout, e)
+    }
+}
+
+impl Drop for SqliteStore {
+    fn drop(&mut self) {
+        if let Some(unsaved) = self.flush_pending() {
+            tracing::warn!("{unsaved}");
+        }
+    }
+}
+
+/// Imports the entries an earlier process could not write (see [`pending::import`]). A
+/// failure is not fatal: the file stays for the next open.
+fn import_recovered(conn: &Connection, path: &Path, busy: Duration) {
+    match pending::import(conn, path) {
+        Ok(0) => {}
+        Ok(n) => tracing::warn!(
+            "recovered {n} history {} that an earlier crow could not write to {} (from {})",
+            if n == 1 { "entry" } else { "entries" },
+            path.display(),
+            pending::recovery_file(path).display()
+        ),
+        Err(ImportError::Sql(e)) => tracing::warn!(
+            "entries saved in {} not imported yet ({}); crow tries again on its next start",
+            pending::recovery_file(path).display(),
+            classify(path, busy, e)
+        ),
+        Err(ImportError::Io(file, e)) => tracing::warn!(
+            "cannot import the recovery file {} ({e}); crow tries again on its next start",
+            file.display()
+        ),
     }
 }
 
@@ -414,19 +593,5 @@ pub(crate) fn classify(path: &Path, busy: Duration, e: rusqlite::Error) -> Store
             "I/O error on the session database {path} ({detail})"
         )),
         _ => StoreError::Other(format!("session database {path}: {detail}")),
-    }
-}
-
-fn io_error(path: &Path, e: &std::io::Error) -> StoreError {
-    let message = format!(
-        "cannot create the directory of the session database {} ({e})",
-        path.display()
-    );
-    match e.kind() {
-        std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem => {
-            StoreError::ReadOnly(message)
-        }
-        std::io::ErrorKind::StorageFull => StoreError::Full(message),
-        _ => StoreError::Other(message),
     }
 }

@@ -323,8 +323,13 @@ pub fn models(crew: &Crew) -> HashMap<String, String> {
         .collect()
 }
 
-/// Records how the run ended and reports entries the store could not write.
+/// Records how the run ended and reports entries the store could not write: entries a busy
+/// database did not take yet are written now, or saved to a recovery file the next run
+/// imports (said on stderr, with where).
 pub fn finish(store: &SqliteStore, id: &str, outcome: &Result<RunResult, AgentError>) {
+    if let Some(unsaved) = store.flush_pending() {
+        eprintln!("warning: {unsaved}");
+    }
     let status = match outcome {
         Err(_) => SessionStatus::Failed,
         Ok(run) if run.stop == RunStop::Cancelled => SessionStatus::Cancelled,

@@ -469,6 +469,161 @@ async fn a_level_given_to_a_session_stays_with_it_on_resume() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_database_locked_mid_run_loses_no_entry_and_the_next_run_imports_them() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "alpha\n").unwrap();
+    write_project_config(dir.path(), "[store]\nbusy_timeout_ms = 200\n");
+    let scenario = Scenario::new()
+        .reply(read_reply("Reading the notes now.", "call_l1"))
+        .reply(Reply::text("It says alpha."))
+        .reply(Reply::text("Still alpha."))
+        .chunk_size(2)
+        .chunk_delay(10);
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let mut child = crow_run(dir.path(), &mock, "read it").spawn().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    loop {
+        let mut line = String::new();
+        let n = tokio::time::timeout(Duration::from_secs(20), stdout.read_line(&mut line))
+            .await
+            .expect("the stream started")
+            .unwrap();
+        assert!(n > 0, "crow ended before the database was locked");
+        if line.contains("\"text_delta\"") {
+            break;
+        }
+    }
+    // Another process takes the write lock while the model streams, and keeps it until crow
+    // has exited: the tool call, its result and the answer all complete meanwhile.
+    let holder = rusqlite::Connection::open(db(dir.path())).unwrap();
+    holder.busy_timeout(Duration::from_secs(10)).unwrap();
+    holder.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    let done = child.wait_with_output().await.unwrap();
+    let out = parse(done.status.code(), done.stdout, done.stderr);
+    assert_eq!(out.code, Some(0), "the run goes on: {}", out.stderr);
+    let recovery = dir.path().join(".home/.local/share/crow/crow.db-recovery");
+    let said: Vec<_> = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains(&recovery.display().to_string()))
+        .collect();
+    assert_eq!(said.len(), 1, "says where, once: {}", out.stderr);
+    assert!(recovery.exists());
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&recovery).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+    holder.execute_batch("ROLLBACK").unwrap();
+    drop(holder);
+
+    let mut cmd = crow_run(dir.path(), &mock, "go on");
+    cmd.arg("--continue");
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    assert!(!recovery.exists(), "imported once, then removed");
+    // The model is sent the real tool output, not a placeholder for a missing result.
+    let last = mock.requests().pop().unwrap();
+    let body = String::from_utf8_lossy(&last.raw_body).into_owned();
+    assert!(
+        !body.contains("interrupted before it produced a result")
+            && body.contains("It says alpha.")
+            && body.contains("go on"),
+        "{body}"
+    );
+    let info = only_session(dir.path());
+    let history = store(dir.path()).load_history(&info.id, "builder").unwrap();
+    assert_eq!(
+        kinds(&history),
+        [
+            "user",
+            "assistant_text",
+            "tool_call",
+            "tool_result",
+            "assistant_text",
+            "user",
+            "assistant_text"
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn after_a_run_the_database_file_alone_holds_the_session() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "alpha\n").unwrap();
+    let scenario = Scenario::new()
+        .reply(read_reply("Reading.", "call_b1"))
+        .reply(Reply::text("It says alpha."));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let out = output(crow_run(dir.path(), &mock, "read it")).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    // A backup of the database file, without the log beside it.
+    let copy = dir.path().join("backup/crow.db");
+    std::fs::create_dir_all(copy.parent().unwrap()).unwrap();
+    std::fs::copy(db(dir.path()), &copy).unwrap();
+    let store = crow_store::SqliteStore::open(&copy).unwrap();
+    let sessions = store.list_sessions(&SessionFilter::default()).unwrap();
+    assert_eq!(sessions.len(), 1);
+    let history = store.load_history(&sessions[0].id, "builder").unwrap();
+    assert_eq!(
+        kinds(&history),
+        [
+            "user",
+            "assistant_text",
+            "tool_call",
+            "tool_result",
+            "assistant_text"
+        ]
+    );
+}
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread")]
+async fn session_files_are_private_and_loose_ones_are_tightened_with_one_notice() {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = Scenario::new()
+        .reply(Reply::text("one"))
+        .reply(Reply::text("two"))
+        .reply(Reply::text("three"));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let data = dir.path().join(".home/.local/share/crow");
+    let files = ["crow.db", "crow.db-wal", "crow.db-shm"].map(|f| data.join(f));
+    let notices = |stderr: &str| stderr.lines().filter(|l| l.contains("owner only")).count();
+
+    let out = output(crow_run(dir.path(), &mock, "first")).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    assert_eq!(notices(&out.stderr), 0, "{}", out.stderr);
+    assert_eq!(mode(&data), 0o700);
+    for f in files.iter().filter(|f| f.exists()) {
+        assert_eq!(mode(f), 0o600, "{}", f.display());
+    }
+
+    // As an older crow left them: 0644 files in a 0755 directory.
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755)).unwrap();
+    for f in files.iter().filter(|f| f.exists()) {
+        std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let out = output(crow_run(dir.path(), &mock, "second")).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    assert_eq!(notices(&out.stderr), 1, "said once: {}", out.stderr);
+    assert_eq!(mode(&data), 0o700);
+    for f in files.iter().filter(|f| f.exists()) {
+        assert_eq!(mode(f), 0o600, "{}", f.display());
+    }
+
+    let out = output(crow_run(dir.path(), &mock, "third")).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    assert_eq!(
+        notices(&out.stderr),
+        0,
+        "nothing left to say: {}",
+        out.stderr
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_continued_session_keeps_its_provider_model_and_endpoint() {
     let dir = tempfile::tempdir().unwrap();
     let scenario = Scenario::new()
