@@ -223,7 +223,7 @@ async fn keep_alive_sends_comments_and_no_more_content() {
     // Read until three comments came in: the stream goes on, saying nothing new.
     while got.matches(": keep-alive\n\n").count() < 3 {
         let chunk = stream.next().await.expect("the stream never ends").unwrap();
-        got.push_str(&String::from_utf8(chunk.to_vec()).unwrap());
+        got.push_str(std::str::from_utf8(&chunk).unwrap());
     }
     assert!(!got.contains("[DONE]"));
     let events = parse_sse(&got.replace(": keep-alive\n\n", ""));
