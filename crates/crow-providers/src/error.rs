@@ -130,7 +130,7 @@ pub(crate) fn classify_transport(err: &reqwest::Error, ctx: &ErrorContext) -> Pr
         (
             ProviderErrorKind::Unreachable,
             format!(
-                "could not connect to {}: connection refused — is the server running? ({cause})",
+                "could not connect to {}: connection refused — is the server running?",
                 ctx.url
             ),
         )

@@ -324,6 +324,30 @@ async fn an_attempt_that_ran_into_its_deadline_is_not_retried() {
     assert_eq!(provider.inner().bodies.lock().unwrap().len(), 1);
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_silent_server_fails_within_two_response_timeouts() {
+    // The defaults' figure: a server that accepts and never answers is given up on after
+    // two response timeouts and one short backoff (it was 5 × 90 s + backoff: 7.6 min).
+    let policy = RetryPolicy::default();
+    let wait = policy.response_timeout;
+    let provider = Retrying::new(
+        Scripted::new(vec![
+            Attempt::FailAfter(wait, timeout("no response")),
+            Attempt::FailAfter(wait, timeout("no response")),
+        ]),
+        policy.clone(),
+    );
+    let started = tokio::time::Instant::now();
+    let items = run(&provider).await.unwrap();
+    assert!(items.last().unwrap().is_err());
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed >= wait * 2 && elapsed <= wait * 2 + policy.base_delay,
+        "{elapsed:?}"
+    );
+    assert_eq!(wait, Duration::from_secs(60));
+}
+
 #[test]
 fn backoff_stays_under_the_exponential_ceiling() {
     let policy = RetryPolicy {
