@@ -201,14 +201,22 @@ impl Translator {
                 attempt,
                 delay_ms,
                 reason,
+                discard_partial,
                 ..
             } => {
-                tracing::info!(attempt, delay_ms, %reason, "provider retry");
-                let message = format!(
+                tracing::info!(attempt, delay_ms, %reason, discard_partial, "provider retry");
+                let mut message = format!(
                     "{reason} — retry {attempt} in {:.1}s",
                     *delay_ms as f64 / 1000.0
                 );
-                out.push(notice(NoticeLevel::Info, &message, self.notices));
+                // ACP cannot take back chunks already sent: say that they are void.
+                let level = if *discard_partial {
+                    message.push_str("; the partial answer above is discarded and starts over");
+                    NoticeLevel::Warning
+                } else {
+                    NoticeLevel::Info
+                };
+                out.push(notice(level, &message, self.notices));
             }
             AgentEvent::Notice { level, message, .. } => {
                 out.push(notice(*level, message, self.notices))

@@ -398,6 +398,7 @@ async fn every_event_kind_translates() {
             attempt: 1,
             delay_ms: 10,
             reason: "429".into(),
+            discard_partial: false,
         },
         AgentEvent::Notice {
             agent: "crow".into(),

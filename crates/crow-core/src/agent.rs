@@ -463,7 +463,17 @@ impl BaseAgent {
                 attempt,
                 delay_ms,
                 reason,
+                discard_partial,
             } => {
+                if discard_partial {
+                    // The retry streams the whole response again: what the failed attempt
+                    // said must not reach history twice. Usage stays (it was billed).
+                    let usage = acc.usage;
+                    *acc = Accumulator {
+                        usage,
+                        ..Accumulator::default()
+                    };
+                }
                 self.emit(
                     events,
                     AgentEvent::Retry {
@@ -471,6 +481,7 @@ impl BaseAgent {
                         attempt,
                         delay_ms,
                         reason,
+                        discard_partial,
                     },
                 );
             }

@@ -292,6 +292,50 @@ async fn cancel_mid_tool_records_cancelled_results() {
 }
 
 #[tokio::test]
+async fn a_retry_that_restarts_the_response_discards_the_partial_one() {
+    // One model call: "Half an" and a tool call streamed, the connection dropped, the provider
+    // layer retried the whole request, and the second attempt gave the full answer.
+    let mut script = vec![text("Half an")];
+    script.extend(call(0, "c1", "echo", "{}"));
+    script.push(Some(Ok(StreamDelta::Retrying {
+        attempt: 2,
+        delay_ms: 10,
+        reason: "connection lost".into(),
+        discard_partial: true,
+    })));
+    script.extend([text("A whole answer"), finish(FinishReason::Stop)]);
+    let provider = Scripted::new(vec![script]);
+    let agent = agent(provider, 10);
+    let mut session = session();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    agent
+        .execute_turn(&mut session, &tx, CancellationToken::new())
+        .await
+        .unwrap();
+    let texts: Vec<_> = session
+        .entries()
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EntryKind::AssistantText { content, partial } => Some((content.clone(), *partial)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(texts, [("A whole answer".to_owned(), false)]);
+    assert_eq!(kinds(session.entries()), ["user", "assistant_text"]);
+    drop(tx);
+    let mut discarded = false;
+    while let Some(event) = rx.recv().await {
+        if let AgentEvent::Retry {
+            discard_partial, ..
+        } = event
+        {
+            discarded = discard_partial;
+        }
+    }
+    assert!(discarded, "front ends are told to drop what they showed");
+}
+
+#[tokio::test]
 async fn provider_errors_end_the_turn_and_keep_partial_text() {
     let error = ProviderError::new(ProviderErrorKind::Transient, "connection reset");
     let provider = Scripted::new(vec![vec![text("Par"), Some(Err(error))]]);

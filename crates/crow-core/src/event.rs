@@ -102,12 +102,16 @@ pub enum AgentEvent {
     },
 
     // Problems
-    /// A transient provider failure is being retried.
+    /// A transient provider failure is being retried. `discard_partial`: the failed attempt
+    /// had streamed output, which the retry replaces; front ends should drop or mark what they
+    /// showed of it (history never keeps it).
     Retry {
         agent: String,
         attempt: u32,
         delay_ms: u64,
         reason: String,
+        #[serde(default)]
+        discard_partial: bool,
     },
     Error {
         agent: String,

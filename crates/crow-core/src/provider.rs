@@ -71,11 +71,15 @@ pub enum StreamDelta {
     Usage {
         usage: Usage,
     },
-    /// The provider layer is about to retry after a transient failure (no content was lost).
+    /// The provider layer is about to retry after a transient failure, sending the whole
+    /// request again. `discard_partial`: the failed attempt had already streamed content;
+    /// the retry starts the response over, so that content must be dropped (shown and kept).
     Retrying {
         attempt: u32,
         delay_ms: u64,
         reason: String,
+        #[serde(default)]
+        discard_partial: bool,
     },
     Finish {
         reason: FinishReason,
@@ -138,8 +142,14 @@ impl Usage {
 pub enum ProviderErrorKind {
     /// 429: retried with backoff, honouring Retry-After.
     RateLimited,
-    /// 5xx, connection refused/reset, a dropped or stalled stream: retried with backoff.
+    /// 5xx, a connection reset, a dropped stream: retried with backoff.
     Transient,
+    /// No response head, or no data, in time (a silent or stalled server): retried once, since
+    /// a server that stayed silent that long rarely answers a third time.
+    Timeout,
+    /// The server cannot be reached at all (connection refused, host name not found): never
+    /// retried, since it will not be there a second later either.
+    Unreachable,
     /// 401/403: the key is missing, wrong or lacks access. Never retried.
     Auth,
     /// The prompt does not fit the model's context window.
@@ -188,7 +198,9 @@ impl ProviderError {
     pub fn is_retryable(&self) -> bool {
         matches!(
             self.kind,
-            ProviderErrorKind::RateLimited | ProviderErrorKind::Transient
+            ProviderErrorKind::RateLimited
+                | ProviderErrorKind::Transient
+                | ProviderErrorKind::Timeout
         )
     }
 }

@@ -107,29 +107,117 @@ pub(crate) fn classify_status(
         .with_retry_after(parse_retry_after(headers, SystemTime::now()))
 }
 
-/// Classifies a failure to send the request or receive the response head.
+/// Classifies a failure to send the request or receive the response head. Each cause gets
+/// its own advice, and the causes that a retry cannot fix are [`ProviderErrorKind::Unreachable`].
 pub(crate) fn classify_transport(err: &reqwest::Error, ctx: &ErrorContext) -> ProviderError {
     let detail = ctx.scrub(&error_chain(err));
-    let message = if err.is_connect() {
-        // The innermost cause ("Connection refused (os error 111)") is the useful part.
-        let cause = root_cause(err);
-        format!(
-            "could not connect to {} — is the server running? ({cause})",
-            ctx.url
+    // The innermost cause ("Connection refused (os error 111)") is the useful part.
+    let cause = ctx.scrub(&root_cause(err));
+    let (kind, message) = if is_dns_failure(err) {
+        let host = reqwest::Url::parse(&ctx.url)
+            .ok()
+            .and_then(|u| u.host_str().map(str::to_owned))
+            .unwrap_or_default();
+        (
+            ProviderErrorKind::Unreachable,
+            format!(
+                "could not resolve the host name '{host}' of {} — check the base URL and your \
+                 network ({cause})",
+                ctx.url
+            ),
+        )
+    } else if is_refused(err) {
+        (
+            ProviderErrorKind::Unreachable,
+            format!(
+                "could not connect to {}: connection refused — is the server running?",
+                ctx.url
+            ),
+        )
+    } else if err.is_connect() && err.is_timeout() {
+        (
+            ProviderErrorKind::Timeout,
+            format!(
+                "could not connect to {} within {} s — check the address and your network",
+                ctx.url,
+                CONNECT_TIMEOUT.as_secs()
+            ),
+        )
+    } else if err.is_connect() {
+        (
+            ProviderErrorKind::Transient,
+            format!("could not connect to {} ({cause})", ctx.url),
         )
     } else if err.is_timeout() {
-        format!("request to {} timed out ({detail})", ctx.url)
+        (
+            ProviderErrorKind::Timeout,
+            format!("request to {} timed out ({detail})", ctx.url),
+        )
     } else {
-        format!("request to {} failed: {detail}", ctx.url)
+        (
+            ProviderErrorKind::Transient,
+            format!("request to {} failed: {detail}", ctx.url),
+        )
     };
-    ProviderError::new(ProviderErrorKind::Transient, message)
+    ProviderError::new(kind, message)
 }
 
-/// The idle-timeout error, shared by the header wait and the body stream.
+/// How long establishing a connection (TCP and TLS) may take.
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Whether the host name did not resolve. hyper's connector reports it as a "dns error"
+/// around the resolver's I/O error; neither has a kind of its own, so the text decides.
+fn is_dns_failure(err: &(dyn std::error::Error + 'static)) -> bool {
+    sources(err).any(|e| {
+        let text = e.to_string();
+        text == "dns error" || text.contains("failed to lookup address")
+    })
+}
+
+fn is_refused(err: &(dyn std::error::Error + 'static)) -> bool {
+    sources(err).any(|e| {
+        e.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
+    })
+}
+
+/// `err` and its sources.
+fn sources<'a>(
+    err: &'a (dyn std::error::Error + 'static),
+) -> impl Iterator<Item = &'a (dyn std::error::Error + 'static)> {
+    std::iter::successors(Some(err), |e| e.source())
+}
+
+/// No response head within the response timeout: the server accepted the request and said
+/// nothing.
+pub(crate) fn response_timeout_error(url: &str, timeout: Duration) -> ProviderError {
+    ProviderError::new(
+        ProviderErrorKind::Timeout,
+        format!(
+            "no response from {url} within {} s (the server accepted the connection but did not \
+             answer)",
+            timeout.as_secs_f64()
+        ),
+    )
+}
+
+/// No data event within the idle timeout, once the response has started.
 pub(crate) fn idle_error(idle: Duration) -> ProviderError {
     ProviderError::new(
-        ProviderErrorKind::Transient,
+        ProviderErrorKind::Timeout,
         format!("no data from the model for {} s", idle.as_secs_f64()),
+    )
+}
+
+/// The attempt ran past its deadline while still streaming.
+pub(crate) fn deadline_error(deadline: Duration) -> ProviderError {
+    ProviderError::new(
+        ProviderErrorKind::Timeout,
+        format!(
+            "the response was still streaming after {} s, the deadline of one model call \
+             (deadline_secs)",
+            deadline.as_secs_f64()
+        ),
     )
 }
 

@@ -1,5 +1,6 @@
 //! The HTTP side of a wire API: one shared client per provider, the POST that starts a
-//! stream (with the idle timeout on the response head), and the [`WireApi`] trait.
+//! stream (with the response timeout on its head, the idle timeout and deadline on its
+//! body), and the [`WireApi`] trait.
 
 use std::time::Duration;
 
@@ -9,11 +10,15 @@ use crow_core::{ChatRequest, DeltaStream, ProviderError, ProviderErrorKind};
 use futures::StreamExt;
 use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 
-use crate::ProviderBuildError;
 use crate::error::{
-    ErrorContext, classify_status, classify_stream_error, classify_transport, idle_error, truncate,
+    CONNECT_TIMEOUT, ErrorContext, classify_status, classify_stream_error, classify_transport,
+    response_timeout_error, truncate,
 };
-use crate::sse::{self, EventParser};
+use crate::sse::{self, EventParser, StreamLimits};
+use crate::{ProviderBuildError, RetryPolicy};
+
+/// Sent on every request, so server operators can tell crow's traffic apart.
+pub const USER_AGENT: &str = concat!("crow/", env!("CARGO_PKG_VERSION"));
 
 /// Most of an error body read for its message; the rest is dropped.
 const MAX_ERROR_BODY: usize = 64 * 1024;
@@ -49,7 +54,9 @@ pub(crate) struct Endpoint {
     client: reqwest::Client,
     url: String,
     headers: HeaderMap,
+    response_timeout: Duration,
     idle_timeout: Duration,
+    deadline: Duration,
     pub(crate) ctx: ErrorContext,
 }
 
@@ -58,7 +65,7 @@ impl Endpoint {
     pub(crate) fn new(
         url: String,
         headers: Vec<(String, String)>,
-        idle_timeout: Duration,
+        policy: &RetryPolicy,
         mut ctx: ErrorContext,
     ) -> Result<Self, ProviderBuildError> {
         // Errors name the URL actually requested, which shows a doubled or missing `/v1`.
@@ -83,10 +90,11 @@ impl Endpoint {
             header_value.set_sensitive(true);
             map.append(header_name, header_value);
         }
-        // No overall timeout: a long answer streams for minutes. Stalls are caught by the
-        // idle timeout instead.
+        // No client-wide timeout: the response timeout, idle timeout and deadline of
+        // `post_sse` bound each phase of an attempt on their own.
         let client = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
+            .user_agent(USER_AGENT)
+            .connect_timeout(CONNECT_TIMEOUT)
             .tcp_nodelay(true)
             .build()
             .map_err(|e| ProviderBuildError::Client(e.to_string()))?;
@@ -94,7 +102,9 @@ impl Endpoint {
             client,
             url,
             headers: map,
-            idle_timeout,
+            response_timeout: policy.response_timeout,
+            idle_timeout: policy.idle_timeout,
+            deadline: policy.deadline,
             ctx,
         })
     }
@@ -117,8 +127,14 @@ impl Endpoint {
             .header(ACCEPT, "text/event-stream")
             .body(body);
         let idle = self.idle_timeout;
-        let response = match tokio::time::timeout(idle, request.send()).await {
-            Err(_) => return Err(idle_error(idle)),
+        let limits = StreamLimits {
+            idle,
+            deadline: tokio::time::Instant::now() + self.deadline,
+            deadline_len: self.deadline,
+        };
+        let head_limit = self.response_timeout.min(self.deadline);
+        let response = match tokio::time::timeout(head_limit, request.send()).await {
+            Err(_) => return Err(response_timeout_error(&self.url, head_limit)),
             Ok(Err(e)) => return Err(classify_transport(&e, &self.ctx)),
             Ok(Ok(response)) => response,
         };
@@ -138,7 +154,7 @@ impl Endpoint {
             let body = read_body(response, idle).await;
             return Err(self.json_instead_of_stream(&body));
         }
-        Ok(sse::decode(response.bytes_stream(), parser, idle))
+        Ok(sse::decode(response.bytes_stream(), parser, limits))
     }
 
     fn json_instead_of_stream(&self, body: &str) -> ProviderError {

@@ -3,7 +3,8 @@
 //! - [`openai`]: OpenAI chat completions and OpenAI-compatible servers (vLLM, llama.cpp,
 //!   Ollama, OpenRouter, LiteLLM, DeepSeek);
 //! - [`anthropic`]: Anthropic messages, with prompt caching and extended thinking;
-//! - [`retry`]: backoff with jitter around either, announced as [`StreamDelta::Retrying`];
+//! - [`retry`]: whole-request retries with backoff and jitter around either, announced as
+//!   [`StreamDelta::Retrying`]; the time limits of an attempt live in its [`RetryPolicy`];
 //! - [`key`]: API keys that never print, and their resolution;
 //! - [`catalog`]: context windows of well-known models.
 //!

@@ -1,28 +1,42 @@
 //! Retry with exponential backoff and full jitter around a [`WireApi`], announced to the user
-//! through [`StreamDelta::Retrying`] before each wait.
+//! through [`StreamDelta::Retrying`] before each wait. Every retry resends the whole request.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use crow_core::{ChatRequest, DeltaStream, Provider, ProviderError, StreamDelta};
+use crow_core::{
+    ChatRequest, DeltaStream, Provider, ProviderError, ProviderErrorKind, StreamDelta,
+};
 use futures::StreamExt;
+use tokio::time::Instant;
 
 use crate::http::WireApi;
 
 /// Longest server-requested wait honoured; a larger Retry-After is cut to this.
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 
-/// How hard to retry, and when a silent stream counts as dead.
+/// How hard to retry, and how long each phase of an attempt may take.
+///
+/// Which failures are retried: rate limits, server errors and connections lost mid-stream up
+/// to `max_attempts` in all; timeouts (a silent or stalled server) once; an attempt that ran
+/// into its `deadline`, a refused connection or a host name that does not resolve never.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RetryPolicy {
     /// Attempts in total, the first included (1 = never retry).
     pub max_attempts: u32,
     pub base_delay: Duration,
     pub max_delay: Duration,
-    /// A response that sends no bytes for this long (head or body) fails as transient.
+    /// Longest wait for the response head (status and headers) after sending. Local servers
+    /// that load the model first (Ollama) answer only then, so this is not seconds.
+    pub response_timeout: Duration,
+    /// Longest gap between two SSE events that carry data, once the response has started.
+    /// Comments (`: keep-alive`) do not count: they show the connection is open, not that
+    /// the model is getting anywhere.
     pub idle_timeout: Duration,
+    /// Longest one attempt may take, from sending to the end of the stream.
+    pub deadline: Duration,
 }
 
 impl Default for RetryPolicy {
@@ -31,7 +45,9 @@ impl Default for RetryPolicy {
             max_attempts: 5,
             base_delay: Duration::from_millis(500),
             max_delay: Duration::from_secs(30),
-            idle_timeout: Duration::from_secs(90),
+            response_timeout: Duration::from_secs(60),
+            idle_timeout: Duration::from_secs(120),
+            deadline: Duration::from_secs(600),
         }
     }
 }
@@ -51,9 +67,10 @@ impl RetryPolicy {
     }
 }
 
-/// A [`Provider`] that retries rate limits and transient failures of `P`. A failure after
-/// content (text, thinking, tool calls) has been yielded is passed through instead: the
-/// caller already showed that content, and a retry would repeat it.
+/// A [`Provider`] that retries rate limits and transient failures of `P`, each time sending
+/// the whole request again. A failure after content (text, thinking, tool calls) has been
+/// yielded is retried too; the notice then carries `discard_partial`, because the next
+/// attempt streams the response from its start.
 pub struct Retrying<P> {
     inner: Arc<P>,
     policy: RetryPolicy,
@@ -97,12 +114,15 @@ impl<P: WireApi> Provider for Retrying<P> {
     async fn stream(&self, request: &ChatRequest<'_>) -> Result<DeltaStream, ProviderError> {
         // Encoded once: every attempt sends exactly these bytes.
         let body = self.inner.encode(request)?;
+        let started = Instant::now();
         let first = self.inner.send(body.clone()).await;
         let mut state = Attempts {
             inner: Arc::clone(&self.inner),
             body,
             policy: self.policy.clone(),
             attempts: 1,
+            timeouts_retried: 0,
+            started,
             content_seen: false,
             phase: Phase::Done,
         };
@@ -136,6 +156,11 @@ struct Attempts<P> {
     policy: RetryPolicy,
     /// Attempts made so far.
     attempts: u32,
+    /// Retries spent on timeouts (at most one).
+    timeouts_retried: u32,
+    /// When the current attempt was sent.
+    started: Instant,
+    /// Whether the current attempt has yielded content.
     content_seen: bool,
     phase: Phase,
 }
@@ -163,6 +188,7 @@ impl<P: WireApi> Attempts<P> {
                 Phase::Sleeping(delay) => {
                     tokio::time::sleep(delay).await;
                     self.attempts += 1;
+                    self.started = Instant::now();
                     match self.inner.send(self.body.clone()).await {
                         Ok(stream) => self.phase = Phase::Streaming(stream),
                         Err(error) => return Some(self.fail(error)),
@@ -175,11 +201,16 @@ impl<P: WireApi> Attempts<P> {
     /// Decides what a failure becomes: a retry notice (and a wait), or the error itself.
     fn fail(mut self, mut error: ProviderError) -> (Item, Self) {
         let retry = self.attempts;
-        if self.content_seen || !error.is_retryable() {
-            return (Err(error), self);
-        }
-        if retry >= self.policy.max_attempts {
-            if self.attempts > 1 {
+        let worth_it = match error.kind {
+            // A silent server gets one more chance (a lost request, a model still loading);
+            // an attempt that used up the whole deadline would use it up again.
+            ProviderErrorKind::Timeout => {
+                self.timeouts_retried == 0 && self.started.elapsed() < self.policy.deadline
+            }
+            _ => error.is_retryable(),
+        };
+        if !worth_it || retry >= self.policy.max_attempts {
+            if error.is_retryable() && self.attempts > 1 {
                 error.message = format!(
                     "{} (gave up after {} attempts)",
                     error.message, self.attempts
@@ -187,11 +218,16 @@ impl<P: WireApi> Attempts<P> {
             }
             return (Err(error), self);
         }
+        if error.kind == ProviderErrorKind::Timeout {
+            self.timeouts_retried += 1;
+        }
         let delay = self.policy.delay(retry, error.retry_after);
+        let discard_partial = std::mem::take(&mut self.content_seen);
         tracing::debug!(
             provider = self.inner.name(),
             attempt = retry + 1,
             delay_ms = delay.as_millis() as u64,
+            discard_partial,
             reason = %error.message,
             "retrying model call"
         );
@@ -200,6 +236,7 @@ impl<P: WireApi> Attempts<P> {
             attempt: retry + 1,
             delay_ms: u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
             reason: error.message,
+            discard_partial,
         };
         (Ok(notice), self)
     }

@@ -1,9 +1,10 @@
 //! SSE plumbing shared by the wire APIs: bytes → events (eventsource-stream) → parser → deltas,
-//! with the idle timeout applied to the raw bytes.
+//! with the idle timeout (between data events) and the attempt's deadline applied.
 
 use std::collections::VecDeque;
 use std::fmt::Display;
 use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -11,7 +12,7 @@ use crow_core::{DeltaStream, ProviderError, ProviderErrorKind, StreamDelta};
 use eventsource_stream::{Event, EventStreamError, Eventsource};
 use futures::{Stream, StreamExt, TryStreamExt};
 
-use crate::error::{idle_error, truncate};
+use crate::error::{deadline_error, idle_error, truncate};
 
 /// Whether the response is complete after an event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,58 +37,64 @@ pub(crate) trait EventParser: Send + 'static {
 
 /// Why the byte stream failed.
 #[derive(Debug)]
-enum Transport {
-    Body(String),
-    Idle(Duration),
-}
+struct Transport(String);
 
 impl Display for Transport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Transport::Body(e) => f.write_str(e),
-            Transport::Idle(d) => write!(f, "idle for {d:?}"),
-        }
+        f.write_str(&self.0)
     }
 }
 
-type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, Transport>> + Send>>;
-
-/// Fails the stream with [`Transport::Idle`] when no chunk arrives for `idle`.
-fn with_idle_timeout(inner: ByteStream, idle: Duration) -> ByteStream {
-    Box::pin(futures::stream::unfold(
-        Some(inner),
-        move |state| async move {
-            let mut inner = state?;
-            match tokio::time::timeout(idle, inner.next()).await {
-                Ok(Some(item)) => Some((item, Some(inner))),
-                Ok(None) => None,
-                // Dropping `inner` here closes the connection right away.
-                Err(_) => Some((Err(Transport::Idle(idle)), None)),
-            }
-        },
-    ))
+/// The time limits of one streamed response.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StreamLimits {
+    /// Longest gap between two events that carry data. Measured on events, not bytes: SSE
+    /// comments (`: keep-alive`) and blank lines prove the connection is open, not that the
+    /// model is making progress, so a server that only sends those still times out.
+    pub idle: Duration,
+    /// When the whole attempt must be over, however steadily data arrives.
+    pub deadline: tokio::time::Instant,
+    /// The deadline as configured, for the message.
+    pub deadline_len: Duration,
 }
+
+/// How much of the body's beginning is kept to quote when it turns out not to be SSE.
+const BODY_HEAD: usize = 200;
 
 /// Decodes an SSE byte stream with `parser`. Ends after the parser reports completion or
 /// after the first error. Dropping the returned stream drops `bytes` (and so the HTTP
 /// response) at once.
-pub(crate) fn decode<S, E, P>(bytes: S, parser: P, idle: Duration) -> DeltaStream
+pub(crate) fn decode<S, E, P>(bytes: S, parser: P, limits: StreamLimits) -> DeltaStream
 where
     S: Stream<Item = Result<Bytes, E>> + Send + 'static,
     E: Display + Send + 'static,
     P: EventParser,
 {
+    let head = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&head);
     // eventsource-stream drops an event not terminated by a blank line at EOF; a trailing
     // blank line makes a server that omits the last one (some do, after `[DONE]`) parse.
-    let bytes: ByteStream = Box::pin(bytes.map_err(|e| Transport::Body(e.to_string())).chain(
-        futures::stream::once(async { Ok(Bytes::from_static(b"\n\n")) }),
-    ));
-    let events = Box::pin(with_idle_timeout(bytes, idle).eventsource());
+    let bytes = bytes
+        .map_err(|e| Transport(e.to_string()))
+        .inspect_ok(move |chunk| {
+            let mut head = seen
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let room = BODY_HEAD.saturating_sub(head.len());
+            head.extend_from_slice(&chunk[..room.min(chunk.len())]);
+        })
+        .chain(futures::stream::once(async {
+            Ok(Bytes::from_static(b"\n\n"))
+        }));
+    let events: EventStream = Box::pin(bytes.eventsource());
     let state = Decoder {
-        events,
+        events: Some(events),
         parser,
         queue: VecDeque::new(),
         finished: false,
+        limits,
+        events_seen: 0,
+        head,
     };
     Box::pin(futures::stream::unfold(state, |mut st| async move {
         loop {
@@ -98,10 +105,22 @@ where
                 return None;
             }
             let mut out = Vec::new();
-            let result = match st.events.next().await {
-                Some(Ok(event)) => st.parser.on_event(&event, &mut out),
-                Some(Err(err)) => Err(event_error(err)),
-                None => st.parser.on_eof(&mut out).map(|()| Step::Done),
+            let result = match st.next_event().await {
+                Ok(Some(event)) => {
+                    st.events_seen += 1;
+                    match st.parser.on_event(&event, &mut out) {
+                        // A completion marker as the very first event: whatever came before
+                        // it was not SSE (eventsource-stream skips lines it cannot parse).
+                        Ok(Step::Done) if st.events_seen == 1 => {
+                            out.clear();
+                            Err(st.not_sse())
+                        }
+                        other => other,
+                    }
+                }
+                Ok(None) if st.events_seen == 0 && !st.head_is_blank() => Err(st.not_sse()),
+                Ok(None) => st.parser.on_eof(&mut out).map(|()| Step::Done),
+                Err(err) => Err(err),
             };
             st.queue.extend(out.into_iter().map(Ok));
             match result {
@@ -110,23 +129,73 @@ where
                 Err(err) => {
                     st.queue.push_back(Err(err));
                     st.finished = true;
+                    // Closes the connection now, not when the caller drops the stream.
+                    st.events = None;
                 }
             }
         }
     }))
 }
 
+type EventStream = Pin<Box<dyn Stream<Item = Result<Event, EventStreamError<Transport>>> + Send>>;
+
 struct Decoder<P> {
-    events: Pin<Box<dyn Stream<Item = Result<Event, EventStreamError<Transport>>> + Send>>,
+    events: Option<EventStream>,
     parser: P,
     queue: VecDeque<Result<StreamDelta, ProviderError>>,
     finished: bool,
+    limits: StreamLimits,
+    /// Events handed to the parser so far.
+    events_seen: usize,
+    /// The first [`BODY_HEAD`] bytes of the body.
+    head: Arc<Mutex<Vec<u8>>>,
+}
+
+impl<P> Decoder<P> {
+    /// The next event, or the error of a stream that failed or ran out of time.
+    async fn next_event(&mut self) -> Result<Option<Event>, ProviderError> {
+        let Some(events) = self.events.as_mut() else {
+            return Ok(None);
+        };
+        let idle_until = tokio::time::Instant::now() + self.limits.idle;
+        let until = idle_until.min(self.limits.deadline);
+        match tokio::time::timeout_at(until, events.next()).await {
+            Ok(Some(Ok(event))) => Ok(Some(event)),
+            Ok(Some(Err(err))) => Err(event_error(err)),
+            Ok(None) => Ok(None),
+            Err(_) if until < idle_until => Err(deadline_error(self.limits.deadline_len)),
+            Err(_) => Err(idle_error(self.limits.idle)),
+        }
+    }
+
+    fn head(&self) -> String {
+        let head = self
+            .head
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        String::from_utf8_lossy(&head).into_owned()
+    }
+
+    fn head_is_blank(&self) -> bool {
+        self.head().trim().is_empty()
+    }
+
+    fn not_sse(&self) -> ProviderError {
+        let head = self.head();
+        let excerpt = truncate(head.trim(), 120).replace('\n', "⏎");
+        ProviderError::new(
+            ProviderErrorKind::Protocol,
+            format!(
+                "the response is not a stream of server-sent events (no event before the end); \
+                 it began: {excerpt:?}"
+            ),
+        )
+    }
 }
 
 fn event_error(err: EventStreamError<Transport>) -> ProviderError {
     match err {
-        EventStreamError::Transport(Transport::Idle(idle)) => idle_error(idle),
-        EventStreamError::Transport(Transport::Body(e)) => ProviderError::new(
+        EventStreamError::Transport(e) => ProviderError::new(
             ProviderErrorKind::Transient,
             format!("connection lost while streaming the response: {e}"),
         ),
@@ -175,9 +244,17 @@ pub(crate) async fn run_chunks<P: EventParser>(
             .into_iter()
             .map(|c| Ok::<_, std::convert::Infallible>(Bytes::from(c))),
     );
-    decode(bytes, parser, Duration::from_secs(60))
-        .collect()
-        .await
+    decode(bytes, parser, test_limits()).collect().await
+}
+
+/// Test helper: limits that never fire in a test.
+#[cfg(test)]
+pub(crate) fn test_limits() -> StreamLimits {
+    StreamLimits {
+        idle: Duration::from_secs(60),
+        deadline: tokio::time::Instant::now() + Duration::from_secs(600),
+        deadline_len: Duration::from_secs(600),
+    }
 }
 
 /// Test helper: splits `data` at the given byte offsets.
@@ -250,6 +327,101 @@ pub(crate) async fn assert_all_chunkings<P: EventParser>(
         check(
             run_chunks(make(), split_at(data, &cuts)).await,
             &format!("random round {round}"),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+
+    use super::*;
+    use crate::openai::OpenAiParser;
+
+    fn parser() -> OpenAiParser {
+        OpenAiParser::new(crate::error::ErrorContext {
+            provider: "openai".into(),
+            model: "m".into(),
+            url: "http://127.0.0.1:9/v1/chat/completions".into(),
+            key_env: "OPENAI_API_KEY",
+            key: None,
+        })
+    }
+
+    fn limits(idle: u64, deadline: u64) -> StreamLimits {
+        StreamLimits {
+            idle: Duration::from_secs(idle),
+            deadline: tokio::time::Instant::now() + Duration::from_secs(deadline),
+            deadline_len: Duration::from_secs(deadline),
+        }
+    }
+
+    /// A body that sends `first`, then `every` forever, one chunk per `gap`.
+    fn trickle(first: &'static str, every: &'static str, gap: Duration) -> DeltaStream {
+        let bytes = futures::stream::unfold(0u64, move |n| async move {
+            if n > 0 {
+                tokio::time::sleep(gap).await;
+            }
+            let text = if n == 0 { first } else { every };
+            Some((
+                Ok::<_, Infallible>(Bytes::from_static(text.as_bytes())),
+                n + 1,
+            ))
+        });
+        decode(bytes, parser(), limits(10, 100))
+    }
+
+    const TEXT: &str = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n";
+
+    #[tokio::test(start_paused = true)]
+    async fn keep_alive_comments_do_not_count_as_progress() {
+        let started = tokio::time::Instant::now();
+        let items: Vec<_> = trickle(TEXT, ": keep-alive\n\n", Duration::from_secs(1))
+            .collect()
+            .await;
+        assert_eq!(items.len(), 2, "{items:?}");
+        let err = items[1].as_ref().unwrap_err();
+        assert_eq!(err.kind, ProviderErrorKind::Timeout);
+        assert_eq!(err.message, "no data from the model for 10 s");
+        assert_eq!(started.elapsed(), Duration::from_secs(10));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_steady_stream_still_ends_at_the_deadline() {
+        let started = tokio::time::Instant::now();
+        let items: Vec<_> = trickle(TEXT, TEXT, Duration::from_secs(3)).collect().await;
+        let err = items.last().unwrap().as_ref().unwrap_err();
+        assert_eq!(err.kind, ProviderErrorKind::Timeout);
+        assert!(err.message.contains("after 100 s"), "{}", err.message);
+        assert_eq!(started.elapsed(), Duration::from_secs(100));
+        assert_eq!(items.len(), 35, "a text every 3 s (0..=99), then the error");
+    }
+
+    #[tokio::test]
+    async fn a_body_that_is_not_sse_says_what_it_was() {
+        let body = "hello from a proxy\nnot an event stream\ndata: [DONE]\n\n";
+        let items = run_chunks(parser(), vec![body.as_bytes().to_vec()]).await;
+        assert_eq!(items.len(), 1, "{items:?}");
+        let err = items[0].as_ref().unwrap_err();
+        assert_eq!(err.kind, ProviderErrorKind::Protocol);
+        assert!(
+            err.message.contains("not a stream of server-sent events")
+                && err
+                    .message
+                    .contains("hello from a proxy⏎not an event stream"),
+            "{}",
+            err.message
+        );
+        // The same without the end marker: not retried as a cut-off stream either.
+        let items = run_chunks(parser(), vec![b"{\"a\":1}\n{\"a\":2}\n".to_vec()]).await;
+        let err = items[0].as_ref().unwrap_err();
+        assert_eq!(err.kind, ProviderErrorKind::Protocol, "{}", err.message);
+        assert!(err.message.contains(r#"{\"a\":1}"#), "{}", err.message);
+        // An empty body is a cut-off stream (transient), not a protocol error.
+        let items = run_chunks(parser(), vec![Vec::new()]).await;
+        assert_eq!(
+            items[0].as_ref().unwrap_err().kind,
+            ProviderErrorKind::Transient
         );
     }
 }

@@ -158,7 +158,9 @@ fn policy(max_attempts: u32, idle_ms: u64) -> RetryPolicy {
         max_attempts,
         base_delay: Duration::from_millis(1),
         max_delay: Duration::from_millis(5),
+        response_timeout: Duration::from_millis(idle_ms),
         idle_timeout: Duration::from_millis(idle_ms),
+        deadline: Duration::from_secs(60),
     }
 }
 
@@ -336,14 +338,21 @@ async fn not_found_names_the_model_and_url() {
     assert!(err.message.contains(&server.base), "{}", err.message);
 }
 
-#[tokio::test]
-async fn drop_after_text_passes_the_error_through() {
-    // Chunked body cut off mid-message: a transport error after content was shown.
+/// A chunked SSE head and `event` as one chunk, the body then cut off (no final chunk).
+fn cut_after(event: &str) -> String {
     let head =
         "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
-    let event = oa_text("partial");
-    let bytes = format!("{head}{:x}\r\n{event}\r\n", event.len());
-    let server = serve(vec![close(bytes)]).await;
+    format!("{head}{:x}\r\n{event}\r\n", event.len())
+}
+
+#[tokio::test]
+async fn drop_after_text_is_retried_as_a_whole_new_request() {
+    let body = [oa_text("whole answer"), oa_done()].concat();
+    let server = serve(vec![
+        close(cut_after(&oa_text("partial"))),
+        close(sse(&body)),
+    ])
+    .await;
     let provider = build(settings(
         ProviderKind::OpenAi,
         &server.base,
@@ -351,11 +360,93 @@ async fn drop_after_text_passes_the_error_through() {
     ))
     .unwrap();
     let items = collect(provider.as_ref()).await.unwrap();
+    assert!(items.iter().all(Result::is_ok), "{items:?}");
+    // The partial text, a notice that voids it, then the new response from its start.
+    assert_eq!(texts(&items), "partialwhole answer");
+    let notice = items
+        .iter()
+        .find_map(|i| match i {
+            Ok(StreamDelta::Retrying {
+                discard_partial, ..
+            }) => Some(*discard_partial),
+            _ => None,
+        })
+        .unwrap();
+    assert!(notice, "the partial output is to be dropped");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(requests[0].body, requests[1].body);
+}
+
+#[tokio::test]
+async fn drop_after_text_on_the_last_attempt_passes_the_error_through() {
+    let server = serve(vec![close(cut_after(&oa_text("partial")))]).await;
+    let provider = build(settings(
+        ProviderKind::OpenAi,
+        &server.base,
+        policy(1, 5000),
+    ))
+    .unwrap();
+    let items = collect(provider.as_ref()).await.unwrap();
     assert_eq!(texts(&items), "partial");
     let err = items.last().unwrap().as_ref().unwrap_err();
     assert_eq!(err.kind, ProviderErrorKind::Transient);
-    assert!(retries(&items).is_empty());
     assert_eq!(server.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn keep_alive_comments_alone_time_out() {
+    // A server that answers and then only ever sends SSE comments.
+    let mut body = sse(&oa_text("thinking..."));
+    for _ in 0..5 {
+        body.extend_from_slice(b": keep-alive\n\n");
+    }
+    let server = serve(vec![hang(body)]).await;
+    let provider = build(settings(ProviderKind::OpenAi, &server.base, policy(1, 300))).unwrap();
+    let items = collect(provider.as_ref()).await.unwrap();
+    let err = items.last().unwrap().as_ref().unwrap_err();
+    assert_eq!(err.kind, ProviderErrorKind::Timeout);
+    assert_eq!(err.message, "no data from the model for 0.3 s");
+}
+
+#[tokio::test]
+async fn a_body_that_is_not_sse_is_a_protocol_error_quoting_it() {
+    let server = serve(vec![close(sse(
+        "<html>Gateway says hi</html>\ndata: [DONE]\n\n",
+    ))])
+    .await;
+    let provider = build(settings(
+        ProviderKind::OpenAi,
+        &server.base,
+        policy(5, 5000),
+    ))
+    .unwrap();
+    let items = collect(provider.as_ref()).await.unwrap();
+    assert_eq!(items.len(), 1, "{items:?}");
+    let err = items[0].as_ref().unwrap_err();
+    assert_eq!(err.kind, ProviderErrorKind::Protocol);
+    assert!(
+        err.message.contains("<html>Gateway says hi</html>"),
+        "{}",
+        err.message
+    );
+    assert_eq!(server.requests().len(), 1, "not retried");
+}
+
+#[tokio::test]
+async fn requests_carry_crows_user_agent() {
+    let body = [oa_text("ok"), oa_done()].concat();
+    let server = serve(vec![close(sse(&body))]).await;
+    let provider = build(settings(
+        ProviderKind::OpenAi,
+        &server.base,
+        policy(1, 5000),
+    ))
+    .unwrap();
+    collect(provider.as_ref()).await.unwrap();
+    let head = &server.requests()[0].head;
+    let expected = format!("user-agent: crow/{}\r\n", env!("CARGO_PKG_VERSION"));
+    assert!(head.contains(&expected), "{head}");
 }
 
 #[tokio::test]
@@ -378,17 +469,40 @@ async fn drop_before_content_is_retried() {
 }
 
 #[tokio::test]
-async fn idle_stream_and_idle_head_time_out() {
+async fn idle_stream_and_silent_server_time_out() {
     let server = serve(vec![hang(sse(&oa_text("then silence"))), hang(Vec::new())]).await;
     let provider = build(settings(ProviderKind::OpenAi, &server.base, policy(1, 200))).unwrap();
     let items = collect(provider.as_ref()).await.unwrap();
     assert_eq!(texts(&items), "then silence");
     let err = items.last().unwrap().as_ref().unwrap_err();
-    assert_eq!(err.kind, ProviderErrorKind::Transient);
+    assert_eq!(err.kind, ProviderErrorKind::Timeout);
     assert_eq!(err.message, "no data from the model for 0.2 s");
 
     let err = collect(provider.as_ref()).await.unwrap_err();
-    assert_eq!(err.message, "no data from the model for 0.2 s");
+    assert_eq!(err.kind, ProviderErrorKind::Timeout);
+    assert!(
+        err.message.starts_with(&format!(
+            "no response from {}/v1/chat/completions within 0.2 s",
+            server.base
+        )),
+        "{}",
+        err.message
+    );
+}
+
+#[tokio::test]
+async fn a_silent_server_is_tried_twice_in_all() {
+    let server = serve(vec![hang(Vec::new()), hang(Vec::new()), hang(Vec::new())]).await;
+    let provider = build(settings(ProviderKind::OpenAi, &server.base, policy(5, 100))).unwrap();
+    let items = collect(provider.as_ref()).await.unwrap();
+    assert_eq!(retries(&items).len(), 1);
+    let err = items.last().unwrap().as_ref().unwrap_err();
+    assert!(
+        err.message.ends_with("(gave up after 2 attempts)"),
+        "{}",
+        err.message
+    );
+    assert_eq!(server.requests().len(), 2);
 }
 
 #[tokio::test]
@@ -416,24 +530,38 @@ async fn dropping_the_stream_closes_the_connection() {
 }
 
 #[tokio::test]
-async fn connection_refused_names_the_url() {
+async fn connection_refused_is_not_retried_and_names_the_url() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     drop(listener);
-    let provider = build(settings(ProviderKind::OpenAi, &base, policy(2, 5000))).unwrap();
-    let items = collect(provider.as_ref()).await.unwrap();
-    assert_eq!(retries(&items).len(), 1);
-    let err = items.last().unwrap().as_ref().unwrap_err();
-    assert_eq!(err.kind, ProviderErrorKind::Transient);
+    let provider = build(settings(ProviderKind::OpenAi, &base, policy(5, 5000))).unwrap();
+    let err = collect(provider.as_ref()).await.unwrap_err();
+    assert_eq!(err.kind, ProviderErrorKind::Unreachable);
     assert!(
-        err.message.contains(&format!(
-            "could not connect to {base}/v1/chat/completions — is the server running?"
+        err.message.starts_with(&format!(
+            "could not connect to {base}/v1/chat/completions: connection refused — is the server running?"
         )),
         "{}",
         err.message
     );
+}
+
+#[tokio::test]
+async fn an_unknown_host_is_not_retried_and_says_so() {
+    // `.invalid` never resolves (RFC 2606), online or not.
+    let base = "http://crow-test.invalid:9";
+    let provider = build(settings(ProviderKind::OpenAi, base, policy(5, 5000))).unwrap();
+    let err = collect(provider.as_ref()).await.unwrap_err();
+    assert_eq!(err.kind, ProviderErrorKind::Unreachable, "{}", err.message);
     assert!(
-        err.message.ends_with("(gave up after 2 attempts)"),
+        err.message.starts_with(
+            "could not resolve the host name 'crow-test.invalid' of http://crow-test.invalid:9/v1/chat/completions"
+        ),
+        "{}",
+        err.message
+    );
+    assert!(
+        !err.message.contains("is the server running"),
         "{}",
         err.message
     );

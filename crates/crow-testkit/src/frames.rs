@@ -153,6 +153,11 @@ pub(crate) enum Ending {
     Drop { after_chunks: usize },
     /// Frames up to the cut, then silence until the client leaves or the server stops.
     Stall { after_chunks: usize },
+    /// Frames up to the cut, then an SSE comment every `interval` until the client leaves.
+    KeepAlive {
+        after_chunks: usize,
+        interval: Duration,
+    },
 }
 
 /// Index of the first frame a fault withholds: the content delta after the first
@@ -187,7 +192,13 @@ pub(crate) fn body_stream(
     let fault = match ending {
         Ending::Complete => None,
         Ending::Drop { after_chunks } => Some((after_chunks, false)),
-        Ending::Stall { after_chunks } => Some((after_chunks, true)),
+        Ending::Stall { after_chunks } | Ending::KeepAlive { after_chunks, .. } => {
+            Some((after_chunks, true))
+        }
+    };
+    let keep_alive = match ending {
+        Ending::KeepAlive { interval, .. } => Some(interval),
+        _ => None,
     };
     let stall = fault.is_some_and(|(_, stall)| stall);
     let fails = fault.is_some();
@@ -218,6 +229,18 @@ pub(crate) fn body_stream(
                 }
                 st.first = false;
                 return Some((Ok(frame.bytes), st));
+            }
+            if let Some(interval) = keep_alive {
+                // Never done: hyper drops this stream when the client disconnects.
+                tokio::select! {
+                    () = tokio::time::sleep(interval) => {
+                        return Some((Ok(Bytes::from_static(b": keep-alive\n\n")), st));
+                    }
+                    () = shutdown.cancelled() => {
+                        st.done = true;
+                        return Some((Err(aborted("mock server shutting down")), st));
+                    }
+                }
             }
             st.done = true;
             if !fails {

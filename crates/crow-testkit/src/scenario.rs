@@ -110,10 +110,12 @@ impl Step {
     pub fn match_system(&self) -> Option<&str> {
         match self {
             Step::Reply(reply) => reply.match_system.as_deref(),
-            Step::Fault(Fault::DropAfter { reply, .. } | Fault::Stall { reply, .. }) => {
-                reply.match_system.as_deref()
-            }
-            Step::Fault(Fault::Status { .. }) => None,
+            Step::Fault(
+                Fault::DropAfter { reply, .. }
+                | Fault::Stall { reply, .. }
+                | Fault::KeepAlive { reply, .. },
+            ) => reply.match_system.as_deref(),
+            Step::Fault(Fault::Status { .. } | Fault::Raw { .. }) => None,
         }
     }
 
@@ -275,6 +277,29 @@ pub enum Fault {
         #[serde(default)]
         after_chunks: usize,
     },
+    /// Like `Stall`, but keeps sending the SSE comment `: keep-alive` every `interval_ms`:
+    /// the connection is alive, the model never says anything more.
+    KeepAlive {
+        reply: Reply,
+        #[serde(default)]
+        after_chunks: usize,
+        #[serde(default = "default_keep_alive_ms")]
+        interval_ms: u64,
+    },
+    /// Status 200 with `content_type` and `body` verbatim (e.g. lines that are not SSE).
+    Raw {
+        body: String,
+        #[serde(default = "default_raw_content_type")]
+        content_type: String,
+    },
+}
+
+fn default_keep_alive_ms() -> u64 {
+    100
+}
+
+fn default_raw_content_type() -> String {
+    "text/event-stream".to_owned()
 }
 
 impl Fault {
@@ -306,6 +331,22 @@ impl Fault {
         Fault::Stall {
             reply,
             after_chunks,
+        }
+    }
+
+    pub fn keep_alive(reply: Reply, after_chunks: usize, interval_ms: u64) -> Self {
+        Fault::KeepAlive {
+            reply,
+            after_chunks,
+            interval_ms,
+        }
+    }
+
+    /// A 200 `text/event-stream` response whose body is `body`, byte for byte.
+    pub fn raw(body: impl Into<String>) -> Self {
+        Fault::Raw {
+            body: body.into(),
+            content_type: default_raw_content_type(),
         }
     }
 

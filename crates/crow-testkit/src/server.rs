@@ -356,6 +356,20 @@ fn handle(shared: &Shared, api: Api, path: &str, headers: &HeaderMap, raw: Bytes
             reply,
             after_chunks,
         }) => (reply, Ending::Stall { after_chunks }),
+        Step::Fault(Fault::KeepAlive {
+            reply,
+            after_chunks,
+            interval_ms,
+        }) => (
+            reply,
+            Ending::KeepAlive {
+                after_chunks,
+                interval: Duration::from_millis(interval_ms.max(1)),
+            },
+        ),
+        Step::Fault(Fault::Raw { body, content_type }) => {
+            return (StatusCode::OK, [(header::CONTENT_TYPE, content_type)], body).into_response();
+        }
     };
 
     // Anthropic only writes the cache where the request asks for it.

@@ -210,3 +210,39 @@ async fn invalid_json_is_rejected_without_consuming() {
     assert_eq!(mock.remaining_steps(), 1);
     assert_eq!(mock.requests()[0].body, json!(null));
 }
+
+#[tokio::test]
+async fn keep_alive_sends_comments_and_no_more_content() {
+    let reply = Reply::text("abcdefgh").with_chunk_size(2);
+    let mock = MockLlm::start(Scenario::new().fault(Fault::keep_alive(reply, 1, 5)))
+        .await
+        .unwrap();
+    let resp = post_openai(&mock, &openai_request("s", true)).await;
+    let mut stream = resp.bytes_stream();
+    let mut got = String::new();
+    // Read until three comments came in: the stream goes on, saying nothing new.
+    while got.matches(": keep-alive\n\n").count() < 3 {
+        let chunk = stream.next().await.expect("the stream never ends").unwrap();
+        got.push_str(std::str::from_utf8(&chunk).unwrap());
+    }
+    assert!(!got.contains("[DONE]"));
+    let events = parse_sse(&got.replace(": keep-alive\n\n", ""));
+    assert_eq!(streamed_text(&events), "ab");
+}
+
+#[tokio::test]
+async fn raw_sends_the_body_verbatim() {
+    let body = "not sse\nat all\ndata: [DONE]\n\n";
+    let mock = MockLlm::start(Scenario::new().fault(Fault::raw(body)))
+        .await
+        .unwrap();
+    let resp = post_anthropic(&mock, &anthropic_request("s", true)).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-type"], "text/event-stream");
+    assert_eq!(resp.text().await.unwrap(), body);
+    let json = Scenario::new().fault(Fault::raw("x")).to_json();
+    assert_eq!(
+        Scenario::from_json(&json).unwrap(),
+        Scenario::new().fault(Fault::raw("x"))
+    );
+}

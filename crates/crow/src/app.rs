@@ -23,10 +23,18 @@ pub struct Selection {
     pub settings: ProviderSettings,
 }
 
-/// Picks the provider: `provider` from config/env/flags, else OPENAI_API_KEY, else
-/// ANTHROPIC_API_KEY, else a local Ollama.
+/// Picks the provider: `provider` from config/env/flags, else `openai` when it has a key,
+/// else `anthropic` when it has one, else a local Ollama. "Has a key" follows key resolution
+/// (env var, then key file, then plain `api_key`), so a key given only in the config counts.
 pub fn select_provider(loaded: &LoadedConfig) -> Result<Selection> {
     let config = &loaded.config;
+    let keyed = |name: &str| {
+        config
+            .providers
+            .get(name)
+            .and_then(|pc| key_source(name, pc))
+            .map(|reason| (name.to_owned(), reason))
+    };
     let (name, reason) = match &config.provider {
         Some(name) => {
             let source = loaded
@@ -36,17 +44,14 @@ pub fn select_provider(loaded: &LoadedConfig) -> Result<Selection> {
                 .unwrap_or_default();
             (name.clone(), format!("provider = \"{name}\" ({source})"))
         }
-        None if env_set("OPENAI_API_KEY") => {
-            ("openai".to_owned(), "OPENAI_API_KEY is set".to_owned())
-        }
-        None if env_set("ANTHROPIC_API_KEY") => (
-            "anthropic".to_owned(),
-            "ANTHROPIC_API_KEY is set".to_owned(),
-        ),
-        None => (
-            "ollama".to_owned(),
-            "no provider configured and no API key in the environment".to_owned(),
-        ),
+        None => keyed("openai")
+            .or_else(|| keyed("anthropic"))
+            .unwrap_or_else(|| {
+                (
+                    "ollama".to_owned(),
+                    "no provider configured and no API key for openai or anthropic".to_owned(),
+                )
+            }),
     };
     let settings = provider_settings(config, &name, loaded.base_url_override.as_deref(), None)?;
     Ok(Selection {
@@ -58,6 +63,22 @@ pub fn select_provider(loaded: &LoadedConfig) -> Result<Selection> {
 
 fn env_set(var: &str) -> bool {
     std::env::var(var).is_ok_and(|v| !v.trim().is_empty())
+}
+
+/// Where provider `name`'s key would come from, in resolution order, as a reason for choosing
+/// it; `None` without one. A key file counts even if it cannot be read: the user asked for
+/// it, and using the provider reports the problem.
+fn key_source(name: &str, pc: &crate::config::ProviderConfig) -> Option<String> {
+    if let Some(var) = pc.api_key_env.as_deref().filter(|v| env_set(v)) {
+        return Some(format!("{var} is set"));
+    }
+    if pc.api_key_file.is_some() {
+        return Some(format!("providers.{name}.api_key_file is set"));
+    }
+    pc.api_key
+        .as_deref()
+        .is_some_and(|k| !k.trim().is_empty())
+        .then(|| format!("providers.{name}.api_key is set"))
 }
 
 /// The settings of provider `name`; `model` overrides the configured model (an agent
@@ -122,8 +143,14 @@ pub fn provider_settings(
     if let Some(n) = pc.max_retries {
         retry.max_attempts = n.saturating_add(1);
     }
+    if let Some(secs) = pc.response_timeout_secs {
+        retry.response_timeout = Duration::from_secs(secs);
+    }
     if let Some(secs) = pc.idle_timeout_secs {
         retry.idle_timeout = Duration::from_secs(secs);
+    }
+    if let Some(secs) = pc.deadline_secs {
+        retry.deadline = Duration::from_secs(secs);
     }
     Ok(ProviderSettings {
         kind,

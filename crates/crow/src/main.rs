@@ -295,7 +295,9 @@ async fn run(args: RunArgs) -> Result<ExitCode> {
         loaded = config::load(&root, &kept)?;
     }
     let selection = app::select_provider(&loaded)?;
-    let fallback = selection.name == "ollama" && loaded.config.provider.is_none();
+    // The URL actually requested (`--base-url` or OPENAI_BASE_URL may have moved it).
+    let fallback = (selection.name == "ollama" && loaded.config.provider.is_none())
+        .then(|| selection.settings.base_url.clone());
     let mcp_servers = mcp::servers(&loaded.config);
     let catalog = load_agents(&root);
     let tools = crow_tools::builtin_tools(&tool_options(&loaded.config));
@@ -318,15 +320,13 @@ async fn run(args: RunArgs) -> Result<ExitCode> {
         resumed,
         mcp_servers,
     };
-    app::run_session(spec).await.map_err(|e| {
-        if fallback {
-            e.context(
-                "no model is configured, so crow tried Ollama on localhost:11434; set OPENAI_API_KEY or \
-                 ANTHROPIC_API_KEY, pass --provider/--base-url, or try `crow demo`",
-            )
-        } else {
-            e
-        }
+    app::run_session(spec).await.map_err(|e| match fallback {
+        Some(url) => e.context(format!(
+            "no provider and no API key are configured, so crow tried the built-in `ollama` \
+             provider at {url}; set OPENAI_API_KEY or ANTHROPIC_API_KEY (or api_key_file under \
+             [providers.openai]), pass --provider, or try `crow demo`"
+        )),
+        None => e,
     })
 }
 

@@ -237,14 +237,21 @@ pub async fn terminal(mut events: UnboundedReceiver<AgentEvent>, show_agent: boo
                 attempt,
                 delay_ms,
                 reason,
+                discard_partial,
                 ..
             } => {
                 line.finish(&mut out);
+                // Printed text cannot be taken back: say that it is void.
+                let discarded = if discard_partial {
+                    " (the partial answer above is discarded)"
+                } else {
+                    ""
+                };
                 let _ = writeln!(
                     out,
                     "{}",
                     style.yellow(&format!(
-                        "↻ {reason} — retry {attempt} in {}",
+                        "↻ {reason} — retry {attempt} in {}{discarded}",
                         format_ms(delay_ms)
                     ))
                 );

@@ -44,7 +44,7 @@ impl AnthropicProvider {
         let endpoint = Endpoint::new(
             url,
             headers,
-            settings.retry.idle_timeout,
+            &settings.retry,
             settings.error_context(ANTHROPIC_API_KEY_ENV),
         )?;
         Ok(Self {

@@ -44,7 +44,7 @@ impl OpenAiProvider {
         let endpoint = Endpoint::new(
             url,
             headers,
-            settings.retry.idle_timeout,
+            &settings.retry,
             settings.error_context(OPENAI_API_KEY_ENV),
         )?;
         Ok(Self {

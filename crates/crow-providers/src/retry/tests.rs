@@ -17,10 +17,11 @@ use crate::http::WireApi;
 
 type Item = Result<StreamDelta, ProviderError>;
 
-/// What one attempt does: fail at `send`, or stream these items.
+/// What one attempt does: fail at `send`, stream these items, or fail after a while.
 enum Attempt {
     Refuse(ProviderError),
     Stream(Vec<Item>),
+    FailAfter(Duration, ProviderError),
 }
 
 struct Scripted {
@@ -60,6 +61,12 @@ impl WireApi for Scripted {
         match next {
             Some(Attempt::Refuse(e)) => Err(e),
             Some(Attempt::Stream(items)) => Ok(Box::pin(futures::stream::iter(items))),
+            Some(Attempt::FailAfter(wait, error)) => {
+                Ok(Box::pin(futures::stream::once(async move {
+                    tokio::time::sleep(wait).await;
+                    Err(error)
+                })))
+            }
             None => panic!("more attempts than scripted"),
         }
     }
@@ -208,23 +215,137 @@ async fn mid_stream_failure_before_content_is_retried() {
     assert_eq!(items.last().unwrap().as_ref().unwrap(), &done().unwrap());
 }
 
+fn discards(items: &[Item]) -> Vec<bool> {
+    items
+        .iter()
+        .filter_map(|i| match i {
+            Ok(StreamDelta::Retrying {
+                discard_partial, ..
+            }) => Some(*discard_partial),
+            _ => None,
+        })
+        .collect()
+}
+
+fn timeout(msg: &str) -> ProviderError {
+    ProviderError::new(ProviderErrorKind::Timeout, msg)
+}
+
 #[tokio::test(start_paused = true)]
-async fn mid_stream_failure_after_content_passes_through() {
+async fn mid_stream_failure_after_content_restarts_the_whole_request() {
+    let call_start = Ok(StreamDelta::ToolCallStart {
+        index: 0,
+        id: "c".into(),
+        name: "n".into(),
+    });
     let provider = Retrying::new(
-        Scripted::new(vec![Attempt::Stream(vec![
-            Ok(StreamDelta::ToolCallStart {
-                index: 0,
-                id: "c".into(),
-                name: "n".into(),
-            }),
-            Err(transient("reset")),
-        ])]),
+        Scripted::new(vec![
+            Attempt::Stream(vec![text("Hal"), call_start, Err(transient("reset"))]),
+            Attempt::Stream(vec![text("Whole"), done()]),
+        ]),
         policy(5),
     );
     let items = run(&provider).await.unwrap();
-    assert_eq!(items.len(), 2);
-    assert_eq!(items[1].as_ref().unwrap_err().message, "reset");
+    assert!(items.iter().all(Result::is_ok));
+    // The notice tells the caller to drop "Hal" and the call: the answer starts over.
+    assert_eq!(discards(&items), [true]);
+    assert_eq!(items.last().unwrap().as_ref().unwrap(), &done().unwrap());
+    let bodies = provider.inner().bodies.lock().unwrap().clone();
+    assert_eq!(
+        bodies,
+        ["body", "body"],
+        "the same request, sent whole again"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn when_every_attempt_fails_after_content_the_last_error_passes_through() {
+    let provider = Retrying::new(
+        Scripted::new(vec![
+            Attempt::Stream(vec![text("one"), Err(transient("reset"))]),
+            Attempt::Stream(vec![text("two"), Err(transient("reset again"))]),
+        ]),
+        policy(2),
+    );
+    let items = run(&provider).await.unwrap();
+    assert_eq!(discards(&items), [true]);
+    // The caller keeps what the last attempt said (its own partial) and gets the error.
+    assert_eq!(
+        items[items.len() - 2].as_ref().unwrap(),
+        &text("two").unwrap()
+    );
+    let err = items.last().unwrap().as_ref().unwrap_err();
+    assert_eq!(err.message, "reset again (gave up after 2 attempts)");
+}
+
+#[tokio::test(start_paused = true)]
+async fn unreachable_servers_are_not_retried() {
+    let provider = Retrying::new(
+        Scripted::new(vec![Attempt::Refuse(ProviderError::new(
+            ProviderErrorKind::Unreachable,
+            "connection refused",
+        ))]),
+        policy(5),
+    );
+    let err = run(&provider).await.unwrap_err();
+    assert_eq!(err.message, "connection refused");
     assert_eq!(provider.inner().bodies.lock().unwrap().len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn timeouts_are_retried_once() {
+    let provider = Retrying::new(
+        Scripted::new(vec![
+            Attempt::Refuse(timeout("no response")),
+            Attempt::Stream(vec![text("x"), Err(timeout("no data"))]),
+        ]),
+        policy(5),
+    );
+    let items = run(&provider).await.unwrap();
+    assert_eq!(retry_notices(&items).len(), 1);
+    let err = items.last().unwrap().as_ref().unwrap_err();
+    assert_eq!(err.message, "no data (gave up after 2 attempts)");
+    assert_eq!(provider.inner().bodies.lock().unwrap().len(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_attempt_that_ran_into_its_deadline_is_not_retried() {
+    let deadline = RetryPolicy::default().deadline;
+    let provider = Retrying::new(
+        Scripted::new(vec![Attempt::FailAfter(deadline, timeout("deadline"))]),
+        policy(5),
+    );
+    let items = run(&provider).await.unwrap();
+    assert!(retry_notices(&items).is_empty());
+    assert_eq!(
+        items.last().unwrap().as_ref().unwrap_err().message,
+        "deadline"
+    );
+    assert_eq!(provider.inner().bodies.lock().unwrap().len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_silent_server_fails_within_two_response_timeouts() {
+    // The defaults' figure: a server that accepts and never answers is given up on after
+    // two response timeouts and one short backoff (it was 5 × 90 s + backoff: 7.6 min).
+    let policy = RetryPolicy::default();
+    let wait = policy.response_timeout;
+    let provider = Retrying::new(
+        Scripted::new(vec![
+            Attempt::FailAfter(wait, timeout("no response")),
+            Attempt::FailAfter(wait, timeout("no response")),
+        ]),
+        policy.clone(),
+    );
+    let started = tokio::time::Instant::now();
+    let items = run(&provider).await.unwrap();
+    assert!(items.last().unwrap().is_err());
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed >= wait * 2 && elapsed <= wait * 2 + policy.base_delay,
+        "{elapsed:?}"
+    );
+    assert_eq!(wait, Duration::from_secs(60));
 }
 
 #[test]
