@@ -343,12 +343,14 @@ fn start_mcp(spec: &SessionSpec, loaded: &LoadedConfig, tools: &ToolRegistry) ->
         crate::mcp::servers(&loaded.config),
         mcp_configs(&spec.mcp_servers),
     );
+    let options = crate::tool_options(&loaded.config);
     let (manager, mut events) = McpManager::start(
         servers,
         tools.clone(),
         McpOptions {
-            max_output_bytes: crate::tool_options(&loaded.config).max_output_bytes,
+            max_output_bytes: options.max_output_bytes,
             cwd: spec.cwd.clone(),
+            env: options.env,
         },
     );
     let notices = spec.notices.clone();

@@ -216,7 +216,7 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
         spec.mcp_servers,
         spec.composer.tools.clone(),
         &spec.composer.cwd,
-        crate::tool_options(&spec.composer.config).max_output_bytes,
+        &crate::tool_options(&spec.composer.config),
     );
     session.primary.add_user_message(spec.prompt);
 

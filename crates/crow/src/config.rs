@@ -22,6 +22,9 @@ pub struct Config {
     pub max_iterations: Option<u32>,
     #[serde(default)]
     pub tools: ToolsConfig,
+    /// The environment of commands crow starts (`bash`, stdio MCP servers).
+    #[serde(default)]
+    pub shell_environment: ShellEnvironmentConfig,
     #[serde(default)]
     pub store: StoreConfig,
     #[serde(default)]
@@ -36,6 +39,53 @@ pub struct Config {
 pub struct ToolsConfig {
     pub bash_timeout_secs: Option<u64>,
     pub max_output_bytes: Option<usize>,
+}
+
+/// `[shell_environment]`: see [`crow_core::env`] for the order of the rules.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShellEnvironmentConfig {
+    /// "all" (default), "core" or "none".
+    pub inherit: Option<crow_core::Inherit>,
+    /// Name patterns (`*` wildcards, any case) passed even if they look secret.
+    #[serde(default)]
+    pub include: Vec<String>,
+    /// Name patterns always removed.
+    #[serde(default)]
+    pub exclude: Vec<String>,
+    /// Variables set for every command.
+    #[serde(default)]
+    pub set: BTreeMap<String, String>,
+}
+
+/// Key variables crow reads itself, hidden from commands even if a provider names another.
+const CROW_KEY_VARS: [&str; 2] = ["OPENAI_API_KEY", "ANTHROPIC_API_KEY"];
+
+/// The environment policy of commands: `[shell_environment]`, plus every variable that holds
+/// a key crow uses (providers' `api_key_env`, MCP servers' `bearer_token_env_var`).
+pub fn env_policy(config: &Config) -> crow_core::EnvPolicy {
+    let shell = &config.shell_environment;
+    let mut hidden: std::collections::BTreeSet<String> =
+        CROW_KEY_VARS.iter().map(|v| (*v).to_owned()).collect();
+    hidden.extend(
+        config
+            .providers
+            .values()
+            .filter_map(|p| p.api_key_env.clone()),
+    );
+    hidden.extend(
+        config
+            .mcp_servers
+            .values()
+            .filter_map(|s| s.bearer_token_env_var.clone()),
+    );
+    crow_core::EnvPolicy {
+        inherit: shell.inherit.unwrap_or_default(),
+        hidden,
+        include: shell.include.clone(),
+        exclude: shell.exclude.clone(),
+        set: shell.set.clone(),
+    }
 }
 
 /// Where sessions are kept. `CROW_HOME` (the directory of `crow.db`) wins over both paths.
@@ -112,6 +162,9 @@ max_iterations = 50
 [tools]
 bash_timeout_secs = 120
 max_output_bytes = 30720
+
+[shell_environment]
+inherit = "all"
 
 [providers.openai]
 type = "openai"
@@ -308,6 +361,7 @@ fn flatten(
 pub fn is_secret(key: &str) -> bool {
     let last = key.rsplit('.').next().unwrap_or(key).to_ascii_lowercase();
     last == "api_key"
+        || (key.starts_with("shell_environment.set.") && crow_core::env::looks_secret(&last))
         || (key.starts_with("mcp_servers.") && (key.contains(".env.") || key.contains(".headers.")))
         || (key.contains(".headers.")
             && (last.contains("auth") || last.contains("key") || last.contains("token")))
@@ -325,6 +379,18 @@ pub fn render_show(loaded: &LoadedConfig) -> String {
         };
         out.push_str(&format!("{key:<width$} = {shown}  # {source}\n"));
     }
+    // Names only: which of this process's variables commands will not see.
+    let policy = env_policy(&loaded.config);
+    let removed = policy.removed_names();
+    out.push_str(&format!(
+        "\n# commands (bash, MCP servers) inherit {} of the environment; hidden from them: {}\n",
+        policy.inherit.as_str(),
+        if removed.is_empty() {
+            "nothing".to_owned()
+        } else {
+            removed.join(", ")
+        }
+    ));
     out
 }
 

@@ -375,5 +375,6 @@ pub(crate) fn tool_options(config: &config::Config) -> crow_tools::ToolOptions {
     if let Some(bytes) = config.tools.max_output_bytes {
         options.max_output_bytes = bytes;
     }
+    options.env = config::env_policy(config);
     options
 }
