@@ -3,6 +3,9 @@
 // The binary's job is to print; libraries must not (workspace lint).
 #![allow(clippy::print_stdout)]
 
+#[macro_use]
+mod stop;
+
 mod acp;
 mod agents;
 mod app;
@@ -147,7 +150,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {}", one_line(&e));
+            errln!("error: {}", one_line(&e));
             ExitCode::FAILURE
         }
     }
@@ -190,10 +193,7 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
         }
         Command::Mcp { command } => mcp::command(command).await,
         Command::Agents { command } => agents_command(command),
-        Command::Acp(model) => {
-            acp::serve(overrides(&model, None)).await?;
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Acp(model) => acp::serve(overrides(&model, None)).await,
         Command::Config {
             command: ConfigCommand::Show(model),
         } => {

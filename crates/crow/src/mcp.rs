@@ -138,7 +138,7 @@ pub fn start(
     let printer = tokio::spawn(async move {
         while let Some(event) = events.recv().await {
             if let Some(warning) = event.warning() {
-                eprintln!("warning: {warning}");
+                errln!("warning: {warning}");
             }
         }
     });
