@@ -32,6 +32,8 @@ const DEFAULT_MODE: &str = "build";
 
 /// How long a stop waits for cancelled turns to save before crow exits anyway.
 const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
+/// How long answers already queued get to reach the editor before crow exits.
+const FLUSH_GRACE: std::time::Duration = std::time::Duration::from_millis(300);
 
 /// Serves ACP on stdio until the client closes stdin, or until SIGINT/SIGTERM/SIGHUP: then
 /// running turns are cancelled (their commands killed, what they did saved) and crow exits
@@ -52,8 +54,13 @@ pub async fn serve(overrides: Overrides) -> Result<ExitCode> {
             // the editor hears its prompts end `cancelled`.
             let finished = tokio::time::timeout(STOP_GRACE, crate::stop::turns_finished());
             tokio::select! {
-                waited = finished => if waited.is_err() {
-                    tracing::warn!("turns still running after {} s; exiting", STOP_GRACE.as_secs());
+                waited = finished => {
+                    if waited.is_err() {
+                        tracing::warn!("turns still running after {} s; exiting", STOP_GRACE.as_secs());
+                    }
+                    // The runners are done; their prompts' answers are being written (crow-acp
+                    // offers no hook to await that), so the connection gets a moment more.
+                    let _ = tokio::time::timeout(FLUSH_GRACE, &mut serving).await;
                 },
                 _ = &mut serving => {}
             }
