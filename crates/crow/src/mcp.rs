@@ -81,7 +81,7 @@ pub fn servers(config: &Config) -> Vec<McpServerConfig> {
         .filter_map(|(name, entry)| match entry.resolve(name) {
             Ok(server) => Some(server),
             Err(e) => {
-                eprintln!("warning: {e}; server skipped");
+                errln!("warning: {e}; server skipped");
                 None
             }
         })
