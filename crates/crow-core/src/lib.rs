@@ -9,11 +9,13 @@
 //! - [`event`]: [`AgentEvent`], the one stream every front end consumes;
 //! - [`agent`]: [`BaseAgent::execute_turn`], the loop itself;
 //! - [`crew`]: the control-flow layer: a primary, an optional coagent, autonomy levels;
-//! - [`store`]: the [`SessionStore`] trait sessions are persisted through.
+//! - [`store`]: the [`SessionStore`] trait sessions are persisted through;
+//! - [`env`]: [`EnvPolicy`], the environment of the commands tools and MCP servers start.
 
 pub mod agent;
 pub mod client;
 pub mod crew;
+pub mod env;
 pub mod event;
 pub mod history;
 pub mod message;
@@ -32,6 +34,7 @@ pub use client::{BridgeError, ClientBridge, CommandEnding, CommandOutcome, Comma
 pub use crew::{
     CoagentTools, ControlFlow, Crew, CrewError, CrewSession, Handoff, RunResult, RunStop,
 };
+pub use env::{EnvPolicy, Inherit};
 pub use event::{AgentEvent, EventSender, NoticeLevel};
 pub use history::{EntryKind, HistoryEntry, SystemEvent};
 pub use message::{

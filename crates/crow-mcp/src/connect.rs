@@ -2,7 +2,6 @@
 //! whole tree) with stderr captured, or a streamable-HTTP session; then the MCP handshake.
 
 use std::collections::{HashMap, VecDeque};
-use std::path::Path;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 
@@ -16,6 +15,7 @@ use tokio::io::AsyncBufReadExt;
 use tokio::sync::mpsc;
 
 use crate::config::McpTransport;
+use crate::manager::McpOptions;
 
 /// Lines of a server's stderr kept to explain why it failed.
 const STDERR_TAIL: usize = 8;
@@ -90,7 +90,7 @@ pub(crate) enum Opened {
 pub(crate) fn open(
     server: &str,
     transport: &McpTransport,
-    default_cwd: &Path,
+    options: &McpOptions,
     stderr_tail: &StderrTail,
 ) -> Result<Opened, String> {
     match transport {
@@ -101,9 +101,12 @@ pub(crate) fn open(
             cwd,
         } => {
             let mut cmd = tokio::process::Command::new(command);
-            cmd.args(args)
+            // crow's keys stay with crow; the entry's own `env` was put there on purpose.
+            cmd.env_clear()
+                .envs(options.env.environment())
                 .envs(env)
-                .current_dir(cwd.as_deref().unwrap_or(default_cwd));
+                .args(args)
+                .current_dir(cwd.as_deref().unwrap_or(&options.cwd));
             let mut wrapped = CommandWrap::from(cmd);
             // Own process group: `npx`/`uvx` wrappers spawn the real server as a grandchild,
             // and killing the group on shutdown is the only way to leave no orphan.
@@ -226,5 +229,54 @@ pub fn kill_all_servers() {
     let groups: Vec<i32> = live_groups().iter().copied().collect();
     for pgid in groups {
         kill_group(pgid);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use std::collections::BTreeMap;
+
+    #[tokio::test]
+    async fn a_stdio_server_gets_the_policy_plus_its_own_env() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("env.txt");
+        let transport = McpTransport::Stdio {
+            command: "sh".into(),
+            args: vec!["-c".into(), "env > env.tmp && mv env.tmp env.txt".into()],
+            env: BTreeMap::from([
+                ("FROM_ENTRY".to_owned(), "entry".to_owned()),
+                ("ENTRY_TOKEN".to_owned(), "given-on-purpose".to_owned()),
+            ]),
+            cwd: None,
+        };
+        let options = McpOptions {
+            max_output_bytes: 1024,
+            cwd: dir.path().to_path_buf(),
+            // HOME stands in for a key crow uses (a test cannot set variables safely).
+            env: crow_core::EnvPolicy {
+                hidden: ["HOME".to_owned()].into(),
+                ..crow_core::EnvPolicy::default()
+            },
+        };
+        let opened = open("s", &transport, &options, &StderrTail::default()).unwrap();
+        // The marker file appears once the child wrote its whole environment.
+        let mut text = None;
+        for _ in 0..400 {
+            if let Ok(t) = std::fs::read_to_string(&out) {
+                text = Some(t);
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        drop(opened);
+        let text = text.expect("the server never wrote its environment");
+        let names: Vec<&str> = text.lines().filter_map(|l| l.split('=').next()).collect();
+        assert!(!names.contains(&"HOME"), "{text}");
+        assert!(names.contains(&"PATH"), "{text}");
+        assert!(text.contains("FROM_ENTRY=entry\n"), "{text}");
+        assert!(text.contains("ENTRY_TOKEN=given-on-purpose\n"), "{text}");
     }
 }

@@ -29,6 +29,8 @@ pub struct McpOptions {
     pub max_output_bytes: usize,
     /// Working directory of stdio servers that set none (the session's cwd).
     pub cwd: PathBuf,
+    /// The environment stdio servers start from; an entry's own `env` is added on top.
+    pub env: crow_core::EnvPolicy,
 }
 
 /// Where a server is in its life.
@@ -311,7 +313,7 @@ async fn run_server(weak: std::sync::Weak<Inner>, server: Arc<Server>) {
     let (changed_tx, mut changed_rx) = mpsc::unbounded_channel();
 
     let startup = async {
-        let opened = connect::open(&name, &server.config.transport, &inner.options.cwd, &tail)?;
+        let opened = connect::open(&name, &server.config.transport, &inner.options, &tail)?;
         if let Opened::Stdio { pgid, .. } = &opened {
             *lock(&server.pgid) = *pgid;
             if let Some(pgid) = pgid {

@@ -35,6 +35,7 @@ fn start(configs: Vec<McpServerConfig>) -> (McpManager, ToolRegistry, UnboundedR
         McpOptions {
             max_output_bytes: CAP,
             cwd: std::env::temp_dir(),
+            env: crow_core::EnvPolicy::default(),
         },
     );
     (manager, registry, events)

@@ -70,6 +70,7 @@ fn start(configs: Vec<McpServerConfig>) -> (McpManager, ToolRegistry, UnboundedR
         McpOptions {
             max_output_bytes: 30 * 1024,
             cwd: std::env::temp_dir(),
+            env: crow_core::EnvPolicy::default(),
         },
     );
     (manager, registry, events)

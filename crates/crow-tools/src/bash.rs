@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use crow_core::{
-    BridgeError, ClientBridge, CommandEnding, CommandRequest, Tool, ToolContext, ToolKind,
-    ToolMetadata, ToolResult, ToolStatus,
+    BridgeError, ClientBridge, CommandEnding, CommandRequest, EnvPolicy, Tool, ToolContext,
+    ToolKind, ToolMetadata, ToolResult, ToolStatus,
 };
 use nix::errno::Errno;
 use nix::sys::signal::{Signal, killpg};
@@ -98,16 +98,10 @@ impl Tool for BashTool {
             return denied;
         }
         if let Some(client) = ctx.client_terminal() {
-            return run_in_client(
-                client.as_ref(),
-                &args.command,
-                ctx,
-                timeout,
-                self.options.max_output_bytes,
-            )
-            .await;
+            return run_in_client(client.as_ref(), &args.command, ctx, timeout, &self.options)
+                .await;
         }
-        run(&args.command, ctx, timeout, self.options.max_output_bytes).await
+        run(&args.command, ctx, timeout, &self.options).await
     }
 }
 
@@ -140,8 +134,14 @@ enum Ending {
     Cancelled,
 }
 
-async fn run(command: &str, ctx: &ToolContext, timeout: Duration, max_output: usize) -> ToolResult {
-    let mut child = match spawn_shell(command, ctx) {
+async fn run(
+    command: &str,
+    ctx: &ToolContext,
+    timeout: Duration,
+    options: &ToolOptions,
+) -> ToolResult {
+    let max_output = options.max_output_bytes;
+    let mut child = match spawn_shell(command, ctx, &options.env) {
         Ok(c) => c,
         Err(e) => return ToolResult::error(format!("cannot start the shell: {e}")),
     };
@@ -219,17 +219,21 @@ async fn run_in_client(
     command: &str,
     ctx: &ToolContext,
     timeout: Duration,
-    max_output: usize,
+    options: &ToolOptions,
 ) -> ToolResult {
+    // The editor's terminal starts from the editor's environment, which crow can only add
+    // to: what the policy removes is blanked there instead.
+    let mut env: Vec<(String, String)> = QUIET_ENV
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    env.extend(options.env.client_overrides());
     let request = CommandRequest {
         command: command.to_owned(),
         cwd: ctx.cwd.clone(),
-        env: QUIET_ENV
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect(),
+        env,
         timeout,
-        output_byte_limit: max_output,
+        output_byte_limit: options.max_output_bytes,
     };
     let outcome = match client.run_command(ctx, request).await {
         Ok(outcome) => outcome,
@@ -256,10 +260,14 @@ async fn run_in_client(
     result
 }
 
-fn spawn_shell(command: &str, ctx: &ToolContext) -> std::io::Result<Child> {
+fn spawn_shell(command: &str, ctx: &ToolContext, env: &EnvPolicy) -> std::io::Result<Child> {
+    // What the model's commands may see: crow's keys never (the output is stored and sent).
+    let environment = env.environment();
     let build = |shell: &str| {
         let mut cmd = Command::new(shell);
-        cmd.arg("-c")
+        cmd.env_clear()
+            .envs(&environment)
+            .arg("-c")
             .arg(command)
             .current_dir(&ctx.cwd)
             .stdin(Stdio::null())
@@ -267,6 +275,8 @@ fn spawn_shell(command: &str, ctx: &ToolContext) -> std::io::Result<Child> {
             .stderr(Stdio::piped())
             // Pagers and credential prompts would wait forever on a missing terminal.
             .envs(QUIET_ENV)
+            // The user's own values win over crow's quiet defaults.
+            .envs(&env.set)
             .process_group(0)
             .kill_on_drop(true);
         cmd

@@ -231,3 +231,68 @@ fn permission_title_is_short() {
     assert_eq!(short_command("echo a\necho b"), "echo a…");
     assert_eq!(short_command(&"x".repeat(200)).chars().count(), 81);
 }
+
+#[tokio::test]
+async fn commands_see_the_environment_policy_not_crows_environment() {
+    let env = TestEnv::new();
+    let run = |policy: crow_core::EnvPolicy| {
+        let ctx = env.ctx.clone();
+        async move {
+            let opts = ToolOptions {
+                env: policy,
+                ..ToolOptions::default()
+            };
+            let command = r#"echo "home=[$HOME] set=[$CROW_SET] pager=[$PAGER]"; env | cut -d= -f1 | sort | tr '\n' ' '"#;
+            BashTool::new(opts)
+                .execute(serde_json::json!({ "command": command }), &ctx)
+                .await
+        }
+    };
+    // HOME stands in for a key crow uses (a test cannot set variables safely).
+    let r = run(crow_core::EnvPolicy {
+        hidden: ["HOME".to_owned()].into(),
+        set: [("CROW_SET".to_owned(), "v".to_owned())].into(),
+        ..crow_core::EnvPolicy::default()
+    })
+    .await;
+    assert!(r.is_success(), "{}", r.output);
+    assert!(
+        r.output.contains("home=[] set=[v] pager=[cat]"),
+        "{}",
+        r.output
+    );
+    assert!(r.output.contains(" PATH "), "{}", r.output);
+
+    let r = run(crow_core::EnvPolicy {
+        inherit: crow_core::Inherit::None,
+        include: vec!["PATH".into()],
+        ..crow_core::EnvPolicy::default()
+    })
+    .await;
+    assert!(r.is_success(), "{}", r.output);
+    let names: Vec<&str> = r
+        .output
+        .lines()
+        .nth(1)
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    for name in &names {
+        // What bash adds itself, crow's quiet defaults, and the one name included.
+        assert!(
+            [
+                "PATH",
+                "PAGER",
+                "GIT_PAGER",
+                "GIT_TERMINAL_PROMPT",
+                "PWD",
+                "SHLVL",
+                "_",
+                "OLDPWD"
+            ]
+            .contains(name),
+            "{name} leaked: {}",
+            r.output
+        );
+    }
+}

@@ -186,3 +186,30 @@ async fn bash_runs_in_the_editor_terminal() {
             .any(|(k, v)| k == "PAGER" && v == "cat")
     );
 }
+
+#[tokio::test]
+async fn the_editor_terminal_gets_removed_variables_blanked_and_set_values() {
+    let (env, editor) = with_editor();
+    // HOME stands in for a key crow uses (a test cannot set variables safely).
+    let tool = BashTool::new(ToolOptions {
+        env: crow_core::EnvPolicy {
+            hidden: ["HOME".to_owned()].into(),
+            set: [("CROW_SET".to_owned(), "v".to_owned())].into(),
+            ..crow_core::EnvPolicy::default()
+        },
+        ..ToolOptions::default()
+    });
+    tool.execute(serde_json::json!({"command": "echo hi"}), &env.ctx)
+        .await;
+    let commands = editor.commands.lock().unwrap();
+    let sent = &commands[0].env;
+    assert!(
+        sent.iter().any(|(k, v)| k == "HOME" && v.is_empty()),
+        "{sent:?}"
+    );
+    assert!(
+        sent.iter().any(|(k, v)| k == "CROW_SET" && v == "v"),
+        "{sent:?}"
+    );
+    assert!(!sent.iter().any(|(k, _)| k == "PATH"), "{sent:?}");
+}

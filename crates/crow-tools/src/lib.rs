@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crow_core::ToolRegistry;
+use crow_core::{EnvPolicy, ToolRegistry};
 
 mod args;
 mod bash;
@@ -49,6 +49,9 @@ pub struct ToolOptions {
     pub max_output_bytes: usize,
     /// Cap on the bytes of file content one `read_file` call returns.
     pub max_read_bytes: u64,
+    /// The environment `bash` commands see (crow's keys and secret-looking names removed
+    /// by default).
+    pub env: EnvPolicy,
 }
 
 impl Default for ToolOptions {
@@ -57,6 +60,7 @@ impl Default for ToolOptions {
             bash_timeout: Duration::from_secs(120),
             max_output_bytes: 30 * 1024,
             max_read_bytes: 256 * 1024,
+            env: EnvPolicy::default(),
         }
     }
 }

@@ -4,6 +4,7 @@
 //! compositions (build, build-judge, plan, ...) and models = those of the configured providers.
 
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
@@ -29,13 +30,44 @@ use crate::sessions;
 /// The mode a session starts in when the catalog has it.
 const DEFAULT_MODE: &str = "build";
 
-/// Serves ACP on stdio until the client closes stdin.
-pub async fn serve(overrides: Overrides) -> Result<()> {
+/// How long a stop waits for cancelled turns to save before crow exits anyway.
+const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
+/// How long answers already queued get to reach the editor before crow exits.
+const FLUSH_GRACE: std::time::Duration = std::time::Duration::from_millis(300);
+
+/// Serves ACP on stdio until the client closes stdin, or until SIGINT/SIGTERM/SIGHUP: then
+/// running turns are cancelled (their commands killed, what they did saved) and crow exits
+/// with 130/143/129.
+pub async fn serve(overrides: Overrides) -> Result<ExitCode> {
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
     let factory = CrowFactory::new(&cwd, overrides)?;
-    let served = crow_acp::serve_stdio(Arc::new(factory))
-        .await
-        .map_err(|e| anyhow::anyhow!("ACP connection failed: {e}"));
+    let signals = tokio::spawn(crate::stop::watch_signals());
+    let stop = crate::stop::token();
+    let serving = crow_acp::serve_stdio(Arc::new(factory));
+    tokio::pin!(serving);
+    let served = tokio::select! {
+        served = &mut serving => served
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(|e| anyhow::anyhow!("ACP connection failed: {e}")),
+        () = stop.cancelled() => {
+            // Every turn saw the same token. The connection is still served meanwhile, so
+            // the editor hears its prompts end `cancelled`.
+            let finished = tokio::time::timeout(STOP_GRACE, crate::stop::turns_finished());
+            tokio::select! {
+                waited = finished => {
+                    if waited.is_err() {
+                        tracing::warn!("turns still running after {} s; exiting", STOP_GRACE.as_secs());
+                    }
+                    // The runners are done; their prompts' answers are being written (crow-acp
+                    // offers no hook to await that), so the connection gets a moment more.
+                    let _ = tokio::time::timeout(FLUSH_GRACE, &mut serving).await;
+                },
+                _ = &mut serving => {}
+            }
+            Ok(ExitCode::from(crate::stop::exit_status().unwrap_or(1)))
+        }
+    };
+    signals.abort();
     // Sessions still open when the editor leaves are not dropped in order; their MCP servers
     // must not outlive crow.
     crow_mcp::kill_all_servers();
@@ -345,12 +377,14 @@ fn start_mcp(spec: &SessionSpec, loaded: &LoadedConfig, tools: &ToolRegistry) ->
         crate::mcp::servers(&loaded.config),
         mcp_configs(&spec.mcp_servers),
     );
+    let options = crate::tool_options(&loaded.config);
     let (manager, mut events) = McpManager::start(
         servers,
         tools.clone(),
         McpOptions {
-            max_output_bytes: crate::tool_options(&loaded.config).max_output_bytes,
+            max_output_bytes: options.max_output_bytes,
             cwd: spec.cwd.clone(),
+            env: options.env,
         },
     );
     let notices = spec.notices.clone();
@@ -485,7 +519,16 @@ impl SessionRunner for CrowRunner {
             ))
         });
         let sender = if recorder.is_some() { &tx } else { events };
+        // A signal to crow cancels the turn like the editor's cancel; `serve` waits for it.
+        let _active = crate::stop::ActiveTurn::start();
+        let stop = crate::stop::token();
+        let turn_cancel = cancel.clone();
+        let on_stop = tokio::spawn(async move {
+            stop.cancelled().await;
+            turn_cancel.cancel();
+        });
         let outcome = crew.run(&mut self.session, sender, cancel).await;
+        on_stop.abort();
         drop(tx);
         if let Some(recorder) = recorder {
             let _ = recorder.await;

@@ -9,7 +9,6 @@ use anyhow::{Context, Result, anyhow, bail};
 use crow_core::{RunStop, SessionStore};
 use crow_providers::{KeySource, ProviderKind, ProviderSettings, RetryPolicy};
 use crow_store::SqliteStore;
-use tokio_util::sync::CancellationToken;
 
 use crate::compose::Composer;
 use crate::config::{Config, LoadedConfig};
@@ -199,8 +198,9 @@ pub struct RunSpec {
 }
 
 /// Runs the prompt through a new or resumed session of the chosen crew, rendering as it
-/// goes. Every history entry is written to the store as it is appended. Ctrl-C cancels the
-/// run (the partial answer is kept); a second Ctrl-C exits at once.
+/// goes. Every history entry is written to the store as it is appended. Ctrl-C, SIGTERM,
+/// SIGHUP and a closed stdout or stderr cancel the run (the partial answer is kept; see
+/// [`crate::stop`]); a second signal exits at once.
 pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
     let started = Instant::now();
     let store = Arc::clone(&spec.store);
@@ -236,7 +236,7 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
         spec.mcp_servers,
         spec.composer.tools.clone(),
         &spec.composer.cwd,
-        crate::tool_options(&spec.composer.config).max_output_bytes,
+        &crate::tool_options(&spec.composer.config),
     );
     session.primary.add_user_message(spec.prompt);
 
@@ -255,40 +255,49 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
     } else {
         tokio::spawn(render::terminal(render_rx, show_agents))
     };
-    let cancel = CancellationToken::new();
-    let interrupts = tokio::spawn(watch_interrupts(cancel.clone()));
+    // Ctrl-C, SIGTERM, SIGHUP or a closed stdout/stderr cancel the run alike (crate::stop).
+    let signals = tokio::spawn(crate::stop::watch_signals());
+    let cancel = crate::stop::token().child_token();
 
     let outcome = crew.run(&mut session, &tx, cancel).await;
     drop(tx);
-    interrupts.abort();
     let _ = recorder.await;
     mcp.finish().await;
     let totals = renderer.await.unwrap_or_default();
     sessions::finish(&store, &info.id, &outcome);
+    // A second signal still exits at once until here; from now on crow is only closing.
+    signals.abort();
+    // Nobody reads the rest: end quietly (the session is saved).
+    if crate::stop::exit_status() == Some(crate::stop::Cause::ReaderGone as u8) {
+        return Ok(ExitCode::from(crate::stop::Cause::ReaderGone as u8));
+    }
     if !spec.json {
-        eprintln!("{}", render::usage_line(&totals, started.elapsed()));
+        errln!("{}", render::usage_line(&totals, started.elapsed()));
         // --continue only finds it from the same project; --resume works from anywhere.
         let here = std::env::current_dir()
             .ok()
             .map(|d| find_project_root(&d).0);
         if here.as_deref() == Some(spec.composer.project_root.as_path()) {
-            eprintln!(
+            errln!(
                 "session {} · continue it with crow run --continue \"…\"",
                 info.id
             );
         } else {
-            eprintln!(
+            errln!(
                 "session {} · continue it with crow run --resume {} \"…\"",
-                info.id, info.id
+                info.id,
+                info.id
             );
         }
     }
     let result = outcome.map_err(|e| anyhow!("{e}"))?;
     Ok(match result.stop {
         RunStop::Complete { .. } | RunStop::NeedsInput => ExitCode::SUCCESS,
-        RunStop::Cancelled => ExitCode::from(130),
+        RunStop::Cancelled => ExitCode::from(
+            crate::stop::exit_status().unwrap_or(crate::stop::Cause::Interrupt as u8),
+        ),
         RunStop::MaxTurns => {
-            eprintln!(
+            errln!(
                 "crow stopped at its bound ({} round{}, at most {} model calls each); raise --max-iterations or the composition's max_rounds",
                 result.rounds,
                 if result.rounds == 1 { "" } else { "s" },
@@ -297,26 +306,12 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
             ExitCode::from(3)
         }
         RunStop::MaxTokens => {
-            eprintln!(
-                "the model hit its output token limit; raise max_tokens in the provider config"
-            );
+            errln!("the model hit its output token limit; raise max_tokens in the provider config");
             ExitCode::from(4)
         }
         RunStop::Refusal => {
-            eprintln!("the model refused to answer");
+            errln!("the model refused to answer");
             ExitCode::from(5)
         }
     })
-}
-
-async fn watch_interrupts(cancel: CancellationToken) {
-    if tokio::signal::ctrl_c().await.is_err() {
-        return;
-    }
-    cancel.cancel();
-    if tokio::signal::ctrl_c().await.is_ok() {
-        // exit() runs no destructors: stop the MCP servers' process groups first.
-        crow_mcp::kill_all_servers();
-        std::process::exit(130);
-    }
 }

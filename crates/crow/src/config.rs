@@ -22,6 +22,9 @@ pub struct Config {
     pub max_iterations: Option<u32>,
     #[serde(default)]
     pub tools: ToolsConfig,
+    /// The environment of commands crow starts (`bash`, stdio MCP servers).
+    #[serde(default)]
+    pub shell_environment: ShellEnvironmentConfig,
     #[serde(default)]
     pub store: StoreConfig,
     #[serde(default)]
@@ -49,6 +52,53 @@ pub struct ProjectEntry {
 pub struct ToolsConfig {
     pub bash_timeout_secs: Option<u64>,
     pub max_output_bytes: Option<usize>,
+}
+
+/// `[shell_environment]`: see [`crow_core::env`] for the order of the rules.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShellEnvironmentConfig {
+    /// "all" (default), "core" or "none".
+    pub inherit: Option<crow_core::Inherit>,
+    /// Name patterns (`*` wildcards, any case) passed even if they look secret.
+    #[serde(default)]
+    pub include: Vec<String>,
+    /// Name patterns always removed.
+    #[serde(default)]
+    pub exclude: Vec<String>,
+    /// Variables set for every command.
+    #[serde(default)]
+    pub set: BTreeMap<String, String>,
+}
+
+/// Key variables crow reads itself, hidden from commands even if a provider names another.
+const CROW_KEY_VARS: [&str; 2] = ["OPENAI_API_KEY", "ANTHROPIC_API_KEY"];
+
+/// The environment policy of commands: `[shell_environment]`, plus every variable that holds
+/// a key crow uses (providers' `api_key_env`, MCP servers' `bearer_token_env_var`).
+pub fn env_policy(config: &Config) -> crow_core::EnvPolicy {
+    let shell = &config.shell_environment;
+    let mut hidden: std::collections::BTreeSet<String> =
+        CROW_KEY_VARS.iter().map(|v| (*v).to_owned()).collect();
+    hidden.extend(
+        config
+            .providers
+            .values()
+            .filter_map(|p| p.api_key_env.clone()),
+    );
+    hidden.extend(
+        config
+            .mcp_servers
+            .values()
+            .filter_map(|s| s.bearer_token_env_var.clone()),
+    );
+    crow_core::EnvPolicy {
+        inherit: shell.inherit.unwrap_or_default(),
+        hidden,
+        include: shell.include.clone(),
+        exclude: shell.exclude.clone(),
+        set: shell.set.clone(),
+    }
 }
 
 /// Where sessions are kept. `CROW_HOME` (the directory of `crow.db`) wins over both paths.
@@ -130,6 +180,9 @@ max_iterations = 50
 [tools]
 bash_timeout_secs = 120
 max_output_bytes = 30720
+
+[shell_environment]
+inherit = "all"
 
 [providers.openai]
 type = "openai"
@@ -313,14 +366,62 @@ fn single(key: &str, value: toml::Value) -> toml::Table {
 /// Parses one layer and checks it against the schema, naming the file on error.
 fn parse_layer(text: &str, source: &Source) -> Result<toml::Table> {
     let table: toml::Table = toml::from_str(text)
-        .map_err(|e| anyhow::anyhow!("config error in {source}: {}", one_line(&e.to_string())))?;
-    let _: Config =
-        toml::Value::Table(table.clone())
-            .try_into()
-            .map_err(|e: toml::de::Error| {
-                anyhow::anyhow!("config error in {source}: {}", one_line(&e.to_string()))
-            })?;
+        .map_err(|e| anyhow::anyhow!("config error in {source}: {}", describe(text, &e)))?;
+    // Parsed again from the text (not the table) so a schema error has a position too.
+    let _: Config = toml::from_str(text)
+        .map_err(|e| anyhow::anyhow!("config error in {source}: {}", describe(text, &e)))?;
     Ok(table)
+}
+
+/// A TOML error on one line: position, the offending line, the message. A line that may hold
+/// a secret (`api_key = "sk-…` with a typo) is not quoted, and its value is scrubbed from the
+/// message (type errors quote values).
+fn describe(text: &str, error: &toml::de::Error) -> String {
+    let message = one_line(error.message());
+    let Some(span) = error.span() else {
+        return message;
+    };
+    let start = span.start.min(text.len());
+    let before = text.get(..start).unwrap_or_default();
+    let number = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let column = before[line_start..].chars().count() + 1;
+    let line = text[line_start..].lines().next().unwrap_or_default().trim();
+    if line_may_hold_secret(line) {
+        let mut message = message;
+        if let Some((_, value)) = line.split_once('=') {
+            let value = value.trim().trim_matches(['"', '\'']);
+            // A short value is no secret, and replacing it would garble the message.
+            if value.len() >= 4 {
+                message = message.replace(value, "[redacted]");
+            }
+        }
+        format!(
+            "line {number}, column {column}: {message} (the line is not shown: it may hold a secret)"
+        )
+    } else {
+        format!("line {number}, column {column}: `{line}`: {message}")
+    }
+}
+
+/// Whether any word of a config line names a credential (`api_key`, `*TOKEN*`, `Authorization`...).
+fn line_may_hold_secret(line: &str) -> bool {
+    // crow's own keys that merely look secret.
+    const PLAIN: [&str; 4] = [
+        "max_tokens",
+        "api_key_env",
+        "api_key_file",
+        "bearer_token_env_var",
+    ];
+    line.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-'))
+        .filter(|word| !PLAIN.contains(word))
+        .any(|word| {
+            let lower = word.to_ascii_lowercase();
+            crow_core::env::looks_secret(word)
+                || lower.contains("auth")
+                || lower.contains("credential")
+                || lower.contains("passwd")
+        })
 }
 
 fn one_line(message: &str) -> String {
@@ -368,6 +469,7 @@ fn flatten(
 pub fn is_secret(key: &str) -> bool {
     let last = key.rsplit('.').next().unwrap_or(key).to_ascii_lowercase();
     last == "api_key"
+        || (key.starts_with("shell_environment.set.") && crow_core::env::looks_secret(&last))
         || (key.starts_with("mcp_servers.") && (key.contains(".env.") || key.contains(".headers.")))
         || (key.contains(".headers.")
             && (last.contains("auth") || last.contains("key") || last.contains("token")))
@@ -385,6 +487,18 @@ pub fn render_show(loaded: &LoadedConfig) -> String {
         };
         out.push_str(&format!("{key:<width$} = {shown}  # {source}\n"));
     }
+    // Names only: which of this process's variables commands will not see.
+    let policy = env_policy(&loaded.config);
+    let removed = policy.removed_names();
+    out.push_str(&format!(
+        "\n# commands (bash, MCP servers) inherit {} of the environment; hidden from them: {}\n",
+        policy.inherit.as_str(),
+        if removed.is_empty() {
+            "nothing".to_owned()
+        } else {
+            removed.join(", ")
+        }
+    ));
     out
 }
 
@@ -406,6 +520,40 @@ mod tests {
         assert!(msg.contains("/p/config.toml"), "{msg}");
         assert!(msg.contains("modle"), "{msg}");
         assert!(!msg.contains('\n'), "one line: {msg}");
+    }
+
+    #[test]
+    fn a_syntax_error_never_quotes_a_secret() {
+        let source = Source::File("/p/config.toml".into());
+        for text in [
+            "[providers.openai]\nmodel = \"x\"\napi_key = \"sk-live-SECRET123\n",
+            "[providers.openai]\napi_key = sk-live-SECRET123\n",
+            "[providers.openai]\napi_key = \"sk-live-SECRET123\" x\n",
+            "[providers.openai]\napi_key = 12345678\n",
+            "[providers.x]\nheaders = { Authorization = \"Bearer SECRET123\" \n",
+            "[shell_environment]\nset = { GH_TOKEN = SECRET123 }\n",
+        ] {
+            let msg = parse_layer(text, &source).unwrap_err().to_string();
+            assert!(
+                !msg.contains("SECRET123") && !msg.contains("12345678"),
+                "{msg}"
+            );
+            assert!(
+                msg.contains("/p/config.toml") && msg.contains("line "),
+                "{msg}"
+            );
+            assert!(!msg.contains('\n'), "one line: {msg}");
+        }
+        // Other lines are still quoted: they help find the mistake.
+        let msg = parse_layer("model = gpt\n", &source)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("line 1") && msg.contains("`model = gpt`"),
+            "{msg}"
+        );
+        let msg = parse_layer("[providers.x]\nmax_tokens = \"x\"\n", &source).unwrap_err();
+        assert!(msg.to_string().contains("`max_tokens = \"x\"`"), "{msg}");
     }
 
     #[test]

@@ -3,6 +3,9 @@
 // The binary's job is to print; libraries must not (workspace lint).
 #![allow(clippy::print_stdout)]
 
+#[macro_use]
+mod stop;
+
 mod acp;
 mod agents;
 mod app;
@@ -161,7 +164,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {}", one_line(&e));
+            errln!("error: {}", one_line(&e));
             ExitCode::FAILURE
         }
     }
@@ -221,10 +224,7 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Agents { command } => agents_command(command),
-        Command::Acp(model) => {
-            acp::serve(overrides(&model, None)).await?;
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Acp(model) => acp::serve(overrides(&model, None)).await,
         Command::Config {
             command: ConfigCommand::Show(model),
         } => {
@@ -438,5 +438,6 @@ pub(crate) fn tool_options(config: &config::Config) -> crow_tools::ToolOptions {
     if let Some(bytes) = config.tools.max_output_bytes {
         options.max_output_bytes = bytes;
     }
+    options.env = config::env_policy(config);
     options
 }

@@ -81,7 +81,7 @@ pub fn servers(config: &Config) -> Vec<McpServerConfig> {
         .filter_map(|(name, entry)| match entry.resolve(name) {
             Ok(server) => Some(server),
             Err(e) => {
-                eprintln!("warning: {e}; server skipped");
+                errln!("warning: {e}; server skipped");
                 None
             }
         })
@@ -124,20 +124,21 @@ pub fn start(
     servers: Vec<McpServerConfig>,
     registry: ToolRegistry,
     cwd: &Path,
-    max_output_bytes: usize,
+    options: &crow_tools::ToolOptions,
 ) -> Session {
     let (manager, mut events) = McpManager::start(
         servers,
         registry,
         McpOptions {
-            max_output_bytes,
+            max_output_bytes: options.max_output_bytes,
             cwd: cwd.to_path_buf(),
+            env: options.env.clone(),
         },
     );
     let printer = tokio::spawn(async move {
         while let Some(event) = events.recv().await {
             if let Some(warning) = event.warning() {
-                eprintln!("warning: {warning}");
+                errln!("warning: {warning}");
             }
         }
     });
@@ -201,14 +202,15 @@ async fn list(json: bool) -> Result<ExitCode> {
         .map(|s| s.startup_timeout)
         .max()
         .unwrap_or_default();
-    let max_output = crate::tool_options(&loaded.config).max_output_bytes;
+    let options = crate::tool_options(&loaded.config);
     // Problems are shown in the listing itself, so events are not printed here.
     let (manager, _events) = McpManager::start(
         servers,
         ToolRegistry::new(),
         McpOptions {
-            max_output_bytes: max_output,
+            max_output_bytes: options.max_output_bytes,
             cwd,
+            env: options.env,
         },
     );
     manager

@@ -24,7 +24,7 @@ pub async fn json_lines(mut events: UnboundedReceiver<AgentEvent>) -> Totals {
         totals.observe(&event);
         if let Ok(line) = serde_json::to_string(&event) {
             // Locked per event: the lock is not Send and must not live across an await.
-            let mut out = std::io::stdout().lock();
+            let mut out = crate::stop::stdout();
             let _ = writeln!(out, "{line}");
             let _ = out.flush();
         }
@@ -110,7 +110,7 @@ impl Spinner {
                 loop {
                     tokio::time::sleep(Duration::from_millis(80)).await;
                     if active.load(Ordering::Acquire) {
-                        let mut err = std::io::stderr().lock();
+                        let mut err = crate::stop::stderr();
                         let _ = write!(
                             err,
                             "\r\x1b[2m{} thinking…\x1b[0m",
@@ -137,7 +137,7 @@ impl Spinner {
     fn stop(&self) {
         self.active.store(false, Ordering::Release);
         if self.drawn.swap(false, Ordering::AcqRel) {
-            let mut err = std::io::stderr().lock();
+            let mut err = crate::stop::stderr();
             let _ = write!(err, "\r\x1b[K");
             let _ = err.flush();
         }
@@ -168,7 +168,7 @@ pub async fn terminal(mut events: UnboundedReceiver<AgentEvent>, show_agent: boo
             }
             _ => spinner.stop(),
         }
-        let mut out = std::io::stdout().lock();
+        let mut out = crate::stop::stdout();
         // Subagents (`parent/name`) are always labelled; the primary only in a crew.
         let prefix = |agent: &str| {
             if show_agent || agent.contains('/') {
@@ -309,7 +309,7 @@ pub async fn terminal(mut events: UnboundedReceiver<AgentEvent>, show_agent: boo
         let _ = out.flush();
     }
     spinner.stop();
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::stop::stdout();
     line.finish(&mut out);
     let _ = out.flush();
     totals

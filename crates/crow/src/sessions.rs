@@ -340,7 +340,7 @@ pub fn finish(store: &SqliteStore, id: &str, outcome: &Result<RunResult, AgentEr
     }
     if let Some((count, error)) = store.take_sink_failures() {
         let entries = if count == 1 { "entry" } else { "entries" };
-        eprintln!("warning: {count} history {entries} of this session not saved: {error}");
+        errln!("warning: {count} history {entries} of this session not saved: {error}");
     }
 }
 

@@ -34,6 +34,28 @@ async fn a_bad_config_names_the_file_and_key_in_one_line() {
 }
 
 #[tokio::test]
+async fn a_syntax_error_on_the_api_key_line_does_not_print_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    write_project_config(
+        dir.path(),
+        "[providers.openai]\napi_key = \"sk-live-4242-SECRET\nmodel = \"gpt\"\n",
+    );
+    for args in [&["run", "hi"][..], &["config", "show"]] {
+        let mut cmd = crow(dir.path());
+        cmd.args(args);
+        let out = output(cmd).await;
+        assert_eq!(out.code, Some(1));
+        let line = out.stderr.trim();
+        assert_eq!(line.lines().count(), 1, "{line}");
+        assert!(
+            line.contains(".crow/config.toml") && line.contains("line 2"),
+            "{line}"
+        );
+        assert!(!line.contains("4242"), "the key leaked: {line}");
+    }
+}
+
+#[tokio::test]
 async fn a_hosted_provider_without_a_key_says_which_variable_to_set() {
     let dir = tempfile::tempdir().unwrap();
     let mut cmd = crow(dir.path());

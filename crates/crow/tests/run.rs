@@ -668,3 +668,70 @@ async fn calls_of_one_response_on_the_same_file_apply_in_call_order() {
         "{diff}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bash_never_sees_crows_keys_or_secret_looking_variables() {
+    let dir = tempfile::tempdir().unwrap();
+    write_project_config(
+        dir.path(),
+        "[providers.other]\ntype = \"openai\"\napi_key_env = \"CROW_TEST_LLM_CREDS\"\n\n\
+         [shell_environment]\nset = { CROW_VISIBLE = \"yes\" }\n",
+    );
+    let command = "echo \"key=[$OPENAI_API_KEY] creds=[$CROW_TEST_LLM_CREDS] \
+                   gh=[$GH_TOKEN] visible=[$CROW_VISIBLE] plain=[$CROW_TEST_PLAIN]\"";
+    let scenario = Scenario::new()
+        .reply(Reply::tool_call("bash", json!({ "command": command })))
+        .reply(Reply::text("done"));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let secrets = [
+        ("OPENAI_API_KEY", "sk-test-4242-never-shown"),
+        ("CROW_TEST_LLM_CREDS", "creds-4242-never-shown"),
+        ("GH_TOKEN", "ghp-4242-never-shown"),
+    ];
+    let mut cmd = crow_run(dir.path(), &mock, "print the key");
+    cmd.envs(secrets).env("CROW_TEST_PLAIN", "plain-value");
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    let result = out.of_type("tool_call_end")[0]["result"]["output"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        result,
+        "key=[] creds=[] gh=[] visible=[yes] plain=[plain-value]"
+    );
+    let sent: String = mock
+        .requests()
+        .iter()
+        .map(|r| String::from_utf8_lossy(&r.raw_body).into_owned())
+        .collect();
+    for (_, value) in secrets {
+        assert!(!sent.contains(value), "{value} reached the model");
+        assert!(!out.stdout.contains(value) && !out.stderr.contains(value));
+    }
+
+    // `crow config show` says which names commands do not see (never their values).
+    let mut show = crow(dir.path());
+    show.args(["config", "show"])
+        .envs(secrets)
+        .env("CROW_TEST_PLAIN", "plain-value");
+    let shown = output(show).await;
+    assert_eq!(shown.code, Some(0), "{}", shown.stderr);
+    assert!(
+        shown.stdout.contains("shell_environment.inherit")
+            && shown.stdout.contains("shell_environment.set.CROW_VISIBLE"),
+        "{}",
+        shown.stdout
+    );
+    let hidden = shown
+        .stdout
+        .lines()
+        .find(|l| l.contains("hidden from them"))
+        .unwrap_or_default()
+        .to_owned();
+    for (name, value) in secrets {
+        assert!(hidden.contains(name), "{name} not listed: {hidden}");
+        assert!(!shown.stdout.contains(value), "{}", shown.stdout);
+    }
+    assert!(!hidden.contains("CROW_TEST_PLAIN"), "{hidden}");
+}

@@ -682,3 +682,144 @@ async fn a_continued_session_keeps_its_provider_model_and_endpoint() {
         ("openai", "other-model")
     );
 }
+
+/// Runs `crow run` with a bash call that starts a background `sleep`, sends `signal` once the
+/// command is running, and returns the exit status, the sleep's pid and the session's dir.
+async fn signal_mid_bash(
+    signal: nix::sys::signal::Signal,
+) -> (Option<i32>, String, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = Scenario::new().reply(Reply::tool_call(
+        "bash",
+        json!({"command": "sleep 60 & echo $! > pid.tmp; echo started; mv pid.tmp child.pid; wait"}),
+    ));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let mut child = crow_run(dir.path(), &mock, "sleep").spawn().unwrap();
+    let pid_file = dir.path().join("child.pid");
+    // The marker file is renamed into place once the command has started and printed.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !pid_file.exists() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the command never started"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id().unwrap() as i32),
+        signal,
+    )
+    .unwrap();
+    let mut stdout = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .await
+        .unwrap();
+    let code = child.wait().await.unwrap().code();
+    let pid = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .to_owned();
+    (code, pid, dir)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_and_sighup_end_the_run_like_ctrl_c() {
+    use nix::sys::signal::Signal;
+    for (signal, status) in [(Signal::SIGTERM, 143), (Signal::SIGHUP, 129)] {
+        let (code, pid, dir) = signal_mid_bash(signal).await;
+        assert_eq!(code, Some(status), "{signal}");
+        // The background sleep was killed with the command's group (a zombie awaits init).
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        assert!(
+            stat.is_empty() || stat.contains(") Z "),
+            "{signal}: sleep {pid} survived"
+        );
+
+        let info = only_session(dir.path());
+        assert_eq!(info.status, SessionStatus::Cancelled, "{signal}");
+        let history = store(dir.path()).load_history(&info.id, "builder").unwrap();
+        assert_eq!(
+            kinds(&history),
+            ["user", "tool_call", "tool_result", "system"],
+            "{signal}"
+        );
+        match &history[2].kind {
+            EntryKind::ToolResult { status, output, .. } => {
+                assert_eq!(*status, crow_core::ToolStatus::Cancelled);
+                assert!(output.contains("started"), "{output}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            history[3].kind,
+            EntryKind::System {
+                event: SystemEvent::Cancelled
+            }
+        ));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_closed_pipe_ends_the_run_quietly_with_the_session_saved() {
+    for json in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let scenario = Scenario::new()
+            .reply(Reply::text("a line of words\n".repeat(400)))
+            .chunk_size(16)
+            .chunk_delay(5);
+        let mock = MockLlm::start(scenario).await.unwrap();
+        // Exactly the shell pipeline that used to abort: `crow run … 2>&1 | head -1`.
+        let format = if json { "--json" } else { "" };
+        let script = format!(
+            "\"$0\" run {format} --provider openai --model mock-model --base-url {} talk 2>&1 | head -1; \
+             echo \"status=${{PIPESTATUS[0]}}\" >&2",
+            mock.openai_base_url()
+        );
+        let mut cmd = crow(dir.path());
+        let std_cmd = cmd.as_std_mut();
+        let envs: Vec<(std::ffi::OsString, Option<std::ffi::OsString>)> = std_cmd
+            .get_envs()
+            .map(|(k, v)| (k.to_owned(), v.map(ToOwned::to_owned)))
+            .collect();
+        let mut shell = tokio::process::Command::new("bash");
+        shell
+            .current_dir(dir.path())
+            .arg("-c")
+            .arg(script)
+            .arg(env!("CARGO_BIN_EXE_crow"));
+        for (key, value) in envs {
+            match value {
+                Some(v) => shell.env(key, v),
+                None => shell.env_remove(key),
+            };
+        }
+        let out = output(shell).await;
+        assert_eq!(out.code, Some(0));
+        assert_eq!(out.stdout.lines().count(), 1, "{}", out.stdout);
+        assert_eq!(out.stderr.trim(), "status=141", "json {json}");
+
+        let info = only_session(dir.path());
+        assert_eq!(info.status, SessionStatus::Cancelled, "json {json}");
+        let history = store(dir.path()).load_history(&info.id, "builder").unwrap();
+        // Text streamed before the pipe closed is kept, marked partial (how much depends on
+        // when `head` exits: JSON lines close it after `turn_start`).
+        let shape = kinds(&history);
+        assert!(
+            shape == ["user", "system"] || shape == ["user", "assistant_text", "system"],
+            "json {json}: {shape:?}"
+        );
+        if let EntryKind::AssistantText { partial, .. } = &history[1].kind {
+            assert!(*partial);
+        }
+        assert!(matches!(
+            history.last().unwrap().kind,
+            EntryKind::System {
+                event: SystemEvent::Cancelled
+            }
+        ));
+    }
+}

@@ -1,0 +1,306 @@
+//! The environment commands see: `bash`, commands run in an editor's terminal, stdio MCP
+//! servers. One policy, built by the front end from configuration, so that the keys crow
+//! holds (and anything that looks like a credential) never reach a command whose output the
+//! model reads, stores and sends on.
+//!
+//! Order of the rules, later wins:
+//! 1. `inherit`: all of crow's environment, the [`CORE_VARS`] only, or nothing;
+//! 2. removed: crow's own key variables ([`EnvPolicy::hidden`]) and names matching
+//!    [`SECRET_PATTERNS`], unless they match an `include` pattern;
+//! 3. `include`: names passed through even when 1 or 2 would drop them;
+//! 4. `exclude`: names always removed (wins over `include`);
+//! 5. `set`: fixed values, always passed.
+//!
+//! Patterns are names with `*` wildcards, matched case-insensitively.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsString;
+
+use serde::{Deserialize, Serialize};
+
+/// Names that look like credentials; removed unless `include`d.
+pub const SECRET_PATTERNS: [&str; 4] = ["*KEY*", "*SECRET*", "*TOKEN*", "*PASSWORD*"];
+
+/// What `inherit = "core"` keeps: enough for a shell, tools and locales to work.
+pub const CORE_VARS: [&str; 14] = [
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "LANG",
+    "LC_*",
+    "TERM",
+    "TMPDIR",
+    "TZ",
+    "PWD",
+    "COLORTERM",
+    "NO_COLOR",
+    "XDG_*",
+];
+
+/// Which of crow's environment variables a command starts from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Inherit {
+    /// Everything (minus what looks secret).
+    #[default]
+    All,
+    /// [`CORE_VARS`] only.
+    Core,
+    /// Nothing but `include` and `set`.
+    None,
+}
+
+impl Inherit {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Inherit::All => "all",
+            Inherit::Core => "core",
+            Inherit::None => "none",
+        }
+    }
+}
+
+/// The environment policy of commands crow starts.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct EnvPolicy {
+    pub inherit: Inherit,
+    /// Exact names crow itself uses for keys (every provider's `api_key_env`, bearer-token
+    /// variables); removed like the secret-looking ones.
+    pub hidden: BTreeSet<String>,
+    /// Patterns passed through although secret-looking or outside `inherit`.
+    pub include: Vec<String>,
+    /// Patterns always removed.
+    pub exclude: Vec<String>,
+    /// Values always set.
+    pub set: BTreeMap<String, String>,
+}
+
+// `set` may hold a credential the user hands to commands on purpose: never print values.
+impl std::fmt::Debug for EnvPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EnvPolicy")
+            .field("inherit", &self.inherit)
+            .field("hidden", &self.hidden)
+            .field("include", &self.include)
+            .field("exclude", &self.exclude)
+            .field("set", &self.set.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+/// Whether `name` matches `pattern` (`*` matches any run of characters), ignoring case.
+pub fn name_matches(pattern: &str, name: &str) -> bool {
+    let pattern = pattern.to_ascii_uppercase();
+    let name = name.to_ascii_uppercase();
+    let parts: Vec<&str> = pattern.split('*').collect();
+    if parts.len() == 1 {
+        return pattern == name;
+    }
+    let (first, last) = (parts[0], parts[parts.len() - 1]);
+    if !name.starts_with(first) || name.len() < first.len() + last.len() {
+        return false;
+    }
+    let mut rest = &name[first.len()..name.len() - last.len()];
+    if !name.ends_with(last) {
+        return false;
+    }
+    for part in &parts[1..parts.len() - 1] {
+        match rest.find(part) {
+            Some(i) => rest = &rest[i + part.len()..],
+            None => return false,
+        }
+    }
+    true
+}
+
+/// Whether a variable's name looks like a credential ([`SECRET_PATTERNS`]).
+pub fn looks_secret(name: &str) -> bool {
+    SECRET_PATTERNS.iter().any(|p| name_matches(p, name))
+}
+
+fn any_match(patterns: &[impl AsRef<str>], name: &str) -> bool {
+    patterns.iter().any(|p| name_matches(p.as_ref(), name))
+}
+
+impl EnvPolicy {
+    /// Whether a variable of the parent environment is passed on.
+    pub fn passes(&self, name: &str) -> bool {
+        if any_match(&self.exclude, name) {
+            return false;
+        }
+        if any_match(&self.include, name) {
+            return true;
+        }
+        if self.hidden.contains(name) || looks_secret(name) {
+            return false;
+        }
+        match self.inherit {
+            Inherit::All => true,
+            Inherit::Core => any_match(&CORE_VARS, name),
+            Inherit::None => false,
+        }
+    }
+
+    /// The environment of a command, from the parent environment `vars`.
+    pub fn apply(
+        &self,
+        vars: impl IntoIterator<Item = (OsString, OsString)>,
+    ) -> BTreeMap<OsString, OsString> {
+        let mut out: BTreeMap<OsString, OsString> = vars
+            .into_iter()
+            .filter(|(name, _)| self.passes(&name.to_string_lossy()))
+            .collect();
+        for (name, value) in &self.set {
+            out.insert(name.into(), value.into());
+        }
+        out
+    }
+
+    /// The environment of a command started by this process.
+    pub fn environment(&self) -> BTreeMap<OsString, OsString> {
+        self.apply(std::env::vars_os())
+    }
+
+    /// Names of this process's variables the policy keeps from commands (for `crow config
+    /// show`; names only, never values).
+    pub fn removed_names(&self) -> Vec<String> {
+        removed(self, std::env::vars_os())
+    }
+
+    /// What to send to a terminal crow does not start itself (an editor's): it can only add
+    /// variables on top of the editor's environment, so every variable the policy removes
+    /// from crow's own environment (usually the editor's too) is set empty, then `set`.
+    pub fn client_overrides(&self) -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = self
+            .removed_names()
+            .into_iter()
+            .filter(|name| !self.set.contains_key(name))
+            .map(|name| (name, String::new()))
+            .collect();
+        out.extend(self.set.iter().map(|(k, v)| (k.clone(), v.clone())));
+        out
+    }
+}
+
+fn removed(
+    policy: &EnvPolicy,
+    vars: impl IntoIterator<Item = (OsString, OsString)>,
+) -> Vec<String> {
+    let mut names: Vec<String> = vars
+        .into_iter()
+        .map(|(name, _)| name)
+        .filter(|name| !policy.passes(&name.to_string_lossy()))
+        .filter_map(|name| name.to_str().map(str::to_owned))
+        .collect();
+    names.sort();
+    names
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::OsStr;
+
+    fn vars(pairs: &[(&str, &str)]) -> Vec<(OsString, OsString)> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).into(), (*v).into()))
+            .collect()
+    }
+
+    fn names(env: &BTreeMap<OsString, OsString>) -> Vec<String> {
+        env.keys()
+            .map(|k| k.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    const PARENT: &[(&str, &str)] = &[
+        ("PATH", "/bin"),
+        ("HOME", "/home/u"),
+        ("LC_ALL", "C"),
+        ("OPENAI_API_KEY", "sk-1"),
+        ("github_token", "gh-1"),
+        ("DB_PASSWORD", "pw"),
+        ("AWS_SECRET_ACCESS_KEY", "aws"),
+        ("MY_LLM", "llm-key"),
+        ("EDITOR", "vi"),
+    ];
+
+    #[test]
+    fn patterns_match_ignoring_case() {
+        assert!(name_matches("*KEY*", "openai_api_key"));
+        assert!(name_matches("*KEY*", "KEY"));
+        assert!(name_matches("LC_*", "LC_ALL"));
+        assert!(name_matches("A*B*C", "AxxBxxC"));
+        assert!(!name_matches("A*B*C", "AxxC"));
+        assert!(!name_matches("LC_*", "XLC_ALL"));
+        assert!(name_matches("PATH", "path"));
+        assert!(!name_matches("PATH", "PATHS"));
+        assert!(!name_matches("*AB*BA*", "ABA"));
+    }
+
+    #[test]
+    fn the_default_removes_crows_keys_and_secret_looking_names() {
+        let policy = EnvPolicy {
+            hidden: ["MY_LLM".to_owned()].into(),
+            ..EnvPolicy::default()
+        };
+        let env = policy.apply(vars(PARENT));
+        assert_eq!(names(&env), ["EDITOR", "HOME", "LC_ALL", "PATH"]);
+    }
+
+    #[test]
+    fn core_none_include_exclude_and_set() {
+        let core = EnvPolicy {
+            inherit: Inherit::Core,
+            ..EnvPolicy::default()
+        };
+        assert_eq!(names(&core.apply(vars(PARENT))), ["HOME", "LC_ALL", "PATH"]);
+
+        let none = EnvPolicy {
+            inherit: Inherit::None,
+            include: vec!["GITHUB_*".into(), "path".into()],
+            set: [("CI".to_owned(), "1".to_owned())].into(),
+            ..EnvPolicy::default()
+        };
+        let env = none.apply(vars(PARENT));
+        assert_eq!(names(&env), ["CI", "PATH", "github_token"]);
+        assert_eq!(env[OsStr::new("CI")], "1");
+
+        let exclude = EnvPolicy {
+            include: vec!["*".into()],
+            exclude: vec!["*_API_KEY".into(), "EDITOR".into()],
+            ..EnvPolicy::default()
+        };
+        let env = exclude.apply(vars(PARENT));
+        assert!(
+            env.contains_key(OsStr::new("DB_PASSWORD")),
+            "include * lets it through"
+        );
+        assert!(
+            !env.contains_key(OsStr::new("OPENAI_API_KEY")),
+            "exclude wins"
+        );
+        assert!(!env.contains_key(OsStr::new("EDITOR")));
+    }
+
+    #[test]
+    fn editor_terminals_get_removed_names_blanked_and_debug_hides_values() {
+        let policy = EnvPolicy {
+            set: [("DEPLOY_TOKEN".to_owned(), "t-123".to_owned())].into(),
+            ..EnvPolicy::default()
+        };
+        assert_eq!(
+            removed(&policy, vars(PARENT)),
+            [
+                "AWS_SECRET_ACCESS_KEY",
+                "DB_PASSWORD",
+                "OPENAI_API_KEY",
+                "github_token"
+            ]
+        );
+        assert!(!format!("{policy:?}").contains("t-123"));
+    }
+}
