@@ -14,6 +14,14 @@ pub fn is_hidden(tool: &str) -> bool {
     matches!(tool, "todo_write" | crow_core::TASK_COMPLETE)
 }
 
+/// Whether a call may wait for the user's permission before it runs: such calls are
+/// announced `pending` and turn `in_progress` when allowed (the permission gate says so).
+/// Tools that change the machine ask; so do MCP tools not marked read-only (kind Other).
+/// The `task` tool (kind Other) never asks itself.
+pub fn may_ask(tool: &str, kind: ToolKind) -> bool {
+    kind.mutates() || (kind == ToolKind::Other && tool != crow_core::TASK)
+}
+
 /// The kind of a built-in tool by name, for replays where only names are stored.
 pub fn builtin_kind(tool: &str) -> ToolKind {
     match tool {
@@ -125,14 +133,14 @@ pub fn acp_status(status: ToolStatus) -> acp::ToolCallStatus {
     }
 }
 
-fn text_content(text: impl Into<String>) -> acp::ToolCallContent {
+pub fn text_content(text: impl Into<String>) -> acp::ToolCallContent {
     acp::ToolCallContent::Content(acp::Content::new(acp::ContentBlock::Text(
         acp::TextContent::new(text),
     )))
 }
 
 /// Output in a fence long enough that the output cannot close it.
-fn fenced(output: &str) -> String {
+pub fn fenced(output: &str) -> String {
     let mut fence = "```".to_owned();
     while output.contains(&fence) {
         fence.push('`');

@@ -147,13 +147,13 @@ impl Translator {
                 ..
             } => {
                 if !tools::is_hidden(tool) {
+                    let status = if tools::may_ask(tool, *kind) {
+                        acp::ToolCallStatus::Pending
+                    } else {
+                        acp::ToolCallStatus::InProgress
+                    };
                     out.push(tool_call(
-                        call_id,
-                        tool,
-                        *kind,
-                        arguments,
-                        &self.cwd,
-                        acp::ToolCallStatus::InProgress,
+                        call_id, tool, *kind, arguments, &self.cwd, status,
                     ));
                 }
             }

@@ -3,7 +3,9 @@
 use std::path::Path;
 
 use async_trait::async_trait;
-use crow_core::{FileEdit, Tool, ToolContext, ToolKind, ToolMetadata, ToolResult};
+use crow_core::{
+    FileEdit, PermissionPreview, Tool, ToolContext, ToolKind, ToolMetadata, ToolResult,
+};
 use serde::Deserialize;
 
 use crate::ToolOptions;
@@ -78,6 +80,11 @@ impl Tool for WriteFileTool {
             self.kind(),
             format!("{verb} {display}"),
             &input,
+            PermissionPreview::Edit(FileEdit {
+                path: path.clone(),
+                old_text: old.clone(),
+                new_text: args.content.clone(),
+            }),
         )
         .await
         {
@@ -211,7 +218,8 @@ mod tests {
 
     #[tokio::test]
     async fn denial_leaves_the_file_untouched() {
-        let env = TestEnv::denying();
+        let gate = std::sync::Arc::new(crate::test_support::DenyAll::default());
+        let env = TestEnv::with_gate(gate.clone());
         env.write("keep.txt", "original");
         let r = tool()
             .execute(
@@ -222,6 +230,15 @@ mod tests {
         assert_eq!(r.status, ToolStatus::Error);
         assert_eq!(r.output, "permission denied: user said no");
         assert_eq!(env.read("keep.txt"), "original");
+        // The question carried the change it asked about.
+        assert_eq!(
+            gate.asked.lock().unwrap()[0].preview,
+            Some(PermissionPreview::Edit(FileEdit {
+                path: env.root().join("keep.txt"),
+                old_text: Some("original".into()),
+                new_text: "changed".into(),
+            }))
+        );
         let r = tool()
             .execute(
                 serde_json::json!({"path": "new/x.txt", "content": "c"}),
