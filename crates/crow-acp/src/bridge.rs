@@ -24,6 +24,9 @@ pub struct ClientCaps {
     pub terminal: bool,
     /// The client shows `notice` updates (otherwise notices go out as thoughts).
     pub notices: bool,
+    /// The client renders a terminal's output in the tool call (Zed's
+    /// `_meta.terminal_output`); otherwise a command's output is also sent as text.
+    pub terminal_output: bool,
 }
 
 impl ClientCaps {

@@ -102,6 +102,12 @@ impl Server {
             write: client.fs.write_text_file,
             terminal: client.terminal,
             notices: client.session.as_ref().is_some_and(|s| s.notices.is_some()),
+            terminal_output: client
+                .meta
+                .as_ref()
+                .and_then(|meta| meta.get("terminal_output"))
+                .and_then(serde_json::Value::as_bool)
+                .unwrap_or(false),
         };
         *lock(&self.caps) = caps;
         tracing::info!(?caps, client = ?request.client_info.as_ref().map(|i| &i.name), "initialize");
