@@ -14,7 +14,7 @@ use agent_client_protocol::{ConnectTo, Error, Lines};
 use futures::{Sink, Stream};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
-use tokio::sync::Mutex;
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use crate::runner::AgentFactory;
 
@@ -83,32 +83,44 @@ fn floor_boundary(text: &str, index: usize) -> usize {
     i
 }
 
-async fn write_line<W: AsyncWrite + Unpin>(out: &Mutex<W>, line: &str) -> io::Result<()> {
-    let mut out = out.lock().await;
-    out.write_all(line.as_bytes()).await?;
-    out.write_all(b"\n").await?;
-    out.flush().await
+/// Writes the queued lines in order (the crate's and crow's own replies share stdout);
+/// ends at the first write error or when every sender is gone.
+async fn write_lines<W: AsyncWrite + Unpin>(mut output: W, mut lines: UnboundedReceiver<String>) {
+    while let Some(line) = lines.recv().await {
+        let written = async {
+            output.write_all(line.as_bytes()).await?;
+            output.write_all(b"\n").await?;
+            output.flush().await
+        };
+        if let Err(e) = written.await {
+            tracing::debug!(%e, "cannot write to the client (gone?)");
+            return;
+        }
+    }
+}
+
+fn closed() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::BrokenPipe,
+        "the output to the client is closed",
+    )
 }
 
 /// The lines the crate writes, each checked by [`cap_error_reply`].
-fn outgoing<W>(out: Arc<Mutex<W>>) -> impl Sink<String, Error = io::Error> + Send + 'static
-where
-    W: AsyncWrite + Unpin + Send + 'static,
-{
+fn outgoing(out: UnboundedSender<String>) -> impl Sink<String, Error = io::Error> + Send + 'static {
     futures::sink::unfold(out, async |out, line: String| {
-        write_line(&out, &cap_error_reply(line)).await?;
+        out.send(cap_error_reply(line)).map_err(|_| closed())?;
         Ok::<_, io::Error>(out)
     })
 }
 
 /// The lines the crate reads: UTF-8 ones; others are answered here and skipped.
-fn incoming<R, W>(
+fn incoming<R>(
     input: R,
-    out: Arc<Mutex<W>>,
+    out: UnboundedSender<String>,
 ) -> impl Stream<Item = io::Result<String>> + Send + 'static
 where
     R: AsyncRead + Unpin + Send + 'static,
-    W: AsyncWrite + Unpin + Send + 'static,
 {
     futures::stream::unfold((BufReader::new(input), out), async |(mut reader, out)| {
         loop {
@@ -131,8 +143,8 @@ where
                         bytes = e.as_bytes().len(),
                         "an incoming line is not UTF-8; answered with a parse error"
                     );
-                    if let Err(e) = write_line(&out, &not_utf8_reply(e.as_bytes())).await {
-                        return Some((Err(e), (reader, out)));
+                    if out.send(not_utf8_reply(e.as_bytes())).is_err() {
+                        return Some((Err(closed()), (reader, out)));
                     }
                 }
             }
@@ -146,10 +158,21 @@ where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let out = Arc::new(Mutex::new(output));
-    let lines = Lines::new(outgoing(Arc::clone(&out)), incoming(input, out));
-    crate::agent(factory).connect_to(lines).await
+    let (out, queued) = unbounded_channel();
+    let writer = tokio::spawn(write_lines(output, queued));
+    let lines = Lines::new(outgoing(out.clone()), incoming(input, out));
+    let served = crate::agent(factory).connect_to(lines).await;
+    // What is queued is written before the caller (about to exit) goes on; the senders went
+    // with the transport, so the writer ends once it has written them. Bounded all the same:
+    // a client that stopped reading must not keep crow alive.
+    if tokio::time::timeout(WRITE_GRACE, writer).await.is_err() {
+        tracing::debug!("gave up writing to the client");
+    }
+    served
 }
+
+/// How long the last replies may take to be written when the connection ends.
+const WRITE_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 #[cfg(test)]
 mod tests {
