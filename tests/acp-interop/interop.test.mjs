@@ -759,3 +759,31 @@ test("session/new refuses a cwd that does not exist", async () => {
     cleanup(dir);
   }
 });
+
+test("load after a cancel: the answer that was cut off is marked so", async () => {
+  await script({
+    steps: [{ fault: { stall: { reply: { text: "An answer that stalls and never ends" }, after_chunks: 2 } } }],
+  });
+  const dir = project();
+  const first = startCrow(dir);
+  let id;
+  try {
+    await first.initialize();
+    ({ sessionId: id } = await first.newSession());
+    const pending = first.prompt(id, "talk");
+    await first.waitFor((u) => u.update.sessionUpdate === "agent_message_chunk");
+    await first.cancel(id);
+    assert.equal((await pending).stopReason, "cancelled");
+  } finally {
+    await first.stop();
+  }
+  const second = startCrow(dir);
+  try {
+    await second.initialize();
+    await second.agent.request(acp.methods.agent.session.load, { sessionId: id, cwd: dir, mcpServers: [] });
+    assert.match(joined(second, id, "agent_message_chunk"), /^An answer.* \[cut off\]$/);
+  } finally {
+    await second.stop();
+    cleanup(dir);
+  }
+});
