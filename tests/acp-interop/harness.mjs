@@ -154,6 +154,12 @@ export function startCrow(dir, options = {}) {
     stdio: ["pipe", "pipe", "pipe"],
   });
   let stderr = "";
+  // Everything crow wrote, as raw text, for what the SDK does not hand on ($/ methods,
+  // replies without an id).
+  let stdout = "";
+  child.stdout.on("data", (d) => {
+    stdout += d.toString();
+  });
   child.stderr.on("data", (d) => {
     stderr += d.toString();
     if (process.env.CROW_ACP_TEST_VERBOSE) process.stderr.write(d);
@@ -166,6 +172,7 @@ export function startCrow(dir, options = {}) {
     child,
     exited,
     stderr: () => stderr,
+    stdout: () => stdout,
     updates: [],
     log: [], // every update and response, in arrival order
     permissionRequests: [],
@@ -184,6 +191,7 @@ export function startCrow(dir, options = {}) {
     })
     .onRequest(acp.methods.client.session.requestPermission, async ({ params }) => {
       crow.permissionRequests.push(params);
+      crow.log.push({ kind: "permission", params, at: performance.now() });
       const kind = await crow.permission(params);
       if (kind === "cancelled") return { outcome: { outcome: "cancelled" } };
       const option = params.options.find((o) => o.kind === kind);
@@ -227,6 +235,7 @@ export function startCrow(dir, options = {}) {
       clientCapabilities: {
         fs: { readTextFile: !!options.fs, writeTextFile: !!options.fs },
         terminal: !!options.terminal,
+        ...(options.terminalOutput ? { _meta: { terminal_output: true } } : {}),
         ...(options.notices ? { session: { notices: {} } } : {}),
       },
       clientInfo: { name: "crow-interop-test", version: "0.0.0" },

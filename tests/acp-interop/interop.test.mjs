@@ -169,6 +169,20 @@ test("permissions: reject fails the call and the turn goes on; always is remembe
     );
     const pending = s.crow.permissionRequests[0].toolCall;
     assert.equal(pending.title, "Create no.txt");
+    // The question shows the change itself: the file as it would be.
+    const [diff] = pending.content;
+    assert.deepEqual([diff.type, diff.path, diff.newText], ["diff", join(s.dir, "no.txt"), "x"]);
+    assert.ok(diff.oldText == null, "a new file has no old text");
+    // A command's question names the command and where it runs.
+    const command = s.crow.permissionRequests[1].toolCall;
+    assert.match(command.content[0].content.text, /echo one/);
+    assert.equal(command.rawInput.cwd, s.dir);
+    // Calls that may ask are announced pending and run (in_progress) only once allowed.
+    const bashId = s.crow.updates.find((u) => u.update.sessionUpdate === "tool_call" && u.update.kind === "execute").update.toolCallId;
+    const events = s.crow.log
+      .filter((e) => (e.kind === "update" && e.params.update.toolCallId === bashId) || (e.kind === "permission" && e.params.toolCall.toolCallId === bashId))
+      .map((e) => (e.kind === "permission" ? "asked" : `${e.params.update.sessionUpdate}:${e.params.update.status ?? "pending"}`));
+    assert.deepEqual(events.slice(0, 3), ["tool_call:pending", "asked", "tool_call_update:in_progress"]);
     // No call is left pending: every tool_call has a final status.
     const ids = s.crow.updates.filter((u) => u.update.sessionUpdate === "tool_call").map((u) => u.update.toolCallId);
     for (const id of ids) {
@@ -341,6 +355,8 @@ test("terminal delegation: bash runs in the editor's terminal, shown in the tool
     assert.ok(shown, "the terminal is embedded in the tool call");
     const final = crow.updates.findLast((u) => u.update.sessionUpdate === "tool_call_update").update;
     assert.equal(final.status, "failed");
+    // A client that does not say it renders terminal output gets the output as text too.
+    assert.match(final.content.find((c) => c.type === "content").content.text, /from-terminal/);
     const toolMsg = (await mockRequests())[1].body.messages.find((m) => m.role === "tool");
     assert.match(toolMsg.content, /from-terminal[\s\S]*exit code: 3/);
   } finally {
@@ -665,5 +681,109 @@ test("images reach a model that reads them; a model that does not is told one wa
   } finally {
     await crow.stop();
     cleanup(plain);
+  }
+});
+
+test("terminal output as text: only for clients that do not render terminals", async () => {
+  await script({
+    steps: [
+      { reply: { tool_calls: [{ name: "bash", arguments: { command: "echo shown-by-terminal" } }] } },
+      { reply: { text: "ok" } },
+    ],
+  });
+  const dir = project();
+  const crow = startCrow(dir, { terminal: true, terminalOutput: true });
+  try {
+    await crow.initialize();
+    const { sessionId } = await crow.newSession();
+    assert.equal((await crow.prompt(sessionId, "run")).stopReason, "end_turn");
+    const final = crow.updates.findLast((u) => u.update.sessionUpdate === "tool_call_update").update;
+    assert.equal(final.status, "completed");
+    assert.deepEqual(final.content.map((c) => c.type), ["terminal"]);
+  } finally {
+    await crow.stop();
+    cleanup(dir);
+  }
+});
+
+test("cancel during a command in the editor's terminal: no $/cancel_request is sent", async () => {
+  await script({
+    steps: [
+      { reply: { tool_calls: [{ name: "bash", arguments: { command: "sleep 30" } }] } },
+      { reply: { text: "after" } },
+    ],
+  });
+  const dir = project();
+  const crow = startCrow(dir, { terminal: true });
+  try {
+    await crow.initialize();
+    const { sessionId } = await crow.newSession();
+    const pending = crow.prompt(sessionId, "run");
+    await crow.waitFor((u) => (u.update.content ?? []).some((c) => c.type === "terminal"));
+    await crow.cancel(sessionId);
+    assert.equal((await pending).stopReason, "cancelled");
+    // The terminal is killed and released all the same.
+    for (let i = 0; i < 200 && !crow.terminals.calls.some(([k]) => k === "release"); i++) await sleep(10);
+    assert.ok(crow.terminals.calls.some(([k]) => k === "release"), "released");
+    assert.equal((await crow.prompt(sessionId, "again")).stopReason, "end_turn");
+    assert.ok(!crow.stdout().includes("$/cancel_request"), "crow sent $/cancel_request");
+  } finally {
+    await crow.stop();
+    cleanup(dir);
+  }
+});
+
+test("bad input: a line that is not UTF-8 is a parse error; the connection and its sessions live on", async () => {
+  const s = await open();
+  try {
+    s.crow.child.stdin.write(Buffer.from([0x7b, 0x22, 0x69, 0x64, 0x22, 0x3a, 0x31, 0xff, 0x7d, 0x0a]));
+    for (let i = 0; i < 300 && !s.crow.stdout().includes("-32700"); i++) await sleep(10);
+    const reply = s.crow.stdout().split("\n").find((l) => l.includes("-32700"));
+    assert.ok(reply, `no parse error reply\n${s.crow.stderr()}`);
+    assert.equal(JSON.parse(reply).id, null);
+    await script({ steps: [{ reply: { text: "still here" } }] });
+    assert.equal((await s.crow.prompt(s.id, "hello?")).stopReason, "end_turn");
+  } finally {
+    await close(s);
+  }
+});
+
+test("session/new refuses a cwd that does not exist", async () => {
+  const dir = project();
+  const crow = startCrow(dir);
+  try {
+    await crow.initialize();
+    await assert.rejects(crow.newSession(join(dir, "no-such-dir")), (e) => e.code === -32602 && /does not exist/.test(JSON.stringify(e)));
+  } finally {
+    await crow.stop();
+    cleanup(dir);
+  }
+});
+
+test("load after a cancel: the answer that was cut off is marked so", async () => {
+  await script({
+    steps: [{ fault: { stall: { reply: { text: "An answer that stalls and never ends" }, after_chunks: 2 } } }],
+  });
+  const dir = project();
+  const first = startCrow(dir);
+  let id;
+  try {
+    await first.initialize();
+    ({ sessionId: id } = await first.newSession());
+    const pending = first.prompt(id, "talk");
+    await first.waitFor((u) => u.update.sessionUpdate === "agent_message_chunk");
+    await first.cancel(id);
+    assert.equal((await pending).stopReason, "cancelled");
+  } finally {
+    await first.stop();
+  }
+  const second = startCrow(dir);
+  try {
+    await second.initialize();
+    await second.agent.request(acp.methods.agent.session.load, { sessionId: id, cwd: dir, mcpServers: [] });
+    assert.match(joined(second, id, "agent_message_chunk"), /^An answer.* \[cut off\]$/);
+  } finally {
+    await second.stop();
+    cleanup(dir);
   }
 });

@@ -14,7 +14,7 @@ use crow_core::{
     BridgeError, ClientBridge, CommandEnding, CommandOutcome, CommandRequest, ToolContext,
 };
 
-use crate::session::Shared;
+use crate::session::{Shared, ask_client};
 
 /// What the client said it serves (from `initialize`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -24,6 +24,9 @@ pub struct ClientCaps {
     pub terminal: bool,
     /// The client shows `notice` updates (otherwise notices go out as thoughts).
     pub notices: bool,
+    /// The client renders a terminal's output in the tool call (Zed's
+    /// `_meta.terminal_output`); otherwise a command's output is also sent as text.
+    pub terminal_output: bool,
 }
 
 impl ClientCaps {
@@ -74,9 +77,7 @@ impl ClientBridge for AcpClientBridge {
             return Err(BridgeError::Unsupported);
         }
         let request = acp::ReadTextFileRequest::new(self.shared.id.clone(), path.to_path_buf());
-        self.cx()
-            .send_request(request)
-            .block_task()
+        ask_client(self.cx(), request)
             .await
             .map(|r| r.content)
             .map_err(|e| client_error(&e))
@@ -96,9 +97,7 @@ impl ClientBridge for AcpClientBridge {
             path.to_path_buf(),
             content.to_owned(),
         );
-        self.cx()
-            .send_request(request)
-            .block_task()
+        ask_client(self.cx(), request)
             .await
             .map(|_| ())
             .map_err(|e| client_error(&e))
@@ -124,9 +123,20 @@ impl ClientBridge for AcpClientBridge {
                     .collect(),
             )
             .output_byte_limit(request.output_byte_limit as u64);
+        let mut creating = Box::pin(ask_client(self.cx(), create));
         let created = tokio::select! {
-            created = self.cx().send_request(create).block_task() => created.map_err(|e| client_error(&e))?,
-            () = ctx.cancel.cancelled() => return Err(BridgeError::Cancelled),
+            created = &mut creating => created.map_err(|e| client_error(&e))?,
+            () = ctx.cancel.cancelled() => {
+                // The request is not withdrawn ($/cancel_request is not for every client):
+                // a terminal created after all is killed and released at once.
+                let (cx, session) = (self.cx().clone(), session.clone());
+                tokio::spawn(async move {
+                    if let Ok(created) = creating.await {
+                        drop(TerminalGuard { cx, session, terminal: Some(created.terminal_id) });
+                    }
+                });
+                return Err(BridgeError::Cancelled);
+            }
         };
         let terminal = created.terminal_id;
         let guard = TerminalGuard {
@@ -148,7 +158,7 @@ impl ClientBridge for AcpClientBridge {
 
         let wait = acp::WaitForTerminalExitRequest::new(session.clone(), terminal.clone());
         let ending = tokio::select! {
-            exited = self.cx().send_request(wait).block_task() => match exited {
+            exited = ask_client(self.cx(), wait) => match exited {
                 Ok(_) => CommandEnding::Exited,
                 Err(e) => return Err(client_error(&e)),
             },
@@ -157,15 +167,12 @@ impl ClientBridge for AcpClientBridge {
         };
         if ending != CommandEnding::Exited {
             let kill = acp::KillTerminalRequest::new(session.clone(), terminal.clone());
-            if let Err(e) = self.cx().send_request(kill).block_task().await {
+            if let Err(e) = ask_client(self.cx(), kill).await {
                 tracing::debug!(%e, "terminal/kill failed");
             }
         }
         let output = acp::TerminalOutputRequest::new(session.clone(), terminal.clone());
-        let output = self
-            .cx()
-            .send_request(output)
-            .block_task()
+        let output = ask_client(self.cx(), output)
             .await
             .map_err(|e| client_error(&e));
         guard.release().await;
@@ -194,7 +201,7 @@ impl TerminalGuard {
     async fn release(mut self) {
         if let Some(terminal) = self.terminal.take() {
             let release = acp::ReleaseTerminalRequest::new(self.session.clone(), terminal);
-            if let Err(e) = self.cx.send_request(release).block_task().await {
+            if let Err(e) = ask_client(&self.cx, release).await {
                 tracing::debug!(%e, "terminal/release failed");
             }
         }
@@ -210,9 +217,9 @@ impl Drop for TerminalGuard {
         let session = self.session.clone();
         let cleanup = async move {
             let kill = acp::KillTerminalRequest::new(session.clone(), terminal.clone());
-            let _ = cx.send_request(kill).block_task().await;
+            let _ = ask_client(&cx, kill).await;
             let release = acp::ReleaseTerminalRequest::new(session, terminal);
-            let _ = cx.send_request(release).block_task().await;
+            let _ = ask_client(&cx, release).await;
         };
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {

@@ -19,19 +19,21 @@ mod server;
 mod session;
 mod tools;
 mod translate;
+mod transport;
 mod turn;
 
 use std::sync::Arc;
 
 use agent_client_protocol::v1::schema as acp;
 use agent_client_protocol::v1::{ConnectionTo, Responder};
-use agent_client_protocol::{Agent, Client, ConnectTo, Error, Stdio};
+use agent_client_protocol::{Agent, Client, ConnectTo, Error};
 
 pub use runner::{
     AgentFactory, Choice, McpServerSpec, ModeInfo, ModelInfo, RestoredSession, RunnerError,
     SessionRunner, SessionSpec, SessionSummary, Stop, TurnInput, TurnOutcome,
 };
 pub use translate::Translator;
+pub use transport::{EXCERPT_BYTES, serve};
 
 use crate::server::Server;
 
@@ -195,5 +197,5 @@ pub fn agent(factory: Arc<dyn AgentFactory>) -> impl ConnectTo<Client> {
 
 /// Serves ACP on stdin/stdout until stdin closes. stdout carries JSON-RPC only.
 pub async fn serve_stdio(factory: Arc<dyn AgentFactory>) -> Result<(), Error> {
-    agent(factory).connect_to(Stdio::new()).await
+    transport::serve(factory, tokio::io::stdin(), tokio::io::stdout()).await
 }

@@ -7,9 +7,11 @@ use std::sync::Arc;
 
 use agent_client_protocol::v1::schema as acp;
 use async_trait::async_trait;
-use crow_core::{PermissionDecision, PermissionGate, PermissionRequest, ToolKind};
+use crow_core::{
+    PermissionDecision, PermissionGate, PermissionPreview, PermissionRequest, ToolKind,
+};
 
-use crate::session::{APPROVE_ALL, APPROVE_EDITS, Shared, lock};
+use crate::session::{APPROVE_ALL, APPROVE_EDITS, Shared, ask_client, lock};
 use crate::tools;
 
 const ALLOW_ONCE: &str = "allow_once";
@@ -51,9 +53,46 @@ fn deny(reason: impl Into<String>) -> PermissionDecision {
     }
 }
 
-#[async_trait]
-impl PermissionGate for AcpPermissionGate {
-    async fn check(&self, request: PermissionRequest) -> PermissionDecision {
+/// The tool call as the question shows it: what the call would do (the diff of the file,
+/// the command and where it runs) next to its title, so the user judges the change itself.
+fn asked_call(request: &PermissionRequest) -> acp::ToolCallUpdate {
+    let mut fields = acp::ToolCallUpdateFields::new()
+        .title(request.title.clone())
+        .kind(tools::acp_kind(request.kind))
+        .status(acp::ToolCallStatus::Pending);
+    let mut input = request.input.clone();
+    match &request.preview {
+        Some(PermissionPreview::Edit(edit)) => {
+            fields = fields
+                .content(vec![acp::ToolCallContent::Diff(
+                    acp::Diff::new(edit.path.clone(), edit.new_text.clone())
+                        .old_text(edit.old_text.clone()),
+                )])
+                .locations(vec![acp::ToolCallLocation::new(edit.path.clone())]);
+        }
+        Some(PermissionPreview::Command { command, cwd }) => {
+            fields = fields.content(vec![tools::text_content(format!(
+                "{}\nin `{}`",
+                tools::fenced(command),
+                cwd.display()
+            ))]);
+            if let Some(object) = input.as_object_mut() {
+                object
+                    .entry("cwd")
+                    .or_insert_with(|| serde_json::Value::String(cwd.display().to_string()));
+            }
+        }
+        None => {}
+    }
+    acp::ToolCallUpdate::new(
+        acp::ToolCallId::new(request.call_id.as_str()),
+        fields.raw_input(input),
+    )
+}
+
+impl AcpPermissionGate {
+    /// The answer: the session's approval settings, a remembered answer, or the user's.
+    async fn decide(&self, request: &PermissionRequest) -> PermissionDecision {
         let settings = self.shared.settings();
         let approved = self.shared.auto_approve_modes.contains(&settings.mode)
             || settings.approve == APPROVE_ALL
@@ -73,20 +112,12 @@ impl PermissionGate for AcpPermissionGate {
         }
         self.shared.wait_announced(&request.call_id).await;
 
-        let tool_call = acp::ToolCallUpdate::new(
-            acp::ToolCallId::new(request.call_id.as_str()),
-            acp::ToolCallUpdateFields::new()
-                .title(request.title.clone())
-                .kind(tools::acp_kind(request.kind))
-                .status(acp::ToolCallStatus::Pending)
-                .raw_input(request.input.clone()),
-        );
         let ask = acp::RequestPermissionRequest::new(
             self.shared.id.clone(),
-            tool_call,
+            asked_call(request),
             options(&request.tool),
         );
-        let answer = match self.shared.outbox.cx().send_request(ask).block_task().await {
+        let answer = match ask_client(self.shared.outbox.cx(), ask).await {
             Ok(answer) => answer,
             Err(e) => {
                 tracing::warn!(%e, "permission request failed");
@@ -100,7 +131,7 @@ impl PermissionGate for AcpPermissionGate {
             }
             _ => return deny("the editor gave an answer crow does not understand"),
         };
-        let decision = match chosen.as_str() {
+        match chosen.as_str() {
             ALLOW_ONCE => PermissionDecision::Allow,
             ALLOW_ALWAYS => {
                 lock(&self.shared.remembered).insert(request.tool.clone(), true);
@@ -115,9 +146,18 @@ impl PermissionGate for AcpPermissionGate {
             }
             REJECT_ONCE => deny(format!("the user rejected this {} call", request.tool)),
             other => deny(format!("the editor chose an unknown option '{other}'")),
-        };
+        }
+    }
+}
+
+#[async_trait]
+impl PermissionGate for AcpPermissionGate {
+    async fn check(&self, request: PermissionRequest) -> PermissionDecision {
+        let decision = self.decide(&request).await;
         if decision == PermissionDecision::Allow {
-            // The editor showed the call as waiting for the user; it runs now.
+            // The call was announced `pending` (it might wait for the user); it runs now,
+            // whether the user, a setting or a remembered answer allowed it.
+            self.shared.wait_announced(&request.call_id).await;
             self.shared.outbox.send(acp::SessionUpdate::ToolCallUpdate(
                 acp::ToolCallUpdate::new(
                     acp::ToolCallId::new(request.call_id.as_str()),

@@ -7,10 +7,26 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use agent_client_protocol::v1::schema as acp;
-use crow_core::{EntryKind, HistoryEntry, ToolKind};
+use crow_core::{EntryKind, HistoryEntry, SystemEvent, ToolKind};
 
 use crate::tools;
 use crate::translate::{message_chunk, thought_chunk, tool_call, tool_result, user_chunk};
+
+/// Text that ends an answer cut off by a cancel; `_meta.crow.cutOff` says so to programs.
+pub const CUT_OFF: &str = " [cut off]";
+
+fn cut_off_mark() -> acp::SessionUpdate {
+    let mut meta = serde_json::Map::new();
+    meta.insert("crow".into(), serde_json::json!({"cutOff": true}));
+    acp::SessionUpdate::AgentMessageChunk(
+        acp::ContentChunk::new(acp::ContentBlock::Text(acp::TextContent::new(CUT_OFF))).meta(meta),
+    )
+}
+
+fn is_cut_off_mark(update: &acp::SessionUpdate) -> bool {
+    matches!(update, acp::SessionUpdate::AgentMessageChunk(chunk)
+        if chunk.meta.as_ref().is_some_and(|m| m.contains_key("crow")))
+}
 
 /// The updates, in timeline order. `kind_of` names the kind of a tool (the history stores
 /// names only).
@@ -101,8 +117,20 @@ pub fn replay(
                     if let Some(extra) = metadata.extra.as_object_mut() {
                         extra.remove("terminal_id");
                     }
-                    out.push(tool_result(call_id, name, *status, output, &metadata));
+                    out.push(tool_result(
+                        call_id, name, *status, output, &metadata, false,
+                    ));
                 }
+            }
+            // A turn the user cancelled: the answer before it is cut off, and says so (the
+            // live session showed the cancel; a reloaded one would pass it off as whole).
+            EntryKind::System {
+                event: SystemEvent::Cancelled,
+            } => {
+                if !out.last().is_some_and(is_cut_off_mark) {
+                    out.push(cut_off_mark());
+                }
+                speaking = None;
             }
             // Not shown: other agents' prompts (handoffs), empty parts, opaque reasoning,
             // internal events.
@@ -201,6 +229,19 @@ mod tests {
                 }),
             ),
             (
+                b.clone(),
+                entry(EntryKind::AssistantText {
+                    content: "Half an ans".into(),
+                    partial: true,
+                }),
+            ),
+            (
+                b.clone(),
+                entry(EntryKind::System {
+                    event: SystemEvent::Cancelled,
+                }),
+            ),
+            (
                 r.clone(),
                 entry(EntryKind::User {
                     content: "review this".into(),
@@ -234,8 +275,14 @@ mod tests {
                 "tool_call_update",
                 "agent_message_chunk",
                 "agent_message_chunk",
+                "agent_message_chunk",
+                "agent_message_chunk",
             ]
         );
+        // The cancelled answer is marked as cut off.
+        assert_eq!(updates[7]["content"]["text"], "Half an ans");
+        assert_eq!(updates[8]["content"]["text"], CUT_OFF);
+        assert_eq!(updates[8]["_meta"]["crow"]["cutOff"], true);
         assert_eq!(updates[3]["kind"], "edit");
         // Pending is the default status, left out on the wire.
         assert!(updates[3]["status"].is_null() || updates[3]["status"] == "pending");
@@ -249,7 +296,7 @@ mod tests {
             updates[6]["content"][0]["type"], "content",
             "a dead terminal is replayed as its output"
         );
-        assert_eq!(updates[7]["content"]["text"], "\n\n**reviewer:** ");
+        assert_eq!(updates[9]["content"]["text"], "\n\n**reviewer:** ");
         assert!(
             !updates
                 .iter()

@@ -102,6 +102,12 @@ impl Server {
             write: client.fs.write_text_file,
             terminal: client.terminal,
             notices: client.session.as_ref().is_some_and(|s| s.notices.is_some()),
+            terminal_output: client
+                .meta
+                .as_ref()
+                .and_then(|meta| meta.get("terminal_output"))
+                .and_then(serde_json::Value::as_bool)
+                .unwrap_or(false),
         };
         *lock(&self.caps) = caps;
         tracing::info!(?caps, client = ?request.client_info.as_ref().map(|i| &i.name), "initialize");
@@ -200,14 +206,19 @@ impl Server {
         (shared, spec)
     }
 
-    fn check_cwd(cwd: &std::path::Path) -> Result<(), Error> {
-        if cwd.is_absolute() {
-            Ok(())
-        } else {
-            Err(Error::invalid_params().data(format!(
-                "cwd must be an absolute path, got '{}'",
-                cwd.display()
-            )))
+    /// The session's working directory must be an absolute path to a directory: tools
+    /// resolve every path against it, and a session in a missing one fails only later.
+    async fn check_cwd(cwd: &std::path::Path) -> Result<(), Error> {
+        let refuse =
+            |why: &str| Err(Error::invalid_params().data(format!("cwd '{}' {why}", cwd.display())));
+        if !cwd.is_absolute() {
+            return refuse("is not an absolute path");
+        }
+        match tokio::fs::metadata(cwd).await {
+            Ok(m) if m.is_dir() => Ok(()),
+            Ok(_) => refuse("is not a directory"),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => refuse("does not exist"),
+            Err(e) => refuse(&format!("cannot be read ({e})")),
         }
     }
 
@@ -232,7 +243,7 @@ impl Server {
         mcp: &[acp::McpServer],
         cx: &ConnectionTo<Client>,
     ) -> Result<(Arc<SessionState>, Settings), Error> {
-        Self::check_cwd(&cwd)?;
+        Self::check_cwd(&cwd).await?;
         let settings = self.default_settings();
         let (shared, spec) = self.prepare(id.clone(), cwd.clone(), mcp, settings, cx);
         let (runner, history) = match origin {

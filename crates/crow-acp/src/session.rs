@@ -15,6 +15,30 @@ use tokio_util::sync::CancellationToken;
 
 use crate::runner::{McpServerSpec, SessionRunner};
 
+/// Sends a request to the client and awaits its answer. Dropping the returned future (a
+/// cancelled tool) leaves the request to be answered: dropping the crate's request handle
+/// would send `$/cancel_request`, which v1 clients do not advertise (the Python SDK logs a
+/// traceback for each). The client ends such requests itself (a permission question is
+/// answered `cancelled` after session/cancel; crow kills and releases its terminals).
+pub(crate) fn ask_client<Req>(
+    cx: &ConnectionTo<Client>,
+    request: Req,
+) -> impl std::future::Future<Output = Result<Req::Response, agent_client_protocol::Error>>
++ Send
++ 'static
+where
+    Req: agent_client_protocol::JsonRpcRequest,
+    Req::Response: Send + 'static,
+{
+    // Sent now, awaited in a task of its own that nothing aborts.
+    let answer = tokio::spawn(cx.send_request(request).block_task());
+    async move {
+        answer
+            .await
+            .map_err(|e| agent_client_protocol::Error::internal_error().data(e.to_string()))?
+    }
+}
+
 /// Locks a std mutex; a poisoned one still holds consistent data (no critical section here can
 /// panic half-way), so it is used as is.
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {

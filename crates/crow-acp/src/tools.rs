@@ -14,6 +14,14 @@ pub fn is_hidden(tool: &str) -> bool {
     matches!(tool, "todo_write" | crow_core::TASK_COMPLETE)
 }
 
+/// Whether a call may wait for the user's permission before it runs: such calls are
+/// announced `pending` and turn `in_progress` when allowed (the permission gate says so).
+/// Tools that change the machine ask; so do MCP tools not marked read-only (kind Other).
+/// The `task` tool (kind Other) never asks itself.
+pub fn may_ask(tool: &str, kind: ToolKind) -> bool {
+    kind.mutates() || (kind == ToolKind::Other && tool != crow_core::TASK)
+}
+
 /// The kind of a built-in tool by name, for replays where only names are stored.
 pub fn builtin_kind(tool: &str) -> ToolKind {
     match tool {
@@ -125,14 +133,14 @@ pub fn acp_status(status: ToolStatus) -> acp::ToolCallStatus {
     }
 }
 
-fn text_content(text: impl Into<String>) -> acp::ToolCallContent {
+pub fn text_content(text: impl Into<String>) -> acp::ToolCallContent {
     acp::ToolCallContent::Content(acp::Content::new(acp::ContentBlock::Text(
         acp::TextContent::new(text),
     )))
 }
 
 /// Output in a fence long enough that the output cannot close it.
-fn fenced(output: &str) -> String {
+pub fn fenced(output: &str) -> String {
     let mut fence = "```".to_owned();
     while output.contains(&fence) {
         fence.push('`');
@@ -140,13 +148,32 @@ fn fenced(output: &str) -> String {
     format!("{fence}\n{}\n{fence}", output.trim_end_matches('\n'))
 }
 
+/// At most this much of a command's output is repeated as text beside its terminal (the
+/// end, as terminals keep it).
+pub const TERMINAL_TEXT_BYTES: usize = 16 * 1024;
+
+/// The last `max` bytes of `text` at a character boundary, marked when cut.
+fn tail(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut start = text.len() - max;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    format!("[… {start} bytes before]\n{}", &text[start..])
+}
+
 /// The content of a finished call: a diff per edited file, the terminal for commands run in
-/// the editor, else the output the model read.
+/// the editor, else the output the model read. A command run in the editor's terminal also
+/// gets its output as text unless the client renders terminal output (`terminal_output`):
+/// clients that do not would show nothing but the exit code.
 pub fn result_content(
     tool: &str,
     status: ToolStatus,
     output: &str,
     metadata: &ToolMetadata,
+    terminal_output: bool,
 ) -> Vec<acp::ToolCallContent> {
     let mut content = Vec::new();
     for edit in &metadata.edits {
@@ -155,25 +182,25 @@ pub fn result_content(
                 .old_text(edit.old_text.clone()),
         ));
     }
-    if let Some(id) = metadata.extra.get("terminal_id").and_then(Value::as_str) {
+    let terminal = metadata.extra.get("terminal_id").and_then(Value::as_str);
+    if let Some(id) = terminal {
         content.push(acp::ToolCallContent::Terminal(acp::Terminal::new(
             acp::TerminalId::new(id),
         )));
-        if status == ToolStatus::Success {
+        if terminal_output && status == ToolStatus::Success {
             return content;
         }
     }
-    if !content.is_empty() && status == ToolStatus::Success {
+    if !content.is_empty() && terminal.is_none() && status == ToolStatus::Success {
         return content;
     }
     if output.is_empty() {
         return content;
     }
     let shown = match (tool, status) {
-        ("bash" | "read_file" | "grep" | "glob" | "list_directory", ToolStatus::Success) => {
-            fenced(output)
-        }
-        ("bash", _) if metadata.extra.get("terminal_id").is_none() => fenced(output),
+        ("bash", _) if terminal.is_some() => fenced(&tail(output, TERMINAL_TEXT_BYTES)),
+        ("bash" | "read_file" | "grep" | "glob" | "list_directory", ToolStatus::Success)
+        | ("bash", _) => fenced(output),
         _ => output.to_owned(),
     };
     content.push(text_content(shown));
@@ -234,6 +261,50 @@ mod tests {
     fn fences_survive_backticks_in_output() {
         assert_eq!(fenced("a\n"), "```\na\n```");
         assert_eq!(fenced("x ``` y"), "````\nx ``` y\n````");
+    }
+
+    #[test]
+    fn command_output_beside_its_terminal_unless_the_client_renders_terminals() {
+        let metadata = ToolMetadata {
+            extra: json!({"terminal_id": "t1", "exit_code": 0}),
+            ..ToolMetadata::default()
+        };
+        let kinds = |content: &[acp::ToolCallContent]| -> Vec<Value> {
+            content
+                .iter()
+                .map(|c| serde_json::to_value(c).unwrap())
+                .collect()
+        };
+        let shown = kinds(&result_content(
+            "bash",
+            ToolStatus::Success,
+            "hello\n",
+            &metadata,
+            false,
+        ));
+        assert_eq!(shown[0]["type"], "terminal");
+        assert_eq!(shown[1]["content"]["text"], "```\nhello\n```");
+        let rendered = kinds(&result_content(
+            "bash",
+            ToolStatus::Success,
+            "hello\n",
+            &metadata,
+            true,
+        ));
+        assert_eq!(rendered.len(), 1, "{rendered:?}");
+
+        // Long output: the end is kept, capped.
+        let long = format!("{}END", "x".repeat(TERMINAL_TEXT_BYTES * 2));
+        let capped = kinds(&result_content(
+            "bash",
+            ToolStatus::Success,
+            &long,
+            &metadata,
+            false,
+        ));
+        let text = capped[1]["content"]["text"].as_str().unwrap();
+        assert!(text.len() < TERMINAL_TEXT_BYTES + 100, "{}", text.len());
+        assert!(text.ends_with("END\n```"), "{}", &text[text.len() - 20..]);
     }
 
     #[test]

@@ -44,17 +44,25 @@ pub fn tool_call(
     )
 }
 
-/// The `tool_call_update` that finishes a call.
+/// The `tool_call_update` that finishes a call. `terminal_output`: the client renders the
+/// output of the terminal a command ran in, so it is not repeated as text.
 pub fn tool_result(
     id: &str,
     tool: &str,
     status: ToolStatus,
     output: &str,
     metadata: &crow_core::ToolMetadata,
+    terminal_output: bool,
 ) -> acp::SessionUpdate {
     let mut fields = acp::ToolCallUpdateFields::new()
         .status(tools::acp_status(status))
-        .content(tools::result_content(tool, status, output, metadata));
+        .content(tools::result_content(
+            tool,
+            status,
+            output,
+            metadata,
+            terminal_output,
+        ));
     if let Some(code) = metadata.extra.get("exit_code").filter(|c| !c.is_null()) {
         fields = fields.raw_output(serde_json::json!({ "exit_code": code }));
     }
@@ -73,6 +81,8 @@ pub struct Translator {
     speaking: Option<String>,
     /// Whether the client shows `notice` updates.
     notices: bool,
+    /// Whether the client renders terminal output itself.
+    terminal_output: bool,
 }
 
 /// A notice for the user: a `notice` update where the client shows them, else a thought
@@ -103,7 +113,15 @@ impl Translator {
             primary: None,
             speaking: None,
             notices: false,
+            terminal_output: false,
         }
+    }
+
+    /// The client renders terminal output (`_meta.terminal_output`): a command run in its
+    /// terminal is shown by the terminal alone.
+    pub fn with_terminal_output(mut self, renders: bool) -> Self {
+        self.terminal_output = renders;
+        self
     }
 
     /// Sends notices as `notice` updates (the client advertised `session.notices`).
@@ -147,13 +165,13 @@ impl Translator {
                 ..
             } => {
                 if !tools::is_hidden(tool) {
+                    let status = if tools::may_ask(tool, *kind) {
+                        acp::ToolCallStatus::Pending
+                    } else {
+                        acp::ToolCallStatus::InProgress
+                    };
                     out.push(tool_call(
-                        call_id,
-                        tool,
-                        *kind,
-                        arguments,
-                        &self.cwd,
-                        acp::ToolCallStatus::InProgress,
+                        call_id, tool, *kind, arguments, &self.cwd, status,
                     ));
                 }
             }
@@ -174,6 +192,7 @@ impl Translator {
                         result.status,
                         &result.output,
                         &result.metadata,
+                        self.terminal_output,
                     ));
                 }
             }

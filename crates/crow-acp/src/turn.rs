@@ -90,7 +90,8 @@ pub async fn prompt(
     }
     let settings = shared.settings();
     let translator = Translator::new(shared.cwd.clone(), server.context_window(&settings.model))
-        .with_notices(server.client_caps().notices);
+        .with_notices(server.client_caps().notices)
+        .with_terminal_output(server.client_caps().terminal_output);
     let (events, received) = mpsc::unbounded_channel();
     let forwarder = tokio::spawn(forward(received, translator, Arc::clone(&shared)));
 

@@ -17,8 +17,8 @@ use crow_acp::{
     TurnInput, TurnOutcome,
 };
 use crow_core::{
-    AgentEvent, EventSender, FileEdit, PermissionDecision, PermissionRequest, ToolKind,
-    ToolMetadata, ToolResult, ToolStatus, Usage,
+    AgentEvent, EventSender, FileEdit, PermissionDecision, PermissionPreview, PermissionRequest,
+    ToolKind, ToolMetadata, ToolResult, ToolStatus, Usage,
 };
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -105,6 +105,11 @@ impl SessionRunner for Runner {
                             kind: ToolKind::Edit,
                             title: "Create a.txt".into(),
                             input: json!({"path": "a.txt"}),
+                            preview: Some(PermissionPreview::Edit(FileEdit {
+                                path: "/p/a.txt".into(),
+                                old_text: Some("old\n".into()),
+                                new_text: "new\n".into(),
+                            })),
                         })
                         .await;
                     answers.push(match decision {
@@ -182,6 +187,13 @@ impl AgentFactory for Factory {
 
 type Log = Arc<Mutex<Vec<Value>>>;
 
+/// The sessions' working directory: it must exist (session/new refuses a missing one).
+fn project() -> PathBuf {
+    let dir = std::env::temp_dir().join("crow-acp-client-half");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 /// Runs `script` for one prompt of a fresh session; returns the updates and the stop reason.
 async fn run(
     script: Script,
@@ -195,6 +207,8 @@ async fn run(
     });
     let updates: Log = Arc::default();
     let seen = Arc::clone(&updates);
+    // Permission questions go into the same log, so their order among updates shows.
+    let asked = Arc::clone(&updates);
     let agent = crow_acp::agent(factory.clone());
     let stop = Client
         .v1()
@@ -211,6 +225,10 @@ async fn run(
             async move |r: acp::RequestPermissionRequest,
                         responder: Responder<acp::RequestPermissionResponse>,
                         _cx: ConnectionTo<Agent>| {
+                asked
+                    .lock()
+                    .unwrap()
+                    .push(json!({"permission": serde_json::to_value(&r.tool_call).unwrap()}));
                 let option = r
                     .options
                     .iter()
@@ -253,7 +271,7 @@ async fn run(
             .block_task()
             .await?;
             let session = cx
-                .send_request(acp::NewSessionRequest::new("/project"))
+                .send_request(acp::NewSessionRequest::new(project()))
                 .block_task()
                 .await?;
             let response = cx
@@ -433,10 +451,12 @@ async fn every_event_kind_translates() {
         {"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": "hmm"}},
         {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "Hello"}},
         {"sessionUpdate": "usage_update", "used": 320, "size": 1000},
+        // Calls that may ask the user are announced pending (the default status, so absent
+        // on the wire); the gate marks them in_progress once allowed.
         {"sessionUpdate": "tool_call", "toolCallId": "e1", "title": "Edit a.rs", "kind": "edit",
-         "status": "in_progress", "locations": [{"path": "/project/a.rs"}], "rawInput": {"path": "a.rs"}},
+         "locations": [{"path": project().join("a.rs")}], "rawInput": {"path": "a.rs"}},
         {"sessionUpdate": "tool_call", "toolCallId": "b1", "title": "`false`", "kind": "execute",
-         "status": "in_progress", "rawInput": {"command": "false"}},
+         "rawInput": {"command": "false"}},
         {"sessionUpdate": "tool_call_update", "toolCallId": "e1", "status": "completed",
          "content": [{"type": "diff", "path": "/project/a.rs", "oldText": "old\n", "newText": "new\n"}]},
         {"sessionUpdate": "tool_call_update", "toolCallId": "b1", "status": "failed",
@@ -502,11 +522,33 @@ async fn allow_always_is_remembered_and_reject_reaches_the_runner() {
         .map(|u| u["content"]["text"].as_str().unwrap().to_owned())
         .collect();
     assert_eq!(answer, ["allow;allow"]);
-    // After the user allowed, the call is shown running again.
-    assert!(
-        updates
-            .iter()
-            .any(|u| u["sessionUpdate"] == "tool_call_update" && u["status"] == "in_progress")
+    // Each call is announced pending, the first is asked about with the diff it would
+    // make, and each runs (in_progress) once allowed: by the user, then by the remembered
+    // answer.
+    let flow: Vec<Value> = updates
+        .iter()
+        .filter(|u| u.get("permission").is_some() || u["toolCallId"].is_string())
+        .map(|u| match u.get("permission") {
+            Some(p) => json!(["asked", p["toolCallId"], p["content"]]),
+            // `pending` is the default status and is left out on the wire.
+            None => json!([
+                u["sessionUpdate"],
+                u["toolCallId"],
+                u.get("status").unwrap_or(&json!("pending"))
+            ]),
+        })
+        .collect();
+    let diff =
+        json!([{"type": "diff", "path": "/p/a.txt", "oldText": "old\n", "newText": "new\n"}]);
+    assert_eq!(
+        flow,
+        [
+            json!(["tool_call", "c1", "pending"]),
+            json!(["asked", "c1", diff]),
+            json!(["tool_call_update", "c1", "in_progress"]),
+            json!(["tool_call", "c2", "pending"]),
+            json!(["tool_call_update", "c2", "in_progress"]),
+        ]
     );
 
     let (updates, _, _) = run(Script::AskPermission, false, "reject_always", user("x")).await;

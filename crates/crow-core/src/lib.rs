@@ -50,8 +50,9 @@ pub use store::{
 };
 pub use subagent::{SubagentFactory, TASK, TaskTool};
 pub use tool::{
-    AllowAll, FileEdit, Footprint, PermissionDecision, PermissionGate, PermissionRequest, Tool,
-    ToolContext, ToolKind, ToolMetadata, ToolRegistry, ToolResult, ToolStatus,
+    AllowAll, FileEdit, Footprint, PermissionDecision, PermissionGate, PermissionPreview,
+    PermissionRequest, Tool, ToolContext, ToolKind, ToolMetadata, ToolRegistry, ToolResult,
+    ToolStatus,
 };
 
 /// Name of the tool a model calls to end its work; the loop treats it specially.

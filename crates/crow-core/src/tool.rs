@@ -162,6 +162,20 @@ impl ToolContext {
         title: String,
         input: &serde_json::Value,
     ) -> PermissionDecision {
+        self.ask_permission_with(tool, kind, title, input, None)
+            .await
+    }
+
+    /// Like [`Self::ask_permission`], with what the call would do, for the user to judge
+    /// before it happens.
+    pub async fn ask_permission_with(
+        &self,
+        tool: &str,
+        kind: ToolKind,
+        title: String,
+        input: &serde_json::Value,
+        preview: Option<PermissionPreview>,
+    ) -> PermissionDecision {
         let request = PermissionRequest {
             session_id: self.session_id.clone(),
             agent: self.agent.clone(),
@@ -170,6 +184,7 @@ impl ToolContext {
             kind,
             title,
             input: input.clone(),
+            preview,
         };
         self.permission.check(request).await
     }
@@ -185,6 +200,20 @@ pub struct PermissionRequest {
     pub kind: ToolKind,
     pub title: String,
     pub input: serde_json::Value,
+    /// What the call would do, computed before it does it (a file's old and new text, a
+    /// command and where it runs); front ends show it with the question.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub preview: Option<PermissionPreview>,
+}
+
+/// The effect of a call awaiting permission, in front-end neutral terms.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum PermissionPreview {
+    /// The whole file before and after the change (`old_text: None`: a new file).
+    Edit(FileEdit),
+    /// A command line and the directory it runs in.
+    Command { command: String, cwd: PathBuf },
 }
 
 /// The user's answer.

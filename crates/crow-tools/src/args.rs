@@ -3,7 +3,7 @@
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer};
 
-use crow_core::{PermissionDecision, ToolContext, ToolKind, ToolResult};
+use crow_core::{PermissionDecision, PermissionPreview, ToolContext, ToolKind, ToolResult};
 
 /// Parses `input` into `T`. On failure returns an error result naming the problem and the
 /// expected shape, so the model can correct its call instead of the tool panicking.
@@ -23,15 +23,20 @@ pub(crate) fn parse<T: DeserializeOwned>(
         .map_err(|e| ToolResult::error(format!("invalid arguments: {e}; expected {shape}")))
 }
 
-/// Asks the permission gate; `Err` carries the error result to return when denied.
+/// Asks the permission gate, showing `preview` (what the call would do); `Err` carries the
+/// error result to return when denied.
 pub(crate) async fn require_permission(
     ctx: &ToolContext,
     tool: &str,
     kind: ToolKind,
     title: String,
     input: &serde_json::Value,
+    preview: PermissionPreview,
 ) -> Result<(), ToolResult> {
-    match ctx.ask_permission(tool, kind, title, input).await {
+    match ctx
+        .ask_permission_with(tool, kind, title, input, Some(preview))
+        .await
+    {
         PermissionDecision::Allow => Ok(()),
         PermissionDecision::Deny { reason } => {
             Err(ToolResult::error(format!("permission denied: {reason}")))

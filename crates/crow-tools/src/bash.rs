@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use crow_core::{
-    BridgeError, ClientBridge, CommandEnding, CommandRequest, EnvPolicy, Tool, ToolContext,
-    ToolKind, ToolMetadata, ToolResult, ToolStatus,
+    BridgeError, ClientBridge, CommandEnding, CommandRequest, EnvPolicy, PermissionPreview, Tool,
+    ToolContext, ToolKind, ToolMetadata, ToolResult, ToolStatus,
 };
 use nix::errno::Errno;
 use nix::sys::signal::{Signal, killpg};
@@ -93,7 +93,12 @@ impl Tool for BashTool {
             .map(timeout_from_arg)
             .unwrap_or(self.options.bash_timeout);
         let title = format!("Run `{}`", short_command(&args.command));
-        if let Err(denied) = require_permission(ctx, self.name(), self.kind(), title, &input).await
+        let preview = PermissionPreview::Command {
+            command: args.command.clone(),
+            cwd: ctx.cwd.clone(),
+        };
+        if let Err(denied) =
+            require_permission(ctx, self.name(), self.kind(), title, &input, preview).await
         {
             return denied;
         }

@@ -210,6 +210,13 @@ async fn denied_commands_do_not_run() {
         asked[0].title
     );
     assert_eq!(asked[0].kind, ToolKind::Execute);
+    assert_eq!(
+        asked[0].preview,
+        Some(crow_core::PermissionPreview::Command {
+            command: format!("touch {}", marker.display()),
+            cwd: env.root().to_path_buf(),
+        })
+    );
     let r = bash(&env, serde_json::json!({"cmd": "ls"})).await;
     assert!(r.output.contains("missing field `command`"), "{}", r.output);
 }

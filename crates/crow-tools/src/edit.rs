@@ -1,7 +1,9 @@
 //! `edit_file`: replace a unique snippet, tolerating whitespace slips, with a diff.
 
 use async_trait::async_trait;
-use crow_core::{FileEdit, Footprint, Tool, ToolContext, ToolKind, ToolMetadata, ToolResult};
+use crow_core::{
+    FileEdit, Footprint, PermissionPreview, Tool, ToolContext, ToolKind, ToolMetadata, ToolResult,
+};
 
 use crate::write::write_text;
 use serde::Deserialize;
@@ -120,22 +122,28 @@ impl Tool for EditFileTool {
             Err(e) => return ToolResult::error(format!("edit_file failed: {e}")),
         };
 
+        // Computed before asking, so the user approves the very text that is written.
+        let on_disk = if plan.crlf {
+            plan.new_lf.replace('\n', "\r\n")
+        } else {
+            plan.new_lf.clone()
+        };
         if let Err(denied) = require_permission(
             ctx,
             self.name(),
             self.kind(),
             format!("Edit {display}"),
             &input,
+            PermissionPreview::Edit(FileEdit {
+                path: path.clone(),
+                old_text: Some(original_text.clone()),
+                new_text: on_disk.clone(),
+            }),
         )
         .await
         {
             return denied;
         }
-        let on_disk = if plan.crlf {
-            plan.new_lf.replace('\n', "\r\n")
-        } else {
-            plan.new_lf.clone()
-        };
         if let Err(e) = write_text(ctx, &path, &on_disk).await {
             return ToolResult::error(format!("cannot write {display}: {e}"));
         }
@@ -454,6 +462,15 @@ mod tests {
         let asked = gate.asked.lock().unwrap().clone();
         assert_eq!(asked[0].title, "Edit k.txt");
         assert_eq!(asked[0].tool, "edit_file");
+        // The user is shown the change before it is made.
+        assert_eq!(
+            asked[0].preview,
+            Some(crow_core::PermissionPreview::Edit(FileEdit {
+                path: env.root().join("k.txt"),
+                old_text: Some("keep me\n".into()),
+                new_text: "lose me\n".into(),
+            }))
+        );
         assert_eq!(env.read("k.txt"), "keep me\n");
     }
 }

@@ -37,10 +37,6 @@ impl TestEnv {
         Self::with_gate(Arc::new(AllowAll))
     }
 
-    pub fn denying() -> Self {
-        Self::with_gate(Arc::new(DenyAll::default()))
-    }
-
     pub fn with_gate(permission: Arc<dyn PermissionGate>) -> Self {
         let dir = tempfile::tempdir().unwrap();
         // Canonical so assertions compare equal to resolved paths (/tmp may be a symlink).

@@ -3,7 +3,9 @@
 use std::path::Path;
 
 use async_trait::async_trait;
-use crow_core::{FileEdit, Footprint, Tool, ToolContext, ToolKind, ToolMetadata, ToolResult};
+use crow_core::{
+    FileEdit, Footprint, PermissionPreview, Tool, ToolContext, ToolKind, ToolMetadata, ToolResult,
+};
 use serde::Deserialize;
 
 use crate::ToolOptions;
@@ -82,6 +84,11 @@ impl Tool for WriteFileTool {
             self.kind(),
             format!("{verb} {display}"),
             &input,
+            PermissionPreview::Edit(FileEdit {
+                path: path.clone(),
+                old_text: old.clone(),
+                new_text: args.content.clone(),
+            }),
         )
         .await
         {
@@ -215,7 +222,8 @@ mod tests {
 
     #[tokio::test]
     async fn denial_leaves_the_file_untouched() {
-        let env = TestEnv::denying();
+        let gate = std::sync::Arc::new(crate::test_support::DenyAll::default());
+        let env = TestEnv::with_gate(gate.clone());
         env.write("keep.txt", "original");
         let r = tool()
             .execute(
@@ -226,6 +234,15 @@ mod tests {
         assert_eq!(r.status, ToolStatus::Error);
         assert_eq!(r.output, "permission denied: user said no");
         assert_eq!(env.read("keep.txt"), "original");
+        // The question carried the change it asked about.
+        assert_eq!(
+            gate.asked.lock().unwrap()[0].preview,
+            Some(PermissionPreview::Edit(FileEdit {
+                path: env.root().join("keep.txt"),
+                old_text: Some("original".into()),
+                new_text: "changed".into(),
+            }))
+        );
         let r = tool()
             .execute(
                 serde_json::json!({"path": "new/x.txt", "content": "c"}),

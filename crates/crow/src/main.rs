@@ -172,15 +172,86 @@ fn main() -> ExitCode {
 
 /// Logs go to stderr (stdout is for the answer or JSON). `CROW_LOG=debug` for more.
 fn init_logging() {
+    use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_env("CROW_LOG")
         // rmcp logs a server's connection troubles as errors; crow reports them itself, once.
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,rmcp=off"));
+    // Colour is for a person at a terminal; editors show an agent's stderr as plain text.
+    let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(ansi)
+        .fmt_fields(logging::ShortFields)
         .with_target(false)
         .without_time()
         .try_init();
+}
+
+mod logging {
+    //! Log fields cut to a readable length: libraries log whole values (the ACP crate logs
+    //! its handler chain, kilobytes of nested escaping, with every invalid-params error).
+
+    use std::fmt::{self, Write as _};
+
+    use tracing::field::{Field, Visit};
+    use tracing_subscriber::field::RecordFields;
+    use tracing_subscriber::fmt::FormatFields;
+    use tracing_subscriber::fmt::format::Writer;
+
+    /// The message may be longer than a field before it is cut.
+    const MESSAGE_BYTES: usize = 2000;
+    const FIELD_BYTES: usize = 300;
+
+    pub struct ShortFields;
+
+    struct Visitor<'a, 'w> {
+        writer: &'a mut Writer<'w>,
+        result: fmt::Result,
+        first: bool,
+    }
+
+    fn cut(text: &mut String, max: usize) {
+        if text.len() > max {
+            let mut end = max;
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            let total = text.len();
+            text.truncate(end);
+            let _ = write!(text, "… ({total} bytes)");
+        }
+    }
+
+    impl Visit for Visitor<'_, '_> {
+        fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+            if self.result.is_err() {
+                return;
+            }
+            let mut text = format!("{value:?}");
+            let separator = if self.first { "" } else { " " };
+            self.first = false;
+            self.result = if field.name() == "message" {
+                cut(&mut text, MESSAGE_BYTES);
+                write!(self.writer, "{separator}{text}")
+            } else {
+                cut(&mut text, FIELD_BYTES);
+                write!(self.writer, "{separator}{}={text}", field.name())
+            };
+        }
+    }
+
+    impl<'w> FormatFields<'w> for ShortFields {
+        fn format_fields<R: RecordFields>(&self, mut writer: Writer<'w>, fields: R) -> fmt::Result {
+            let mut visitor = Visitor {
+                writer: &mut writer,
+                result: Ok(()),
+                first: true,
+            };
+            fields.record(&mut visitor);
+            visitor.result
+        }
+    }
 }
 
 /// The error and its causes on one line.

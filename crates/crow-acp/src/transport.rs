@@ -1,0 +1,211 @@
+//! The byte level of the connection: newline-delimited JSON-RPC between the client's pipes and
+//! the `agent-client-protocol` crate, with two guards the crate lacks.
+//!
+//! - A line that is not UTF-8 would end the crate's reader (and with it every session on the
+//!   connection); crow answers it with its own `-32700` (id null) and reads on.
+//! - Error replies echo what they refuse (a parse error the whole line, invalid params the
+//!   whole params object): an error's `data` is cut to a short excerpt before it is written,
+//!   so 20 MB in never means 20 MB out.
+
+use std::io;
+use std::sync::Arc;
+
+use agent_client_protocol::{ConnectTo, Error, Lines};
+use futures::{Sink, Stream};
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
+
+use crate::runner::AgentFactory;
+
+/// At most this many bytes of refused input are quoted back in an error reply.
+pub const EXCERPT_BYTES: usize = 240;
+
+/// Only replies longer than this are looked at (an ordinary error reply is far shorter).
+const LONG_REPLY: usize = 1024;
+
+/// `text` cut to at most `max` bytes at a character boundary, marked when cut.
+pub fn excerpt(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let end = floor_boundary(text, max);
+    format!("{}… ({} bytes in all)", &text[..end], text.len())
+}
+
+/// A reply to a line that is not UTF-8, written by crow itself (the crate never sees it).
+fn not_utf8_reply(line: &[u8]) -> String {
+    let shown = excerpt(&String::from_utf8_lossy(line), EXCERPT_BYTES);
+    serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": {
+            "code": -32700,
+            "message": "Parse error",
+            "data": {"reason": "the line is not valid UTF-8", "line": shown},
+        },
+    })
+    .to_string()
+}
+
+/// An error reply whose `data` quotes too much gets an excerpt instead; anything else
+/// passes unchanged.
+fn cap_error_reply(line: String) -> String {
+    if line.len() <= LONG_REPLY {
+        return line;
+    }
+    // Replies serialise `jsonrpc`, `id`, then `error`; a cheap look before parsing keeps
+    // large session updates and results off this path.
+    let head = &line[..floor_boundary(&line, 200)];
+    if !head.contains("\"error\":{") || head.contains("\"method\":") {
+        return line;
+    }
+    let Ok(mut reply) = serde_json::from_str::<Value>(&line) else {
+        return line;
+    };
+    let Some(data) = reply.get_mut("error").and_then(|e| e.get_mut("data")) else {
+        return line;
+    };
+    let text = match &mut *data {
+        Value::String(s) => std::mem::take(s),
+        other => other.to_string(),
+    };
+    *data = Value::String(excerpt(&text, EXCERPT_BYTES));
+    reply.to_string()
+}
+
+/// The largest character boundary at or below `index`.
+fn floor_boundary(text: &str, index: usize) -> usize {
+    let mut i = index.min(text.len());
+    while !text.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+/// Writes the queued lines in order (the crate's and crow's own replies share stdout);
+/// ends at the first write error or when every sender is gone.
+async fn write_lines<W: AsyncWrite + Unpin>(mut output: W, mut lines: UnboundedReceiver<String>) {
+    while let Some(line) = lines.recv().await {
+        let written = async {
+            output.write_all(line.as_bytes()).await?;
+            output.write_all(b"\n").await?;
+            output.flush().await
+        };
+        if let Err(e) = written.await {
+            tracing::debug!(%e, "cannot write to the client (gone?)");
+            return;
+        }
+    }
+}
+
+fn closed() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::BrokenPipe,
+        "the output to the client is closed",
+    )
+}
+
+/// The lines the crate writes, each checked by [`cap_error_reply`].
+fn outgoing(out: UnboundedSender<String>) -> impl Sink<String, Error = io::Error> + Send + 'static {
+    futures::sink::unfold(out, async |out, line: String| {
+        out.send(cap_error_reply(line)).map_err(|_| closed())?;
+        Ok::<_, io::Error>(out)
+    })
+}
+
+/// The lines the crate reads: UTF-8 ones; others are answered here and skipped.
+fn incoming<R>(
+    input: R,
+    out: UnboundedSender<String>,
+) -> impl Stream<Item = io::Result<String>> + Send + 'static
+where
+    R: AsyncRead + Unpin + Send + 'static,
+{
+    futures::stream::unfold((BufReader::new(input), out), async |(mut reader, out)| {
+        loop {
+            let mut line = Vec::new();
+            match reader.read_until(b'\n', &mut line).await {
+                Ok(0) => return None,
+                Ok(_) => {}
+                Err(e) => return Some((Err(e), (reader, out))),
+            }
+            if line.last() == Some(&b'\n') {
+                line.pop();
+            }
+            if line.last() == Some(&b'\r') {
+                line.pop();
+            }
+            match String::from_utf8(line) {
+                Ok(text) => return Some((Ok(text), (reader, out))),
+                Err(e) => {
+                    tracing::warn!(
+                        bytes = e.as_bytes().len(),
+                        "an incoming line is not UTF-8; answered with a parse error"
+                    );
+                    if out.send(not_utf8_reply(e.as_bytes())).is_err() {
+                        return Some((Err(closed()), (reader, out)));
+                    }
+                }
+            }
+        }
+    })
+}
+
+/// Serves ACP over `input`/`output` until `input` ends.
+pub async fn serve<R, W>(factory: Arc<dyn AgentFactory>, input: R, output: W) -> Result<(), Error>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let (out, queued) = unbounded_channel();
+    let writer = tokio::spawn(write_lines(output, queued));
+    let lines = Lines::new(outgoing(out.clone()), incoming(input, out));
+    let served = crate::agent(factory).connect_to(lines).await;
+    // What is queued is written before the caller (about to exit) goes on; the senders went
+    // with the transport, so the writer ends once it has written them. Bounded all the same:
+    // a client that stopped reading must not keep crow alive.
+    if tokio::time::timeout(WRITE_GRACE, writer).await.is_err() {
+        tracing::debug!("gave up writing to the client");
+    }
+    served
+}
+
+/// How long the last replies may take to be written when the connection ends.
+const WRITE_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_error_data_is_cut_and_other_lines_pass() {
+        let big = "a".repeat(50_000);
+        let reply = serde_json::json!({"jsonrpc": "2.0", "id": null,
+            "error": {"code": -32700, "message": "Parse error", "data": {"line": big}}})
+        .to_string();
+        let capped = cap_error_reply(reply);
+        assert!(capped.len() < 600, "{}", capped.len());
+        let v: Value = serde_json::from_str(&capped).unwrap();
+        assert_eq!(v["error"]["code"], -32700);
+        assert!(
+            v["error"]["data"]
+                .as_str()
+                .unwrap()
+                .contains("bytes in all")
+        );
+
+        let update = serde_json::json!({"jsonrpc": "2.0", "method": "session/update",
+            "params": {"error": {"data": big}}})
+        .to_string();
+        assert_eq!(cap_error_reply(update.clone()), update);
+    }
+
+    #[test]
+    fn excerpts_end_on_char_boundaries() {
+        let text = "é".repeat(300);
+        let cut = excerpt(&text, 5);
+        assert!(cut.starts_with("éé…"), "{cut}");
+        assert_eq!(excerpt("short", 10), "short");
+    }
+}
