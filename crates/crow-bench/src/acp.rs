@@ -32,7 +32,8 @@ pub fn prompt_once(
         ),
     )?;
     let mut cmd: Command = sessions::crow_command(&bench.crow, dir);
-    cmd.arg("acp")
+    // The project's config points at the mock: trusted for this run.
+    cmd.args(["acp", "--trust-project"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null());

@@ -677,6 +677,7 @@ async fn bash_never_sees_crows_keys_or_secret_looking_variables() {
         "[providers.other]\ntype = \"openai\"\napi_key_env = \"CROW_TEST_LLM_CREDS\"\n\n\
          [shell_environment]\nset = { CROW_VISIBLE = \"yes\" }\n",
     );
+    trust_project(dir.path());
     let command = "echo \"key=[$OPENAI_API_KEY] creds=[$CROW_TEST_LLM_CREDS] \
                    gh=[$GH_TOKEN] visible=[$CROW_VISIBLE] plain=[$CROW_TEST_PLAIN]\"";
     let scenario = Scenario::new()
