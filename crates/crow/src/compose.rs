@@ -33,6 +33,8 @@ pub struct Composer {
     is_git: bool,
     /// Fixed at start so the system prompt is byte-stable for the session.
     date: String,
+    /// The project's instruction files, read once.
+    pub instructions: crate::instructions::Instructions,
     pub max_iterations: u32,
     /// System prompts of a resumed session by agent name, used instead of rendering anew.
     stored_prompts: Mutex<HashMap<String, String>>,
@@ -51,7 +53,17 @@ impl Composer {
         max_iterations: u32,
     ) -> Self {
         let (project_root, is_git) = find_project_root(&cwd);
+        let instructions = crate::instructions::load(
+            &config.instructions,
+            crate::config::user_config_dir().as_deref(),
+            &project_root,
+            &cwd,
+        );
+        for notice in &instructions.notices {
+            tracing::warn!("{notice}");
+        }
         Self {
+            instructions,
             config,
             default_provider,
             catalog,
@@ -187,6 +199,7 @@ impl Composer {
                 project_root: &self.project_root,
                 is_git: self.is_git,
                 date: self.date.clone(),
+                instructions: &self.instructions.files,
             })?,
         };
         let config = AgentConfig {

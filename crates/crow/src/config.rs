@@ -27,6 +27,9 @@ pub struct Config {
     pub shell_environment: ShellEnvironmentConfig,
     #[serde(default)]
     pub store: StoreConfig,
+    /// Project instruction files (AGENTS.md, CLAUDE.md, ...).
+    #[serde(default)]
+    pub instructions: crate::instructions::InstructionsConfig,
     #[serde(default)]
     pub providers: BTreeMap<String, ProviderConfig>,
     /// MCP servers whose tools crow offers (`[mcp_servers.NAME]`; also read from `.mcp.json`).

@@ -12,6 +12,7 @@ mod app;
 mod compose;
 mod config;
 mod demo;
+mod instructions;
 mod mcp;
 mod prompt;
 mod render;

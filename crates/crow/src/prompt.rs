@@ -16,6 +16,8 @@ pub struct PromptFacts<'a> {
     pub project_root: &'a Path,
     pub is_git: bool,
     pub date: String,
+    /// The project's instruction files (AGENTS.md, ...), broadest first.
+    pub instructions: &'a [crate::instructions::InstructionFile],
 }
 
 pub fn render_system_prompt(facts: &PromptFacts<'_>) -> Result<String> {
@@ -34,6 +36,11 @@ pub fn render_system_prompt(facts: &PromptFacts<'_>) -> Result<String> {
             is_git => facts.is_git,
             platform => format!("{} {}", std::env::consts::OS, std::env::consts::ARCH),
             date => facts.date,
+            instructions => facts
+                .instructions
+                .iter()
+                .map(|f| context! { shown => f.shown, text => f.text })
+                .collect::<Vec<_>>(),
         })
         .context("cannot render the system prompt")
 }
@@ -50,6 +57,7 @@ mod tests {
             project_root: Path::new("/w/p"),
             is_git: true,
             date: "2026-11-21".into(),
+            instructions: &[],
         };
         let a = render_system_prompt(&facts).unwrap();
         let b = render_system_prompt(&facts).unwrap();
@@ -62,10 +70,48 @@ mod tests {
             "{a}"
         );
         assert!(a.contains("2026-11-21"));
+        assert!(!a.contains("# Project instructions"), "none, no section");
+        assert!(a.ends_with("- Date: 2026-11-21"), "{a:?}");
         assert!(
             a.len() < 3000,
             "the prompt stays concise: {} bytes",
             a.len()
+        );
+    }
+}
+
+#[cfg(test)]
+mod instruction_tests {
+    use super::*;
+    use crate::instructions::InstructionFile;
+
+    #[test]
+    fn instructions_follow_the_environment_each_with_its_path() {
+        let files = [
+            InstructionFile {
+                shown: "AGENTS.md".into(),
+                path: "/w/p/AGENTS.md".into(),
+                text: "Run make test.".into(),
+            },
+            InstructionFile {
+                shown: "src/AGENTS.md".into(),
+                path: "/w/p/src/AGENTS.md".into(),
+                text: "Use tabs here.".into(),
+            },
+        ];
+        let prompt = render_system_prompt(&PromptFacts {
+            role: "Role.",
+            cwd: Path::new("/w/p/src"),
+            project_root: Path::new("/w/p"),
+            is_git: false,
+            date: "2026-11-21".into(),
+            instructions: &files,
+        })
+        .unwrap();
+        let tail = &prompt[prompt.find("- Date: 2026-11-21").unwrap()..];
+        assert_eq!(
+            tail,
+            "- Date: 2026-11-21\n\n# Project instructions\nThe project's own instructions, broadest first: where they disagree, the later (nearer) one wins, and the user's messages win over all of them.\n\n<instructions path=\"AGENTS.md\">\nRun make test.\n</instructions>\n\n<instructions path=\"src/AGENTS.md\">\nUse tabs here.\n</instructions>"
         );
     }
 }
