@@ -243,6 +243,10 @@ impl Translator {
             AgentEvent::Error { agent, error } => {
                 tracing::warn!(%agent, %error, "turn failed");
             }
+            AgentEvent::DoomLoopDetected { agent, description } => {
+                let message = format!("{agent} stopped: loop detected ({description})");
+                out.push(notice(NoticeLevel::Warning, &message, self.notices));
+            }
             AgentEvent::SubagentStart { subagent, task, .. } => {
                 out.push(thought_chunk(format!(
                     "\n{subagent} started: {}\n",
