@@ -103,19 +103,10 @@ impl EntryKind {
 pub enum SystemEvent {
     SessionStart,
     Cancelled,
-    MaxIterationsReached {
-        iterations: u32,
-    },
-    TaskComplete {
-        summary: String,
-    },
-    Error {
-        message: String,
-    },
-    /// The turn stopped because the model kept repeating itself (`doom_loop.rs`).
-    DoomLoopDetected {
-        description: String,
-    },
+    MaxIterationsReached { iterations: u32 },
+    TaskComplete { summary: String },
+    Error { message: String },
+    DoomLoopDetected { description: String },
 }
 
 /// Text given to the model for a tool call whose result was never recorded.
