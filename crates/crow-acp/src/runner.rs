@@ -138,7 +138,9 @@ pub enum Stop {
 impl From<TurnStop> for Stop {
     fn from(stop: TurnStop) -> Self {
         match stop {
-            TurnStop::Text | TurnStop::TaskComplete => Stop::EndTurn,
+            // ACP's `refusal` would tell the editor to drop the prompt from the next one, yet the
+            // history keeps it: a loop ends the turn normally, and a notice says why.
+            TurnStop::Text | TurnStop::TaskComplete | TurnStop::DoomLoop => Stop::EndTurn,
             TurnStop::MaxIterations => Stop::MaxTurnRequests,
             TurnStop::MaxTokens => Stop::MaxTokens,
             TurnStop::Refusal => Stop::Refusal,
@@ -150,7 +152,9 @@ impl From<TurnStop> for Stop {
 impl From<&RunStop> for Stop {
     fn from(stop: &RunStop) -> Self {
         match stop {
-            RunStop::Complete { .. } | RunStop::NeedsInput => Stop::EndTurn,
+            RunStop::Complete { .. } | RunStop::NeedsInput | RunStop::DoomLoop { .. } => {
+                Stop::EndTurn
+            }
             RunStop::MaxTurns => Stop::MaxTurnRequests,
             RunStop::MaxTokens => Stop::MaxTokens,
             RunStop::Refusal => Stop::Refusal,

@@ -243,6 +243,10 @@ impl Translator {
             AgentEvent::Error { agent, error } => {
                 tracing::warn!(%agent, %error, "turn failed");
             }
+            AgentEvent::DoomLoopDetected { agent, description } => {
+                let message = format!("{agent} stopped: loop detected ({description})");
+                out.push(notice(NoticeLevel::Warning, &message, self.notices));
+            }
             AgentEvent::SubagentStart { subagent, task, .. } => {
                 out.push(thought_chunk(format!(
                     "\n{subagent} started: {}\n",
@@ -292,5 +296,36 @@ mod tests {
         let fallback = Translator::new(PathBuf::from("/p"), None).translate(&event);
         let json = serde_json::to_value(&fallback).unwrap();
         assert_eq!(json[0]["sessionUpdate"], "agent_thought_chunk");
+    }
+
+    #[test]
+    fn a_loop_stop_ends_the_turn_normally_with_a_warning() {
+        let event = AgentEvent::DoomLoopDetected {
+            agent: "builder".into(),
+            description: "read_file was called 4 times in a row".into(),
+        };
+        let shown = Translator::new(PathBuf::from("/p"), None)
+            .with_notices(true)
+            .translate(&event);
+        let json = serde_json::to_value(&shown).unwrap();
+        assert_eq!(json[0]["severity"], "warning");
+        assert!(
+            json[0]["title"]
+                .as_str()
+                .unwrap()
+                .contains("loop detected (read_file was called 4 times in a row)")
+        );
+        // Not `refusal`: that would tell the editor to drop the prompt, which crow keeps.
+        let stop = crow_core::RunStop::DoomLoop {
+            description: String::new(),
+        };
+        assert_eq!(
+            crate::runner::Stop::from(&stop),
+            crate::runner::Stop::EndTurn
+        );
+        assert_eq!(
+            crate::runner::Stop::from(crow_core::TurnStop::DoomLoop),
+            crate::runner::Stop::EndTurn
+        );
     }
 }

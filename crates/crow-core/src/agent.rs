@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::TASK_COMPLETE;
 use crate::client::ClientBridge;
+use crate::doom_loop::{DEFAULT_THRESHOLD, LoopDetector, Verdict};
 use crate::event::{AgentEvent, EventSender};
 use crate::history::{EntryKind, SystemEvent};
 use crate::message::{ChatRequest, ToolDefinition};
@@ -34,6 +35,13 @@ pub struct AgentConfig {
     pub max_iterations: u32,
     pub max_tokens: Option<u32>,
     pub temperature: Option<f32>,
+    /// Repeats that make a loop (`doom_loop.rs`); 0 turns loop detection off.
+    #[serde(default = "default_doom_loop_threshold")]
+    pub doom_loop_threshold: u32,
+}
+
+fn default_doom_loop_threshold() -> u32 {
+    DEFAULT_THRESHOLD
 }
 
 impl Default for AgentConfig {
@@ -42,6 +50,7 @@ impl Default for AgentConfig {
             max_iterations: 50,
             max_tokens: None,
             temperature: None,
+            doom_loop_threshold: DEFAULT_THRESHOLD,
         }
     }
 }
@@ -59,6 +68,8 @@ pub enum TurnStop {
     MaxTokens,
     /// The model refused or its output was filtered.
     Refusal,
+    /// The model kept repeating itself after being told (`doom_loop.rs`).
+    DoomLoop,
 }
 
 /// A tool call that ran (or was refused) during the turn.
@@ -84,6 +95,9 @@ pub struct TurnResult {
     pub stop: TurnStop,
     /// Model calls made.
     pub iterations: u32,
+    /// What repeated, when the turn stopped for a loop.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub doom_loop: Option<String>,
 }
 
 /// A turn that could not go on. The history keeps everything up to the failure.
@@ -186,7 +200,9 @@ impl BaseAgent {
             files_changed: Vec::new(),
             stop: TurnStop::Text,
             iterations: 0,
+            doom_loop: None,
         };
+        let mut loops = LoopDetector::new(self.config.doom_loop_threshold);
         self.emit(
             events,
             AgentEvent::TurnStart {
@@ -250,9 +266,12 @@ impl BaseAgent {
             }
 
             let truncated = response.finish == Some(FinishReason::MaxTokens);
-            let executed = self
+            let mut executed = self
                 .run_tools(session, events, &cancel, response.calls, truncated)
                 .await;
+            // Named point: after a batch of tool results, before they enter history.
+            let repeating = loops.after_batch(&mut executed);
+            self.record_results(session, events, &executed);
             let mut changed = Vec::new();
             for call in &executed {
                 for file in &call.result.metadata.files_modified {
@@ -300,6 +319,10 @@ impl BaseAgent {
                 turn.stop = TurnStop::TaskComplete;
                 break;
             }
+            if let Verdict::Stop(pattern) = repeating {
+                self.doom_loop(session, events, &mut turn, pattern.to_string());
+                break;
+            }
         }
 
         self.emit(
@@ -328,6 +351,30 @@ impl BaseAgent {
         );
         turn.stop = TurnStop::Cancelled;
         turn
+    }
+
+    fn doom_loop(
+        &self,
+        session: &mut Session,
+        events: &EventSender,
+        turn: &mut TurnResult,
+        description: String,
+    ) {
+        tracing::info!(agent = %self.name, %description, "loop detected; turn stopped");
+        session.push(EntryKind::System {
+            event: SystemEvent::DoomLoopDetected {
+                description: description.clone(),
+            },
+        });
+        self.emit(
+            events,
+            AgentEvent::DoomLoopDetected {
+                agent: self.name.clone(),
+                description: description.clone(),
+            },
+        );
+        turn.stop = TurnStop::DoomLoop;
+        turn.doom_loop = Some(description);
     }
 
     fn emit(&self, events: &EventSender, event: AgentEvent) {
@@ -549,7 +596,7 @@ impl BaseAgent {
     }
 
     /// Runs one response's tool calls concurrently, except that calls touching the same files
-    /// run one after another in call order (`schedule.rs`); records results in call order.
+    /// run one after another in call order (`schedule.rs`); returns results in call order.
     async fn run_tools(
         &self,
         session: &mut Session,
@@ -653,35 +700,44 @@ impl BaseAgent {
         }
         drop(running); // whatever did not finish in the grace period is dropped (and killed)
 
-        let mut executed = Vec::with_capacity(slots.len());
-        for (call, arguments, result, duration_ms) in slots {
-            let result = result.unwrap_or_else(ToolResult::cancelled);
+        slots
+            .into_iter()
+            .map(|(call, arguments, result, duration_ms)| ExecutedToolCall {
+                id: call.id,
+                name: call.name,
+                arguments,
+                result: result.unwrap_or_else(ToolResult::cancelled),
+                duration_ms,
+            })
+            .collect()
+    }
+
+    /// Announces a batch's results and appends them to history, in call order.
+    fn record_results(
+        &self,
+        session: &mut Session,
+        events: &EventSender,
+        executed: &[ExecutedToolCall],
+    ) {
+        for call in executed {
             self.emit(
                 events,
                 AgentEvent::ToolCallEnd {
                     agent: self.name.clone(),
                     call_id: call.id.clone(),
                     tool: call.name.clone(),
-                    result: result.clone(),
-                    duration_ms,
+                    result: call.result.clone(),
+                    duration_ms: call.duration_ms,
                 },
             );
             session.push(EntryKind::ToolResult {
                 call_id: call.id.clone(),
                 name: call.name.clone(),
-                status: result.status,
-                output: result.output.clone(),
-                metadata: result.metadata.clone(),
-            });
-            executed.push(ExecutedToolCall {
-                id: call.id,
-                name: call.name,
-                arguments,
-                result,
-                duration_ms,
+                status: call.result.status,
+                output: call.result.output.clone(),
+                metadata: call.result.metadata.clone(),
             });
         }
-        executed
     }
 }
 

@@ -352,3 +352,138 @@ async fn provider_errors_end_the_turn_and_keep_partial_text() {
         EntryKind::AssistantText { content, partial: true } if content == "Par"
     )));
 }
+
+/// Answers every read with the same text.
+struct SameRead;
+
+#[async_trait]
+impl Tool for SameRead {
+    fn name(&self) -> &str {
+        "read_file"
+    }
+    fn description(&self) -> &str {
+        "reads a file"
+    }
+    fn parameters_schema(&self) -> serde_json::Value {
+        json!({"type": "object"})
+    }
+    async fn execute(&self, _input: serde_json::Value, _ctx: &ToolContext) -> ToolResult {
+        ToolResult::success("fn main() {}")
+    }
+}
+
+fn reader(provider: Arc<Scripted>, doom_loop_threshold: u32) -> BaseAgent {
+    let tools = ToolRegistry::new();
+    tools.register(Arc::new(SameRead));
+    BaseAgent::new(
+        "builder",
+        provider,
+        tools,
+        "You are a test.",
+        Arc::new(AllowAll),
+        AgentConfig {
+            doom_loop_threshold,
+            ..AgentConfig::default()
+        },
+    )
+}
+
+fn identical_reads(n: usize) -> Vec<crate::testing::Script> {
+    (0..n)
+        .map(|i| crate::testing::act(&format!("r{i}"), "read_file", r#"{"path":"src/main.rs"}"#))
+        .collect()
+}
+
+fn tool_outputs(entries: &[HistoryEntry]) -> Vec<&str> {
+    entries
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EntryKind::ToolResult { output, .. } => Some(output.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn identical_reads_are_steered_at_three_and_stopped_after() {
+    let provider = Scripted::new(identical_reads(8));
+    let agent = reader(Arc::clone(&provider), 3);
+    let mut session = session();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let result = agent
+        .execute_turn(&mut session, &tx, CancellationToken::new())
+        .await
+        .unwrap();
+    drop(tx);
+
+    assert_eq!(result.stop, TurnStop::DoomLoop);
+    assert_eq!(result.iterations, 4);
+    assert_eq!(result.tool_calls.len(), 4);
+    let description = result.doom_loop.clone().unwrap();
+    assert!(
+        description.contains("read_file was called 4 times"),
+        "{description}"
+    );
+
+    let outputs = tool_outputs(session.entries());
+    assert_eq!(outputs[..2], ["fn main() {}", "fn main() {}"]);
+    assert!(
+        outputs[2].contains("[crow: loop detected]"),
+        "{}",
+        outputs[2]
+    );
+    assert!(
+        outputs[2].contains("Change your approach"),
+        "{}",
+        outputs[2]
+    );
+    assert!(
+        outputs[3].contains("crow stopped this turn"),
+        "{}",
+        outputs[3]
+    );
+    // The model saw the steer in the fourth request (the tool result it answers).
+    let asked = provider.requests();
+    assert_eq!(asked.len(), 4);
+    assert!(asked[3].messages.contains("loop detected"));
+    assert!(!asked[2].messages.contains("loop detected"));
+
+    let last = session.entries().last().unwrap();
+    assert_eq!(
+        last.kind,
+        EntryKind::System {
+            event: SystemEvent::DoomLoopDetected {
+                description: description.clone()
+            }
+        }
+    );
+    let mut seen = Vec::new();
+    while let Ok(event) = rx.try_recv() {
+        seen.push(event);
+    }
+    assert!(seen.contains(&AgentEvent::DoomLoopDetected {
+        agent: "builder".into(),
+        description,
+    }));
+    assert!(matches!(seen.last(), Some(AgentEvent::TurnComplete { .. })));
+}
+
+#[tokio::test]
+async fn loop_detection_can_be_turned_off() {
+    let provider = Scripted::new(identical_reads(8));
+    let agent = reader(provider, 0);
+    let mut session = session();
+    let (tx, _rx) = mpsc::unbounded_channel();
+    let result = agent
+        .execute_turn(&mut session, &tx, CancellationToken::new())
+        .await
+        .unwrap();
+    // The script runs out after eight reads: the ninth reply is empty text.
+    assert_eq!(result.stop, TurnStop::Text);
+    assert_eq!(result.tool_calls.len(), 8);
+    assert!(
+        tool_outputs(session.entries())
+            .iter()
+            .all(|o| *o == "fn main() {}")
+    );
+}

@@ -292,6 +292,10 @@ pub enum RunStop {
     /// The model hit its output limit mid-answer.
     MaxTokens,
     Refusal,
+    /// An agent kept repeating itself after being told to change approach.
+    DoomLoop {
+        description: String,
+    },
 }
 
 /// What a run produced.
@@ -458,6 +462,10 @@ impl Crew {
                     run.stop = RunStop::Refusal;
                     return Ok(run);
                 }
+                TurnStop::DoomLoop => {
+                    run.stop = doom_loop_stop(run.last.as_ref());
+                    return Ok(run);
+                }
                 TurnStop::Text | TurnStop::TaskComplete => {}
             }
 
@@ -527,6 +535,10 @@ impl Crew {
                         }
                         CoagentVerdict::Cancelled => {
                             run.stop = RunStop::Cancelled;
+                            return Ok(run);
+                        }
+                        CoagentVerdict::DoomLoop(stop) => {
+                            run.stop = stop;
                             return Ok(run);
                         }
                         CoagentVerdict::Feedback(text) => text,
@@ -612,6 +624,10 @@ impl Crew {
         let verdict = verdict?;
         if verdict.stop == TurnStop::Cancelled {
             return Ok(CoagentVerdict::Cancelled);
+        }
+        // A reviewer stuck repeating itself cannot give feedback worth another round.
+        if verdict.stop == TurnStop::DoomLoop {
+            return Ok(CoagentVerdict::DoomLoop(doom_loop_stop(Some(&verdict))));
         }
         if let (true, Some(summary)) = (can_terminate, verdict.task_complete.clone()) {
             return Ok(CoagentVerdict::Complete(summary));
@@ -733,6 +749,15 @@ enum CoagentVerdict {
     Complete(String),
     Feedback(String),
     Cancelled,
+    DoomLoop(RunStop),
+}
+
+fn doom_loop_stop(turn: Option<&TurnResult>) -> RunStop {
+    RunStop::DoomLoop {
+        description: turn
+            .and_then(|t| t.doom_loop.clone())
+            .unwrap_or_else(|| "the agent kept repeating itself".to_owned()),
+    }
 }
 
 fn absorb(run: &mut RunResult, turn: &TurnResult) {

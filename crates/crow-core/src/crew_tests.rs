@@ -514,3 +514,48 @@ async fn generated_handoffs_are_written_by_a_side_call() {
     assert_eq!(asked[0].system, "Write a review brief.");
     assert!(asked[1].messages.contains("Check that f.txt says hi."));
 }
+
+fn same_reads(n: usize) -> Vec<crate::testing::Script> {
+    (0..n)
+        .map(|i| act(&format!("r{i}"), "read_file", r#"{"path":"f.txt"}"#))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_looping_builder_ends_the_run_instead_of_being_nudged_on() {
+    let f = fixture(ControlFlow::Loop, same_reads(8), vec![]);
+    let (result, _, _) = run(&f).await;
+    assert!(
+        matches!(&result.stop, RunStop::DoomLoop { description } if description.contains("read_file")),
+        "{:?}",
+        result.stop
+    );
+    assert_eq!(result.rounds, 1);
+    assert_eq!(f.builder.requests().len(), 4);
+}
+
+#[tokio::test]
+async fn a_looping_reviewer_ends_the_run_too() {
+    let f = fixture(
+        ControlFlow::judge(),
+        vec![say("f.txt says hi")],
+        same_reads(8),
+    );
+    let (result, _, events) = run(&f).await;
+    assert!(
+        matches!(result.stop, RunStop::DoomLoop { .. }),
+        "{:?}",
+        result.stop
+    );
+    assert_eq!(f.reviewer.requests().len(), 4);
+    assert_eq!(
+        f.builder.requests().len(),
+        1,
+        "no feedback round after the loop"
+    );
+    assert!(
+        events.iter().any(
+            |e| matches!(e, AgentEvent::DoomLoopDetected { agent, .. } if agent == "reviewer")
+        )
+    );
+}

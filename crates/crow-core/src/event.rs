@@ -120,6 +120,11 @@ pub enum AgentEvent {
     Cancelled {
         agent: String,
     },
+    /// The agent kept repeating itself after being told to change approach; its turn stopped.
+    DoomLoopDetected {
+        agent: String,
+        description: String,
+    },
 
     /// Something the user should know that is no agent's answer: a tool server that failed
     /// or died, a setting that was ignored.

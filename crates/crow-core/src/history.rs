@@ -106,6 +106,7 @@ pub enum SystemEvent {
     MaxIterationsReached { iterations: u32 },
     TaskComplete { summary: String },
     Error { message: String },
+    DoomLoopDetected { description: String },
 }
 
 /// Text given to the model for a tool call whose result was never recorded.

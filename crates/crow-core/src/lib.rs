@@ -8,6 +8,7 @@
 //! - [`client`]: [`ClientBridge`], the editor's files and terminals offered to tools;
 //! - [`event`]: [`AgentEvent`], the one stream every front end consumes;
 //! - [`agent`]: [`BaseAgent::execute_turn`], the loop itself;
+//! - [`doom_loop`]: loop detection, the step after each batch of tool results;
 //! - [`crew`]: the control-flow layer: a primary, an optional coagent, autonomy levels;
 //! - [`store`]: the [`SessionStore`] trait sessions are persisted through;
 //! - [`env`]: [`EnvPolicy`], the environment of the commands tools and MCP servers start.
@@ -15,6 +16,7 @@
 pub mod agent;
 pub mod client;
 pub mod crew;
+pub mod doom_loop;
 pub mod env;
 pub mod event;
 pub mod history;

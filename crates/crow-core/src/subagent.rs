@@ -174,6 +174,9 @@ impl Tool for TaskTool {
                     RunStop::MaxTurns => {
                         format!("(the subagent hit its bound before finishing)\n{last}")
                     }
+                    RunStop::DoomLoop { description } => format!(
+                        "(the subagent was stopped for repeating itself: {description})\n{last}"
+                    ),
                     _ => last,
                 };
                 if !run.files_changed.is_empty() {

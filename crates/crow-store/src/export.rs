@@ -296,6 +296,9 @@ fn system_text(event: &SystemEvent) -> String {
         }
         SystemEvent::TaskComplete { summary } => format!("task complete: {summary}"),
         SystemEvent::Error { message } => format!("error: {message}"),
+        SystemEvent::DoomLoopDetected { description } => {
+            format!("stopped, loop detected: {description}")
+        }
         // Variants added later still show up, if less prettily.
         #[allow(unreachable_patterns)]
         other => format!("{other:?}"),

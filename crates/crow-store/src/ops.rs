@@ -94,16 +94,37 @@ fn path_text(path: &Path) -> String {
     path.to_string_lossy().into_owned()
 }
 
-fn decode(session_id: &str, payload: &str, ts_text: &str) -> Result<HistoryEntry, StoreError> {
-    let kind: EntryKind = serde_json::from_str(payload).map_err(|e| {
-        StoreError::Corrupt(format!(
-            "an entry of session {session_id} cannot be read ({e})"
-        ))
-    })?;
-    Ok(HistoryEntry {
+/// Reads a stored entry. `None` for an entry a newer crow wrote (a kind or system event this
+/// one does not know): history grows forward-compatibly, so it is skipped rather than making
+/// the whole session unreadable. Anything else that does not parse is damage.
+fn decode(
+    session_id: &str,
+    payload: &str,
+    ts_text: &str,
+) -> Result<Option<HistoryEntry>, StoreError> {
+    let kind: EntryKind = match serde_json::from_str(payload) {
+        Ok(kind) => kind,
+        Err(e) if is_unknown_variant(&e) => {
+            tracing::debug!(session = session_id, error = %e, "skipped an entry of an unknown kind");
+            return Ok(None);
+        }
+        Err(e) => {
+            return Err(StoreError::Corrupt(format!(
+                "an entry of session {session_id} cannot be read ({e})"
+            )));
+        }
+    };
+    Ok(Some(HistoryEntry {
         timestamp: parse_ts(ts_text)?,
         kind,
-    })
+    }))
+}
+
+/// serde's error for a tag it has no variant for (`unknown variant `x`, expected one of …`):
+/// well-formed JSON from a newer writer, as opposed to a damaged payload.
+fn is_unknown_variant(e: &serde_json::Error) -> bool {
+    e.classify() == serde_json::error::Category::Data
+        && e.to_string().starts_with("unknown variant")
 }
 
 /// SHA-256 of a prompt's text, hex: its key in the prompts table.
@@ -255,7 +276,7 @@ impl SessionStore for SqliteStore {
                 .map_err(|e| self.err(e))?
         };
         rows.iter()
-            .map(|(payload, when)| decode(session_id, payload, when))
+            .filter_map(|(payload, when)| decode(session_id, payload, when).transpose())
             .collect()
     }
 
@@ -275,12 +296,13 @@ impl SessionStore for SqliteStore {
             .map_err(|e| self.err(e))?
         };
         rows.into_iter()
-            .map(|(agent, seq, payload, when)| {
-                Ok(StoredEntry {
+            .filter_map(|(agent, seq, payload, when)| {
+                let entry = decode(session_id, &payload, &when).transpose()?;
+                Some(entry.map(|entry| StoredEntry {
                     agent,
                     seq: u64::try_from(seq).unwrap_or(0),
-                    entry: decode(session_id, &payload, &when)?,
-                })
+                    entry,
+                }))
             })
             .collect()
     }

@@ -71,6 +71,11 @@ pub fn every_kind() -> Vec<EntryKind> {
                 summary: "done".into(),
             },
         },
+        EntryKind::System {
+            event: SystemEvent::DoomLoopDetected {
+                description: "read_file was called 4 times in a row".into(),
+            },
+        },
     ]
 }
 

@@ -892,3 +892,44 @@ fn database_files_are_owner_only_and_loose_ones_are_tightened() {
     assert_eq!(mode(&data), 0o755);
     assert_eq!(mode(&path), 0o600);
 }
+
+#[test]
+fn entries_of_kinds_a_newer_crow_wrote_are_skipped_not_corrupt() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db(dir.path());
+    let store = SqliteStore::open(&path).unwrap();
+    store.create_session(&new_session("s1", "/p")).unwrap();
+    store
+        .append_entry("s1", "builder", &HistoryEntry::now(user("before")))
+        .unwrap();
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let insert = |seq: i64, kind: &str, payload: &str| {
+        conn.execute(
+            "INSERT INTO entries (session_id, agent, seq, kind, payload, ts) VALUES ('s1', 'builder', ?1, ?2, ?3, '2025-01-01T00:00:00.000000Z')",
+            rusqlite::params![seq, kind, payload],
+        )
+        .unwrap();
+    };
+    insert(
+        1,
+        "compaction",
+        r#"{"kind":"compaction","summary":"…","replaced":12}"#,
+    );
+    insert(
+        2,
+        "system",
+        r#"{"kind":"system","event":{"event":"snapshot_taken","id":"x"}}"#,
+    );
+    store
+        .append_entry("s1", "builder", &HistoryEntry::now(user("after")))
+        .unwrap();
+
+    let history = store.load_history("s1", "builder").unwrap();
+    assert_eq!(contents(&history), ["before", "after"]);
+    assert_eq!(store.timeline("s1").unwrap().len(), 2);
+
+    // A payload that is not a well-formed entry is still damage.
+    insert(4, "user", r#"{"kind":"user"}"#);
+    let err = store.load_history("s1", "builder").unwrap_err();
+    assert!(matches!(err, StoreError::Corrupt(_)), "{err:?}");
+}

@@ -47,6 +47,8 @@ pub struct AgentDef {
     /// Output token limit of each model call (`max_tokens`, `maxTokens`).
     pub max_tokens: Option<u32>,
     pub max_iterations: Option<u32>,
+    /// Repeats that make a loop for this agent (0: no loop detection); `None` = the config's.
+    pub doom_loop_threshold: Option<u32>,
     /// Allowed tools (crow names, `*` suffix wildcards); `None` = all.
     pub tools: Option<Vec<String>>,
     pub disallowed_tools: Vec<String>,
@@ -247,6 +249,8 @@ struct Frontmatter {
     max_tokens: Option<u32>,
     #[serde(alias = "steps", alias = "maxTurns", alias = "max_steps")]
     max_iterations: Option<u32>,
+    #[serde(alias = "doomLoopThreshold")]
+    doom_loop_threshold: Option<u32>,
     tools: Option<ToolsSpec>,
     #[serde(alias = "disallowedTools")]
     disallowed_tools: Option<ToolsSpec>,
@@ -284,6 +288,7 @@ fn parse_markdown(text: &str, path: &Path, source: DefSource) -> Result<AgentDef
         temperature: meta.temperature,
         max_tokens: meta.max_tokens,
         max_iterations: meta.max_iterations,
+        doom_loop_threshold: meta.doom_loop_threshold,
         tools,
         disallowed_tools: disallowed,
         prompt: body.trim().to_owned(),
@@ -301,6 +306,7 @@ struct TomlAgent {
     temperature: Option<f32>,
     max_tokens: Option<u32>,
     max_iterations: Option<u32>,
+    doom_loop_threshold: Option<u32>,
     tools: Option<ToolsSpec>,
     disallowed_tools: Option<ToolsSpec>,
     prompt: Option<String>,
@@ -396,6 +402,7 @@ fn parse_toml(text: &str, path: &Path, source: DefSource) -> Result<Def, String>
             temperature: raw.temperature,
             max_tokens: raw.max_tokens,
             max_iterations: raw.max_iterations,
+            doom_loop_threshold: raw.doom_loop_threshold,
             tools,
             disallowed_tools: disallowed,
             prompt: raw
@@ -557,12 +564,17 @@ mod tests {
         .unwrap();
         std::fs::write(
             agents.join("docs.md"),
-            "---\ndescription: Writes docs\nmode: subagent\ntemperature: 0.1\nmaxTokens: 900\nsteps: 7\ntools:\n  bash: false\n  write: true\n---\nWrite docs.\n",
+            "---\ndescription: Writes docs\nmode: subagent\ntemperature: 0.1\nmaxTokens: 900\nsteps: 7\ndoomLoopThreshold: 5\ntools:\n  bash: false\n  write: true\n---\nWrite docs.\n",
         )
         .unwrap();
         std::fs::write(
             agents.join("broken.toml"),
             "primary = \"builder\"\nflow = \"judgy\"\n",
+        )
+        .unwrap();
+        std::fs::write(
+            agents.join("patient.toml"),
+            "prompt = \"Poll the build.\"\ndoom_loop_threshold = 0\n",
         )
         .unwrap();
         std::fs::write(
@@ -583,6 +595,9 @@ mod tests {
         assert_eq!(opencode.mode, Mode::Subagent);
         assert_eq!(opencode.max_iterations, Some(7));
         assert_eq!(opencode.max_tokens, Some(900));
+        assert_eq!(opencode.doom_loop_threshold, Some(5));
+        assert_eq!(c.agents["patient"].doom_loop_threshold, Some(0));
+        assert_eq!(claude.doom_loop_threshold, None);
         assert!(!opencode.allows("bash") && opencode.allows("write_file"));
         let comp = &c.compositions["review-loop"];
         assert_eq!(comp.flow, ControlFlow::judge());

@@ -313,5 +313,11 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
             errln!("the model refused to answer");
             ExitCode::from(5)
         }
+        RunStop::DoomLoop { description } => {
+            errln!(
+                "crow stopped the model for repeating itself ({description}); rephrase the task, or set doom_loop_threshold (0 turns the check off)"
+            );
+            ExitCode::from(6)
+        }
     })
 }

@@ -206,6 +206,10 @@ impl Composer {
             max_iterations: def.max_iterations.unwrap_or(self.max_iterations),
             temperature: def.temperature,
             max_tokens: def.max_tokens,
+            doom_loop_threshold: def
+                .doom_loop_threshold
+                .or(self.config.doom_loop_threshold)
+                .unwrap_or(crow_core::doom_loop::DEFAULT_THRESHOLD),
         };
         let agent = BaseAgent::new(
             shown,

@@ -20,6 +20,9 @@ pub struct Config {
     pub model: Option<String>,
     /// Model calls allowed per turn.
     pub max_iterations: Option<u32>,
+    /// Repeats (same call, cycle, same error) that make a loop; 0 turns loop detection off.
+    /// An agent definition's own `doom_loop_threshold` wins.
+    pub doom_loop_threshold: Option<u32>,
     #[serde(default)]
     pub tools: ToolsConfig,
     /// The environment of commands crow starts (`bash`, stdio MCP servers).
@@ -179,6 +182,7 @@ impl fmt::Display for Source {
 /// Built-in defaults: the three providers crow knows without any configuration.
 const DEFAULTS: &str = r#"
 max_iterations = 50
+doom_loop_threshold = 3
 
 [tools]
 bash_timeout_secs = 120

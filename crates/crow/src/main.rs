@@ -486,6 +486,9 @@ fn agents_command(command: AgentsCommand) -> Result<ExitCode> {
                 if let Some(n) = a.max_iterations {
                     println!("max_iterations: {n}");
                 }
+                if let Some(n) = a.doom_loop_threshold {
+                    println!("doom_loop_threshold: {n}");
+                }
                 match &a.tools {
                     Some(tools) => println!("tools:       {}", tools.join(", ")),
                     None => println!("tools:       all"),

@@ -271,6 +271,15 @@ pub async fn terminal(mut events: UnboundedReceiver<AgentEvent>, show_agent: boo
                 line.finish(&mut out);
                 let _ = writeln!(out, "{}", style.yellow("⊘ cancelled"));
             }
+            AgentEvent::DoomLoopDetected { agent, description } => {
+                line.finish(&mut out);
+                let _ = writeln!(
+                    out,
+                    "{}{}",
+                    prefix(&agent),
+                    style.yellow(&format!("⟳ stopped, loop detected: {description}"))
+                );
+            }
             AgentEvent::Notice { level, message, .. } => {
                 line.finish(&mut out);
                 let text = match level {

@@ -736,3 +736,80 @@ async fn bash_never_sees_crows_keys_or_secret_looking_variables() {
     }
     assert!(!hidden.contains("CROW_TEST_PLAIN"), "{hidden}");
 }
+
+/// A model that reads the same file again and again.
+fn same_read_eight_times() -> Scenario {
+    (0..8).fold(Scenario::new(), |s, _| {
+        s.reply(Reply::tool_call("read_file", json!({"path": "notes.txt"})))
+    })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_model_repeating_one_call_is_steered_then_stopped_with_exit_status_6() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "size = 3\n").unwrap();
+    let mock = MockLlm::start(same_read_eight_times()).await.unwrap();
+    let out = output(crow_run(dir.path(), &mock, "what is the size?")).await;
+    assert_eq!(
+        out.code,
+        Some(6),
+        "stderr: {}\nstdout: {}",
+        out.stderr,
+        out.stdout
+    );
+    assert!(out.stderr.contains("repeating itself"), "{}", out.stderr);
+
+    // Steered at the third read, stopped at the fourth: four calls ran, four requests went out.
+    let ends = out.of_type("tool_call_end");
+    assert_eq!(ends.len(), 4);
+    let outputs: Vec<&str> = ends
+        .iter()
+        .map(|e| e["result"]["output"].as_str().unwrap())
+        .collect();
+    assert!(!outputs[1].contains("loop detected"));
+    assert!(
+        outputs[2].contains("[crow: loop detected]"),
+        "{}",
+        outputs[2]
+    );
+    assert_eq!(mock.requests().len(), 4);
+    let fourth = String::from_utf8_lossy(&mock.requests()[3].raw_body).into_owned();
+    assert!(
+        fourth.contains("Change your approach"),
+        "the model saw the steer"
+    );
+
+    let detected = out.of_type("doom_loop_detected");
+    assert_eq!(detected.len(), 1, "{}", out.stdout);
+    assert_eq!(detected[0]["agent"], "builder");
+    let description = detected[0]["description"].as_str().unwrap();
+    assert!(description.contains("read_file"), "{description}");
+
+    use crow_core::{EntryKind, SessionStore, SystemEvent};
+    let info = only_session(dir.path());
+    let history = store(dir.path()).load_history(&info.id, "builder").unwrap();
+    let stored: Vec<_> = history
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EntryKind::System {
+                event: SystemEvent::DoomLoopDetected { description },
+            } => Some(description.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(stored, [description]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_threshold_of_zero_in_the_config_turns_loop_detection_off() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "size = 3\n").unwrap();
+    write_project_config(dir.path(), "doom_loop_threshold = 0\n");
+    let mock = MockLlm::start(same_read_eight_times().reply(Reply::text("size is 3")))
+        .await
+        .unwrap();
+    let out = output(crow_run(dir.path(), &mock, "what is the size?")).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    assert_eq!(out.of_type("tool_call_end").len(), 8);
+    assert!(out.of_type("doom_loop_detected").is_empty());
+}
