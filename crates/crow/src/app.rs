@@ -195,6 +195,8 @@ pub struct RunSpec {
     pub resumed: Option<crow_core::SessionInfo>,
     /// Started in the background; their tools join the registry when ready.
     pub mcp_servers: Vec<crow_mcp::McpServerConfig>,
+    /// End with how to continue the session (not for the demo, whose model is gone then).
+    pub resume_hint: bool,
 }
 
 /// Runs the prompt through a new or resumed session of the chosen crew, rendering as it
@@ -223,6 +225,7 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
     let crew = spec.composer.crew(&composition, level)?;
     spec.composer
         .set_history_sink(Arc::clone(&store) as Arc<dyn crow_core::HistorySink>);
+    let resumed_run = resumed.is_some();
     let (info, mut session) = match resumed {
         Some(info) => sessions::resume(&store, &crew, &spec.composer, info)?,
         None => sessions::create(&store, &crew, &spec.composer, &spec.prompt)?,
@@ -250,8 +253,20 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
         sessions::models(&crew),
     ));
     let show_agents = crew.coagent().is_some();
+    let chosen = &spec.composer.default_provider;
+    let session_line = render::SessionLine {
+        kind: "session",
+        id: info.id.clone(),
+        project_root: spec.composer.project_root.clone(),
+        cwd: session.primary.cwd.clone(),
+        provider: chosen.name.clone(),
+        model: chosen.model.clone(),
+        base_url: chosen.base_url.clone(),
+        agent: crew.name.clone(),
+        resumed: resumed_run,
+    };
     let renderer = if spec.json {
-        tokio::spawn(render::json_lines(render_rx))
+        tokio::spawn(render::json_lines(session_line, render_rx))
     } else {
         tokio::spawn(render::terminal(render_rx, show_agents))
     };
@@ -265,6 +280,12 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
     mcp.finish().await;
     let totals = renderer.await.unwrap_or_default();
     sessions::finish(&store, &info.id, &outcome);
+    // A new session whose first model call failed holds the prompt and the error alone:
+    // nothing to continue, and `--continue` would pick it over the last useful one.
+    let kept = resumed_run || outcome.is_ok() || !sessions::only_prompt(&session);
+    if !kept && let Err(e) = store.delete_session(&info.id) {
+        tracing::warn!("cannot delete the failed session: {e}");
+    }
     // A second signal still exits at once until here; from now on crow is only closing.
     signals.abort();
     // Nobody reads the rest: end quietly (the session is saved).
@@ -273,6 +294,8 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
     }
     if !spec.json {
         errln!("{}", render::usage_line(&totals, started.elapsed()));
+    }
+    if !spec.json && kept && spec.resume_hint {
         // --continue only finds it from the same project; --resume works from anywhere.
         let here = std::env::current_dir()
             .ok()

@@ -67,6 +67,7 @@ pub async fn run(json: bool, dir: Option<PathBuf>) -> Result<ExitCode> {
         store: crate::sessions::open(&crate::config::Config::default())?,
         resumed: None,
         mcp_servers: Vec::new(),
+        resume_hint: false,
     })
     .await?;
     mock.shutdown().await;

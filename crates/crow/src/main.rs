@@ -390,6 +390,7 @@ async fn run(args: RunArgs) -> Result<ExitCode> {
         store,
         resumed,
         mcp_servers,
+        resume_hint: true,
     };
     app::run_session(spec).await.map_err(|e| match fallback {
         Some(url) => e.context(format!(

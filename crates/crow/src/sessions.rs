@@ -315,6 +315,21 @@ fn crew_session(
     })
 }
 
+/// The session holds nothing but the user's prompt and system events (an error): no model
+/// answered in it.
+pub fn only_prompt(session: &CrewSession) -> bool {
+    use crow_core::EntryKind;
+    session
+        .coagent
+        .as_ref()
+        .is_none_or(|c| c.entries().is_empty())
+        && session
+            .primary
+            .entries()
+            .iter()
+            .all(|e| matches!(e.kind, EntryKind::User { .. } | EntryKind::System { .. }))
+}
+
 /// The model each agent of the crew talks to, for the usage rows.
 pub fn models(crew: &Crew) -> HashMap<String, String> {
     std::iter::once(crew.primary())
