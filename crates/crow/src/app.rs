@@ -180,6 +180,25 @@ pub fn find_project_root(cwd: &Path) -> (PathBuf, bool) {
         )
 }
 
+/// Refuses `/` and the home directory as a project root (no repository above them, so every
+/// file of the machine or the user would be the project's) unless the user asked for it or
+/// made it a crow project (a `.crow` directory).
+pub fn check_project_root(root: &Path, in_git: bool, allowed: bool) -> Result<()> {
+    if in_git {
+        return Ok(());
+    }
+    let home = dirs::home_dir().and_then(|h| h.canonicalize().ok());
+    let root_real = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
+    let too_wide = root_real.parent().is_none() || home.as_deref() == Some(root_real.as_path());
+    if too_wide && !allowed && !root.join(".crow").is_dir() {
+        bail!(
+            "{} is not in a git repository and would make the project root, so crow's tools could change any file below it; run crow in a project directory, or pass --allow-root-project",
+            root.display()
+        );
+    }
+    Ok(())
+}
+
 /// Everything one `crow run` needs.
 pub struct RunSpec {
     pub prompt: String,
@@ -197,6 +216,8 @@ pub struct RunSpec {
     pub mcp_servers: Vec<crow_mcp::McpServerConfig>,
     /// End with how to continue the session (not for the demo, whose model is gone then).
     pub resume_hint: bool,
+    /// The project root is a directory outside any git repository: say so.
+    pub plain_root: bool,
 }
 
 /// Runs the prompt through a new or resumed session of the chosen crew, rendering as it
@@ -234,6 +255,13 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
         store
             .set_level(&info.id, spec.level)
             .map_err(sessions::store_error)?;
+    }
+    if spec.plain_root {
+        // Said once the session exists, so a configuration or store error stays one line.
+        errln!(
+            "note: {} is not in a git repository; it is the project root",
+            spec.composer.project_root.display()
+        );
     }
     let mcp = crate::mcp::start(
         spec.mcp_servers,

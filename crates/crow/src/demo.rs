@@ -68,6 +68,7 @@ pub async fn run(json: bool, dir: Option<PathBuf>) -> Result<ExitCode> {
         resumed: None,
         mcp_servers: Vec::new(),
         resume_hint: false,
+        plain_root: false,
     })
     .await?;
     mock.shutdown().await;

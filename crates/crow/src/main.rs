@@ -107,9 +107,13 @@ struct RunArgs {
     json: bool,
     #[command(flatten)]
     model: ModelArgs,
-    /// Model calls allowed per turn before crow stops
-    #[arg(long)]
+    /// Model calls allowed per turn before crow stops (at least 1)
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     max_iterations: Option<u32>,
+    /// Work in `/` or your home directory although it is no project (crow refuses otherwise:
+    /// its tools could change anything below)
+    #[arg(long)]
+    allow_root_project: bool,
     /// Composition or agent to run: build, build-loop, build-judge, build-smart, pair, plan, ...
     /// (default: build, or the resumed session's)
     #[arg(long, short)]
@@ -342,7 +346,8 @@ async fn run(args: RunArgs) -> Result<ExitCode> {
         bail!("the prompt is empty: crow run \"what to do\"");
     }
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
-    let (root, _) = app::find_project_root(&cwd);
+    let (root, in_git) = app::find_project_root(&cwd);
+    app::check_project_root(&root, in_git, args.allow_root_project)?;
     let flags = overrides(&args.model, args.max_iterations);
     let mut loaded = config::load(&root, &flags)?;
     loaded.require_trust(&root)?;
@@ -391,6 +396,7 @@ async fn run(args: RunArgs) -> Result<ExitCode> {
         resumed,
         mcp_servers,
         resume_hint: true,
+        plain_root: !in_git,
     };
     app::run_session(spec).await.map_err(|e| match fallback {
         Some(url) => e.context(format!(

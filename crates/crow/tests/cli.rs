@@ -199,3 +199,72 @@ async fn a_project_cannot_redirect_the_users_key_until_trusted() {
         "trusted: the project's endpoint is used"
     );
 }
+
+#[tokio::test]
+async fn max_iterations_zero_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = crow(dir.path());
+    cmd.args(["run", "--max-iterations", "0", "hi"]);
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert!(out.stderr.contains("--max-iterations"), "{}", out.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_home_directory_and_root_are_no_project_unless_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join(".home");
+    std::fs::create_dir_all(&home).unwrap();
+    let mock = MockLlm::start(Scenario::new().reply(Reply::text("fine")))
+        .await
+        .unwrap();
+    let run = |cwd: &std::path::Path, extra: &[&str]| {
+        let mut cmd = crow(dir.path());
+        cmd.current_dir(cwd)
+            .args(["run", "--json", "--provider", "openai", "--model", "m"])
+            .args(extra)
+            .arg("--base-url")
+            .arg(mock.openai_base_url())
+            .arg("hi");
+        output(cmd)
+    };
+    for cwd in [home.as_path(), std::path::Path::new("/")] {
+        let out = run(cwd, &[]).await;
+        assert_eq!(out.code, Some(1), "{}", out.stderr);
+        assert!(
+            out.stderr.contains("not in a git repository")
+                && out.stderr.contains("--allow-root-project"),
+            "{}",
+            out.stderr
+        );
+    }
+    assert!(mock.requests().is_empty());
+
+    let out = run(&home, &["--allow-root-project"]).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert_eq!(mock.requests().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_project_root_without_git_is_said_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = MockLlm::start(Scenario::new().reply(Reply::text("fine")))
+        .await
+        .unwrap();
+    let out = output(crow_run(dir.path(), &mock, "hi")).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let notes: Vec<_> = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains("not in a git repository"))
+        .collect();
+    assert_eq!(notes.len(), 1, "{}", out.stderr);
+
+    let repo = git_repo();
+    let out = output(crow_run(repo.path(), &mock, "hi")).await;
+    assert!(
+        !out.stderr.contains("not in a git repository"),
+        "{}",
+        out.stderr
+    );
+}

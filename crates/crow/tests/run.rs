@@ -570,7 +570,8 @@ async fn interrupt_after(mut child: tokio::process::Child, ready: impl Fn(&str) 
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unknown_model_says_which_model_and_url() {
-    let dir = tempfile::tempdir().unwrap();
+    // In a repository: a plain directory adds a note that it is the project root.
+    let dir = git_repo();
     let scenario = Scenario::new().fault(Fault::Status {
         code: 404,
         retry_after_secs: None,
@@ -677,6 +678,7 @@ async fn bash_never_sees_crows_keys_or_secret_looking_variables() {
         "[providers.other]\ntype = \"openai\"\napi_key_env = \"CROW_TEST_LLM_CREDS\"\n\n\
          [shell_environment]\nset = { CROW_VISIBLE = \"yes\" }\n",
     );
+    trust_project(dir.path());
     let command = "echo \"key=[$OPENAI_API_KEY] creds=[$CROW_TEST_LLM_CREDS] \
                    gh=[$GH_TOKEN] visible=[$CROW_VISIBLE] plain=[$CROW_TEST_PLAIN]\"";
     let scenario = Scenario::new()
