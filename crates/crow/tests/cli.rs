@@ -268,3 +268,38 @@ async fn a_project_root_without_git_is_said_once() {
         out.stderr
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_demo_leaves_nothing_behind_and_offers_no_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let mut cmd = crow(dir.path());
+    cmd.env("TMPDIR", &tmp).arg("demo");
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(out.stderr.contains("Hello, world"), "{}", out.stderr);
+    assert!(!out.stderr.contains("--resume"), "{}", out.stderr);
+    assert!(!out.stderr.contains("--continue"), "{}", out.stderr);
+    let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    assert!(
+        !db(dir.path()).exists(),
+        "the demo used the user's database"
+    );
+}
+
+#[tokio::test]
+async fn the_demo_does_not_overwrite_a_file_in_its_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("hello.py"), "mine\n").unwrap();
+    let mut cmd = crow(dir.path());
+    cmd.args(["demo", "--dir"]).arg(dir.path());
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    assert!(out.stderr.contains("hello.py exists"), "{}", out.stderr);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("hello.py")).unwrap(),
+        "mine\n"
+    );
+}
