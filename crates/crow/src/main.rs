@@ -310,6 +310,10 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
             for key in &loaded.untrusted {
                 println!("# ignored until you trust the project (crow trust): {key}");
             }
+            match sessions::db_location(&loaded.config) {
+                Ok((path, why)) => println!("# sessions database: {} ({why})", path.display()),
+                Err(e) => println!("# sessions database: none ({})", one_line(&e)),
+            }
             match app::select_provider(&loaded) {
                 Ok(sel) => println!(
                     "\n# selected: provider {} ({}), model {}, {}",
@@ -414,10 +418,18 @@ pub(crate) fn load_agents(project_root: &std::path::Path) -> agents::Catalog {
         config::user_config_dir().as_deref(),
         &project_root.join(".crow"),
     );
-    for problem in &catalog.problems {
-        tracing::warn!("skipped agent definition: {problem}");
-    }
+    report_agent_problems(&catalog);
     catalog
+}
+
+/// Definitions that did not load, or loaded without something: once, in one format.
+fn report_agent_problems(catalog: &agents::Catalog) {
+    for problem in &catalog.problems {
+        errln!("warning: skipped agent definition {problem}");
+    }
+    for warning in &catalog.warnings {
+        errln!("warning: {warning}");
+    }
 }
 
 fn agents_command(command: AgentsCommand) -> Result<ExitCode> {
@@ -451,9 +463,7 @@ fn agents_command(command: AgentsCommand) -> Result<ExitCode> {
                     a.description
                 );
             }
-            for problem in &catalog.problems {
-                eprintln!("warning: skipped {problem}");
-            }
+            report_agent_problems(&catalog);
             Ok(ExitCode::SUCCESS)
         }
         AgentsCommand::Show { name } => {

@@ -303,3 +303,27 @@ async fn the_demo_does_not_overwrite_a_file_in_its_dir() {
         "mine\n"
     );
 }
+
+#[tokio::test]
+async fn config_show_says_where_the_sessions_are_and_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = crow(dir.path());
+    cmd.args(["config", "show"]);
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let expected = format!("# sessions database: {}", db(dir.path()).display());
+    assert!(out.stdout.contains(&expected), "{}", out.stdout);
+
+    let elsewhere = dir.path().join("elsewhere");
+    let mut cmd = crow(dir.path());
+    cmd.env("CROW_HOME", &elsewhere).args(["config", "show"]);
+    let out = output(cmd).await;
+    assert!(
+        out.stdout.contains(&format!(
+            "# sessions database: {} (CROW_HOME is set)",
+            elsewhere.join("crow.db").display()
+        )),
+        "{}",
+        out.stdout
+    );
+}
