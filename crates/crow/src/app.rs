@@ -301,6 +301,17 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
     // Ctrl-C, SIGTERM, SIGHUP or a closed stdout/stderr cancel the run alike (crate::stop).
     let signals = tokio::spawn(crate::stop::watch_signals());
     let cancel = crate::stop::token().child_token();
+    let wait = spec
+        .composer
+        .config
+        .tools
+        .mcp_startup_wait_ms
+        .unwrap_or(3000);
+    tokio::select! {
+        () = mcp.wait_started(Duration::from_millis(wait)) => {}
+        // Stopped while waiting: the run starts and ends cancelled at once.
+        () = cancel.cancelled() => {}
+    }
 
     let outcome = crew.run(&mut session, &tx, cancel).await;
     drop(tx);
