@@ -29,6 +29,7 @@ async fn sigterm_cancels_the_running_turn_saves_it_and_exits_143() {
             mock.openai_base_url()
         ),
     );
+    trust_project(dir.path());
     let mut cmd = crow(dir.path());
     cmd.arg("acp").stdin(Stdio::piped());
     let mut child = cmd.spawn().unwrap();

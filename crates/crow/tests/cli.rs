@@ -327,3 +327,23 @@ async fn config_show_says_where_the_sessions_are_and_why() {
         out.stdout
     );
 }
+
+/// README's set-up and safety claims, against what the code does.
+#[test]
+fn readme_says_what_is_true() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    // Installs with the lock file the tests ran against.
+    assert!(readme.contains("cargo install --locked --path crates/crow"));
+    // "The two commands" lists two.
+    let block = readme
+        .split("## The two commands")
+        .nth(1)
+        .and_then(|rest| rest.split("```sh").nth(1))
+        .and_then(|rest| rest.split("```").next())
+        .unwrap();
+    assert_eq!(block.trim().lines().count(), 2, "{block}");
+    // Only the file tools are confined to the project root; bash is not (yet).
+    assert!(!readme.contains("its tools may read, write and run commands,\nbut only within"));
+    assert!(readme.contains("`bash` is **not** confined"));
+}
