@@ -93,6 +93,36 @@ pub struct Catalog {
     pub compositions: BTreeMap<String, CompositionDef>,
     /// One line per broken file: path, field, problem.
     pub problems: Vec<String>,
+    /// One line per definition that loaded with something crow cannot honour (a tool it
+    /// does not have).
+    pub warnings: Vec<String>,
+}
+
+/// crow's own tools, as agent files name them after [`canonical_tool`].
+const CROW_TOOLS: [&str; 12] = [
+    "bash",
+    "edit_file",
+    "glob",
+    "grep",
+    "list_directory",
+    "read_file",
+    "task",
+    "task_complete",
+    "think",
+    "todo_read",
+    "todo_write",
+    "write_file",
+];
+
+/// Tools an agent's allowlist names that crow does not have (MCP tools and wildcards are
+/// left alone: which exist is known only once servers run).
+fn unknown_tools(def: &AgentDef) -> Vec<&str> {
+    def.tools
+        .iter()
+        .flatten()
+        .map(String::as_str)
+        .filter(|t| !t.ends_with('*') && !t.starts_with("mcp__") && !CROW_TOOLS.contains(t))
+        .collect()
 }
 
 const BUILTIN_AGENTS: [(&str, &str); 3] = [
@@ -212,6 +242,15 @@ fn load_dir(dir: &Path, catalog: &mut Catalog) {
         };
         match parsed {
             Ok(Def::Agent(def)) => {
+                let unknown = unknown_tools(&def);
+                if !unknown.is_empty() {
+                    catalog.warnings.push(format!(
+                        "{}: tools {} are not crow tools; agent '{}' runs without them",
+                        path.display(),
+                        unknown.join(", "),
+                        def.name
+                    ));
+                }
                 catalog.agents.insert(def.name.clone(), def);
             }
             Ok(Def::Composition(def)) => {

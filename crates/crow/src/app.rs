@@ -180,6 +180,25 @@ pub fn find_project_root(cwd: &Path) -> (PathBuf, bool) {
         )
 }
 
+/// Refuses `/` and the home directory as a project root (no repository above them, so every
+/// file of the machine or the user would be the project's) unless the user asked for it or
+/// made it a crow project (a `.crow` directory).
+pub fn check_project_root(root: &Path, in_git: bool, allowed: bool) -> Result<()> {
+    if in_git {
+        return Ok(());
+    }
+    let home = dirs::home_dir().and_then(|h| h.canonicalize().ok());
+    let root_real = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
+    let too_wide = root_real.parent().is_none() || home.as_deref() == Some(root_real.as_path());
+    if too_wide && !allowed && !root.join(".crow").is_dir() {
+        bail!(
+            "{} is not in a git repository and would make the project root, so crow's tools could change any file below it; run crow in a project directory, or pass --allow-root-project",
+            root.display()
+        );
+    }
+    Ok(())
+}
+
 /// Everything one `crow run` needs.
 pub struct RunSpec {
     pub prompt: String,
@@ -195,6 +214,10 @@ pub struct RunSpec {
     pub resumed: Option<crow_core::SessionInfo>,
     /// Started in the background; their tools join the registry when ready.
     pub mcp_servers: Vec<crow_mcp::McpServerConfig>,
+    /// End with how to continue the session (not for the demo, whose model is gone then).
+    pub resume_hint: bool,
+    /// The project root is a directory outside any git repository: say so.
+    pub plain_root: bool,
 }
 
 /// Runs the prompt through a new or resumed session of the chosen crew, rendering as it
@@ -223,6 +246,7 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
     let crew = spec.composer.crew(&composition, level)?;
     spec.composer
         .set_history_sink(Arc::clone(&store) as Arc<dyn crow_core::HistorySink>);
+    let resumed_run = resumed.is_some();
     let (info, mut session) = match resumed {
         Some(info) => sessions::resume(&store, &crew, &spec.composer, info)?,
         None => sessions::create(&store, &crew, &spec.composer, &spec.prompt)?,
@@ -231,6 +255,13 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
         store
             .set_level(&info.id, spec.level)
             .map_err(sessions::store_error)?;
+    }
+    if spec.plain_root {
+        // Said once the session exists, so a configuration or store error stays one line.
+        errln!(
+            "note: {} is not in a git repository; it is the project root",
+            spec.composer.project_root.display()
+        );
     }
     let mcp = crate::mcp::start(
         spec.mcp_servers,
@@ -250,14 +281,37 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
         sessions::models(&crew),
     ));
     let show_agents = crew.coagent().is_some();
+    let chosen = &spec.composer.default_provider;
+    let session_line = render::SessionLine {
+        kind: "session",
+        id: info.id.clone(),
+        project_root: spec.composer.project_root.clone(),
+        cwd: session.primary.cwd.clone(),
+        provider: chosen.name.clone(),
+        model: chosen.model.clone(),
+        base_url: chosen.base_url.clone(),
+        agent: crew.name.clone(),
+        resumed: resumed_run,
+    };
     let renderer = if spec.json {
-        tokio::spawn(render::json_lines(render_rx))
+        tokio::spawn(render::json_lines(session_line, render_rx))
     } else {
         tokio::spawn(render::terminal(render_rx, show_agents))
     };
     // Ctrl-C, SIGTERM, SIGHUP or a closed stdout/stderr cancel the run alike (crate::stop).
     let signals = tokio::spawn(crate::stop::watch_signals());
     let cancel = crate::stop::token().child_token();
+    let wait = spec
+        .composer
+        .config
+        .tools
+        .mcp_startup_wait_ms
+        .unwrap_or(3000);
+    tokio::select! {
+        () = mcp.wait_started(Duration::from_millis(wait)) => {}
+        // Stopped while waiting: the run starts and ends cancelled at once.
+        () = cancel.cancelled() => {}
+    }
 
     let outcome = crew.run(&mut session, &tx, cancel).await;
     drop(tx);
@@ -265,6 +319,12 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
     mcp.finish().await;
     let totals = renderer.await.unwrap_or_default();
     sessions::finish(&store, &info.id, &outcome);
+    // A new session whose first model call failed holds the prompt and the error alone:
+    // nothing to continue, and `--continue` would pick it over the last useful one.
+    let kept = resumed_run || outcome.is_ok() || !sessions::only_prompt(&session);
+    if !kept && let Err(e) = store.delete_session(&info.id) {
+        tracing::warn!("cannot delete the failed session: {e}");
+    }
     // A second signal still exits at once until here; from now on crow is only closing.
     signals.abort();
     // Nobody reads the rest: end quietly (the session is saved).
@@ -273,6 +333,8 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
     }
     if !spec.json {
         errln!("{}", render::usage_line(&totals, started.elapsed()));
+    }
+    if !spec.json && kept && spec.resume_hint {
         // --continue only finds it from the same project; --resume works from anywhere.
         let here = std::env::current_dir()
             .ok()

@@ -41,6 +41,8 @@ pub struct Composer {
     /// Where subagents' histories go (the session store), once a session is open.
     history_sink: std::sync::OnceLock<Arc<dyn crow_core::HistorySink>>,
     providers: Mutex<HashMap<(String, String), Arc<dyn Provider>>>,
+    /// Agents whose model alias could not be mapped and has been warned about.
+    alias_warned: Mutex<std::collections::HashSet<String>>,
 }
 
 impl Composer {
@@ -78,6 +80,7 @@ impl Composer {
             stored_prompts: Mutex::new(HashMap::new()),
             history_sink: std::sync::OnceLock::new(),
             providers: Mutex::new(HashMap::new()),
+            alias_warned: Mutex::new(std::collections::HashSet::new()),
         }
     }
 
@@ -228,6 +231,7 @@ impl Composer {
     fn provider_for(&self, def: &AgentDef) -> Result<Arc<dyn Provider>> {
         let settings = match def.model.as_deref() {
             None => self.default_provider.clone(),
+            Some(alias) if claude_alias(alias).is_some() => self.alias_settings(def, alias),
             Some(spec) => match spec.split_once('/') {
                 Some((provider, model)) if self.config.providers.contains_key(provider) => {
                     provider_settings(&self.config, provider, None, Some(model))
@@ -250,6 +254,48 @@ impl Composer {
         let provider = crow_providers::build(settings).map_err(|e| anyhow!("{e}"))?;
         cache.insert(key, Arc::clone(&provider));
         Ok(provider)
+    }
+}
+
+impl Composer {
+    /// A Claude Code model alias (`sonnet`, `opus`, `haiku`): that model when the session talks
+    /// to Anthropic; otherwise it means nothing here, so the session's model, said once.
+    fn alias_settings(&self, def: &AgentDef, alias: &str) -> ProviderSettings {
+        let chosen = &self.default_provider;
+        match claude_alias(alias) {
+            Some(model) if chosen.kind == crow_providers::ProviderKind::Anthropic => {
+                ProviderSettings {
+                    model: model.to_owned(),
+                    ..chosen.clone()
+                }
+            }
+            _ => {
+                let mut warned = self
+                    .alias_warned
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                if warned.insert(def.name.clone()) {
+                    errln!(
+                        "warning: agent '{}' ({}) asks for model '{alias}', a Claude model alias that provider '{}' cannot map; it uses the session's model {}",
+                        def.name,
+                        def.source,
+                        chosen.name,
+                        chosen.model
+                    );
+                }
+                chosen.clone()
+            }
+        }
+    }
+}
+
+/// The model a Claude Code alias names (as its documentation lists them).
+fn claude_alias(alias: &str) -> Option<&'static str> {
+    match alias.to_ascii_lowercase().as_str() {
+        "sonnet" => Some("claude-sonnet-4-5"),
+        "opus" => Some("claude-opus-4-1"),
+        "haiku" => Some("claude-haiku-4-5"),
+        _ => None,
     }
 }
 

@@ -58,6 +58,10 @@ pub struct ProjectEntry {
 pub struct ToolsConfig {
     pub bash_timeout_secs: Option<u64>,
     pub max_output_bytes: Option<usize>,
+    /// How long the first model call of a run waits for MCP servers still starting, so
+    /// their tools are offered from the start (a tool list that changes mid-run breaks the
+    /// provider's prompt cache).
+    pub mcp_startup_wait_ms: Option<u64>,
 }
 
 /// `[shell_environment]`: see [`crow_core::env`] for the order of the rules.
@@ -187,6 +191,7 @@ doom_loop_threshold = 3
 [tools]
 bash_timeout_secs = 120
 max_output_bytes = 30720
+mcp_startup_wait_ms = 3000
 
 [shell_environment]
 inherit = "all"

@@ -4,8 +4,9 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use crow_providers::{ProviderKind, ProviderSettings, RetryPolicy};
+use crow_store::SqliteStore;
 use crow_testkit::{DEMO_FILE, MockLlm, demo_scenario};
 
 use crate::agents::load_catalog;
@@ -13,24 +14,48 @@ use crate::app::{RunSpec, run_session};
 use crate::compose::Composer;
 use crate::config::Config;
 
+/// Runs the demo in `dir` (which must not hold the demo's file yet), or in a temporary
+/// directory removed afterwards. Its session goes to a temporary store, never the user's:
+/// it cannot be continued anyway (the scripted model is gone when the demo ends).
 pub async fn run(json: bool, dir: Option<PathBuf>) -> Result<ExitCode> {
+    let (name, content) = DEMO_FILE;
+    let scratch = tempfile::Builder::new()
+        .prefix("crow-demo-")
+        .tempdir()
+        .context("cannot create a temporary directory for the demo")?;
+    let kept = dir.is_some();
     let dir = match dir {
-        Some(dir) => dir,
-        None => std::env::temp_dir().join(format!("crow-demo-{}", std::process::id())),
+        Some(dir) => {
+            std::fs::create_dir_all(&dir)
+                .with_context(|| format!("cannot create {}", dir.display()))?;
+            if dir.join(name).exists() {
+                bail!(
+                    "{} exists; the demo edits that file, so it will not overwrite yours: give --dir a new or empty directory",
+                    dir.join(name).display()
+                );
+            }
+            dir
+        }
+        None => {
+            let dir = scratch.path().join("project");
+            std::fs::create_dir(&dir)
+                .with_context(|| format!("cannot create {}", dir.display()))?;
+            dir
+        }
     };
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let dir = dir
         .canonicalize()
         .with_context(|| format!("cannot resolve {}", dir.display()))?;
-    let (name, content) = DEMO_FILE;
     std::fs::write(dir.join(name), content)
         .with_context(|| format!("cannot write the demo file in {}", dir.display()))?;
+    let store = SqliteStore::open(scratch.path().join(crow_store::DB_FILE))
+        .map_err(crate::sessions::store_error)?;
 
     let mock = MockLlm::start(demo_scenario())
         .await
         .context("cannot start the scripted model")?;
     if !json {
-        eprintln!(
+        errln!(
             "crow demo: a scripted model on {} drives a real session in {}\n",
             mock.openai_base_url(),
             dir.display()
@@ -63,17 +88,23 @@ pub async fn run(json: bool, dir: Option<PathBuf>) -> Result<ExitCode> {
         agent: Some("build".into()),
         level: None,
         json,
-        // The demo's session is stored like any other, so `crow sessions show` can replay it.
-        store: crate::sessions::open(&crate::config::Config::default())?,
+        store: std::sync::Arc::new(store),
         resumed: None,
         mcp_servers: Vec::new(),
+        resume_hint: false,
+        plain_root: false,
     })
     .await?;
     mock.shutdown().await;
     if !json {
         let now = std::fs::read_to_string(dir.join(name)).unwrap_or_default();
-        eprintln!(
-            "\n{} now reads: {}",
+        let gone = if kept {
+            ""
+        } else {
+            "\n(the demo's temporary directory is removed now; `crow demo --dir DIR` keeps it)"
+        };
+        errln!(
+            "\n{} now reads: {}{gone}",
             dir.join(name).display(),
             now.trim_end()
         );

@@ -108,9 +108,13 @@ struct RunArgs {
     json: bool,
     #[command(flatten)]
     model: ModelArgs,
-    /// Model calls allowed per turn before crow stops
-    #[arg(long)]
+    /// Model calls allowed per turn before crow stops (at least 1)
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     max_iterations: Option<u32>,
+    /// Work in `/` or your home directory although it is no project (crow refuses otherwise:
+    /// its tools could change anything below)
+    #[arg(long)]
+    allow_root_project: bool,
     /// Composition or agent to run: build, build-loop, build-judge, build-smart, pair, plan, ...
     /// (default: build, or the resumed session's)
     #[arg(long, short)]
@@ -307,6 +311,10 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
             for key in &loaded.untrusted {
                 println!("# ignored until you trust the project (crow trust): {key}");
             }
+            match sessions::db_location(&loaded.config) {
+                Ok((path, why)) => println!("# sessions database: {} ({why})", path.display()),
+                Err(e) => println!("# sessions database: none ({})", one_line(&e)),
+            }
             match app::select_provider(&loaded) {
                 Ok(sel) => println!(
                     "\n# selected: provider {} ({}), model {}, {}",
@@ -343,7 +351,8 @@ async fn run(args: RunArgs) -> Result<ExitCode> {
         bail!("the prompt is empty: crow run \"what to do\"");
     }
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
-    let (root, _) = app::find_project_root(&cwd);
+    let (root, in_git) = app::find_project_root(&cwd);
+    app::check_project_root(&root, in_git, args.allow_root_project)?;
     let flags = overrides(&args.model, args.max_iterations);
     let mut loaded = config::load(&root, &flags)?;
     loaded.require_trust(&root)?;
@@ -391,6 +400,8 @@ async fn run(args: RunArgs) -> Result<ExitCode> {
         store,
         resumed,
         mcp_servers,
+        resume_hint: true,
+        plain_root: !in_git,
     };
     app::run_session(spec).await.map_err(|e| match fallback {
         Some(url) => e.context(format!(
@@ -408,10 +419,18 @@ pub(crate) fn load_agents(project_root: &std::path::Path) -> agents::Catalog {
         config::user_config_dir().as_deref(),
         &project_root.join(".crow"),
     );
-    for problem in &catalog.problems {
-        tracing::warn!("skipped agent definition: {problem}");
-    }
+    report_agent_problems(&catalog);
     catalog
+}
+
+/// Definitions that did not load, or loaded without something: once, in one format.
+fn report_agent_problems(catalog: &agents::Catalog) {
+    for problem in &catalog.problems {
+        errln!("warning: skipped agent definition {problem}");
+    }
+    for warning in &catalog.warnings {
+        errln!("warning: {warning}");
+    }
 }
 
 fn agents_command(command: AgentsCommand) -> Result<ExitCode> {
@@ -445,9 +464,7 @@ fn agents_command(command: AgentsCommand) -> Result<ExitCode> {
                     a.description
                 );
             }
-            for problem in &catalog.problems {
-                eprintln!("warning: skipped {problem}");
-            }
+            report_agent_problems(&catalog);
             Ok(ExitCode::SUCCESS)
         }
         AgentsCommand::Show { name } => {

@@ -109,6 +109,12 @@ pub struct Session {
 }
 
 impl Session {
+    /// Waits up to `limit` for the servers still starting, so their tools are registered
+    /// before the first model call (servers that take longer join later, as before).
+    pub async fn wait_started(&self, limit: Duration) {
+        self.manager.wait_settled(limit).await;
+    }
+
     /// Shuts every server down and prints the warnings still queued.
     pub async fn finish(self) {
         self.manager.shutdown().await;

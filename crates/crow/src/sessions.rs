@@ -56,17 +56,27 @@ pub enum Resume {
 
 /// The database file: `CROW_HOME`, else `[store] path`, else `[store] data_dir`, else XDG.
 pub fn db_path(config: &Config) -> Result<PathBuf> {
+    db_location(config).map(|(path, _)| path)
+}
+
+/// [`db_path`] and which setting chose it, for `crow config show`.
+pub fn db_location(config: &Config) -> Result<(PathBuf, &'static str)> {
     if std::env::var_os("CROW_HOME").is_some_and(|v| !v.is_empty()) {
-        return crow_store::default_path().context("CROW_HOME is not a usable path");
+        let path = crow_store::default_path().context("CROW_HOME is not a usable path")?;
+        return Ok((path, "CROW_HOME is set"));
     }
     if let Some(path) = &config.store.path {
-        return Ok(expand_home(path));
+        return Ok((expand_home(path), "[store] path"));
     }
     if let Some(dir) = &config.store.data_dir {
-        return Ok(expand_home(dir).join(crow_store::DB_FILE));
+        return Ok((
+            expand_home(dir).join(crow_store::DB_FILE),
+            "[store] data_dir",
+        ));
     }
-    crow_store::default_path()
-        .context("cannot find a data directory for the session database: set CROW_HOME")
+    let path = crow_store::default_path()
+        .context("cannot find a data directory for the session database: set CROW_HOME")?;
+    Ok((path, "the default: $XDG_DATA_HOME/crow"))
 }
 
 fn expand_home(path: &Path) -> PathBuf {
@@ -313,6 +323,21 @@ fn crew_session(
         primary: open(&crew.primary().name)?,
         coagent: crew.coagent().map(|c| open(&c.name)).transpose()?,
     })
+}
+
+/// The session holds nothing but the user's prompt and system events (an error): no model
+/// answered in it.
+pub fn only_prompt(session: &CrewSession) -> bool {
+    use crow_core::EntryKind;
+    session
+        .coagent
+        .as_ref()
+        .is_none_or(|c| c.entries().is_empty())
+        && session
+            .primary
+            .entries()
+            .iter()
+            .all(|e| matches!(e.kind, EntryKind::User { .. } | EntryKind::System { .. }))
 }
 
 /// The model each agent of the crew talks to, for the usage rows.

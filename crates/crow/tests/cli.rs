@@ -199,3 +199,151 @@ async fn a_project_cannot_redirect_the_users_key_until_trusted() {
         "trusted: the project's endpoint is used"
     );
 }
+
+#[tokio::test]
+async fn max_iterations_zero_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = crow(dir.path());
+    cmd.args(["run", "--max-iterations", "0", "hi"]);
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert!(out.stderr.contains("--max-iterations"), "{}", out.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_home_directory_and_root_are_no_project_unless_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join(".home");
+    std::fs::create_dir_all(&home).unwrap();
+    let mock = MockLlm::start(Scenario::new().reply(Reply::text("fine")))
+        .await
+        .unwrap();
+    let run = |cwd: &std::path::Path, extra: &[&str]| {
+        let mut cmd = crow(dir.path());
+        cmd.current_dir(cwd)
+            .args(["run", "--json", "--provider", "openai", "--model", "m"])
+            .args(extra)
+            .arg("--base-url")
+            .arg(mock.openai_base_url())
+            .arg("hi");
+        output(cmd)
+    };
+    for cwd in [home.as_path(), std::path::Path::new("/")] {
+        let out = run(cwd, &[]).await;
+        assert_eq!(out.code, Some(1), "{}", out.stderr);
+        assert!(
+            out.stderr.contains("not in a git repository")
+                && out.stderr.contains("--allow-root-project"),
+            "{}",
+            out.stderr
+        );
+    }
+    assert!(mock.requests().is_empty());
+
+    let out = run(&home, &["--allow-root-project"]).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert_eq!(mock.requests().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_project_root_without_git_is_said_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = MockLlm::start(Scenario::new().reply(Reply::text("fine")))
+        .await
+        .unwrap();
+    let out = output(crow_run(dir.path(), &mock, "hi")).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let notes: Vec<_> = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains("not in a git repository"))
+        .collect();
+    assert_eq!(notes.len(), 1, "{}", out.stderr);
+
+    let repo = git_repo();
+    let out = output(crow_run(repo.path(), &mock, "hi")).await;
+    assert!(
+        !out.stderr.contains("not in a git repository"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_demo_leaves_nothing_behind_and_offers_no_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let mut cmd = crow(dir.path());
+    cmd.env("TMPDIR", &tmp).arg("demo");
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(out.stderr.contains("Hello, world"), "{}", out.stderr);
+    assert!(!out.stderr.contains("--resume"), "{}", out.stderr);
+    assert!(!out.stderr.contains("--continue"), "{}", out.stderr);
+    let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    assert!(
+        !db(dir.path()).exists(),
+        "the demo used the user's database"
+    );
+}
+
+#[tokio::test]
+async fn the_demo_does_not_overwrite_a_file_in_its_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("hello.py"), "mine\n").unwrap();
+    let mut cmd = crow(dir.path());
+    cmd.args(["demo", "--dir"]).arg(dir.path());
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    assert!(out.stderr.contains("hello.py exists"), "{}", out.stderr);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("hello.py")).unwrap(),
+        "mine\n"
+    );
+}
+
+#[tokio::test]
+async fn config_show_says_where_the_sessions_are_and_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = crow(dir.path());
+    cmd.args(["config", "show"]);
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let expected = format!("# sessions database: {}", db(dir.path()).display());
+    assert!(out.stdout.contains(&expected), "{}", out.stdout);
+
+    let elsewhere = dir.path().join("elsewhere");
+    let mut cmd = crow(dir.path());
+    cmd.env("CROW_HOME", &elsewhere).args(["config", "show"]);
+    let out = output(cmd).await;
+    assert!(
+        out.stdout.contains(&format!(
+            "# sessions database: {} (CROW_HOME is set)",
+            elsewhere.join("crow.db").display()
+        )),
+        "{}",
+        out.stdout
+    );
+}
+
+/// README's set-up and safety claims, against what the code does.
+#[test]
+fn readme_says_what_is_true() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    // Installs with the lock file the tests ran against.
+    assert!(readme.contains("cargo install --locked --path crates/crow"));
+    // "The two commands" lists two.
+    let block = readme
+        .split("## The two commands")
+        .nth(1)
+        .and_then(|rest| rest.split("```sh").nth(1))
+        .and_then(|rest| rest.split("```").next())
+        .unwrap();
+    assert_eq!(block.trim().lines().count(), 2, "{block}");
+    // Only the file tools are confined to the project root; bash is not (yet).
+    assert!(!readme.contains("its tools may read, write and run commands,\nbut only within"));
+    assert!(readme.contains("`bash` is **not** confined"));
+}

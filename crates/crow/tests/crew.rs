@@ -163,6 +163,22 @@ async fn a_project_agent_file_restricts_tools_and_a_broken_one_is_reported() {
         "reported: {}",
         out.stderr
     );
+    // Once, in the format `crow agents list` uses too.
+    let reported: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains("bad.toml"))
+        .collect();
+    assert_eq!(reported.len(), 1, "{}", out.stderr);
+    assert!(
+        reported[0].starts_with("warning: skipped agent definition"),
+        "{}",
+        out.stderr
+    );
+    let mut list = crow(dir.path());
+    list.args(["agents", "list"]);
+    let listed = output(list).await;
+    assert!(listed.stderr.contains(reported[0]), "{}", listed.stderr);
     let body = &mock.requests()[0].body;
     let tools: Vec<&str> = body["tools"]
         .as_array()
@@ -297,5 +313,62 @@ async fn a_subagent_with_its_own_reviewer_returns_its_result() {
             .as_str()
             .unwrap()
             .contains("checked-work: A worker whose work is checked")
+    );
+}
+
+/// A Claude Code agent file, as people copy them: a model alias and tools crow lacks.
+fn write_claude_code_agent(dir: &std::path::Path) {
+    std::fs::create_dir_all(dir.join(".crow/agents")).unwrap();
+    std::fs::write(
+        dir.join(".crow/agents/researcher.md"),
+        "---\nname: researcher\ndescription: looks things up\nmodel: sonnet\ntools: Read, WebFetch, WebSearch\n---\nYou research.\n",
+    )
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_claude_model_alias_maps_to_the_anthropic_model() {
+    let dir = tempfile::tempdir().unwrap();
+    write_claude_code_agent(dir.path());
+    let mock = MockLlm::start(Scenario::new().reply(Reply::text("found")))
+        .await
+        .unwrap();
+    let mut cmd = crow_run_anthropic(dir.path(), &mock, "look it up");
+    cmd.args(["--agent", "researcher"]);
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    assert_eq!(mock.requests()[0].body["model"], "claude-sonnet-4-5");
+    assert!(!out.stderr.contains("alias"), "{}", out.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unmappable_alias_and_missing_tools_are_warned_once() {
+    let dir = tempfile::tempdir().unwrap();
+    write_claude_code_agent(dir.path());
+    let mock = MockLlm::start(Scenario::new().reply(Reply::text("found")))
+        .await
+        .unwrap();
+    let mut cmd = crow_run(dir.path(), &mock, "look it up");
+    cmd.args(["--agent", "researcher"]);
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    assert_eq!(mock.requests()[0].body["model"], "mock-model");
+    let warnings: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("warning:"))
+        .collect();
+    assert_eq!(warnings.len(), 2, "{}", out.stderr);
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("'sonnet'") && w.contains("mock-model")),
+        "{warnings:?}"
+    );
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("web_fetch, WebSearch are not crow tools")),
+        "{warnings:?}"
     );
 }

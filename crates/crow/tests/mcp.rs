@@ -63,9 +63,9 @@ async fn crow_run_calls_a_tool_of_a_server_from_mcp_json_and_uses_its_result() {
     )
     .unwrap();
     trust_project(dir.path());
-    // The server starts in the background (the first request goes out without it). The
-    // first tool call waits for a flag the test sets when crow logs the server ready, so the
-    // second request advertises the MCP tool.
+    // The server starts in the background; the first request waits for it a few seconds at
+    // most. The first tool call waits for a flag the test sets when crow logs the server
+    // ready, so the second request advertises the MCP tool even on a slow machine.
     let wait = "for i in $(seq 600); do [ -f ready.flag ] && exit 0; sleep 0.05; done; exit 1";
     let scenario = Scenario::new()
         .reply(Reply::tool_call("bash", json!({"command": wait})))
@@ -273,4 +273,38 @@ async fn the_user_config_overrides_mcp_json_and_unusable_entries_are_skipped() {
         "the skipped entry is named: {}",
         out.stderr
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_first_request_already_offers_the_tools_of_a_server_that_starts_in_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp_echo.py");
+    // A generous bound, so a slow machine does not make the test flaky: the wait ends as soon
+    // as the server is ready.
+    write_project_config(
+        dir.path(),
+        &format!(
+            "[tools]\nmcp_startup_wait_ms = 30000\n[mcp_servers.echo]\ncommand = \"python3\"\nargs = [\"{}\"]\n",
+            server.display()
+        ),
+    );
+    trust_project(dir.path());
+    let scenario = Scenario::new()
+        .reply(Reply::tool_call("mcp__echo__echo", json!({"text": "ping"})))
+        .reply(Reply::text("it said ping"));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let out = output(crow_run(dir.path(), &mock, "echo ping")).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    let requests = mock.requests();
+    let tools: Vec<&str> = requests[0].body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert!(tools.contains(&"mcp__echo__echo"), "{tools:?}");
+    // The tool list does not change within the run: the prompt cache keeps its prefix.
+    assert_eq!(requests[0].body["tools"], requests[1].body["tools"]);
+    let end = out.of_type("tool_call_end")[0];
+    assert_eq!(end["result"]["output"], "ping", "{end}");
 }

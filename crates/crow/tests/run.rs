@@ -570,7 +570,8 @@ async fn interrupt_after(mut child: tokio::process::Child, ready: impl Fn(&str) 
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unknown_model_says_which_model_and_url() {
-    let dir = tempfile::tempdir().unwrap();
+    // In a repository: a plain directory adds a note that it is the project root.
+    let dir = git_repo();
     let scenario = Scenario::new().fault(Fault::Status {
         code: 404,
         retry_after_secs: None,

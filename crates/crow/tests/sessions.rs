@@ -651,7 +651,7 @@ async fn a_continued_session_keeps_its_provider_model_and_endpoint() {
     let out = output(cmd).await;
     assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
     assert!(
-        !out.stderr.contains("note:"),
+        !out.stderr.contains("for this run"),
         "nothing overridden: {}",
         out.stderr
     );

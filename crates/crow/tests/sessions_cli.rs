@@ -223,3 +223,76 @@ async fn a_full_database_loses_this_sessions_entries_with_a_warning_and_no_other
         "the earlier session is untouched"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn json_names_its_session_first_so_a_script_can_resume_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = Scenario::new()
+        .reply(Reply::text("one"))
+        .reply(Reply::text("two"));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let out = output(crow_run(dir.path(), &mock, "first")).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    let first = &out.events[0];
+    assert_eq!(first["type"], "session", "{}", out.stdout);
+    let info = only_session(dir.path());
+    assert_eq!(first["id"], info.id.as_str());
+    assert_eq!(first["model"], "mock-model");
+    assert_eq!(first["provider"], "openai");
+    assert_eq!(first["base_url"], mock.openai_base_url().as_str());
+    assert_eq!(first["agent"], "build");
+    assert_eq!(first["resumed"], false);
+    assert_eq!(
+        first["project_root"],
+        dir.path().canonicalize().unwrap().to_str().unwrap()
+    );
+
+    // What a script does next with it.
+    let mut cmd = crow(dir.path());
+    cmd.args([
+        "run",
+        "--json",
+        "--resume",
+        first["id"].as_str().unwrap(),
+        "second",
+    ]);
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    assert_eq!(out.events[0]["id"], info.id.as_str());
+    assert_eq!(out.events[0]["resumed"], true);
+    assert_eq!(mock.requests().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_whose_first_model_call_fails_keeps_no_session_and_no_hint() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = Scenario::new().fault(crow_testkit::Fault::Status {
+        code: 404,
+        retry_after_secs: None,
+        body: Some("no such model".into()),
+    });
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let mut cmd = crow(dir.path());
+    cmd.args([
+        "run",
+        "--provider",
+        "openai",
+        "--model",
+        "mock-model",
+        "--base-url",
+    ])
+    .arg(mock.openai_base_url())
+    .arg("hi");
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(1), "stderr: {}", out.stderr);
+    assert!(out.stderr.contains("error:"), "{}", out.stderr);
+    assert!(
+        !out.stderr.contains("--continue") && !out.stderr.contains("--resume"),
+        "{}",
+        out.stderr
+    );
+    let sessions = store(dir.path())
+        .list_sessions(&crow_core::SessionFilter::default())
+        .unwrap();
+    assert!(sessions.is_empty(), "{sessions:?}");
+}
