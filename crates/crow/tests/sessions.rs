@@ -329,6 +329,8 @@ async fn ctrl_c_keeps_the_partial_text_marked_partial() {
 async fn two_crow_processes_share_the_database_each_on_its_own_session() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("notes.txt"), "alpha\n").unwrap();
+    // Six identical reads are what the sessions need here, not a loop to stop.
+    write_project_config(dir.path(), "doom_loop_threshold = 0\n");
     let scenario = || {
         let mut s = Scenario::new().chunk_size(3).chunk_delay(2);
         for i in 0..6 {
