@@ -376,7 +376,7 @@ fn single(key: &str, value: toml::Value) -> toml::Table {
 }
 
 /// Parses one layer and checks it against the schema, naming the file on error.
-fn parse_layer(text: &str, source: &Source) -> Result<toml::Table> {
+pub(crate) fn parse_layer(text: &str, source: &Source) -> Result<toml::Table> {
     let table: toml::Table = toml::from_str(text)
         .map_err(|e| anyhow::anyhow!("config error in {source}: {}", describe(text, &e)))?;
     // Parsed again from the text (not the table) so a schema error has a position too.

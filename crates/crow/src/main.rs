@@ -11,6 +11,7 @@ mod agents;
 mod app;
 mod compose;
 mod config;
+mod config_cmd;
 mod demo;
 mod instructions;
 mod mcp;
@@ -62,6 +63,12 @@ enum Command {
         #[command(subcommand)]
         command: AgentsCommand,
     },
+    /// Set up crow in this project: a commented .crow/config.toml and an AGENTS.md skeleton
+    Init {
+        /// Write without asking
+        #[arg(long, short)]
+        yes: bool,
+    },
     /// Trust this project's own configuration (.crow/config.toml, .mcp.json): its endpoints,
     /// keys, MCP servers and store settings take effect from now on
     Trust {
@@ -89,6 +96,8 @@ enum Command {
 enum ConfigCommand {
     /// Print the effective configuration and where each value came from (secrets redacted)
     Show(ModelArgs),
+    #[command(flatten)]
+    Edit(config_cmd::EditCommand),
 }
 
 #[derive(Subcommand)]
@@ -282,6 +291,10 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
             sessions::run(command, &loaded.config, &root)
         }
         Command::Mcp { command } => mcp::command(command).await,
+        Command::Init { yes } => config_cmd::init(yes),
+        Command::Config {
+            command: ConfigCommand::Edit(command),
+        } => config_cmd::run(command),
         Command::Trust { path, remove } => {
             let cwd = std::env::current_dir().context("cannot read the current directory")?;
             let dir = path.map_or(cwd, |p| p);

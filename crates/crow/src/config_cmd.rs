@@ -1,0 +1,607 @@
+//! `crow config set | get | unset | validate | path | edit` and `crow init`: the configuration
+//! from the command line. Files are edited with `toml_edit`, so comments, order and layout
+//! survive; every change is checked against the schema before anything is written.
+
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, anyhow, bail};
+use clap::Subcommand;
+
+use crate::config::{self, Overrides, Source};
+
+#[derive(Subcommand)]
+pub enum EditCommand {
+    /// Set KEY (dotted: providers.local.base_url) to VALUE in your config (or the project's)
+    Set {
+        key: String,
+        /// A TOML value (`true`, `30`, `["a", "b"]`); anything else is taken as a string
+        value: String,
+        /// Write the project's .crow/config.toml instead of your own
+        #[arg(long)]
+        project: bool,
+        /// For `...api_key`: store the key in a file only you can read and point to it
+        #[arg(long)]
+        key_file: bool,
+    },
+    /// Print one effective value (or every value under a table) and where it came from
+    Get { key: String },
+    /// Remove KEY from your config (or the project's)
+    Unset {
+        key: String,
+        #[arg(long)]
+        project: bool,
+    },
+    /// Check every layer (or one FILE) and print each problem; exit status 1 if any
+    Validate { file: Option<PathBuf> },
+    /// Where each configuration layer and the session database live
+    Path,
+    /// Open your config (or the project's) in $VISUAL / $EDITOR; checked before it is saved
+    Edit {
+        #[arg(long)]
+        project: bool,
+    },
+}
+
+pub fn run(command: EditCommand) -> Result<ExitCode> {
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    let (root, _) = crate::app::find_project_root(&cwd);
+    match command {
+        EditCommand::Set {
+            key,
+            value,
+            project,
+            key_file,
+        } => {
+            let file = layer_file(&root, project)?;
+            let value = if key_file {
+                store_key_file(&key, &value)?
+            } else {
+                if last_segment(&key) == "api_key" {
+                    bail!(
+                        "crow does not write API keys into config files in plain text: set `{}` \
+                         to the name of an environment variable that holds it, or pass --key-file to keep \
+                         it in a file only you can read",
+                        sibling(&key, "api_key_env")
+                    );
+                }
+                parse_value(&value)
+            };
+            let key = if key_file {
+                sibling(&key, "api_key_file")
+            } else {
+                key
+            };
+            let text = read_or_empty(&file)?;
+            let edited = set_in(&text, &key, value)?;
+            check(&edited, &file)?;
+            write_private(&file, &edited)?;
+            eprintln!("{key} set in {}", file.display());
+            Ok(ExitCode::SUCCESS)
+        }
+        EditCommand::Unset { key, project } => {
+            let file = layer_file(&root, project)?;
+            let text = read_or_empty(&file)?;
+            let edited = unset_in(&text, &key)?;
+            check(&edited, &file)?;
+            write_private(&file, &edited)?;
+            eprintln!("{key} removed from {}", file.display());
+            Ok(ExitCode::SUCCESS)
+        }
+        EditCommand::Get { key } => {
+            let loaded = config::load(&root, &Overrides::default())?;
+            let prefix = format!("{key}.");
+            let mut found = false;
+            for (name, (value, source)) in &loaded.sources {
+                if *name == key || name.starts_with(&prefix) {
+                    found = true;
+                    let shown = if config::is_secret(name) {
+                        "\"[redacted]\"".to_owned()
+                    } else {
+                        value.to_string()
+                    };
+                    println!("{name} = {shown}  # {source}");
+                }
+            }
+            if !found {
+                bail!("{key} is not set in any layer (crow config show lists what is)");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        EditCommand::Validate { file } => {
+            let problems = match file {
+                Some(file) => validate_file(&file),
+                None => validate_all(&root),
+            };
+            for problem in &problems {
+                println!("{problem}");
+            }
+            if problems.is_empty() {
+                eprintln!("the configuration is valid");
+                Ok(ExitCode::SUCCESS)
+            } else {
+                Ok(ExitCode::from(1))
+            }
+        }
+        EditCommand::Path => {
+            let user = user_file()?;
+            println!("user config     {}", user.display());
+            println!(
+                "project config  {}",
+                root.join(".crow/config.toml").display()
+            );
+            println!("project MCP     {}", root.join(".mcp.json").display());
+            if let Some(dir) = config::user_config_dir() {
+                println!("user agents     {}", dir.join("agents").display());
+            }
+            println!("project agents  {}", root.join(".crow/agents").display());
+            let loaded = config::load(&root, &Overrides::default())?;
+            let (db, why) = crate::sessions::db_location(&loaded.config)?;
+            println!("sessions        {} ({why})", db.display());
+            Ok(ExitCode::SUCCESS)
+        }
+        EditCommand::Edit { project } => edit(&layer_file(&root, project)?),
+    }
+}
+
+fn user_file() -> Result<PathBuf> {
+    config::user_config_dir()
+        .map(|d| d.join("config.toml"))
+        .context("cannot find the user config directory (set CROW_CONFIG_DIR or HOME)")
+}
+
+fn layer_file(root: &Path, project: bool) -> Result<PathBuf> {
+    if project {
+        Ok(root.join(".crow").join("config.toml"))
+    } else {
+        user_file()
+    }
+}
+
+fn read_or_empty(path: &Path) -> Result<String> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok(text),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
+        Err(e) => bail!("cannot read {}: {e}", path.display()),
+    }
+}
+
+/// Writes a config file readable by its owner only: it may name key files and endpoints.
+fn write_private(path: &Path, text: &str) -> Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    let tmp = path.with_extension("toml.tmp");
+    {
+        let mut file = open_private(&tmp)?;
+        file.write_all(text.as_bytes())
+            .with_context(|| format!("cannot write {}", tmp.display()))?;
+    }
+    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))
+}
+
+fn open_private(path: &Path) -> Result<std::fs::File> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options
+        .open(path)
+        .with_context(|| format!("cannot write {}", path.display()))
+}
+
+fn last_segment(key: &str) -> &str {
+    key.rsplit('.').next().unwrap_or(key)
+}
+
+/// `providers.x.api_key` → `providers.x.<name>`.
+fn sibling(key: &str, name: &str) -> String {
+    match key.rsplit_once('.') {
+        Some((table, _)) => format!("{table}.{name}"),
+        None => name.to_owned(),
+    }
+}
+
+/// `--key-file`: the key goes to `<config dir>/keys/<provider>` (0600); the config gets its path.
+fn store_key_file(key: &str, secret: &str) -> Result<toml_edit::Value> {
+    if last_segment(key) != "api_key" {
+        bail!("--key-file is for providers.NAME.api_key");
+    }
+    let provider = key
+        .strip_prefix("providers.")
+        .and_then(|rest| rest.strip_suffix(".api_key"))
+        .filter(|p| !p.is_empty() && !p.contains('.'))
+        .ok_or_else(|| anyhow!("--key-file is for providers.NAME.api_key"))?;
+    let dir = config::user_config_dir()
+        .context("cannot find the user config directory (set CROW_CONFIG_DIR or HOME)")?
+        .join("keys");
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+            .with_context(|| format!("cannot restrict {}", dir.display()))?;
+    }
+    let path = dir.join(provider);
+    let mut file = open_private(&path)?;
+    file.write_all(secret.trim().as_bytes())
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    eprintln!("the key is in {} (readable by you only)", path.display());
+    Ok(toml_edit::Value::from(path.display().to_string()))
+}
+
+/// A command-line value as TOML: `true`, `30`, `["a"]`, `"quoted"`; anything else is a string.
+fn parse_value(text: &str) -> toml_edit::Value {
+    text.parse::<toml_edit::Value>()
+        .unwrap_or_else(|_| toml_edit::Value::from(text))
+}
+
+fn segments(key: &str) -> Result<Vec<&str>> {
+    let parts: Vec<&str> = key.split('.').collect();
+    if parts.iter().any(|p| p.trim().is_empty()) {
+        bail!("'{key}' is not a key: use dotted names such as providers.local.base_url");
+    }
+    Ok(parts)
+}
+
+/// `text` with `key` set to `value`; tables on the way are created, the rest is kept as written.
+fn set_in(text: &str, key: &str, value: toml_edit::Value) -> Result<String> {
+    let mut doc: toml_edit::DocumentMut = text.parse().context("the file is not valid TOML")?;
+    let parts = segments(key)?;
+    let (last, tables) = parts.split_last().context("empty key")?;
+    let mut table: &mut dyn toml_edit::TableLike = doc.as_table_mut();
+    for part in tables {
+        let item = table.entry(part).or_insert_with(|| {
+            let mut t = toml_edit::Table::new();
+            t.set_implicit(true);
+            toml_edit::Item::Table(t)
+        });
+        table = item
+            .as_table_like_mut()
+            .ok_or_else(|| anyhow!("'{part}' in '{key}' is a value, not a table"))?;
+    }
+    match table.get_mut(last) {
+        // Keep the comment and spacing around an existing value.
+        Some(toml_edit::Item::Value(old)) => {
+            let decor = old.decor().clone();
+            *old = value;
+            *old.decor_mut() = decor;
+        }
+        Some(_) => bail!("'{key}' is a table; set one of its keys"),
+        None => {
+            table.insert(last, toml_edit::Item::Value(value));
+        }
+    }
+    Ok(doc.to_string())
+}
+
+fn unset_in(text: &str, key: &str) -> Result<String> {
+    let mut doc: toml_edit::DocumentMut = text.parse().context("the file is not valid TOML")?;
+    let parts = segments(key)?;
+    let (last, tables) = parts.split_last().context("empty key")?;
+    let mut table: &mut dyn toml_edit::TableLike = doc.as_table_mut();
+    for part in tables {
+        table = table
+            .get_mut(part)
+            .and_then(toml_edit::Item::as_table_like_mut)
+            .ok_or_else(|| anyhow!("{key} is not set in this file"))?;
+    }
+    table
+        .remove(last)
+        .ok_or_else(|| anyhow!("{key} is not set in this file"))?;
+    Ok(doc.to_string())
+}
+
+/// Refuses a config text the schema rejects, naming the closest known key for a typo.
+fn check(text: &str, file: &Path) -> Result<()> {
+    config::parse_layer(text, &Source::File(file.to_path_buf()))
+        .map(|_| ())
+        .map_err(|e| anyhow!("{}; nothing was written", with_suggestion(&e.to_string())))
+}
+
+/// serde names the keys it expected after an unknown one: point at the nearest.
+fn with_suggestion(message: &str) -> String {
+    let Some(unknown) = message
+        .split("unknown field `")
+        .nth(1)
+        .and_then(|rest| rest.split('`').next())
+    else {
+        return message.to_owned();
+    };
+    let expected = message
+        .split("expected one of ")
+        .nth(1)
+        .or_else(|| message.split("expected ").nth(1))
+        .unwrap_or_default();
+    let best = expected
+        .split(',')
+        .map(|k| k.trim().trim_matches('`'))
+        .filter(|k| !k.is_empty())
+        .min_by_key(|k| distance(unknown, k));
+    match best {
+        Some(best) if distance(unknown, best) <= unknown.len().max(3) / 2 => {
+            format!("{message} (did you mean `{best}`?)")
+        }
+        _ => message.to_owned(),
+    }
+}
+
+/// Levenshtein distance, for "did you mean".
+fn distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
+
+/// One file: a config.toml, an `.mcp.json` or an agent definition, by its name.
+fn validate_file(file: &Path) -> Vec<String> {
+    let text = match std::fs::read_to_string(file) {
+        Ok(text) => text,
+        Err(e) => return vec![format!("{}: cannot read: {e}", file.display())],
+    };
+    let name = file
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default();
+    if name == ".mcp.json" {
+        return match crow_mcp::parse_mcp_json(&text, &file.display().to_string()) {
+            Ok(entries) => entries
+                .into_iter()
+                .filter_map(|(_, entry)| entry.err().map(|e| e.to_string()))
+                .collect(),
+            Err(e) => vec![e.to_string()],
+        };
+    }
+    if file.extension().is_some_and(|e| e == "md")
+        || file.parent().is_some_and(|p| p.ends_with("agents"))
+    {
+        let dir = tempfile::tempdir();
+        return match dir {
+            Ok(dir) => {
+                let agents = dir.path().join("agents");
+                let copied = std::fs::create_dir_all(&agents)
+                    .and_then(|()| std::fs::write(agents.join(name), &text));
+                match copied {
+                    Ok(()) => crate::agents::load_catalog(None, dir.path())
+                        .problems
+                        .into_iter()
+                        .map(|p| {
+                            p.replace(
+                                &agents.join(name).display().to_string(),
+                                &file.display().to_string(),
+                            )
+                        })
+                        .collect(),
+                    Err(e) => vec![format!("{}: {e}", file.display())],
+                }
+            }
+            Err(e) => vec![format!("{}: {e}", file.display())],
+        };
+    }
+    match config::parse_layer(&text, &Source::File(file.to_path_buf())) {
+        Ok(_) => Vec::new(),
+        Err(e) => vec![with_suggestion(&e.to_string())],
+    }
+}
+
+/// Every layer a session in this project reads: both config files, `.mcp.json`, agent files.
+fn validate_all(root: &Path) -> Vec<String> {
+    let mut problems = Vec::new();
+    let files = user_file()
+        .ok()
+        .into_iter()
+        .chain([root.join(".crow/config.toml"), root.join(".mcp.json")]);
+    for file in files.filter(|f| f.is_file()) {
+        problems.extend(validate_file(&file));
+    }
+    let catalog =
+        crate::agents::load_catalog(config::user_config_dir().as_deref(), &root.join(".crow"));
+    problems.extend(catalog.problems);
+    if problems.is_empty() {
+        // The layers are each valid; so must be what they make together.
+        if let Err(e) = config::load(root, &Overrides::default()) {
+            problems.push(format!("{e:#}"));
+        }
+    }
+    problems
+}
+
+/// Edits a copy, checks it, and only then replaces the file: a mistake never lands.
+fn edit(file: &Path) -> Result<ExitCode> {
+    let editor = std::env::var("VISUAL")
+        .ok()
+        .or_else(|| std::env::var("EDITOR").ok())
+        .filter(|e| !e.trim().is_empty())
+        .context("set $VISUAL or $EDITOR to the editor to use")?;
+    let text = read_or_empty(file)?;
+    let dir = tempfile::tempdir().context("cannot create a temporary directory")?;
+    let copy = dir.path().join("config.toml");
+    std::fs::write(&copy, &text).with_context(|| format!("cannot write {}", copy.display()))?;
+    // The editor may be a command with arguments (`code --wait`): run it through the shell.
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("{editor} \"$1\""))
+        .arg("sh")
+        .arg(&copy)
+        .status()
+        .with_context(|| format!("cannot start the editor ({editor})"))?;
+    if !status.success() {
+        bail!(
+            "the editor exited with {status}; {} is unchanged",
+            file.display()
+        );
+    }
+    let edited = std::fs::read_to_string(&copy).context("cannot read the edited copy")?;
+    if edited == text {
+        eprintln!("no change");
+        return Ok(ExitCode::SUCCESS);
+    }
+    if let Err(e) = check(&edited, file) {
+        let kept = file.with_extension("toml.rejected");
+        let _ = std::fs::write(&kept, &edited);
+        bail!("{e:#}; your edit is kept in {}", kept.display());
+    }
+    write_private(file, &edited)?;
+    eprintln!("saved {}", file.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `crow init`: a commented `.crow/config.toml` and, where none exists, an `AGENTS.md` with
+/// the build and test commands crow can see; asks before writing each (unless `yes`).
+pub fn init(yes: bool) -> Result<ExitCode> {
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    let (root, _) = crate::app::find_project_root(&cwd);
+    let config_file = root.join(".crow/config.toml");
+    if config_file.exists() {
+        eprintln!("{} exists; left as it is", config_file.display());
+    } else if confirm(yes, &format!("write {}?", config_file.display()))? {
+        write_private(&config_file, PROJECT_CONFIG_TEMPLATE)?;
+        eprintln!("wrote {}", config_file.display());
+    }
+    let has_instructions = ["AGENTS.md", "AGENTS.override.md", "CLAUDE.md"]
+        .iter()
+        .any(|n| root.join(n).exists());
+    let agents_file = root.join("AGENTS.md");
+    if has_instructions {
+        eprintln!("the project has instructions already; AGENTS.md not written");
+    } else if confirm(yes, &format!("write {}?", agents_file.display()))? {
+        std::fs::write(&agents_file, agents_skeleton(&root))
+            .with_context(|| format!("cannot write {}", agents_file.display()))?;
+        eprintln!("wrote {}", agents_file.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn confirm(yes: bool, question: &str) -> Result<bool> {
+    if yes {
+        return Ok(true);
+    }
+    eprint!("{question} [y/N] ");
+    let _ = std::io::stderr().flush();
+    let mut answer = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut answer)
+        .context("cannot read the answer")?;
+    Ok(matches!(answer.trim(), "y" | "Y" | "yes"))
+}
+
+const PROJECT_CONFIG_TEMPLATE: &str = r#"# crow's settings for this project; your own ~/.config/crow/config.toml is read first and
+# this file wins where both set a key. `crow config validate` checks it, `crow config show`
+# prints the result. Endpoints, key variables, MCP servers and the store only take effect
+# once you trust the project (`crow trust`).
+
+# model = "gpt-4.1"            # the model sessions here use
+# max_iterations = 50          # model calls per turn
+# doom_loop_threshold = 3      # repeats before crow steers the model (0: off)
+
+# [tools]
+# bash_timeout_secs = 120
+
+# [instructions]
+# fallback_names = ["CLAUDE.md"]   # read where a directory has no AGENTS.md
+# max_bytes = 32768
+"#;
+
+/// An AGENTS.md skeleton with the commands the project's build files name.
+fn agents_skeleton(root: &Path) -> String {
+    let mut commands: Vec<(&str, String)> = Vec::new();
+    if root.join("Cargo.toml").exists() {
+        commands.push(("Build", "cargo build".into()));
+        commands.push(("Test", "cargo test".into()));
+        commands.push(("Lint", "cargo clippy --all-targets -- -D warnings".into()));
+    }
+    if let Ok(text) = std::fs::read_to_string(root.join("package.json"))
+        && let Ok(json) = serde_json::from_str::<serde_json::Value>(&text)
+        && let Some(scripts) = json.get("scripts").and_then(|s| s.as_object())
+    {
+        for (what, script) in [("Build", "build"), ("Test", "test"), ("Lint", "lint")] {
+            if scripts.contains_key(script) {
+                commands.push((what, format!("npm run {script}")));
+            }
+        }
+    }
+    if root.join("pyproject.toml").exists() || root.join("setup.py").exists() {
+        commands.push(("Test", "python -m pytest".into()));
+    }
+    if root.join("go.mod").exists() {
+        commands.push(("Build", "go build ./...".into()));
+        commands.push(("Test", "go test ./...".into()));
+    }
+    if let Ok(text) = std::fs::read_to_string(root.join("Makefile")) {
+        for target in ["build", "test", "check", "lint"] {
+            if text.lines().any(|l| l.starts_with(&format!("{target}:"))) {
+                commands.push(("Make", format!("make {target}")));
+            }
+        }
+    }
+    let mut out = String::from(
+        "# AGENTS.md\n\nInstructions for coding agents working in this project.\n\n## Commands\n\n",
+    );
+    if commands.is_empty() {
+        out.push_str("- (add the commands that build and test the project)\n");
+    }
+    for (what, command) in commands {
+        out.push_str(&format!("- {what}: `{command}`\n"));
+    }
+    out.push_str(
+        "\n## Conventions\n\n- (code style, naming, where things live)\n\n## Before finishing\n\n\
+         - Run the tests and fix what fails.\n",
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_keeps_comments_and_creates_tables() {
+        let text =
+            "# mine\nmodel = \"a\"   # the model\n\n[tools]\n# limit\nbash_timeout_secs = 5\n";
+        let out = set_in(text, "model", parse_value("b")).unwrap();
+        assert_eq!(out, text.replace("\"a\"", "\"b\""));
+        let out = set_in(text, "providers.local.base_url", parse_value("http://x")).unwrap();
+        assert!(out.starts_with(text), "{out}");
+        assert!(
+            out.contains("[providers.local]\nbase_url = \"http://x\""),
+            "{out}"
+        );
+        assert!(set_in(text, "model.x", parse_value("1")).is_err());
+        assert_eq!(
+            unset_in(&out, "providers.local.base_url")
+                .unwrap()
+                .trim_end(),
+            format!("{text}\n[providers.local]").trim_end()
+        );
+        assert!(unset_in(text, "nope").is_err());
+    }
+
+    #[test]
+    fn values_are_toml_when_they_parse() {
+        assert_eq!(parse_value("30").as_integer(), Some(30));
+        assert_eq!(parse_value("true").as_bool(), Some(true));
+        assert_eq!(parse_value("gpt-4.1").as_str(), Some("gpt-4.1"));
+        assert_eq!(parse_value("[\"a\"]").as_array().map(|a| a.len()), Some(1));
+    }
+
+    #[test]
+    fn typos_get_the_closest_key() {
+        let e = check("modle = \"x\"\n", Path::new("/c.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("did you mean `model`?"), "{e}");
+        assert!(e.contains("nothing was written"), "{e}");
+        assert_eq!(distance("kitten", "sitting"), 3);
+    }
+}

@@ -1,0 +1,208 @@
+//! `crow config set|get|unset|validate|path|edit` and `crow init` through the real binary.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::*;
+
+fn user_config(dir: &std::path::Path) -> std::path::PathBuf {
+    dir.join(".home/.config/crow/config.toml")
+}
+
+async fn crow_ok(dir: &std::path::Path, args: &[&str]) -> Output {
+    let mut cmd = crow(dir);
+    cmd.args(args);
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "{args:?}: {}", out.stderr);
+    out
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn set_get_unset_round_trip_a_commented_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let original = "# my settings\nmodel = \"a\"  # keep this comment\n\n[tools]\n# why 5\nbash_timeout_secs = 5\n";
+    std::fs::create_dir_all(user_config(dir.path()).parent().unwrap()).unwrap();
+    std::fs::write(user_config(dir.path()), original).unwrap();
+
+    crow_ok(dir.path(), &["config", "set", "model", "gpt-4.1"]).await;
+    let text = std::fs::read_to_string(user_config(dir.path())).unwrap();
+    assert_eq!(
+        text,
+        original.replace("\"a\"", "\"gpt-4.1\""),
+        "only the value changed"
+    );
+
+    crow_ok(
+        dir.path(),
+        &[
+            "config",
+            "set",
+            "providers.local.base_url",
+            "http://127.0.0.1:8000/v1",
+        ],
+    )
+    .await;
+    crow_ok(
+        dir.path(),
+        &["config", "set", "providers.local.type", "openai"],
+    )
+    .await;
+    let out = crow_ok(dir.path(), &["config", "get", "providers.local"]).await;
+    assert!(
+        out.stdout
+            .contains("providers.local.base_url = \"http://127.0.0.1:8000/v1\""),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("config.toml"),
+        "the source is named: {}",
+        out.stdout
+    );
+
+    crow_ok(dir.path(), &["config", "unset", "providers.local.base_url"]).await;
+    let out = crow_ok(dir.path(), &["config", "get", "model"]).await;
+    assert!(
+        out.stdout.starts_with("model = \"gpt-4.1\""),
+        "{}",
+        out.stdout
+    );
+
+    // A typo is refused with the closest key, and the file is untouched.
+    let before = std::fs::read_to_string(user_config(dir.path())).unwrap();
+    let mut cmd = crow(dir.path());
+    cmd.args(["config", "set", "max_iteratons", "5"]);
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(1));
+    assert!(
+        out.stderr.contains("did you mean `max_iterations`?"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(
+        std::fs::read_to_string(user_config(dir.path())).unwrap(),
+        before
+    );
+    // So is a bad value.
+    let mut cmd = crow(dir.path());
+    cmd.args(["config", "set", "max_iterations", "many"]);
+    assert_eq!(output(cmd).await.code, Some(1));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_api_key_is_never_written_in_plain_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = crow(dir.path());
+    cmd.args(["config", "set", "providers.openai.api_key", "sk-secret-123"]);
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(1));
+    assert!(
+        out.stderr.contains("api_key_env") && !out.stderr.contains("sk-secret-123"),
+        "{}",
+        out.stderr
+    );
+    assert!(!user_config(dir.path()).exists());
+
+    crow_ok(
+        dir.path(),
+        &[
+            "config",
+            "set",
+            "providers.openai.api_key",
+            "sk-secret-123",
+            "--key-file",
+        ],
+    )
+    .await;
+    let key = dir.path().join(".home/.config/crow/keys/openai");
+    assert_eq!(std::fs::read_to_string(&key).unwrap(), "sk-secret-123");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&key).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let text = std::fs::read_to_string(user_config(dir.path())).unwrap();
+    assert!(
+        text.contains("api_key_file") && !text.contains("sk-secret"),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn validate_names_file_line_and_key_and_sets_the_exit_status() {
+    let dir = tempfile::tempdir().unwrap();
+    crow_ok(dir.path(), &["config", "validate"]).await;
+    write_project_config(dir.path(), "model = \"m\"\n[tools]\nbash_timeout = 3\n");
+    std::fs::create_dir_all(dir.path().join(".crow/agents")).unwrap();
+    std::fs::write(
+        dir.path().join(".crow/agents/bad.toml"),
+        "primary = \"builder\"\nlevel = 9\n",
+    )
+    .unwrap();
+    let mut cmd = crow(dir.path());
+    cmd.args(["config", "validate"]);
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(1), "{}", out.stdout);
+    assert!(
+        out.stdout.contains(".crow/config.toml")
+            && out.stdout.contains("line 3")
+            && out.stdout.contains("bash_timeout"),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("bad.toml"), "{}", out.stdout);
+
+    let mut cmd = crow(dir.path());
+    cmd.args(["config", "validate"])
+        .arg(dir.path().join(".crow/agents/bad.toml"));
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(1));
+    assert!(
+        out.stdout.contains("bad.toml") && out.stdout.contains("level"),
+        "{}",
+        out.stdout
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn path_edit_and_init() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = crow_ok(dir.path(), &["config", "path"]).await;
+    assert!(
+        out.stdout.contains(".home/.config/crow/config.toml"),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("crow.db"), "{}", out.stdout);
+
+    // An "editor" that writes an invalid key: refused, the file unchanged, the edit kept.
+    let mut cmd = crow(dir.path());
+    cmd.env("EDITOR", "sh -c 'echo \"modl = 1\" > \"$0\"'")
+        .args(["config", "edit"]);
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    assert!(!user_config(dir.path()).exists());
+    let mut cmd = crow(dir.path());
+    cmd.env("EDITOR", "sh -c 'echo \"model = \\\"x\\\"\" > \"$0\"'")
+        .args(["config", "edit"]);
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert_eq!(
+        std::fs::read_to_string(user_config(dir.path())).unwrap(),
+        "model = \"x\"\n"
+    );
+
+    std::fs::write(dir.path().join("Cargo.toml"), "[package]\nname = \"x\"\n").unwrap();
+    crow_ok(dir.path(), &["init", "--yes"]).await;
+    let agents = std::fs::read_to_string(dir.path().join("AGENTS.md")).unwrap();
+    assert!(agents.contains("`cargo test`"), "{agents}");
+    crow_ok(dir.path(), &["config", "validate"]).await;
+    // A second init changes nothing.
+    std::fs::write(dir.path().join("AGENTS.md"), "mine\n").unwrap();
+    crow_ok(dir.path(), &["init", "--yes"]).await;
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("AGENTS.md")).unwrap(),
+        "mine\n"
+    );
+}
