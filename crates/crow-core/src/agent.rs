@@ -16,10 +16,13 @@ use tokio_util::sync::CancellationToken;
 
 use crate::TASK_COMPLETE;
 use crate::client::ClientBridge;
+use crate::compaction::CompactionConfig;
 use crate::event::{AgentEvent, EventSender};
 use crate::history::{EntryKind, SystemEvent};
 use crate::message::{ChatRequest, ToolDefinition};
-use crate::provider::{FinishReason, Provider, ProviderError, StreamDelta, Usage};
+use crate::provider::{
+    FinishReason, Provider, ProviderError, ProviderErrorKind, StreamDelta, Usage,
+};
 use crate::schedule::CallOrder;
 use crate::session::Session;
 use crate::tool::{PermissionGate, ToolContext, ToolKind, ToolRegistry, ToolResult};
@@ -34,6 +37,9 @@ pub struct AgentConfig {
     pub max_iterations: u32,
     pub max_tokens: Option<u32>,
     pub temperature: Option<f32>,
+    /// When and how the history is compacted to fit the window (compaction.rs).
+    #[serde(default)]
+    pub compaction: CompactionConfig,
 }
 
 impl Default for AgentConfig {
@@ -42,6 +48,7 @@ impl Default for AgentConfig {
             max_iterations: 50,
             max_tokens: None,
             temperature: None,
+            compaction: CompactionConfig::default(),
         }
     }
 }
@@ -91,6 +98,9 @@ pub struct TurnResult {
 pub enum AgentError {
     #[error("{0}")]
     Provider(#[from] ProviderError),
+    /// The history cannot be made to fit the model's context window.
+    #[error("{0}")]
+    Context(String),
 }
 
 /// One agent: a provider, tools, a system prompt and its loop settings.
@@ -216,7 +226,17 @@ impl BaseAgent {
                 },
             );
 
-            let response = match self.stream_response(session, events, &cancel).await {
+            // Before a request: make the history fit the window (compaction.rs).
+            self.before_request(session, events, &cancel).await?;
+            let mut result = self.stream_response(session, events, &cancel).await;
+            // Overflow recovery: compact and retry once instead of ending the turn.
+            if let Err(error) = &result
+                && error.kind == ProviderErrorKind::ContextOverflow
+                && self.recover_overflow(session, events, &cancel, error).await
+            {
+                result = self.stream_response(session, events, &cancel).await;
+            }
+            let response = match result {
                 Ok(response) => response,
                 Err(error) => {
                     self.emit(
@@ -380,6 +400,7 @@ impl BaseAgent {
         let partial = !matches!(outcome, Outcome::Done);
         if !acc.usage.is_empty() {
             self.emit(events, AgentEvent::usage(&self.name, &acc.usage));
+            session.budget.observe(acc.usage.input_tokens);
         }
         self.record_response(session, events, &mut acc, partial);
         match outcome {
@@ -390,7 +411,7 @@ impl BaseAgent {
     }
 
     /// The definitions to advertise now (tools may have appeared or gone since the last call).
-    fn current_definitions(&self) -> Arc<Vec<ToolDefinition>> {
+    pub(crate) fn current_definitions(&self) -> Arc<Vec<ToolDefinition>> {
         let mut cached = self
             .definitions
             .lock()

@@ -8,12 +8,15 @@
 //! - [`client`]: [`ClientBridge`], the editor's files and terminals offered to tools;
 //! - [`event`]: [`AgentEvent`], the one stream every front end consumes;
 //! - [`agent`]: [`BaseAgent::execute_turn`], the loop itself;
+//! - [`budget`], [`compaction`]: token accounting and the compaction step before a request;
 //! - [`crew`]: the control-flow layer: a primary, an optional coagent, autonomy levels;
 //! - [`store`]: the [`SessionStore`] trait sessions are persisted through;
 //! - [`env`]: [`EnvPolicy`], the environment of the commands tools and MCP servers start.
 
 pub mod agent;
+pub mod budget;
 pub mod client;
+pub mod compaction;
 pub mod crew;
 pub mod env;
 pub mod event;
@@ -31,12 +34,15 @@ mod testing;
 
 pub use agent::{AgentConfig, AgentError, BaseAgent, ExecutedToolCall, TurnResult, TurnStop};
 pub use client::{BridgeError, ClientBridge, CommandEnding, CommandOutcome, CommandRequest};
+pub use compaction::{CompactionConfig, ContextBreakdown};
 pub use crew::{
     CoagentTools, ControlFlow, Crew, CrewError, CrewSession, Handoff, RunResult, RunStop,
 };
 pub use env::{EnvPolicy, Inherit};
 pub use event::{AgentEvent, EventSender, NoticeLevel};
-pub use history::{EntryKind, HistoryEntry, SystemEvent};
+pub use history::{
+    Compaction, CompactionTier, Elided, EntryKind, HistoryEntry, Replaced, SystemEvent,
+};
 pub use message::{
     AssistantPart, ChatRequest, ImagePart, Message, ToolDefinition, ToolResultMessage,
 };

@@ -193,6 +193,7 @@ impl Composer {
             max_iterations: def.max_iterations.unwrap_or(self.max_iterations),
             temperature: def.temperature,
             max_tokens: def.max_tokens,
+            ..AgentConfig::default()
         };
         let agent = BaseAgent::new(
             shown,

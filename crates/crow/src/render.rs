@@ -280,6 +280,20 @@ pub async fn terminal(mut events: UnboundedReceiver<AgentEvent>, show_agent: boo
                 };
                 let _ = writeln!(out, "{text}");
             }
+            AgentEvent::Compacted {
+                agent,
+                tokens_before,
+                tokens_after,
+                tier,
+                ..
+            } => {
+                line.finish(&mut out);
+                let text = format!(
+                    "{agent}: context compacted ({}): ~{tokens_before} → ~{tokens_after} tokens",
+                    tier.as_str()
+                );
+                let _ = writeln!(out, "{}", style.dim(&text));
+            }
             // Nudges of the control flow (levels 1 and 2); a reviewer's feedback was streamed.
             AgentEvent::Handoff { from, to, prompt } if from == "crew" => {
                 line.finish(&mut out);
