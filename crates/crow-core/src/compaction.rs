@@ -31,6 +31,12 @@ use crate::message::{ChatRequest, Message};
 use crate::provider::{ProviderError, StreamDelta, Usage};
 use crate::session::Session;
 
+mod parts;
+pub use parts::{boundaries, elide};
+use parts::{
+    candidate_view, dropped, entry_chars, head_end, render_prompt, transcript, with_latest_request,
+};
+
 /// Version of [`TEMPLATE`] and of the elision format, stored with every compaction.
 pub const TEMPLATE_VERSION: u32 = 1;
 /// The summary request (minijinja).
@@ -364,8 +370,34 @@ impl BaseAgent {
         if plan.is_none() {
             let previous = view.replaced.and_then(|r| r.summary.clone());
             let new_from = view.replaced.map_or(from, |r| r.to as usize).max(from);
+            let span_chars = |to: usize, summary: Option<&str>| {
+                let r = Replaced {
+                    from: from as u64,
+                    to: to as u64,
+                    summary: summary.map(str::to_owned),
+                };
+                let v = View {
+                    replaced: Some(&r),
+                    elided: view.elided.clone(),
+                };
+                view_chars(&v)
+            };
+            // The cut: after the last `keep_last` exchanges, or later (down to the last
+            // exchange) when those alone leave no room for a summary.
+            let allowance = (self.summary_tokens(session) as f64 * ratio) as u64;
+            let cut = if manual.is_some() {
+                tail_start
+            } else {
+                bounds
+                    .iter()
+                    .copied()
+                    .filter(|&b| b >= tail_start && b <= last_start)
+                    .find(|&b| span_chars(b, None) + allowance <= goal_chars)
+                    .unwrap_or(last_start)
+            }
+            .max(from);
             let mut summary = None;
-            if tail_start > new_from {
+            if cut > new_from {
                 let t = Instant::now();
                 let result = self
                     .summarise(
@@ -373,7 +405,7 @@ impl BaseAgent {
                         events,
                         entries,
                         &view,
-                        (from, new_from, tail_start),
+                        (from, new_from, cut),
                         manual,
                     )
                     .await;
@@ -384,7 +416,7 @@ impl BaseAgent {
                             format!("{SUMMARY_HEAD}\n\n{text}"),
                             entries,
                             from,
-                            tail_start,
+                            cut,
                         ));
                     }
                     Err(reason) => {
@@ -404,33 +436,23 @@ impl BaseAgent {
             }
             let summarised = summary.is_some();
             let covered_to = if summarised {
-                tail_start
+                cut
             } else {
                 view.replaced.map_or(from, |r| r.to as usize)
             };
             let kept_summary = summary.or(previous);
-            let fits = |r: &Replaced| {
-                let v = View {
-                    replaced: Some(r),
-                    elided: view.elided.clone(),
-                };
-                view_chars(&v) <= goal_chars
+            let mut replaced = dropped(from, cut, kept_summary.as_deref(), covered_to);
+            let mut tier = if summarised {
+                CompactionTier::Summary
+            } else {
+                CompactionTier::Drop
             };
-            let mut replaced = Replaced {
-                from: from as u64,
-                to: tail_start.max(from) as u64,
-                summary: kept_summary.clone(),
-            };
-            let mut tier = CompactionTier::Summary;
-            if !summarised || (!fits(&replaced) && manual.is_none()) {
+            if manual.is_none() && span_chars(cut, replaced.summary.as_deref()) > goal_chars {
                 // Last resort: move the cut forward, one exchange at a time.
                 tier = CompactionTier::Drop;
-                for &b in bounds
-                    .iter()
-                    .filter(|&&b| b >= tail_start && b <= last_start)
-                {
-                    replaced = dropped(from, b, kept_summary.as_deref(), entries, covered_to);
-                    if fits(&replaced) {
+                for &b in bounds.iter().filter(|&&b| b > cut && b <= last_start) {
+                    replaced = dropped(from, b, kept_summary.as_deref(), covered_to);
+                    if span_chars(b, replaced.summary.as_deref()) <= goal_chars {
                         break;
                     }
                 }
@@ -515,9 +537,7 @@ impl BaseAgent {
             focus,
         )
         .map_err(|e| format!("template: {e}"))?;
-        let max_tokens = self.window_of(session).map_or(SUMMARY_MAX_TOKENS, |w| {
-            w.reserve.clamp(256, SUMMARY_MAX_TOKENS)
-        });
+        let max_tokens = self.summary_tokens(session);
         let request = ChatRequest {
             system: SUMMARY_SYSTEM,
             messages: vec![Message::User {
@@ -558,6 +578,13 @@ impl BaseAgent {
         Ok(text.to_owned())
     }
 
+    /// Longest summary asked for: small windows get short summaries.
+    fn summary_tokens(&self, session: &Session) -> u64 {
+        self.window_of(session).map_or(SUMMARY_MAX_TOKENS, |w| {
+            (w.usable / 8).clamp(256, SUMMARY_MAX_TOKENS)
+        })
+    }
+
     fn emit_error(&self, session: &mut Session, events: &EventSender, message: &str) {
         let _ = events.send(AgentEvent::Error {
             agent: self.name.clone(),
@@ -568,230 +595,6 @@ impl BaseAgent {
                 message: message.to_owned(),
             },
         });
-    }
-}
-
-/// The view a planned compaction gives (for its token figure before it is appended).
-fn candidate_view<'a>(view: &View<'a>, record: &'a Compaction) -> View<'a> {
-    let mut v = View {
-        replaced: record.replaced.as_ref().or(view.replaced),
-        elided: view.elided.clone(),
-    };
-    for e in &record.elided {
-        v.elided.insert(e.at as usize, e.output.as_str());
-    }
-    v
-}
-
-/// A span dropped up to `to`; the summary (if any) says that more went than it covers.
-fn dropped(
-    from: usize,
-    to: usize,
-    summary: Option<&str>,
-    entries: &[HistoryEntry],
-    covered_to: usize,
-) -> Replaced {
-    let lost = boundaries(&entries[..to])
-        .iter()
-        .filter(|&&b| b >= covered_to.min(to) && b >= from)
-        .count();
-    let note = if summary.is_some() && lost == 0 {
-        None
-    } else {
-        Some(format!(
-            "[{lost} exchange(s) of this session were dropped to fit the context window; re-read \
-             any file or re-run any command you need.]"
-        ))
-    };
-    let text = match (summary, note) {
-        (Some(s), Some(n)) => Some(format!("{s}\n\n{n}")),
-        (Some(s), None) => Some(s.to_owned()),
-        (None, n) => n,
-    };
-    Replaced {
-        from: from as u64,
-        to: to as u64,
-        summary: text,
-    }
-}
-
-/// Positions where an exchange starts: a user message, or the first part of an assistant
-/// message. Cutting there never separates a call from its result or a thinking block from
-/// its assistant message.
-pub fn boundaries(entries: &[HistoryEntry]) -> Vec<usize> {
-    let mut out = Vec::new();
-    let mut in_assistant = false;
-    for (at, entry) in entries.iter().enumerate() {
-        match &entry.kind {
-            EntryKind::User { .. } => {
-                out.push(at);
-                in_assistant = false;
-            }
-            EntryKind::AssistantText { .. }
-            | EntryKind::Thinking { .. }
-            | EntryKind::RedactedThinking { .. }
-            | EntryKind::ToolCall { .. } => {
-                if !in_assistant {
-                    out.push(at);
-                    in_assistant = true;
-                }
-            }
-            EntryKind::ToolResult { .. } => in_assistant = false,
-            EntryKind::Image { .. }
-            | EntryKind::Handoff { .. }
-            | EntryKind::System { .. }
-            | EntryKind::Compaction(_)
-            | EntryKind::Unknown => {}
-        }
-    }
-    out
-}
-
-/// The first boundary after the first user message: what precedes it is always kept.
-fn head_end(entries: &[HistoryEntry], bounds: &[usize]) -> usize {
-    let first_user = entries
-        .iter()
-        .position(|e| matches!(e.kind, EntryKind::User { .. }));
-    match first_user {
-        Some(u) => bounds
-            .iter()
-            .copied()
-            .find(|&b| b > u)
-            .unwrap_or(entries.len()),
-        None => 0,
-    }
-}
-
-/// Characters an entry adds to the request under `view`.
-fn entry_chars(entries: &[HistoryEntry], view: &View<'_>, at: usize) -> u64 {
-    let n = match &entries[at].kind {
-        EntryKind::User { content } | EntryKind::AssistantText { content, .. } => content.len(),
-        EntryKind::Image { data, .. } => data.len(),
-        EntryKind::Thinking {
-            content, signature, ..
-        } => content.len() + signature.as_deref().map_or(0, str::len),
-        EntryKind::RedactedThinking { data } => data.len(),
-        EntryKind::ToolCall {
-            id,
-            name,
-            arguments,
-        } => id.len() + name.len() + arguments.len(),
-        EntryKind::ToolResult { output, .. } => {
-            view.elided.get(&at).map_or(output.len(), |o| o.len())
-        }
-        _ => 0,
-    };
-    n as u64
-}
-
-/// Keeps about `head` characters from the start and `tail` from the end, on line
-/// boundaries where there are any, and says what was left out.
-pub fn elide(output: &str, head: usize, tail: usize) -> String {
-    if output.len() <= head + tail {
-        return output.to_owned();
-    }
-    let mut h = head;
-    while !output.is_char_boundary(h) {
-        h -= 1;
-    }
-    if let Some(nl) = output[..h].rfind('\n') {
-        h = nl + 1;
-    }
-    let mut t = output.len() - tail;
-    while !output.is_char_boundary(t) {
-        t += 1;
-    }
-    if let Some(nl) = output[t..].find('\n') {
-        t += nl + 1;
-    }
-    let t = t.max(h);
-    let middle = &output[h..t];
-    let lines = middle.matches('\n').count();
-    let what = if lines > 0 {
-        format!("{lines} lines")
-    } else {
-        format!("{} characters", middle.len())
-    };
-    format!(
-        "{}\n[… {what} elided; call the tool again for the rest …]\n{}",
-        output[..h].trim_end_matches('\n'),
-        &output[t..]
-    )
-}
-
-/// The span as plain text for the summary call: long outputs shortened, thinking left out.
-fn transcript(entries: &[HistoryEntry], view: &View<'_>, from: usize, to: usize) -> String {
-    use std::fmt::Write as _;
-    let mut out = String::new();
-    for (at, entry) in entries.iter().enumerate().take(to).skip(from) {
-        if view.hides(at) {
-            continue;
-        }
-        let _ = match &entry.kind {
-            EntryKind::User { content } => writeln!(out, "[user]\n{content}\n"),
-            EntryKind::AssistantText { content, .. } => writeln!(out, "[assistant]\n{content}\n"),
-            EntryKind::ToolCall {
-                name, arguments, ..
-            } => writeln!(out, "[call {name}] {}", elide(arguments, 300, 100)),
-            EntryKind::ToolResult {
-                name,
-                status,
-                output,
-                ..
-            } => {
-                let shown = view.elided.get(&at).copied().unwrap_or(output);
-                writeln!(
-                    out,
-                    "[result {name} {status:?}]\n{}\n",
-                    elide(shown, 500, 300)
-                )
-            }
-            EntryKind::Handoff { from, prompt, .. } => writeln!(out, "[from {from}]\n{prompt}\n"),
-            _ => Ok(()),
-        };
-    }
-    out
-}
-
-fn render_prompt(
-    task: &str,
-    previous_summary: Option<&str>,
-    transcript: &str,
-    omitted: usize,
-    focus: Option<&str>,
-) -> Result<String, minijinja::Error> {
-    let mut env = minijinja::Environment::new();
-    env.add_template("compaction", TEMPLATE)?;
-    env.get_template("compaction")?.render(minijinja::context! {
-        task => task,
-        previous_summary => previous_summary,
-        transcript => transcript,
-        omitted => omitted,
-        focus => focus.filter(|f| !f.trim().is_empty()),
-    })
-}
-
-/// The user's latest words must survive verbatim: when the last user message falls inside
-/// the replaced span (and is not the first one, which is kept), it is appended as written.
-fn with_latest_request(
-    summary: String,
-    entries: &[HistoryEntry],
-    from: usize,
-    to: usize,
-) -> String {
-    let latest = entries
-        .iter()
-        .enumerate()
-        .rev()
-        .find_map(|(at, e)| match &e.kind {
-            EntryKind::User { content } => Some((at, content)),
-            _ => None,
-        });
-    match latest {
-        Some((at, content)) if (from..to).contains(&at) => {
-            format!("{summary}\n\nThe user's latest message, verbatim:\n{content}")
-        }
-        _ => summary,
     }
 }
 
