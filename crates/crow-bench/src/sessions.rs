@@ -133,7 +133,14 @@ fn anthropic_session(bench: &Bench, n: usize) -> Result<Vec<RecordedRequest>> {
     )?;
     let mut cmd = crow_command(&bench.crow, dir.path());
     cmd.env("CROW_BENCH_ANTHROPIC_KEY", "bench-key-not-secret")
-        .args(["run", "--json", "--max-iterations", "1000", "do the task"]);
+        .args([
+            "run",
+            "--json",
+            "--trust-project",
+            "--max-iterations",
+            "1000",
+            "do the task",
+        ]);
     let run = bench.spawn(&cmd)?;
     let requests = mock.requests();
     drop(mock);
