@@ -140,7 +140,9 @@ pub fn replay(
             | EntryKind::Thinking { .. }
             | EntryKind::RedactedThinking { .. }
             | EntryKind::Handoff { .. }
-            | EntryKind::System { .. } => {}
+            | EntryKind::System { .. }
+            | EntryKind::Compaction(_)
+            | EntryKind::Unknown => {}
         }
     }
     out

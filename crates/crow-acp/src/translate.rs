@@ -240,6 +240,25 @@ impl Translator {
             AgentEvent::Notice { level, message, .. } => {
                 out.push(notice(*level, message, self.notices))
             }
+            AgentEvent::Compacted {
+                agent,
+                tokens_before,
+                tokens_after,
+                tier,
+                ..
+            } => {
+                let message = format!(
+                    "{agent}'s context compacted ({}): ~{tokens_before} → ~{tokens_after} tokens",
+                    tier.as_str()
+                );
+                out.push(notice(NoticeLevel::Info, &message, self.notices));
+                if let Some(size) = self.context_window {
+                    out.push(acp::SessionUpdate::UsageUpdate(acp::UsageUpdate::new(
+                        *tokens_after,
+                        size,
+                    )));
+                }
+            }
             AgentEvent::Error { agent, error } => {
                 tracing::warn!(%agent, %error, "turn failed");
             }

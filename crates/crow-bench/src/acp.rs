@@ -31,6 +31,14 @@ pub fn prompt_once(
              model = \"mock-model\"\nmax_retries = 0\n"
         ),
     )?;
+    // The config names an endpoint, a guarded key: trust the project as a user would.
+    let trusted = sessions::crow_command(&bench.crow, dir)
+        .arg("trust")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .context("cannot run crow trust")?;
+    anyhow::ensure!(trusted.success(), "crow trust failed ({trusted})");
     let mut cmd: Command = sessions::crow_command(&bench.crow, dir);
     // The project's config points at the mock: trusted for this run.
     cmd.args(["acp", "--trust-project"])

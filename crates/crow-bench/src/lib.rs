@@ -4,6 +4,7 @@
 
 pub mod acp;
 pub mod child;
+pub mod long;
 pub mod prefix;
 pub mod search;
 pub mod sessions;
@@ -35,6 +36,8 @@ pub struct Config {
     pub store_entries: usize,
     pub parallel_sleep_secs: f64,
     pub parallel_runs: usize,
+    /// Iterations of the long session in a small window.
+    pub long_iterations: usize,
 }
 
 impl Config {
@@ -51,6 +54,7 @@ impl Config {
             store_entries: 10_000,
             parallel_sleep_secs: 1.0,
             parallel_runs: 3,
+            long_iterations: 300,
         }
     }
 
@@ -80,6 +84,7 @@ impl Config {
             store_entries: 50,
             parallel_sleep_secs: 0.2,
             parallel_runs: 1,
+            long_iterations: 40,
         }
     }
 }
@@ -126,8 +131,10 @@ impl Bench {
         let search = search::measure(self, progress)?;
         progress("parallel tools");
         let parallel = sessions::parallel(self)?;
+        progress("long session");
+        let long = long::measure(self, self.config.long_iterations)?;
         Ok(vec![
-            overhead, walls, startup, requests, streaming, store, search, parallel,
+            overhead, walls, startup, requests, streaming, store, search, parallel, long,
         ])
     }
 }

@@ -31,6 +31,9 @@ struct Args {
     /// Do not run `cargo build -p crow` first
     #[arg(long)]
     no_build: bool,
+    /// Only the long session in a small window (its iterations, default 300)
+    #[arg(long, value_name = "ITERATIONS", num_args = 0..=1, default_missing_value = "300")]
+    long_only: Option<usize>,
 }
 
 fn main() -> ExitCode {
@@ -98,7 +101,10 @@ fn run(args: Args) -> Result<()> {
     );
     let wrapper = std::env::current_exe().context("cannot find this executable")?;
     let bench = Bench::new(crow, wrapper, config)?;
-    let sections = bench.run(&mut |step| eprintln!("· {step}"))?;
+    let sections = match args.long_only {
+        Some(n) => vec![crow_bench::long::measure(&bench, n)?],
+        None => bench.run(&mut |step| eprintln!("· {step}"))?,
+    };
     println!("{header}\n");
     print!("{}", table::render(&sections));
     println!(

@@ -11,6 +11,8 @@ pub enum Unit {
     MiB,
     Bytes,
     Percent,
+    /// A plain number of things.
+    Count,
 }
 
 impl Unit {
@@ -39,6 +41,7 @@ impl Unit {
             Unit::Bytes if value >= 1024.0 => format!("{:.1} KiB", value / 1024.0),
             Unit::Bytes => format!("{value:.0} B"),
             Unit::Percent => format!("{value:.0}%"),
+            Unit::Count => format!("{value:.0}"),
         }
     }
 }

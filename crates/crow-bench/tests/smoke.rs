@@ -14,7 +14,7 @@ fn every_measurement_produces_numbers() {
     let wrapper = env!("CARGO_BIN_EXE_crow-bench").into();
     let bench = Bench::new(crow, wrapper, Config::smoke()).unwrap();
     let sections = bench.run(&mut |_| {}).unwrap();
-    assert_eq!(sections.len(), 8);
+    assert_eq!(sections.len(), 9);
     for section in &sections {
         for row in &section.rows {
             // rg may not be installed; every other row must have a number.

@@ -16,11 +16,14 @@ use tokio_util::sync::CancellationToken;
 
 use crate::TASK_COMPLETE;
 use crate::client::ClientBridge;
+use crate::compaction::CompactionConfig;
 use crate::doom_loop::{DEFAULT_THRESHOLD, LoopDetector, Verdict};
 use crate::event::{AgentEvent, EventSender};
 use crate::history::{EntryKind, SystemEvent};
 use crate::message::{ChatRequest, ToolDefinition};
-use crate::provider::{FinishReason, Provider, ProviderError, StreamDelta, Usage};
+use crate::provider::{
+    FinishReason, Provider, ProviderError, ProviderErrorKind, StreamDelta, Usage,
+};
 use crate::schedule::CallOrder;
 use crate::session::Session;
 use crate::tool::{PermissionGate, ToolContext, ToolKind, ToolRegistry, ToolResult};
@@ -38,6 +41,9 @@ pub struct AgentConfig {
     /// Repeats that make a loop (`doom_loop.rs`); 0 turns loop detection off.
     #[serde(default = "default_doom_loop_threshold")]
     pub doom_loop_threshold: u32,
+    /// When and how the history is compacted to fit the window (compaction.rs).
+    #[serde(default)]
+    pub compaction: CompactionConfig,
 }
 
 fn default_doom_loop_threshold() -> u32 {
@@ -51,6 +57,7 @@ impl Default for AgentConfig {
             max_tokens: None,
             temperature: None,
             doom_loop_threshold: DEFAULT_THRESHOLD,
+            compaction: CompactionConfig::default(),
         }
     }
 }
@@ -105,6 +112,9 @@ pub struct TurnResult {
 pub enum AgentError {
     #[error("{0}")]
     Provider(#[from] ProviderError),
+    /// The history cannot be made to fit the model's context window.
+    #[error("{0}")]
+    Context(String),
 }
 
 /// One agent: a provider, tools, a system prompt and its loop settings.
@@ -232,7 +242,17 @@ impl BaseAgent {
                 },
             );
 
-            let response = match self.stream_response(session, events, &cancel).await {
+            // Before a request: make the history fit the window (compaction.rs).
+            self.before_request(session, events, &cancel).await?;
+            let mut result = self.stream_response(session, events, &cancel).await;
+            // Overflow recovery: compact and retry once instead of ending the turn.
+            if let Err(error) = &result
+                && error.kind == ProviderErrorKind::ContextOverflow
+                && self.recover_overflow(session, events, &cancel, error).await
+            {
+                result = self.stream_response(session, events, &cancel).await;
+            }
+            let response = match result {
                 Ok(response) => response,
                 Err(error) => {
                     self.emit(
@@ -427,6 +447,7 @@ impl BaseAgent {
         let partial = !matches!(outcome, Outcome::Done);
         if !acc.usage.is_empty() {
             self.emit(events, AgentEvent::usage(&self.name, &acc.usage));
+            session.budget.observe(acc.usage.input_tokens);
         }
         self.record_response(session, events, &mut acc, partial);
         match outcome {
@@ -437,7 +458,7 @@ impl BaseAgent {
     }
 
     /// The definitions to advertise now (tools may have appeared or gone since the last call).
-    fn current_definitions(&self) -> Arc<Vec<ToolDefinition>> {
+    pub(crate) fn current_definitions(&self) -> Arc<Vec<ToolDefinition>> {
         let mut cached = self
             .definitions
             .lock()

@@ -487,3 +487,79 @@ async fn loop_detection_can_be_turned_off() {
             .all(|o| *o == "fn main() {}")
     );
 }
+
+#[tokio::test]
+async fn context_overflow_compacts_and_retries_once() {
+    let overflow = || {
+        vec![Some(Err(ProviderError::new(
+            ProviderErrorKind::ContextOverflow,
+            "request rejected (HTTP 400): This model's maximum context length is 4000 tokens. \
+             However, your messages resulted in 9000 tokens.",
+        )
+        .with_status(400)))]
+    };
+    let provider = Scripted::new(vec![
+        overflow(),
+        crate::testing::say("## Task\nthe summary"),
+        crate::testing::say("done"),
+    ]);
+    let agent = agent(Arc::clone(&provider), 10);
+    let mut session = session();
+    // A long history the provider knows no window for.
+    for i in 0..20 {
+        session.push(EntryKind::ToolCall {
+            id: format!("c{i}"),
+            name: "forever".into(),
+            arguments: "{}".into(),
+        });
+        session.push(EntryKind::ToolResult {
+            call_id: format!("c{i}"),
+            name: "forever".into(),
+            status: crate::tool::ToolStatus::Success,
+            output: "x".repeat(1000),
+            metadata: Default::default(),
+        });
+    }
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let result = agent
+        .execute_turn(&mut session, &tx, CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(result.stop, TurnStop::Text);
+    assert_eq!(result.text.as_deref(), Some("done"));
+    let asked = provider.requests();
+    assert_eq!(asked.len(), 3, "overflow, summary, retry");
+    assert_eq!(asked[1].system, crate::compaction::SUMMARY_SYSTEM);
+    assert!(asked[2].messages.contains("the summary"));
+    assert!(asked[2].messages.len() < asked[0].messages.len() / 2);
+    assert!(kinds(session.entries()).contains(&"compaction"));
+    // The window the error named is remembered for the session.
+    assert_eq!(session.budget.window(None), Some(4000));
+    let mut compacted = false;
+    while let Ok(event) = rx.try_recv() {
+        compacted |= matches!(event, AgentEvent::Compacted { .. });
+        assert!(!matches!(event, AgentEvent::Error { .. }), "{event:?}");
+    }
+    assert!(compacted);
+}
+
+#[tokio::test]
+async fn a_second_overflow_ends_the_turn() {
+    let overflow = || {
+        vec![Some(Err(ProviderError::new(
+            ProviderErrorKind::ContextOverflow,
+            "maximum context length is 1000 tokens",
+        )))]
+    };
+    // Nothing to compact (one short message): no retry, the error ends the turn.
+    let provider = Scripted::new(vec![overflow(), overflow()]);
+    let agent = agent(Arc::clone(&provider), 10);
+    let mut session = session();
+    let (tx, _rx) = mpsc::unbounded_channel();
+    let err = agent
+        .execute_turn(&mut session, &tx, CancellationToken::new())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("maximum context length"));
+    assert_eq!(provider.requests().len(), 1);
+}

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
+use crate::history::CompactionTier;
 use crate::provider::Usage;
 use crate::tool::{ToolKind, ToolResult};
 
@@ -132,6 +133,18 @@ pub enum AgentEvent {
         agent: String,
         level: NoticeLevel,
         message: String,
+    },
+
+    /// The agent's context was compacted before a request (or after the provider said it
+    /// overflowed). Token figures are crow's estimates of the whole request.
+    Compacted {
+        agent: String,
+        tokens_before: u64,
+        tokens_after: u64,
+        tier: CompactionTier,
+        /// Microseconds crow itself spent, not counting the summary call.
+        #[serde(default)]
+        work_us: u64,
     },
 
     // Telemetry

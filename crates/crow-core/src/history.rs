@@ -78,6 +78,13 @@ pub enum EntryKind {
     System {
         event: SystemEvent,
     },
+    /// The context was compacted: from here on the model sees the compacted view
+    /// ([`to_messages`]). The entries it replaces stay in the history, untouched.
+    Compaction(Box<Compaction>),
+    /// An entry of a kind this version does not know (written by a newer crow). Kept in place
+    /// so positions stay right; never sent to the model.
+    #[serde(other)]
+    Unknown,
 }
 
 impl EntryKind {
@@ -93,7 +100,104 @@ impl EntryKind {
             EntryKind::ToolResult { .. } => "tool_result",
             EntryKind::Handoff { .. } => "handoff",
             EntryKind::System { .. } => "system",
+            EntryKind::Compaction(_) => "compaction",
+            EntryKind::Unknown => "unknown",
         }
+    }
+}
+
+/// What one compaction changed in the view the model gets. Positions index this agent's
+/// history (0-based) and always point before the compaction entry itself.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Compaction {
+    /// The strongest tier this compaction used.
+    pub tier: CompactionTier,
+    /// A span of whole exchanges replaced by a summary (or dropped). The latest compaction
+    /// with a span decides; a later span always covers the earlier one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaced: Option<Replaced>,
+    /// Tool outputs shortened by this compaction; they add to those of earlier compactions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub elided: Vec<Elided>,
+    /// Estimated tokens of the whole request before and after.
+    pub tokens_before: u64,
+    pub tokens_after: u64,
+    /// Version of the summary template and elision format that produced this.
+    pub template_version: u32,
+}
+
+/// Entries `from..to` are not sent; `summary`, when present, is sent in their place as a
+/// user message (its full text, as sent).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Replaced {
+    pub from: u64,
+    pub to: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
+}
+
+/// The tool result at position `at` is sent as `output` (its head and tail, and a note).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Elided {
+    pub at: u64,
+    pub output: String,
+}
+
+/// How hard a compaction had to work, mildest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CompactionTier {
+    /// Old tool outputs shortened.
+    Elide,
+    /// The middle of the conversation summarised.
+    Summary,
+    /// Middle turns dropped (no usable summary).
+    Drop,
+}
+
+impl CompactionTier {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CompactionTier::Elide => "elide",
+            CompactionTier::Summary => "summary",
+            CompactionTier::Drop => "drop",
+        }
+    }
+}
+
+/// The compacted view of a history: which entries are replaced, which outputs shortened.
+/// Built from the compaction entries alone, so a reloaded session sees what the model saw.
+#[derive(Debug, Default)]
+pub struct View<'a> {
+    pub replaced: Option<&'a Replaced>,
+    pub elided: std::collections::HashMap<usize, &'a str>,
+}
+
+impl<'a> View<'a> {
+    pub fn of(entries: &'a [HistoryEntry]) -> Self {
+        let mut view = View::default();
+        for (at, entry) in entries.iter().enumerate() {
+            if let EntryKind::Compaction(c) = &entry.kind {
+                if let Some(r) = &c.replaced {
+                    // A span reaching past its own entry would hide what came after it.
+                    if r.from <= r.to && r.to <= at as u64 {
+                        view.replaced = Some(r);
+                    }
+                }
+                for e in &c.elided {
+                    if e.at < at as u64 {
+                        view.elided.insert(e.at as usize, e.output.as_str());
+                    }
+                }
+            }
+        }
+        view
+    }
+
+    /// Whether the entry at `at` is left out of the request.
+    pub fn hides(&self, at: usize) -> bool {
+        self.replaced
+            .is_some_and(|r| (r.from as usize..r.to as usize).contains(&at))
     }
 }
 
@@ -114,14 +218,33 @@ pub const MISSING_RESULT: &str =
     "error: this tool call was interrupted before it produced a result";
 
 /// Converts the interleaved history into provider messages, borrowing every string.
+/// The latest compaction entries decide what is replaced or shortened ([`View`]).
 pub fn to_messages(entries: &[HistoryEntry]) -> Vec<Message<'_>> {
+    to_messages_in(entries, &View::of(entries))
+}
+
+/// [`to_messages`] through a given view (compaction plans candidate views with it).
+pub fn to_messages_in<'a>(entries: &'a [HistoryEntry], view: &View<'a>) -> Vec<Message<'a>> {
     let mut out = Vec::with_capacity(entries.len() / 2 + 1);
     let mut assistant: Vec<AssistantPart<'_>> = Vec::new();
     let mut results: Vec<ToolResultMessage<'_>> = Vec::new();
     // Calls of the last assistant message, to answer any left without a result.
     let mut open_calls: Vec<(&str, &str)> = Vec::new();
 
-    for entry in entries {
+    for (at, entry) in entries.iter().enumerate() {
+        if let Some(r) = view.replaced
+            && at as u64 == r.from
+            && let Some(summary) = &r.summary
+        {
+            flush(&mut out, &mut assistant, &mut results, &mut open_calls);
+            out.push(Message::User {
+                text: summary,
+                images: Vec::new(),
+            });
+        }
+        if view.hides(at) {
+            continue;
+        }
         match &entry.kind {
             EntryKind::User { content } => {
                 flush(&mut out, &mut assistant, &mut results, &mut open_calls);
@@ -193,11 +316,14 @@ pub fn to_messages(entries: &[HistoryEntry]) -> Vec<Message<'_>> {
                 results.push(ToolResultMessage {
                     call_id,
                     name,
-                    content: output,
+                    content: view.elided.get(&at).copied().unwrap_or(output),
                     is_error: *status != ToolStatus::Success,
                 });
             }
-            EntryKind::Handoff { .. } | EntryKind::System { .. } => {}
+            EntryKind::Handoff { .. }
+            | EntryKind::System { .. }
+            | EntryKind::Compaction(_)
+            | EntryKind::Unknown => {}
         }
     }
     flush(&mut out, &mut assistant, &mut results, &mut open_calls);
@@ -453,5 +579,131 @@ mod tests {
             let back: HistoryEntry = serde_json::from_str(&json).unwrap();
             assert_eq!(back, entry, "{json}");
         }
+    }
+
+    #[test]
+    fn kinds_from_a_newer_crow_are_kept_as_unknown_and_not_sent() {
+        let json = r#"{"timestamp":"2025-01-01T00:00:00Z","kind":"snapshot","files":["a"],"n":3}"#;
+        let entry: HistoryEntry = serde_json::from_str(json).unwrap();
+        assert_eq!(entry.kind, EntryKind::Unknown);
+        let kind: EntryKind = serde_json::from_str(r#"{"kind":"undo","to":4}"#).unwrap();
+        assert_eq!(kind, EntryKind::Unknown);
+        let h = vec![
+            e(EntryKind::User {
+                content: "hi".into(),
+            }),
+            entry,
+        ];
+        assert_eq!(to_messages(&h).len(), 1);
+        // Known kinds with broken fields are still errors, not silently unknown.
+        assert!(serde_json::from_str::<EntryKind>(r#"{"kind":"user"}"#).is_err());
+    }
+
+    fn compaction(replaced: Option<Replaced>, elided: Vec<Elided>) -> EntryKind {
+        EntryKind::Compaction(Box::new(Compaction {
+            tier: CompactionTier::Summary,
+            replaced,
+            elided,
+            tokens_before: 100,
+            tokens_after: 40,
+            template_version: 1,
+        }))
+    }
+
+    #[test]
+    fn the_latest_compaction_decides_the_view() {
+        let mut h = vec![
+            e(EntryKind::User {
+                content: "task".into(),
+            }), // 0
+            e(call("a")),   // 1
+            e(result("a")), // 2
+            e(call("b")),   // 3
+            e(result("b")), // 4
+            e(call("c")),   // 5
+            e(result("c")), // 6
+        ];
+        h.push(e(compaction(
+            None,
+            vec![Elided {
+                at: 2,
+                output: "short a".into(),
+            }],
+        ))); // 7
+        let m = to_messages(&h);
+        assert!(
+            matches!(&m[2], Message::ToolResults { results } if results[0].content == "short a")
+        );
+        h.push(e(compaction(
+            Some(Replaced {
+                from: 1,
+                to: 5,
+                summary: Some("SUMMARY".into()),
+            }),
+            vec![],
+        ))); // 8
+        h.push(e(call("d"))); // 9
+        let m = to_messages(&h);
+        assert_eq!(
+            m[0],
+            Message::User {
+                text: "task",
+                images: vec![]
+            }
+        );
+        assert_eq!(
+            m[1],
+            Message::User {
+                text: "SUMMARY",
+                images: vec![]
+            }
+        );
+        assert!(matches!(&m[2], Message::Assistant { parts } if parts.len() == 1));
+        assert!(matches!(&m[3], Message::ToolResults { results } if results[0].call_id == "c"));
+        assert_eq!(m.len(), 6);
+        // An elision-only compaction later keeps the span of the earlier one.
+        h.push(e(result("d"))); // 10
+        h.push(e(compaction(
+            None,
+            vec![Elided {
+                at: 6,
+                output: "short c".into(),
+            }],
+        )));
+        let m = to_messages(&h);
+        assert_eq!(
+            m[1],
+            Message::User {
+                text: "SUMMARY",
+                images: vec![]
+            }
+        );
+        assert!(
+            matches!(&m[3], Message::ToolResults { results } if results[0].content == "short c")
+        );
+        // The entry round-trips through JSON.
+        let json = serde_json::to_string(&h[8]).unwrap();
+        assert_eq!(serde_json::from_str::<HistoryEntry>(&json).unwrap(), h[8]);
+    }
+
+    #[test]
+    fn a_span_pointing_past_its_own_entry_is_ignored() {
+        let h = vec![
+            e(EntryKind::User {
+                content: "task".into(),
+            }),
+            e(compaction(
+                Some(Replaced {
+                    from: 0,
+                    to: 5,
+                    summary: None,
+                }),
+                vec![],
+            )),
+            e(EntryKind::User {
+                content: "more".into(),
+            }),
+        ];
+        assert_eq!(to_messages(&h).len(), 2);
     }
 }

@@ -9,12 +9,15 @@
 //! - [`event`]: [`AgentEvent`], the one stream every front end consumes;
 //! - [`agent`]: [`BaseAgent::execute_turn`], the loop itself;
 //! - [`doom_loop`]: loop detection, the step after each batch of tool results;
+//! - [`budget`], [`compaction`]: token accounting and the compaction step before a request;
 //! - [`crew`]: the control-flow layer: a primary, an optional coagent, autonomy levels;
 //! - [`store`]: the [`SessionStore`] trait sessions are persisted through;
 //! - [`env`]: [`EnvPolicy`], the environment of the commands tools and MCP servers start.
 
 pub mod agent;
+pub mod budget;
 pub mod client;
+pub mod compaction;
 pub mod crew;
 pub mod doom_loop;
 pub mod env;
@@ -33,12 +36,15 @@ mod testing;
 
 pub use agent::{AgentConfig, AgentError, BaseAgent, ExecutedToolCall, TurnResult, TurnStop};
 pub use client::{BridgeError, ClientBridge, CommandEnding, CommandOutcome, CommandRequest};
+pub use compaction::{CompactionConfig, ContextBreakdown};
 pub use crew::{
     CoagentTools, ControlFlow, Crew, CrewError, CrewSession, Handoff, RunResult, RunStop,
 };
 pub use env::{EnvPolicy, Inherit};
 pub use event::{AgentEvent, EventSender, NoticeLevel};
-pub use history::{EntryKind, HistoryEntry, SystemEvent};
+pub use history::{
+    Compaction, CompactionTier, Elided, EntryKind, HistoryEntry, Replaced, SystemEvent,
+};
 pub use message::{
     AssistantPart, ChatRequest, ImagePart, Message, ToolDefinition, ToolResultMessage,
 };

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use crate::budget::Budget;
 use crate::history::{EntryKind, HistoryEntry, to_messages};
 use crate::message::Message;
 
@@ -20,6 +21,8 @@ pub struct Session {
     pub project_root: PathBuf,
     entries: Vec<HistoryEntry>,
     sink: Option<Arc<dyn HistorySink>>,
+    /// Token accounting of this history (compaction.rs reads and updates it).
+    pub budget: Budget,
 }
 
 impl std::fmt::Debug for Session {
@@ -46,6 +49,7 @@ impl Session {
             project_root,
             entries: Vec::new(),
             sink: None,
+            budget: Budget::default(),
         }
     }
 

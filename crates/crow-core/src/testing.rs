@@ -23,6 +23,7 @@ pub struct Asked {
 pub struct Scripted {
     responses: Mutex<VecDeque<Script>>,
     asked: Mutex<Vec<Asked>>,
+    window: Mutex<Option<u64>>,
 }
 
 impl Scripted {
@@ -30,7 +31,13 @@ impl Scripted {
         Arc::new(Self {
             responses: Mutex::new(responses.into()),
             asked: Mutex::new(Vec::new()),
+            window: Mutex::new(None),
         })
+    }
+
+    /// The context window the provider reports.
+    pub fn set_window(&self, window: Option<u64>) {
+        *self.window.lock().unwrap() = window;
     }
 
     pub fn requests(&self) -> Vec<Asked> {
@@ -45,6 +52,9 @@ impl Provider for Scripted {
     }
     fn model(&self) -> &str {
         "scripted-1"
+    }
+    fn context_window(&self) -> Option<u64> {
+        *self.window.lock().unwrap()
     }
     async fn stream(&self, request: &ChatRequest<'_>) -> Result<DeltaStream, ProviderError> {
         self.asked.lock().unwrap().push(Asked {

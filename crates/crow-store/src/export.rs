@@ -157,6 +157,15 @@ impl SessionDump {
                 EntryKind::System { event } => {
                     let _ = writeln!(out, "*— {} —*\n", system_text(event));
                 }
+                EntryKind::Compaction(c) => {
+                    let _ = writeln!(out, "*— {} —*\n", compaction_text(c));
+                    if let Some(summary) = c.replaced.as_ref().and_then(|r| r.summary.as_deref()) {
+                        let _ = writeln!(out, "{summary}\n");
+                    }
+                }
+                EntryKind::Unknown => {
+                    let _ = writeln!(out, "*— an entry of a kind this crow does not know —*\n");
+                }
             }
         }
         out
@@ -257,7 +266,36 @@ fn describe(kind: &EntryKind) -> (String, String) {
             (format!("handoff {from} → {to}"), prompt.clone())
         }
         EntryKind::System { event } => (format!("— {} —", system_text(event)), String::new()),
+        EntryKind::Compaction(c) => (
+            format!("— {} —", compaction_text(c)),
+            c.replaced
+                .as_ref()
+                .and_then(|r| r.summary.as_deref())
+                .map_or_else(String::new, |s| shorten(s, 8)),
+        ),
+        EntryKind::Unknown => ("— unknown entry (newer crow) —".into(), String::new()),
     }
+}
+
+/// One line saying what a compaction did; the entries it replaced stay in the export.
+fn compaction_text(c: &crow_core::Compaction) -> String {
+    let mut text = format!(
+        "context compacted ({}): ~{} → ~{} tokens",
+        c.tier.as_str(),
+        c.tokens_before,
+        c.tokens_after
+    );
+    if let Some(r) = &c.replaced {
+        text.push_str(&format!(
+            ", entries {}–{} replaced",
+            r.from,
+            r.to.saturating_sub(1)
+        ));
+    }
+    if !c.elided.is_empty() {
+        text.push_str(&format!(", {} tool output(s) shortened", c.elided.len()));
+    }
+    text
 }
 
 fn shorten(text: &str, max_lines: usize) -> String {

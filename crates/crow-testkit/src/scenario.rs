@@ -30,6 +30,11 @@ pub struct Scenario {
     pub chunk_delay_ms: u64,
     /// Reply text once the steps have run out (or none accepts the request).
     pub exhausted_text: String,
+    /// A model context window in tokens (body bytes / 4, as usage counts them): larger
+    /// requests are refused with HTTP 400 and the provider's overflow message, and consume
+    /// no step.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context_window: Option<u64>,
 }
 
 impl Default for Scenario {
@@ -39,6 +44,7 @@ impl Default for Scenario {
             chunk_size: DEFAULT_CHUNK_SIZE,
             chunk_delay_ms: 0,
             exhausted_text: DEFAULT_EXHAUSTED_TEXT.to_owned(),
+            context_window: None,
         }
     }
 }
@@ -72,6 +78,12 @@ impl Scenario {
 
     pub fn chunk_delay(mut self, ms: u64) -> Self {
         self.chunk_delay_ms = ms;
+        self
+    }
+
+    /// Refuses requests over `tokens` (see [`Scenario::context_window`]).
+    pub fn context_window(mut self, tokens: u64) -> Self {
+        self.context_window = Some(tokens);
         self
     }
 

@@ -299,6 +299,15 @@ fn handle(shared: &Shared, api: Api, path: &str, headers: &HeaderMap, raw: Bytes
             .find(|r| r.path == path)
             .map_or(0, |prev| common_prefix(&prev.raw_body, &raw));
         let mut record = record;
+        let tokens = (raw.len() / 4) as u64;
+        if let Some(window) = inner.scenario.context_window
+            && parsed.is_some()
+            && tokens > window
+        {
+            inner.requests.push(record);
+            drop(inner);
+            return overflow_response(api, window, tokens);
+        }
         // Malformed JSON is rejected like a real API would, without consuming a step.
         let chosen = if parsed.is_none() {
             None
@@ -449,6 +458,25 @@ fn error_response(api: Api, code: u16, retry_after: Option<u64>, body: Option<&s
         headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
     }
     (status, headers, Json(json)).into_response()
+}
+
+/// A request over the scenario's window, refused the way each API words it.
+fn overflow_response(api: Api, window: u64, tokens: u64) -> Response {
+    let json = match api {
+        Api::OpenAi => {
+            let message = format!(
+                "This model's maximum context length is {window} tokens. However, your messages \
+                 resulted in {tokens} tokens. Please reduce the length of the messages."
+            );
+            serde_json::json!({"error": {"message": message, "type": "invalid_request_error",
+                "param": "messages", "code": "context_length_exceeded"}})
+        }
+        Api::Anthropic => anthropic::error_body(
+            400,
+            &format!("prompt is too long: {tokens} tokens > {window} maximum"),
+        ),
+    };
+    (StatusCode::BAD_REQUEST, Json(json)).into_response()
 }
 
 fn common_prefix(a: &[u8], b: &[u8]) -> usize {

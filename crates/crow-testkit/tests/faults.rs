@@ -246,3 +246,38 @@ async fn raw_sends_the_body_verbatim() {
         Scenario::new().fault(Fault::raw("x"))
     );
 }
+
+#[tokio::test]
+async fn requests_over_the_context_window_are_refused_without_consuming_a_step() {
+    let scenario = Scenario::new()
+        .context_window(100)
+        .reply(Reply::text("fits"));
+    let mock = MockLlm::start(scenario).await.unwrap();
+
+    let big = "x".repeat(1000);
+    let resp = post_openai(&mock, &openai_request(&big, true)).await;
+    assert_eq!(resp.status(), 400);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "context_length_exceeded");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("maximum context length is 100 tokens"),
+        "{message}"
+    );
+
+    let resp = post_anthropic(&mock, &anthropic_request(&big, true)).await;
+    assert_eq!(resp.status(), 400);
+    let body: Value = resp.json().await.unwrap();
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.ends_with("> 100 maximum"), "{message}");
+    assert_eq!(mock.remaining_steps(), 1);
+
+    let resp = post_openai(&mock, &openai_request("s", true)).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(mock.remaining_steps(), 0);
+    assert_eq!(
+        mock.requests().len(),
+        3,
+        "refused requests are recorded too"
+    );
+}

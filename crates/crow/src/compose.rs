@@ -213,6 +213,7 @@ impl Composer {
                 .doom_loop_threshold
                 .or(self.config.doom_loop_threshold)
                 .unwrap_or(crow_core::doom_loop::DEFAULT_THRESHOLD),
+            ..AgentConfig::default()
         };
         let agent = BaseAgent::new(
             shown,

@@ -286,6 +286,20 @@ impl Renderer {
                 };
                 self.err_line(out, err, &text);
             }
+            AgentEvent::Compacted {
+                agent,
+                tokens_before,
+                tokens_after,
+                tier,
+                ..
+            } => {
+                let text = es.dim(&format!(
+                    "{}context compacted ({}): ~{tokens_before} → ~{tokens_after} tokens",
+                    self.prefix(es, agent),
+                    tier.as_str()
+                ));
+                self.err_line(out, err, &text);
+            }
             // Nudges of the control flow (levels 1 and 2); a reviewer's feedback was streamed.
             AgentEvent::Handoff { from, to, prompt } if from == "crew" => {
                 let text = es.dim(&format!("↳ to {to}: {}", summary::first_line(prompt, 100)));

@@ -1,0 +1,116 @@
+//! End-to-end: a session longer than the model's window compacts and finishes, and
+//! `--continue` sends the compacted view.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::*;
+use crow_testkit::{MockLlm, Reply, Scenario};
+use serde_json::{Value, json};
+
+/// In every crow system prompt; the summary call's system prompt lacks it.
+const AGENT: &str = "# Environment";
+const SUMMARISER: &str = "checkpoints of coding sessions";
+const WINDOW: u64 = 12_000;
+
+fn messages(body: &Value) -> &Vec<Value> {
+    body["messages"].as_array().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_long_session_compacts_to_fit_a_small_window_and_continue_sends_the_compacted_view() {
+    let repo = git_repo();
+    let dir = repo.path();
+    let big: String = (0..30)
+        .map(|i| format!("line {i:03} of the big file, padded out to forty\n"))
+        .collect();
+    std::fs::write(dir.join("big.txt"), &big).unwrap();
+    // Not a guarded key: no trust needed.
+    write_project_config(
+        dir,
+        &format!("[providers.openai.models.mock-model]\ncontext_window = {WINDOW}\n"),
+    );
+    let mut scenario = Scenario::new().context_window(WINDOW);
+    for _ in 0..40 {
+        scenario = scenario.reply(
+            Reply::tool_call("read_file", json!({"path": "big.txt"})).matching_system(AGENT),
+        );
+    }
+    scenario = scenario.reply(
+        Reply::tool_call("task_complete", json!({"summary": "read it all"})).matching_system(AGENT),
+    );
+    for i in 0..20 {
+        scenario = scenario.reply(
+            Reply::text(format!(
+                "## Task\nsummary {i}: reading big.txt again and again"
+            ))
+            .matching_system(SUMMARISER),
+        );
+    }
+    let mock = MockLlm::start(scenario).await.unwrap();
+
+    let out = output(crow_run(dir, &mock, "read big.txt forty times")).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    let compacted = out.of_type("compacted");
+    assert!(!compacted.is_empty(), "no compaction in: {}", out.stdout);
+    for c in &compacted {
+        assert!(c["tokens_after"].as_u64() < c["tokens_before"].as_u64());
+    }
+    assert!(
+        out.of_type("notice").is_empty(),
+        "every summary call worked"
+    );
+    assert!(compacted.iter().all(|c| c["tier"] == "summary"));
+    let requests = mock.requests();
+    for r in &requests {
+        assert!(
+            r.step.is_some(),
+            "a request was refused ({} bytes)",
+            r.raw_body.len()
+        );
+        assert!((r.raw_body.len() / 4) as u64 <= WINDOW);
+    }
+    let agent_requests: Vec<&Value> = requests
+        .iter()
+        .filter(|r| {
+            !r.raw_body
+                .windows(SUMMARISER.len())
+                .any(|w| w == SUMMARISER.as_bytes())
+        })
+        .map(|r| &r.body)
+        .collect();
+    assert_eq!(agent_requests.len(), 41, "every scripted step ran");
+    // The compactions are in the stored history, which still holds every read.
+    let info = only_session(dir);
+    let history = crow_core::SessionStore::load_history(&store(dir), &info.id, "builder").unwrap();
+    let kinds = kinds(&history);
+    assert!(kinds.contains(&"compaction"));
+    assert_eq!(kinds.iter().filter(|k| **k == "tool_result").count(), 41);
+
+    // --continue: the next request is built from the compacted view.
+    let last = (*agent_requests.last().unwrap()).clone();
+    mock.set_scenario(
+        Scenario::new()
+            .context_window(WINDOW)
+            .reply(Reply::text("still here").matching_system(AGENT))
+            .reply(Reply::text("## Task\nlate summary").matching_system(SUMMARISER)),
+    );
+    let mut cmd = crow_run(dir, &mock, "and now?");
+    cmd.arg("--continue");
+    let again = output(cmd).await;
+    assert_eq!(again.code, Some(0), "stderr: {}", again.stderr);
+    let next = mock.requests();
+    let next = &next.iter().find(|r| r.step == Some(0)).unwrap().body;
+    let text = serde_json::to_string(messages(next)).unwrap();
+    assert!(text.contains("[Context checkpoint"), "{text}");
+    assert!(
+        text.contains("read big.txt forty times"),
+        "the task is kept verbatim"
+    );
+    if again.of_type("compacted").is_empty() {
+        // Nothing changed the view between: the old request is a prefix of the new one.
+        let before = messages(&last);
+        assert_eq!(&messages(next)[..before.len()], &before[..]);
+    }
+}
