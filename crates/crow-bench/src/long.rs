@@ -43,7 +43,10 @@ pub fn measure(bench: &Bench, n: usize) -> Result<Section> {
     std::fs::create_dir_all(dir.path().join(".crow"))?;
     std::fs::write(
         dir.path().join(".crow/config.toml"),
-        format!("[providers.openai.models.mock-model]\ncontext_window = {WINDOW}\n"),
+        // The scripted reads repeat by design: loop detection would stop them.
+        format!(
+            "doom_loop_threshold = 0\n[providers.openai.models.mock-model]\ncontext_window = {WINDOW}\n"
+        ),
     )?;
     let mock = bench
         .rt

@@ -94,19 +94,22 @@ fn path_text(path: &Path) -> String {
     path.to_string_lossy().into_owned()
 }
 
-/// Reads a stored entry. `None` for an entry a newer crow wrote (a kind or system event this
-/// one does not know): history grows forward-compatibly, so it is skipped rather than making
-/// the whole session unreadable. Anything else that does not parse is damage.
+/// Reads a stored entry. An entry a newer crow wrote (a kind or system event this one does not
+/// know) reads as `EntryKind::Unknown`: history grows forward-compatibly, so it neither makes
+/// the session unreadable nor shifts the positions compactions refer to. Anything else that
+/// does not parse is damage.
 fn decode(
     session_id: &str,
     payload: &str,
     ts_text: &str,
-) -> Result<Option<HistoryEntry>, StoreError> {
+) -> Result<HistoryEntry, StoreError> {
     let kind: EntryKind = match serde_json::from_str(payload) {
         Ok(kind) => kind,
+        // Kept in place as `Unknown` (never sent to a model): positions in the history, which
+        // compaction entries refer to, stay right.
         Err(e) if is_unknown_variant(&e) => {
-            tracing::debug!(session = session_id, error = %e, "skipped an entry of an unknown kind");
-            return Ok(None);
+            tracing::debug!(session = session_id, error = %e, "an entry of an unknown kind");
+            EntryKind::Unknown
         }
         Err(e) => {
             return Err(StoreError::Corrupt(format!(
@@ -114,10 +117,10 @@ fn decode(
             )));
         }
     };
-    Ok(Some(HistoryEntry {
+    Ok(HistoryEntry {
         timestamp: parse_ts(ts_text)?,
         kind,
-    }))
+    })
 }
 
 /// serde's error for a tag it has no variant for (`unknown variant `x`, expected one of …`):
@@ -276,7 +279,7 @@ impl SessionStore for SqliteStore {
                 .map_err(|e| self.err(e))?
         };
         rows.iter()
-            .filter_map(|(payload, when)| decode(session_id, payload, when).transpose())
+            .map(|(payload, when)| decode(session_id, payload, when))
             .collect()
     }
 
@@ -296,13 +299,12 @@ impl SessionStore for SqliteStore {
             .map_err(|e| self.err(e))?
         };
         rows.into_iter()
-            .filter_map(|(agent, seq, payload, when)| {
-                let entry = decode(session_id, &payload, &when).transpose()?;
-                Some(entry.map(|entry| StoredEntry {
+            .map(|(agent, seq, payload, when)| {
+                Ok(StoredEntry {
+                    entry: decode(session_id, &payload, &when)?,
                     agent,
                     seq: u64::try_from(seq).unwrap_or(0),
-                    entry,
-                }))
+                })
             })
             .collect()
     }

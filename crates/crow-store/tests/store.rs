@@ -894,7 +894,7 @@ fn database_files_are_owner_only_and_loose_ones_are_tightened() {
 }
 
 #[test]
-fn entries_of_kinds_a_newer_crow_wrote_are_skipped_not_corrupt() {
+fn entries_of_kinds_a_newer_crow_wrote_are_kept_as_unknown_not_corrupt() {
     let dir = tempfile::tempdir().unwrap();
     let path = db(dir.path());
     let store = SqliteStore::open(&path).unwrap();
@@ -910,11 +910,7 @@ fn entries_of_kinds_a_newer_crow_wrote_are_skipped_not_corrupt() {
         )
         .unwrap();
     };
-    insert(
-        1,
-        "compaction",
-        r#"{"kind":"compaction","summary":"…","replaced":12}"#,
-    );
+    insert(1, "undo_point", r#"{"kind":"undo_point","snapshot":"abc"}"#);
     insert(
         2,
         "system",
@@ -925,8 +921,8 @@ fn entries_of_kinds_a_newer_crow_wrote_are_skipped_not_corrupt() {
         .unwrap();
 
     let history = store.load_history("s1", "builder").unwrap();
-    assert_eq!(contents(&history), ["before", "after"]);
-    assert_eq!(store.timeline("s1").unwrap().len(), 2);
+    assert_eq!(contents(&history), ["before", "unknown", "unknown", "after"]);
+    assert_eq!(store.timeline("s1").unwrap().len(), 4);
 
     // A payload that is not a well-formed entry is still damage.
     insert(4, "user", r#"{"kind":"user"}"#);

@@ -26,10 +26,13 @@ async fn a_long_session_compacts_to_fit_a_small_window_and_continue_sends_the_co
         .map(|i| format!("line {i:03} of the big file, padded out to forty\n"))
         .collect();
     std::fs::write(dir.join("big.txt"), &big).unwrap();
-    // Not a guarded key: no trust needed.
+    // Not a guarded key: no trust needed. The same read forty times is the workload here,
+    // not a loop to stop.
     write_project_config(
         dir,
-        &format!("[providers.openai.models.mock-model]\ncontext_window = {WINDOW}\n"),
+        &format!(
+            "doom_loop_threshold = 0\n[providers.openai.models.mock-model]\ncontext_window = {WINDOW}\n"
+        ),
     );
     let mut scenario = Scenario::new().context_window(WINDOW);
     for _ in 0..40 {
