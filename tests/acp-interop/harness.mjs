@@ -3,7 +3,7 @@
 //
 // Environment: CROW_BIN (the crow binary), MOCK_URL (the mock's base URL, http://127.0.0.1:PORT).
 
-import { spawn } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { mkdtempSync, mkdirSync, writeFileSync, readFileSync, existsSync, rmSync, realpathSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -135,22 +135,34 @@ class Terminals {
   }
 }
 
+/** The environment crow runs with in project `dir`: its own HOME, so its own store. */
+function crowEnv(dir) {
+  const home = join(dir, ".home");
+  return {
+    PATH: process.env.PATH,
+    HOME: home,
+    XDG_CONFIG_HOME: join(home, ".config"),
+    XDG_DATA_HOME: join(home, ".local/share"),
+    CROW_LOG: process.env.CROW_LOG ?? "warn",
+    NO_COLOR: "1",
+  };
+}
+
+/** Runs a crow CLI command (`sessions show ID`, ...) on the store of project `dir`. */
+export function crowCli(dir, args) {
+  const run = spawnSync(CROW_BIN, args, { cwd: dir, env: crowEnv(dir), encoding: "utf8" });
+  if (run.status !== 0) throw new Error(`crow ${args.join(" ")} failed: ${run.stderr}`);
+  return run.stdout;
+}
+
 /**
  * Starts `crow acp` in `dir` and connects a client to it.
  * options: { fs: bool, terminal: bool, buffers: Map(path → text), permission: fn(params) → optionKind }
  */
 export function startCrow(dir, options = {}) {
-  const home = join(dir, ".home");
   const child = spawn(CROW_BIN, ["acp"], {
     cwd: dir,
-    env: {
-      PATH: process.env.PATH,
-      HOME: home,
-      XDG_CONFIG_HOME: join(home, ".config"),
-      XDG_DATA_HOME: join(home, ".local/share"),
-      CROW_LOG: process.env.CROW_LOG ?? "warn",
-      NO_COLOR: "1",
-    },
+    env: crowEnv(dir),
     stdio: ["pipe", "pipe", "pipe"],
   });
   let stderr = "";

@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { appendFileSync, existsSync, readFileSync, readdirSync, readlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import * as acp from "@agentclientprotocol/sdk";
-import { script, mockRequests, project, startCrow, cleanup, sleep, joined } from "./harness.mjs";
+import { script, mockRequests, project, startCrow, cleanup, sleep, joined, crowCli } from "./harness.mjs";
 
 /** Opens crow in a fresh project: initialize + session/new. */
 async function open(options) {
@@ -784,6 +784,173 @@ test("load after a cancel: the answer that was cut off is marked so", async () =
     assert.match(joined(second, id, "agent_message_chunk"), /^An answer.* \[cut off\]$/);
   } finally {
     await second.stop();
+    cleanup(dir);
+  }
+});
+
+/** The current value of each config option of a session response, by id. */
+function currentValues(response) {
+  return Object.fromEntries(response.configOptions.map((o) => [o.id, o.currentValue]));
+}
+
+const restoreParams = (sessionId, dir) => ({ sessionId, cwd: dir, mcpServers: [] });
+
+test("an agent per prompt: a session never prompted loads in the next process with its mode, model and approve level", async () => {
+  const dir = project();
+  appendFileSync(join(dir, ".crow", "config.toml"), "[providers.mock.models.other-model]\ncontext_window = 16000\n");
+  const first = startCrow(dir);
+  let id;
+  try {
+    await first.initialize();
+    ({ sessionId: id } = await first.newSession());
+    await first.agent.request(acp.methods.agent.session.setMode, { sessionId: id, modeId: "plan" });
+    await first.agent.request(acp.methods.agent.session.setConfigOption, { sessionId: id, configId: "approve", value: "all" });
+    const changed = await first.agent.request(acp.methods.agent.session.setConfigOption, {
+      sessionId: id,
+      configId: "model",
+      value: "mock/other-model",
+    });
+    assert.equal(currentValues(changed).model, "mock/other-model");
+  } finally {
+    await first.stop();
+  }
+
+  // The next prompt comes with a new process (as acpx runs an agent per prompt).
+  await script({
+    steps: [{ reply: { tool_calls: [{ name: "bash", arguments: { command: "echo unasked" } }] } }, { reply: { text: "ran it" } }],
+  });
+  const second = startCrow(dir);
+  try {
+    await second.initialize();
+    const { sessions } = await second.agent.request(acp.methods.agent.session.list, { cwd: dir });
+    assert.ok(sessions.some((s) => s.sessionId === id), `listed before any prompt: ${JSON.stringify(sessions)}`);
+    const loaded = await second.agent.request(acp.methods.agent.session.load, restoreParams(id, dir));
+    assert.equal(loaded.modes.currentModeId, "plan");
+    assert.deepEqual(
+      [currentValues(loaded).mode, currentValues(loaded).model, currentValues(loaded).approve],
+      ["plan", "mock/other-model", "all"],
+    );
+    // Back to build (saved at once too); the command runs without a question.
+    await second.agent.request(acp.methods.agent.session.setMode, { sessionId: id, modeId: "build" });
+    assert.equal((await second.prompt(id, "Run a command\nplease")).stopReason, "end_turn");
+    assert.deepEqual(second.permissionRequests, [], "approve=all held");
+    assert.equal((await mockRequests())[0].body.model, "other-model");
+    const info = second.updates.find((u) => u.sessionId === id && u.update.sessionUpdate === "session_info_update");
+    assert.equal(info?.update.title, "Run a command", "the first prompt names the session");
+  } finally {
+    await second.stop();
+  }
+
+  const third = startCrow(dir);
+  try {
+    await third.initialize();
+    const resumed = await third.agent.request(acp.methods.agent.session.resume, restoreParams(id, dir));
+    assert.deepEqual(
+      [resumed.modes.currentModeId, currentValues(resumed).model, currentValues(resumed).approve],
+      ["build", "mock/other-model", "all"],
+    );
+    const { sessions } = await third.agent.request(acp.methods.agent.session.list, { cwd: dir });
+    assert.equal(sessions.find((s) => s.sessionId === id).title, "Run a command");
+  } finally {
+    await third.stop();
+    cleanup(dir);
+  }
+});
+
+test("an always-allow answer holds in the next process", async () => {
+  const run = (command) => ({
+    steps: [{ reply: { tool_calls: [{ name: "bash", arguments: { command } }] } }, { reply: { text: "ok" } }],
+  });
+  await script(run("echo one"));
+  const dir = project();
+  const first = startCrow(dir, { permission: () => "allow_always" });
+  let id;
+  try {
+    await first.initialize();
+    ({ sessionId: id } = await first.newSession());
+    assert.equal((await first.prompt(id, "run one")).stopReason, "end_turn");
+    assert.equal(first.permissionRequests.length, 1);
+  } finally {
+    await first.stop();
+  }
+  await script(run("echo two"));
+  const second = startCrow(dir, { permission: () => "reject_once" });
+  try {
+    await second.initialize();
+    await second.agent.request(acp.methods.agent.session.load, restoreParams(id, dir));
+    assert.equal((await second.prompt(id, "run two")).stopReason, "end_turn");
+    assert.deepEqual(second.permissionRequests, [], "bash was always allowed in this session");
+    const done = second.updates.findLast((u) => u.update.sessionUpdate === "tool_call_update").update;
+    assert.equal(done.status, "completed");
+  } finally {
+    await second.stop();
+    cleanup(dir);
+  }
+});
+
+test("session/fork: a new session with the history up to a point, the parent recorded", async () => {
+  await script({ steps: [{ reply: { text: "first answer" } }, { reply: { text: "second answer" } }] });
+  const dir = project();
+  const crow = startCrow(dir);
+  try {
+    const init = await crow.initialize();
+    assert.ok(init.agentCapabilities.sessionCapabilities.fork, "session/fork is offered");
+    const { sessionId: id } = await crow.newSession();
+    await crow.prompt(id, "first question");
+    await crow.prompt(id, "second question");
+
+    // The SDK names the method only in its unstable schema.
+    const whole = await crow.agent.request("session/fork", restoreParams(id, dir));
+    const cut = await crow.agent.request("session/fork", {
+      ...restoreParams(id, dir),
+      _meta: { crow: { keepTurns: 1 } },
+    });
+    assert.equal(new Set([id, whole.sessionId, cut.sessionId]).size, 3, "each fork has its own id");
+    assert.equal(whole.modes.currentModeId, "build");
+
+    for (const [fork, questions, answers] of [
+      [whole.sessionId, "first questionsecond question", "first answersecond answer"],
+      [cut.sessionId, "first question", "first answer"],
+    ]) {
+      await crow.agent.request(acp.methods.agent.session.load, restoreParams(fork, dir));
+      assert.equal(joined(crow, fork, "user_message_chunk"), questions);
+      assert.equal(joined(crow, fork, "agent_message_chunk"), answers);
+    }
+
+    // The fork goes on from its point, on its own.
+    await script({ steps: [{ reply: { text: "another answer" } }] });
+    assert.equal((await crow.prompt(cut.sessionId, "another way")).stopReason, "end_turn");
+    const asked = (await mockRequests())[0].body.messages.filter((m) => m.role === "user").map((m) => m.content);
+    assert.deepEqual(asked, ["first question", "another way"]);
+
+    assert.match(crowCli(dir, ["sessions", "show", cut.sessionId]), new RegExp(`forked from ${id}`));
+    assert.doesNotMatch(crowCli(dir, ["sessions", "show", id]), /forked from/);
+    assert.doesNotMatch(crowCli(dir, ["sessions", "show", id]), /another way/, "the parent is untouched");
+  } finally {
+    await crow.stop();
+    cleanup(dir);
+  }
+});
+
+test("usage_update for a model with no known context window: an estimated size", async () => {
+  await script({ steps: [{ reply: { text: "ok" } }] });
+  const dir = project();
+  const config = join(dir, ".crow", "config.toml");
+  // Neither the configuration nor the catalog knows mock-model's window.
+  writeFileSync(config, readFileSync(config, "utf8").replace("[providers.mock.models.mock-model]\ncontext_window = 32000\n", ""));
+  assert.doesNotMatch(readFileSync(config, "utf8"), /context_window/);
+  const crow = startCrow(dir);
+  try {
+    await crow.initialize();
+    const { sessionId } = await crow.newSession();
+    assert.equal((await crow.prompt(sessionId, "hi")).stopReason, "end_turn");
+    const usage = crow.updates.find((u) => u.update.sessionUpdate === "usage_update")?.update;
+    assert.ok(usage, `no usage_update: ${JSON.stringify(crow.kinds(sessionId))}`);
+    assert.ok(usage.used > 0);
+    assert.equal(usage.size, 128000);
+    assert.equal(usage._meta?.crow?.sizeEstimated, true);
+  } finally {
+    await crow.stop();
     cleanup(dir);
   }
 });

@@ -30,9 +30,10 @@ use agent_client_protocol::{Agent, Client, ConnectTo, Error};
 
 pub use runner::{
     AgentFactory, Choice, McpServerSpec, ModeInfo, ModelInfo, RestoredSession, RunnerError,
-    SessionRunner, SessionSpec, SessionSummary, Stop, TurnInput, TurnOutcome,
+    SessionRunner, SessionSpec, SessionSummary, SettingChange, SettingsSink, Stop, TurnInput,
+    TurnOutcome,
 };
-pub use translate::Translator;
+pub use translate::{DEFAULT_CONTEXT_WINDOW, Translator};
 pub use transport::{EXCERPT_BYTES, serve};
 
 use crate::server::Server;
@@ -81,7 +82,8 @@ pub fn agent(factory: Arc<dyn AgentFactory>) -> impl ConnectTo<Client> {
         Arc::clone(&server),
         Arc::clone(&server),
     );
-    let (s_cancel, s_close, s_mode, s_config) = (
+    let (s_cancel, s_close, s_mode, s_config, s_fork) = (
+        Arc::clone(&server),
         Arc::clone(&server),
         Arc::clone(&server),
         Arc::clone(&server),
@@ -132,6 +134,19 @@ pub fn agent(factory: Arc<dyn AgentFactory>) -> impl ConnectTo<Client> {
                 answer_open(responder, async move {
                     server.resume_session(request, &cx).await
                 });
+                Ok(())
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: acp::ForkSessionRequest,
+                        responder: Responder<acp::ForkSessionResponse>,
+                        cx: ConnectionTo<Client>| {
+                let server = Arc::clone(&s_fork);
+                answer_open(
+                    responder,
+                    async move { server.fork_session(request, &cx).await },
+                );
                 Ok(())
             },
             agent_client_protocol::on_receive_request!(),

@@ -11,6 +11,7 @@ use crow_core::{
     PermissionDecision, PermissionGate, PermissionPreview, PermissionRequest, ToolKind,
 };
 
+use crate::runner::SettingChange;
 use crate::session::{APPROVE_ALL, APPROVE_EDITS, Shared, ask_client, lock};
 use crate::tools;
 
@@ -134,11 +135,17 @@ impl AcpPermissionGate {
         match chosen.as_str() {
             ALLOW_ONCE => PermissionDecision::Allow,
             ALLOW_ALWAYS => {
-                lock(&self.shared.remembered).insert(request.tool.clone(), true);
+                self.shared.change(SettingChange::Remember {
+                    tool: request.tool.clone(),
+                    allow: true,
+                });
                 PermissionDecision::Allow
             }
             REJECT_ALWAYS => {
-                lock(&self.shared.remembered).insert(request.tool.clone(), false);
+                self.shared.change(SettingChange::Remember {
+                    tool: request.tool.clone(),
+                    allow: false,
+                });
                 deny(format!(
                     "the user rejected this and every further {} call in this session",
                     request.tool

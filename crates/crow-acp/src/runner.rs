@@ -2,6 +2,7 @@
 //! binary implements [`AgentFactory`] and [`SessionRunner`] with whatever runs a prompt (today
 //! a `BaseAgent`, later a `Crew` whose compositions are the session modes).
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -181,6 +182,36 @@ pub struct RestoredSession {
     /// Mode and model the session last used, if the store knows them.
     pub mode: Option<String>,
     pub model: Option<String>,
+    /// The approval level it was left at (`ask`, `edits`, `all`), if stored.
+    pub approve: Option<String>,
+    /// "Always" answers by tool name: true = allow, false = reject.
+    pub remembered: BTreeMap<String, bool>,
+    /// Its title, if it has one yet (a session never prompted has none: its first prompt
+    /// names it).
+    pub title: Option<String>,
+}
+
+/// One choice the user made for a session, written through to where the session is kept
+/// the moment it is made, so a new process (an editor restart, a client that starts an agent
+/// per prompt) finds it again. One change at a time: two processes on one session each
+/// write only what their user changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SettingChange {
+    Mode(String),
+    Model(String),
+    /// `ask`, `edits` or `all`.
+    Approve(String),
+    /// An "always allow" (true) or "always reject" (false) answer for a tool.
+    Remember {
+        tool: String,
+        allow: bool,
+    },
+}
+
+/// Where a session's settings are kept (the binary: its row in the session store).
+/// Called from the connection's handlers: implementations do one short write.
+pub trait SettingsSink: Send + Sync {
+    fn save(&self, change: &SettingChange) -> Result<(), RunnerError>;
 }
 
 /// A stored session as session/list shows it.
@@ -209,6 +240,12 @@ pub trait SessionRunner: Send {
     fn tool_kind(&self, _tool: &str) -> Option<ToolKind> {
         None
     }
+
+    /// Where the session's settings are written when the user changes them; `None` keeps
+    /// them in memory only.
+    fn settings_sink(&self) -> Option<Arc<dyn SettingsSink>> {
+        None
+    }
 }
 
 /// Creates sessions and knows what the agent offers.
@@ -235,6 +272,23 @@ pub trait AgentFactory: Send + Sync + 'static {
     /// Restores a stored session (session/load and session/resume).
     async fn restore(&self, spec: SessionSpec) -> Result<RestoredSession, RunnerError> {
         Err(RunnerError::NotFound(spec.session_id))
+    }
+
+    /// Whether stored sessions can be forked (`session/fork`).
+    fn can_fork(&self) -> bool {
+        false
+    }
+
+    /// A new session (`spec.session_id`) continuing a copy of `parent`: its settings and
+    /// the history of its first `keep_turns` prompts with their answers (all when `None`),
+    /// the parent recorded. The history is not replayed (as for session/resume).
+    async fn fork(
+        &self,
+        _spec: SessionSpec,
+        parent: String,
+        _keep_turns: Option<usize>,
+    ) -> Result<RestoredSession, RunnerError> {
+        Err(RunnerError::NotFound(parent))
     }
 
     /// Stored sessions, newest first, optionally only those of `cwd`.

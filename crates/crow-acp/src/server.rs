@@ -16,7 +16,7 @@ use crate::bridge::{AcpClientBridge, ClientCaps};
 use crate::commands;
 use crate::permission::AcpPermissionGate;
 use crate::replay::replay;
-use crate::runner::{AgentFactory, McpServerSpec, RunnerError, SessionSpec};
+use crate::runner::{AgentFactory, McpServerSpec, RunnerError, SessionSpec, SettingChange};
 use crate::session::{
     APPROVE_ALL, APPROVE_ASK, APPROVE_EDITS, SessionState, Settings, Shared, lock,
 };
@@ -80,6 +80,28 @@ enum Origin {
     Load,
     /// session/resume: no replay.
     Resume,
+    /// session/fork: a copy of `parent` (its first `keep_turns` prompts), no replay.
+    Fork {
+        parent: String,
+        keep_turns: Option<usize>,
+    },
+}
+
+/// How many prompts of the parent a fork keeps: `_meta.crow.keepTurns` (all when absent).
+fn keep_turns(meta: Option<&acp::Meta>) -> Result<Option<usize>, Error> {
+    let Some(value) = meta
+        .and_then(|m| m.get("crow"))
+        .and_then(|c| c.get("keepTurns"))
+    else {
+        return Ok(None);
+    };
+    value
+        .as_u64()
+        .and_then(|n| usize::try_from(n).ok())
+        .map(Some)
+        .ok_or_else(|| {
+            Error::invalid_params().data("_meta.crow.keepTurns must be a non-negative integer")
+        })
 }
 
 impl Server {
@@ -119,6 +141,9 @@ impl Server {
             sessions = sessions
                 .list(acp::SessionListCapabilities::new())
                 .resume(acp::SessionResumeCapabilities::new());
+        }
+        if self.factory.can_fork() {
+            sessions = sessions.fork(acp::SessionForkCapabilities::new());
         }
         acp::InitializeResponse::new(ProtocolVersion::V1)
             .agent_info(
@@ -248,24 +273,42 @@ impl Server {
         let (shared, spec) = self.prepare(id.clone(), cwd.clone(), mcp, settings, cx);
         let (runner, history) = match origin {
             Origin::New => (self.factory.create(spec).await.map_err(runner_error)?, None),
-            Origin::Load | Origin::Resume => {
-                let restored = self.factory.restore(spec).await.map_err(runner_error)?;
-                let mut settings = shared.settings();
-                if let Some(mode) = restored.mode.filter(|m| self.has_mode(m)) {
-                    settings.mode = mode;
+            Origin::Load | Origin::Resume | Origin::Fork { .. } => {
+                let replay = matches!(origin, Origin::Load);
+                let restored = match origin {
+                    Origin::Fork { parent, keep_turns } => {
+                        self.factory.fork(spec, parent, keep_turns).await
+                    }
+                    _ => self.factory.restore(spec).await,
                 }
-                if let Some(model) = restored.model.filter(|m| self.has_model(m)) {
-                    settings.model = model;
+                .map_err(runner_error)?;
+                // What the user left the session at, as far as this agent still offers it.
+                {
+                    let mut settings = lock(&shared.settings);
+                    if let Some(mode) = restored.mode.filter(|m| self.has_mode(m)) {
+                        settings.mode = mode;
+                    }
+                    if let Some(model) = restored.model.filter(|m| self.has_model(m)) {
+                        settings.model = model;
+                    }
+                    if let Some(approve) = restored
+                        .approve
+                        .filter(|a| [APPROVE_ASK, APPROVE_EDITS, APPROVE_ALL].contains(&a.as_str()))
+                    {
+                        settings.approve = approve;
+                    }
                 }
-                *lock(&shared.settings) = settings;
-                shared
-                    .titled
-                    .store(true, std::sync::atomic::Ordering::Relaxed);
-                let history =
-                    matches!(origin, Origin::Load).then_some((restored.history, restored.primary));
+                lock(&shared.remembered).extend(restored.remembered);
+                // A session never prompted gets its title from its first prompt.
+                shared.titled.store(
+                    restored.title.is_some_and(|t| !t.is_empty()),
+                    std::sync::atomic::Ordering::Relaxed,
+                );
+                let history = replay.then_some((restored.history, restored.primary));
                 (restored.runner, history)
             }
         };
+        shared.set_sink(runner.settings_sink());
         if let Some((history, primary)) = history {
             let kind_of = |name: &str| runner.tool_kind(name);
             for update in replay(&history, &primary, &cwd, &kind_of) {
@@ -412,13 +455,38 @@ impl Server {
             .ok_or_else(|| acp::Error::session_not_found(id.to_owned()).into())
     }
 
+    /// session/fork: a new session from a stored one's history (all of it, or its first
+    /// `_meta.crow.keepTurns` prompts), with its settings and the parent recorded.
+    pub async fn fork_session(
+        &self,
+        request: acp::ForkSessionRequest,
+        cx: &ConnectionTo<Client>,
+    ) -> Result<(acp::ForkSessionResponse, Arc<SessionState>), Error> {
+        let keep_turns = keep_turns(request.meta.as_ref())?;
+        let id = uuid::Uuid::now_v7().to_string();
+        let origin = Origin::Fork {
+            parent: request.session_id.0.to_string(),
+            keep_turns,
+        };
+        let (state, settings) = self
+            .open(origin, id.clone(), request.cwd, &request.mcp_servers, cx)
+            .await?;
+        let (modes, options) = self.session_view(&settings);
+        Ok((
+            acp::ForkSessionResponse::new(id)
+                .modes(modes)
+                .config_options(options),
+            state,
+        ))
+    }
+
     /// Switches the mode (from the next prompt on).
     pub fn set_mode(&self, session_id: &str, mode: &str) -> Result<Arc<SessionState>, Error> {
         let state = self.existing(session_id)?;
         if !self.has_mode(mode) {
             return Err(Error::invalid_params().data(format!("no mode '{mode}'")));
         }
-        lock(&state.shared.settings).mode = mode.to_owned();
+        state.shared.change(SettingChange::Mode(mode.to_owned()));
         Ok(state)
     }
 
@@ -428,7 +496,7 @@ impl Server {
         if !self.has_model(model) {
             return Err(Error::invalid_params().data(format!("no model '{model}'")));
         }
-        lock(&state.shared.settings).model = model.to_owned();
+        state.shared.change(SettingChange::Model(model.to_owned()));
         Ok(state)
     }
 
@@ -450,7 +518,7 @@ impl Server {
                     return Err(Error::invalid_params().data(format!("no approval '{value}'")));
                 }
                 let state = self.existing(id)?;
-                lock(&state.shared.settings).approve = value;
+                state.shared.change(SettingChange::Approve(value));
                 state
             }
             other => {

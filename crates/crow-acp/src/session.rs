@@ -13,7 +13,7 @@ use agent_client_protocol::v1::schema as acp;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::runner::{McpServerSpec, SessionRunner};
+use crate::runner::{McpServerSpec, SessionRunner, SettingChange, SettingsSink};
 
 /// Sends a request to the client and awaits its answer. Dropping the returned future (a
 /// cancelled tool) leaves the request to be answered: dropping the crate's request handle
@@ -74,6 +74,9 @@ pub struct Shared {
     pub outbox: Outbox,
     /// The editor has been given a title for the session.
     pub titled: std::sync::atomic::AtomicBool,
+    /// Where changes of the settings and remembered answers are written (set once the
+    /// runner exists).
+    sink: Mutex<Option<Arc<dyn SettingsSink>>>,
     announced: Mutex<HashSet<String>>,
     announcement: Notify,
 }
@@ -96,6 +99,7 @@ impl Shared {
             auto_approve_modes,
             remembered: Mutex::new(HashMap::new()),
             titled: std::sync::atomic::AtomicBool::new(false),
+            sink: Mutex::new(None),
             announced: Mutex::new(HashSet::new()),
             announcement: Notify::new(),
         }
@@ -103,6 +107,32 @@ impl Shared {
 
     pub fn settings(&self) -> Settings {
         lock(&self.settings).clone()
+    }
+
+    pub fn set_sink(&self, sink: Option<Arc<dyn SettingsSink>>) {
+        *lock(&self.sink) = sink;
+    }
+
+    /// Applies a change of the settings and writes it through. A failed write is logged:
+    /// the change holds for this process all the same.
+    pub fn change(&self, change: SettingChange) {
+        {
+            let mut settings = lock(&self.settings);
+            match &change {
+                SettingChange::Mode(mode) => settings.mode.clone_from(mode),
+                SettingChange::Model(model) => settings.model.clone_from(model),
+                SettingChange::Approve(approve) => settings.approve.clone_from(approve),
+                SettingChange::Remember { tool, allow } => {
+                    lock(&self.remembered).insert(tool.clone(), *allow);
+                }
+            }
+        }
+        let sink = lock(&self.sink).clone();
+        if let Some(sink) = sink
+            && let Err(e) = sink.save(&change)
+        {
+            tracing::warn!(session = %self.id, ?change, "the setting is not saved: {e}");
+        }
     }
 
     /// Records that the editor has been told of a tool call.

@@ -69,11 +69,17 @@ pub fn tool_result(
     acp::SessionUpdate::ToolCallUpdate(acp::ToolCallUpdate::new(acp::ToolCallId::new(id), fields))
 }
 
+/// The context window `usage_update` reports for a model whose window nobody knows (not in
+/// the configuration, not in the catalog): a common size today, marked as an estimate
+/// (`_meta.crow.sizeEstimated`), so the editor's meter still shows the context growing.
+pub const DEFAULT_CONTEXT_WINDOW: u64 = 128_000;
+
 /// Translates the events of one session.
 #[derive(Debug)]
 pub struct Translator {
     cwd: PathBuf,
-    /// Context window of the current model, for `usage_update`.
+    /// Context window of the current model, for `usage_update` (`None`: unknown, see
+    /// [`DEFAULT_CONTEXT_WINDOW`]).
     context_window: Option<u64>,
     /// The agent that answers the user; words of any other agent are introduced by name.
     primary: Option<String>,
@@ -207,14 +213,18 @@ impl Translator {
                 output_tokens,
                 ..
             } => {
-                if let Some(size) = self.context_window {
-                    // Input counts the whole prompt (cached parts included); the answer joins
-                    // the context for the next call.
-                    out.push(acp::SessionUpdate::UsageUpdate(acp::UsageUpdate::new(
-                        input_tokens + output_tokens,
-                        size,
-                    )));
-                }
+                // Input counts the whole prompt (cached parts included); the answer joins
+                // the context for the next call.
+                let used = input_tokens + output_tokens;
+                let update = match self.context_window {
+                    Some(size) => acp::UsageUpdate::new(used, size),
+                    None => acp::UsageUpdate::new(used, DEFAULT_CONTEXT_WINDOW).meta(
+                        serde_json::json!({"crow": {"sizeEstimated": true}})
+                            .as_object()
+                            .cloned(),
+                    ),
+                };
+                out.push(acp::SessionUpdate::UsageUpdate(update));
             }
             AgentEvent::Retry {
                 attempt,

@@ -81,6 +81,9 @@ pub struct SessionInfo {
     /// The rest of what the user chose for the session.
     #[serde(default)]
     pub settings: SessionSettings,
+    /// The session this one was forked from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_id: Option<String>,
 }
 
 /// What the user chose for a session beyond its agent, provider, model and level, kept so
@@ -211,6 +214,22 @@ pub trait SessionStore: HistorySink {
 
     /// Replaces the session's [`SessionSettings`].
     fn set_settings(&self, session_id: &str, settings: &SessionSettings) -> Result<(), StoreError>;
+
+    /// Records the agent or composition that runs the session (an ACP mode change).
+    fn set_agent(&self, session_id: &str, agent: &str) -> Result<(), StoreError>;
+
+    /// Sets the title (a session created before its first prompt gets it then).
+    fn set_title(&self, session_id: &str, title: &str) -> Result<(), StoreError>;
+
+    /// A new session `new_id` with `parent_id`'s settings, system prompts and the first
+    /// `keep` entries of its timeline (all when `None`), recording its parent. Usage rows
+    /// stay with the parent.
+    fn fork_session(
+        &self,
+        parent_id: &str,
+        new_id: &str,
+        keep: Option<u64>,
+    ) -> Result<SessionInfo, StoreError>;
 
     /// Removes the session with its entries and usage; no other session is touched.
     fn delete_session(&self, session_id: &str) -> Result<(), StoreError>;

@@ -84,6 +84,9 @@ impl SessionDump {
         let mut out = format!("# {}\n\n", info.title);
         let total = self.total_usage();
         let _ = writeln!(out, "- session: `{}`", info.id);
+        if let Some(parent) = &info.parent_id {
+            let _ = writeln!(out, "- forked from: `{parent}`");
+        }
         let _ = writeln!(out, "- project: `{}`", info.project_root.display());
         let _ = writeln!(
             out,
@@ -178,6 +181,9 @@ impl SessionDump {
         let mut out = String::new();
         let _ = writeln!(out, "{}", info.title);
         let _ = writeln!(out, "  id       {}", info.id);
+        if let Some(parent) = &info.parent_id {
+            let _ = writeln!(out, "  parent   forked from {parent}");
+        }
         let _ = writeln!(out, "  project  {}", info.project_root.display());
         let _ = writeln!(
             out,

@@ -27,7 +27,7 @@ fn parse_ts(text: &str) -> Result<DateTime<Utc>, StoreError> {
 
 const SESSION_COLUMNS: &str = "s.id, s.project_root, s.cwd, s.title, s.agent, s.provider, \
     s.model, s.status, s.created_at, s.updated_at, \
-    (SELECT count(*) FROM entries e WHERE e.session_id = s.id), s.level, s.settings";
+    (SELECT count(*) FROM entries e WHERE e.session_id = s.id), s.level, s.settings, s.parent_id";
 
 fn session_row(row: &Row<'_>) -> rusqlite::Result<RawSession> {
     Ok(RawSession {
@@ -44,6 +44,7 @@ fn session_row(row: &Row<'_>) -> rusqlite::Result<RawSession> {
         entries: row.get(10)?,
         level: row.get(11)?,
         settings: row.get(12)?,
+        parent_id: row.get(13)?,
     })
 }
 
@@ -61,6 +62,7 @@ struct RawSession {
     entries: i64,
     level: Option<i64>,
     settings: String,
+    parent_id: Option<String>,
 }
 
 impl RawSession {
@@ -86,6 +88,7 @@ impl RawSession {
             // Settings are a convenience: unreadable ones fall back to the defaults rather
             // than making the session unreachable.
             settings: serde_json::from_str(&self.settings).unwrap_or_default(),
+            parent_id: self.parent_id,
         })
     }
 }
@@ -472,6 +475,74 @@ impl SessionStore for SqliteStore {
         Ok(())
     }
 
+    fn set_agent(&self, session_id: &str, agent: &str) -> Result<(), StoreError> {
+        self.set_column(
+            "UPDATE sessions SET agent = ?2 WHERE id = ?1",
+            session_id,
+            agent,
+        )
+    }
+
+    fn set_title(&self, session_id: &str, title: &str) -> Result<(), StoreError> {
+        self.set_column(
+            "UPDATE sessions SET title = ?2 WHERE id = ?1",
+            session_id,
+            title,
+        )
+    }
+
+    fn fork_session(
+        &self,
+        parent_id: &str,
+        new_id: &str,
+        keep: Option<u64>,
+    ) -> Result<SessionInfo, StoreError> {
+        let limit = keep.map_or(-1, |n| i64::try_from(n).unwrap_or(i64::MAX));
+        {
+            let mut conn = self.conn()?;
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(|e| self.err(e))?;
+            let n = tx
+                .execute(
+                    "INSERT INTO sessions (id, project_root, cwd, title, agent, provider, model,
+                                           status, created_at, updated_at, level, settings, parent_id)
+                     SELECT ?2, project_root, cwd, title, agent, provider, model,
+                            ?3, ?4, ?4, level, settings, id
+                     FROM sessions WHERE id = ?1",
+                    params![
+                        parent_id,
+                        new_id,
+                        SessionStatus::Active.as_str(),
+                        ts(&Utc::now())
+                    ],
+                )
+                .map_err(|e| self.err(e))?;
+            if n == 0 {
+                return Err(StoreError::NotFound(parent_id.to_owned()));
+            }
+            // Rowid order is the timeline: the copies are inserted in the parent's order,
+            // and a prefix of the timeline is a prefix of every agent's history.
+            tx.execute(
+                "INSERT INTO entries (session_id, agent, seq, kind, payload, partial, ts)
+                 SELECT ?2, agent, seq, kind, payload, partial, ts
+                 FROM entries WHERE session_id = ?1 ORDER BY id LIMIT ?3",
+                params![parent_id, new_id, limit],
+            )
+            .map_err(|e| self.err(e))?;
+            tx.execute(
+                "INSERT INTO session_agents (session_id, agent, prompt_hash)
+                 SELECT ?2, agent, prompt_hash FROM session_agents WHERE session_id = ?1",
+                params![parent_id, new_id],
+            )
+            .map_err(|e| self.err(e))?;
+            tx.commit().map_err(|e| self.err(e))?;
+        }
+        self.committed();
+        self.get_session(new_id)?
+            .ok_or_else(|| StoreError::NotFound(new_id.to_owned()))
+    }
+
     fn set_settings(&self, session_id: &str, settings: &SessionSettings) -> Result<(), StoreError> {
         let json = serde_json::to_string(settings)
             .map_err(|e| StoreError::Other(format!("cannot encode session settings: {e}")))?;
@@ -531,6 +602,18 @@ impl SessionStore for SqliteStore {
 }
 
 impl SqliteStore {
+    /// Sets one column of a session's row (`sql` takes the id as ?1, the value as ?2).
+    fn set_column(&self, sql: &str, session_id: &str, value: &str) -> Result<(), StoreError> {
+        let conn = self.conn()?;
+        let n = conn
+            .execute(sql, params![session_id, value])
+            .map_err(|e| self.err(e))?;
+        if n == 0 {
+            return Err(StoreError::NotFound(session_id.to_owned()));
+        }
+        Ok(())
+    }
+
     fn update(&self, sql: &str, session_id: &str, value: &str) -> Result<(), StoreError> {
         let conn = self.conn()?;
         let n = conn

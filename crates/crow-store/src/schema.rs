@@ -80,6 +80,10 @@ pub const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE sessions ADD COLUMN settings TEXT NOT NULL DEFAULT '{}';
     "#,
+    // 4: the session a fork was made from (NULL: not a fork, or an older row).
+    r#"
+    ALTER TABLE sessions ADD COLUMN parent_id TEXT;
+    "#,
 ];
 
 /// The schema version this crow writes.

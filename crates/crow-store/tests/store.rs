@@ -549,7 +549,7 @@ fn an_older_schema_is_migrated_in_place_keeping_its_sessions() {
         let conn = rusqlite::Connection::open(&path).unwrap();
         conn.execute_batch(
             "ALTER TABLE sessions DROP COLUMN level; ALTER TABLE sessions DROP COLUMN settings; \
-             PRAGMA user_version = 1;",
+             ALTER TABLE sessions DROP COLUMN parent_id; PRAGMA user_version = 1;",
         )
         .unwrap();
     }
@@ -567,6 +567,91 @@ fn an_older_schema_is_migrated_in_place_keeping_its_sessions() {
         store.session("old").unwrap().settings,
         SessionSettings::default()
     );
+    // Rows from before forks have no parent.
+    assert_eq!(store.session("old").unwrap().parent_id, None);
+}
+
+#[test]
+fn a_fork_copies_a_prefix_of_the_timeline_and_records_its_parent() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(db(dir.path())).unwrap();
+    store.create_session(&new_session("p", "/p")).unwrap();
+    store.set_level("p", Some(3)).unwrap();
+    store.set_agent("p", "plan").unwrap();
+    let mut settings = SessionSettings::default();
+    settings.options.insert("approve".into(), "all".into());
+    store.set_settings("p", &settings).unwrap();
+    store
+        .set_system_prompt("p", "builder", "be a builder")
+        .unwrap();
+    for (agent, text) in [("builder", "b0"), ("reviewer", "r0"), ("builder", "b1")] {
+        store
+            .append_entry("p", agent, &HistoryEntry::now(user(text)))
+            .unwrap();
+    }
+    store
+        .record_usage(
+            "p",
+            &UsageRecord {
+                agent: "builder".into(),
+                model: "m".into(),
+                usage: Usage::default(),
+                duration_ms: 1,
+                timestamp: Utc::now(),
+            },
+        )
+        .unwrap();
+
+    let all = store.fork_session("p", "f1", None).unwrap();
+    assert_eq!(all.parent_id.as_deref(), Some("p"));
+    assert_eq!(
+        (all.agent.as_str(), all.level, &all.settings, all.entries),
+        ("plan", Some(3), &settings, 3)
+    );
+    assert_eq!(all.status, SessionStatus::Active);
+    assert_eq!(
+        store.system_prompt("f1", "builder").unwrap().as_deref(),
+        Some("be a builder")
+    );
+    assert!(
+        store.usage("f1").unwrap().is_empty(),
+        "usage stays with the parent"
+    );
+
+    let two = store.fork_session("p", "f2", Some(2)).unwrap();
+    assert_eq!(two.entries, 2);
+    let order: Vec<_> = store
+        .timeline("f2")
+        .unwrap()
+        .iter()
+        .map(|e| (e.agent.clone(), e.seq))
+        .collect();
+    assert_eq!(
+        order,
+        [("builder".to_owned(), 0), ("reviewer".to_owned(), 0)]
+    );
+    // The fork goes on from where it was cut; the parent is untouched.
+    assert_eq!(
+        store
+            .append_entry("f2", "builder", &HistoryEntry::now(user("new")))
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        contents(&store.load_history("f2", "builder").unwrap()),
+        ["b0", "new"]
+    );
+    assert_eq!(store.session("p").unwrap().entries, 3);
+    assert_eq!(store.session("p").unwrap().parent_id, None);
+
+    assert!(matches!(
+        store.fork_session("nope", "f3", None),
+        Err(StoreError::NotFound(_))
+    ));
+    store.set_title("f1", "renamed").unwrap();
+    assert_eq!(store.session("f1").unwrap().title, "renamed");
+    let shown = crow_store::dump(&store, "f1").unwrap().timeline_text();
+    assert!(shown.contains("forked from p"), "{shown}");
 }
 
 #[test]

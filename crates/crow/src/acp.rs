@@ -3,6 +3,7 @@
 //! crew), persisted in the same store (so an editor restart can load them), with modes = the
 //! compositions (build, build-judge, plan, ...) and models = those of the configured providers.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -11,11 +12,12 @@ use anyhow::{Context, Result};
 use async_trait::async_trait;
 use crow_acp::{
     AgentFactory, Choice, McpServerSpec, ModeInfo, ModelInfo, RestoredSession, RunnerError,
-    SessionRunner, SessionSpec, SessionSummary, TurnInput, TurnOutcome,
+    SessionRunner, SessionSpec, SessionSummary, SettingChange, SettingsSink, TurnInput,
+    TurnOutcome,
 };
 use crow_core::{
-    CrewSession, EventSender, HistorySink, SessionFilter, SessionStore, StoreError, ToolKind,
-    ToolRegistry,
+    CrewSession, EntryKind, EventSender, HistorySink, SessionFilter, SessionInfo, SessionStore,
+    StoreError, ToolKind, ToolRegistry,
 };
 use crow_mcp::{McpManager, McpOptions, McpServerConfig, McpTransport};
 use crow_providers::ProviderSettings;
@@ -29,6 +31,12 @@ use crate::sessions;
 
 /// The mode a session starts in when the catalog has it.
 const DEFAULT_MODE: &str = "build";
+
+/// The session settings option holding the approval level (`ask`, `edits`, `all`).
+const APPROVE_OPTION: &str = "approve";
+/// Prefix of the session settings options holding "always" answers: `always.TOOL` =
+/// `allow` or `reject`.
+const ALWAYS_PREFIX: &str = "always.";
 
 /// How long a stop waits for cancelled turns to save before crow exits anyway.
 const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
@@ -179,6 +187,88 @@ fn failed_any(e: &anyhow::Error) -> RunnerError {
     RunnerError::Failed(format!("{e:#}"))
 }
 
+/// An unknown session id stays "not found" for the editor; anything else is a failure.
+fn restore_error(e: anyhow::Error) -> RunnerError {
+    match e.downcast::<StoreError>() {
+        Ok(StoreError::NotFound(id)) => RunnerError::NotFound(id),
+        Ok(other) => failed(other),
+        Err(e) => failed_any(&e),
+    }
+}
+
+/// A session's settings written to its row in the store as the user changes them: the mode
+/// is the `agent` column, the model the provider/model columns (and its endpoint), the
+/// approval level and "always" answers are options of the settings JSON.
+struct StoreSink {
+    store: Arc<SqliteStore>,
+    id: String,
+    loaded: Arc<LoadedConfig>,
+}
+
+impl StoreSink {
+    /// Changes the settings JSON, keeping what this change does not touch (read just
+    /// before: another process may have changed other settings of the session).
+    fn update(&self, edit: impl FnOnce(&mut crow_core::SessionSettings)) -> Result<(), StoreError> {
+        let mut settings = self.store.session(&self.id)?.settings;
+        edit(&mut settings);
+        self.store.set_settings(&self.id, &settings)
+    }
+}
+
+impl SettingsSink for StoreSink {
+    fn save(&self, change: &SettingChange) -> Result<(), RunnerError> {
+        match change {
+            SettingChange::Mode(mode) => self.store.set_agent(&self.id, mode),
+            SettingChange::Model(model) => {
+                let chosen = settings_for(&self.loaded, model).map_err(|e| failed_any(&e))?;
+                self.store
+                    .set_model(&self.id, &chosen.name, &chosen.model)
+                    .and_then(|()| self.update(|s| s.base_url = Some(chosen.base_url.clone())))
+            }
+            SettingChange::Approve(level) => self.update(|s| {
+                s.options.insert(APPROVE_OPTION.to_owned(), level.clone());
+            }),
+            SettingChange::Remember { tool, allow } => self.update(|s| {
+                let answer = if *allow { "allow" } else { "reject" };
+                s.options
+                    .insert(format!("{ALWAYS_PREFIX}{tool}"), answer.to_owned());
+            }),
+        }
+        .map_err(failed)
+    }
+}
+
+/// The approval level and "always" answers stored with a session.
+fn stored_answers(info: &SessionInfo) -> (Option<String>, BTreeMap<String, bool>) {
+    let options = &info.settings.options;
+    let remembered = options
+        .iter()
+        .filter_map(|(key, answer)| {
+            let tool = key.strip_prefix(ALWAYS_PREFIX)?;
+            match answer.as_str() {
+                "allow" => Some((tool.to_owned(), true)),
+                "reject" => Some((tool.to_owned(), false)),
+                _ => None,
+            }
+        })
+        .collect();
+    (options.get(APPROVE_OPTION).cloned(), remembered)
+}
+
+/// How many timeline entries hold a session's first `turns` prompts and what answered them:
+/// everything before the primary's next user message. The primary is the agent of the
+/// first entry (every session starts with the user's prompt to it).
+fn entries_for_turns(timeline: &[crow_core::StoredEntry], turns: usize) -> Option<u64> {
+    let primary = &timeline.first()?.agent;
+    let cut = timeline
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| &e.agent == primary && matches!(e.entry.kind, EntryKind::User { .. }))
+        .nth(turns)
+        .map(|(i, _)| i)?;
+    u64::try_from(cut).ok()
+}
+
 #[async_trait]
 impl AgentFactory for CrowFactory {
     fn modes(&self) -> Vec<ModeInfo> {
@@ -203,11 +293,20 @@ impl AgentFactory for CrowFactory {
     }
 
     async fn restore(&self, spec: SessionSpec) -> Result<RestoredSession, RunnerError> {
-        CrowRunner::restore(spec, &self.overrides).map_err(|e| match e.downcast::<StoreError>() {
-            Ok(StoreError::NotFound(id)) => RunnerError::NotFound(id),
-            Ok(other) => failed(other),
-            Err(e) => failed_any(&e),
-        })
+        CrowRunner::restore(spec, &self.overrides).map_err(restore_error)
+    }
+
+    fn can_fork(&self) -> bool {
+        true
+    }
+
+    async fn fork(
+        &self,
+        spec: SessionSpec,
+        parent: String,
+        keep_turns: Option<usize>,
+    ) -> Result<RestoredSession, RunnerError> {
+        CrowRunner::fork(spec, &parent, keep_turns, &self.overrides).map_err(restore_error)
     }
 
     async fn list(&self, cwd: Option<PathBuf>) -> Result<Vec<SessionSummary>, RunnerError> {
@@ -269,10 +368,11 @@ fn mcp_configs(specs: &[McpServerSpec]) -> Vec<McpServerConfig> {
 }
 
 /// One ACP session: its composer (rebuilt when the model changes), its histories, its MCP
-/// servers and its row in the store (written from the first prompt on).
+/// servers and its row in the store (written when the session is created, so a session
+/// never prompted can be loaded too).
 pub struct CrowRunner {
     spec: SessionSpec,
-    loaded: LoadedConfig,
+    loaded: Arc<LoadedConfig>,
     tools: ToolRegistry,
     composer: Arc<Composer>,
     model: String,
@@ -280,6 +380,8 @@ pub struct CrowRunner {
     store: Option<Arc<SqliteStore>>,
     /// Whether the session has its row in the store yet.
     stored: bool,
+    /// Whether its row has a title (a session is named after its first prompt).
+    titled: bool,
     /// Kept for the session's life: dropping it stops the servers.
     _mcp: McpManager,
 }
@@ -301,7 +403,7 @@ impl CrowRunner {
         if let Some(store) = &store {
             composer.set_history_sink(Arc::clone(store) as Arc<dyn HistorySink>);
         }
-        let session = CrewSession {
+        let mut session = CrewSession {
             primary: crow_core::Session::new(
                 spec.session_id.clone(),
                 "builder",
@@ -310,21 +412,40 @@ impl CrowRunner {
             ),
             coagent: None,
         };
+        // Stored now, untitled: a client that starts an agent per prompt loads it in the
+        // next process.
+        let mut stored = false;
+        if let Some(store) = &store {
+            let created = composer
+                .crew(known_mode(&composer, &spec.mode), None)
+                .and_then(|crew| {
+                    sessions::create_with_id(store, &crew, &composer, &spec.session_id, "")
+                });
+            match created {
+                Ok((_, opened)) => {
+                    session = opened;
+                    stored = true;
+                }
+                Err(e) => tracing::warn!("the session is not saved yet: {e:#}"),
+            }
+        }
         let mcp = start_mcp(spec, &loaded, &tools);
         Ok(Self {
             spec: spec.clone(),
-            loaded,
+            loaded: Arc::new(loaded),
             tools,
             composer,
             model: spec.model.clone(),
             session,
             store,
-            stored: false,
+            stored,
+            titled: false,
             _mcp: mcp,
         })
     }
 
-    /// Reopens a stored session with its histories; the timeline is for the editor's replay.
+    /// Reopens a stored session with its histories and settings; the timeline is for the
+    /// editor's replay.
     fn restore(mut spec: SessionSpec, overrides: &Overrides) -> Result<RestoredSession> {
         let (root, _) = find_project_root(&spec.cwd);
         let loaded = config::load(&root, overrides)?;
@@ -340,24 +461,23 @@ impl CrowRunner {
         let composer = compose(&spec, &loaded, &tools, &spec.model)?;
         composer.set_stored_prompts(sessions::stored_prompts(&store, &info.id)?);
         composer.set_history_sink(Arc::clone(&store) as Arc<dyn HistorySink>);
-        let mode = if composer.composition(&info.agent).is_ok() {
-            info.agent.clone()
-        } else {
-            DEFAULT_MODE.to_owned()
-        };
+        let mode = known_mode(&composer, &info.agent).to_owned();
         let crew = composer.crew(&mode, None)?;
         let primary = crew.primary().name.clone();
+        let (approve, remembered) = stored_answers(&info);
+        let title = Some(info.title.clone()).filter(|t| !t.is_empty());
         let (_, session) = sessions::resume(&store, &crew, &composer, info)?;
         let mcp = start_mcp(&spec, &loaded, &tools);
         let runner = Self {
             model: spec.model.clone(),
             spec,
-            loaded,
+            loaded: Arc::new(loaded),
             tools,
             composer,
             session,
             store: Some(store),
             stored: true,
+            titled: title.is_some(),
             _mcp: mcp,
         };
         Ok(RestoredSession {
@@ -366,7 +486,41 @@ impl CrowRunner {
             primary,
             mode: Some(mode),
             model: Some(model),
+            approve,
+            remembered,
+            title,
         })
+    }
+
+    /// Copies stored session `parent` (its first `keep_turns` prompts, or all) into a new
+    /// session `spec.session_id` that records its parent, and opens the copy.
+    fn fork(
+        spec: SessionSpec,
+        parent: &str,
+        keep_turns: Option<usize>,
+        overrides: &Overrides,
+    ) -> Result<RestoredSession> {
+        let (root, _) = find_project_root(&spec.cwd);
+        let loaded = config::load(&root, overrides)?;
+        loaded.require_trust(&root)?;
+        let store = sessions::open(&loaded.config)?;
+        let parent = store.session(parent)?;
+        let keep = match keep_turns {
+            Some(turns) => entries_for_turns(&store.timeline(&parent.id)?, turns),
+            None => None,
+        };
+        store.fork_session(&parent.id, &spec.session_id, keep)?;
+        drop(store);
+        Self::restore(spec, overrides)
+    }
+}
+
+/// `mode` when the composer knows it, else the default mode.
+fn known_mode<'a>(composer: &Composer, mode: &'a str) -> &'a str {
+    if composer.composition(mode).is_ok() {
+        mode
+    } else {
+        DEFAULT_MODE
     }
 }
 
@@ -459,11 +613,7 @@ impl SessionRunner for CrowRunner {
             }
             self.model = input.model.clone();
         }
-        let mode = if self.composer.composition(&input.mode).is_ok() {
-            input.mode.as_str()
-        } else {
-            DEFAULT_MODE
-        };
+        let mode = known_mode(&self.composer, &input.mode);
         let crew = self.composer.crew(mode, None).map_err(|e| failed_any(&e))?;
         // The reviewer's history belongs to the reviewer: another mode's coagent starts its own.
         if let (Some(open), Some(coagent)) = (&self.session.coagent, crew.coagent())
@@ -489,6 +639,14 @@ impl SessionRunner for CrowRunner {
             };
             if let Err(e) = noted {
                 tracing::warn!("the session is not saved: {e:#}");
+            }
+            // A session created before its first prompt is named after it.
+            if self.stored && !self.titled {
+                let title = crow_store::title_from_prompt(&input.text);
+                match store.set_title(&self.spec.session_id, &title) {
+                    Ok(()) => self.titled = true,
+                    Err(e) => tracing::warn!("the session's title is not saved: {e}"),
+                }
             }
         }
         let sees_images = crew.primary().provider().accepts_images();
@@ -545,5 +703,16 @@ impl SessionRunner for CrowRunner {
 
     fn tool_kind(&self, tool: &str) -> Option<ToolKind> {
         self.tools.get(tool).map(|t| t.kind())
+    }
+
+    fn settings_sink(&self) -> Option<Arc<dyn SettingsSink>> {
+        // Also before the row exists (its creation failed at session/new): a write then
+        // fails with a warning, and works once the first prompt has created the row.
+        let store = self.store.as_ref()?;
+        Some(Arc::new(StoreSink {
+            store: Arc::clone(store),
+            id: self.spec.session_id.clone(),
+            loaded: Arc::clone(&self.loaded),
+        }))
     }
 }

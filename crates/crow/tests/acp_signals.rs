@@ -29,6 +29,7 @@ async fn sigterm_cancels_the_running_turn_saves_it_and_exits_143() {
             mock.openai_base_url()
         ),
     );
+    // The project's config sets an endpoint: the user trusts it.
     trust_project(dir.path());
     let mut cmd = crow(dir.path());
     cmd.arg("acp").stdin(Stdio::piped());
