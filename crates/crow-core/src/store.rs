@@ -160,7 +160,7 @@ pub trait SessionStore: HistorySink {
     /// Looks a session up by its full id or a unique prefix of it.
     fn session(&self, id_or_prefix: &str) -> Result<SessionInfo, StoreError>;
 
-    /// The most recently updated session of a project.
+    /// The most recently updated session of a project that has any history.
     fn latest_session(
         &self,
         project_root: &std::path::Path,

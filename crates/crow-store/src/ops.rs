@@ -101,11 +101,7 @@ fn path_text(path: &Path) -> String {
 /// know) reads as `EntryKind::Unknown`: history grows forward-compatibly, so it neither makes
 /// the session unreadable nor shifts the positions compactions refer to. Anything else that
 /// does not parse is damage.
-fn decode(
-    session_id: &str,
-    payload: &str,
-    ts_text: &str,
-) -> Result<HistoryEntry, StoreError> {
+fn decode(session_id: &str, payload: &str, ts_text: &str) -> Result<HistoryEntry, StoreError> {
     let kind: EntryKind = match serde_json::from_str(payload) {
         Ok(kind) => kind,
         // Kept in place as `Unknown` (never sent to a model): positions in the history, which
@@ -214,13 +210,14 @@ impl SessionStore for SqliteStore {
     }
 
     fn latest_session(&self, project_root: &Path) -> Result<Option<SessionInfo>, StoreError> {
+        // A session an editor opened and never prompted has nothing to continue.
         Ok(self
             .list_sessions(&SessionFilter {
                 project_root: Some(project_root.to_path_buf()),
-                limit: Some(1),
+                limit: None,
             })?
             .into_iter()
-            .next())
+            .find(|s| s.entries > 0))
     }
 
     fn list_sessions(&self, filter: &SessionFilter) -> Result<Vec<SessionInfo>, StoreError> {

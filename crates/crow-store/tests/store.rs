@@ -185,6 +185,8 @@ fn listing_lookup_by_prefix_status_and_delete() {
         ["aab-2", "aaa-1"]
     );
     assert_eq!(ids(SessionFilter::default()), ["b-3", "aab-2", "aaa-1"]);
+    // An empty session (an editor's, never prompted) is nothing to continue.
+    assert_eq!(store.latest_session(Path::new("/p")).unwrap(), None);
     // Appending makes a session the latest of its project.
     let entry = HistoryEntry::now(EntryKind::User {
         content: "more".into(),
@@ -1006,7 +1008,10 @@ fn entries_of_kinds_a_newer_crow_wrote_are_kept_as_unknown_not_corrupt() {
         .unwrap();
 
     let history = store.load_history("s1", "builder").unwrap();
-    assert_eq!(contents(&history), ["before", "unknown", "unknown", "after"]);
+    assert_eq!(
+        contents(&history),
+        ["before", "unknown", "unknown", "after"]
+    );
     assert_eq!(store.timeline("s1").unwrap().len(), 4);
 
     // A payload that is not a well-formed entry is still damage.
