@@ -954,3 +954,36 @@ test("usage_update for a model with no known context window: an estimated size",
     cleanup(dir);
   }
 });
+
+test("/context and /compact: answered in the session, the compaction becomes the next request's start", async () => {
+  const s = await open();
+  try {
+    const commands = await s.crow.waitFor((u) => u.update.sessionUpdate === "available_commands_update");
+    for (const name of ["compact", "context"]) {
+      assert.ok(commands.update.availableCommands.some((c) => c.name === name), name);
+    }
+    await script({
+      steps: [
+        ...[1, 2, 3, 4, 5].map((i) => ({ reply: { text: `answer ${i} `.repeat(40) } })),
+        { reply: { text: "## Task\nthe checkpoint" } },
+        { reply: { text: "after" } },
+      ],
+    });
+    // More exchanges than compaction keeps verbatim (the last three).
+    for (const prompt of ["one", "two", "three", "four", "five"]) {
+      assert.equal((await s.crow.prompt(s.id, prompt)).stopReason, "end_turn");
+    }
+
+    assert.equal((await s.crow.prompt(s.id, "/context")).stopReason, "end_turn");
+    assert.match(joined(s.crow, s.id, "agent_message_chunk"), /context window: 32000 tokens/);
+    assert.equal((await mockRequests()).length, 5, "no model call for /context");
+
+    assert.equal((await s.crow.prompt(s.id, "/compact")).stopReason, "end_turn");
+    assert.match(joined(s.crow, s.id, "agent_message_chunk"), /Compacted/);
+    assert.equal((await s.crow.prompt(s.id, "six")).stopReason, "end_turn");
+    const requests = await mockRequests();
+    assert.match(JSON.stringify(requests.at(-1).body.messages), /the checkpoint/);
+  } finally {
+    await close(s);
+  }
+});

@@ -23,6 +23,13 @@ pub fn available() -> Vec<acp::AvailableCommand> {
                 "mode id (empty: list the modes)",
             )),
         ),
+        // Answered by the session's runner (the front end owns the history).
+        acp::AvailableCommand::new("compact", "Fold the conversation into a summary now").input(
+            acp::AvailableCommandInput::Unstructured(acp::UnstructuredCommandInput::new(
+                "what the summary must keep (optional)",
+            )),
+        ),
+        acp::AvailableCommand::new("context", "What the next request carries, by part"),
         acp::AvailableCommand::new("help", "What crow can do here"),
     ]
 }
@@ -160,7 +167,8 @@ pub fn list<'a>(choices: impl Iterator<Item = &'a crate::runner::Choice>, curren
 pub const HELP: &str = "crow is a coding agent: ask it to read, change and run code in this \
 project. It asks before it edits files or runs commands (unless the mode allows them).\n\n\
 Commands:\n- `/model [id]` — list the models or switch\n- `/mode [id]` — list the modes or \
-switch\n- `/help` — this text\n";
+switch\n- `/compact [focus]` — fold the conversation into a summary now\n- `/context` — what \
+the next request carries, against the model's window\n- `/help` — this text\n";
 
 #[cfg(test)]
 mod tests {

@@ -621,6 +621,24 @@ impl SessionRunner for CrowRunner {
         {
             self.session.coagent = None;
         }
+        if let Some(command) = crate::session_cmd::parse(&input.text) {
+            let reply = crate::session_cmd::run(
+                &command,
+                crew.primary(),
+                &mut self.session.primary,
+                events,
+                &cancel,
+            )
+            .await;
+            let _ = events.send(crow_core::AgentEvent::TextDelta {
+                agent: crew.primary().name.clone(),
+                delta: reply,
+            });
+            return Ok(TurnOutcome {
+                stop: crow_acp::Stop::EndTurn,
+                usage: crow_core::Usage::default(),
+            });
+        }
         if let Some(store) = &self.store {
             let noted = if self.stored {
                 sessions::note_agents(store, &crew, &self.composer, &self.spec.session_id)

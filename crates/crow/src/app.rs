@@ -247,6 +247,13 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
     spec.composer
         .set_history_sink(Arc::clone(&store) as Arc<dyn crow_core::HistorySink>);
     let resumed_run = resumed.is_some();
+    let command = crate::session_cmd::parse(&spec.prompt);
+    if command.is_some() && !resumed_run {
+        bail!(
+            "{} works on a stored session: add --continue, or --resume ID",
+            spec.prompt.trim()
+        );
+    }
     let (info, mut session) = match resumed {
         Some(info) => sessions::resume(&store, &crew, &spec.composer, info)?,
         None => sessions::create(&store, &crew, &spec.composer, &spec.prompt)?,
@@ -269,6 +276,9 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
         &spec.composer.cwd,
         &crate::tool_options(&spec.composer.config),
     );
+    if let Some(command) = command {
+        return session_command(&command, &crew, &mut session, &store, &info.id).await;
+    }
     session.primary.add_user_message(spec.prompt);
 
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
@@ -382,4 +392,39 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
             ExitCode::from(6)
         }
     })
+}
+
+/// `crow run --continue "/compact"` or `"/context"`: the session command, answered on stdout;
+/// the summary call's usage is recorded like any model call.
+async fn session_command(
+    command: &crate::session_cmd::SessionCommand,
+    crew: &crow_core::Crew,
+    session: &mut crow_core::CrewSession,
+    store: &Arc<SqliteStore>,
+    id: &str,
+) -> Result<ExitCode> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let (render_tx, mut render_rx) = tokio::sync::mpsc::unbounded_channel();
+    let recorder = tokio::spawn(sessions::record_usage(
+        rx,
+        render_tx,
+        Arc::clone(store),
+        id.to_owned(),
+        sessions::models(crew),
+    ));
+    let drain = tokio::spawn(async move { while render_rx.recv().await.is_some() {} });
+    let cancel = crate::stop::token().child_token();
+    let reply =
+        crate::session_cmd::run(command, crew.primary(), &mut session.primary, &tx, &cancel).await;
+    drop(tx);
+    let _ = recorder.await;
+    let _ = drain.await;
+    if let Err(e) = store.set_status(id, crow_core::SessionStatus::Completed) {
+        tracing::warn!("cannot record the session's status: {e}");
+    }
+    {
+        use std::io::Write as _;
+        let _ = writeln!(crate::stop::stdout(), "{reply}");
+    }
+    Ok(ExitCode::SUCCESS)
 }

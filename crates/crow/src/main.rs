@@ -17,6 +17,7 @@ mod instructions;
 mod mcp;
 mod prompt;
 mod render;
+mod session_cmd;
 mod sessions;
 mod trust;
 

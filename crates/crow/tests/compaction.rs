@@ -117,3 +117,73 @@ async fn a_long_session_compacts_to_fit_a_small_window_and_continue_sends_the_co
         assert_eq!(&messages(next)[..before.len()], &before[..]);
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn context_and_compact_commands_work_on_a_continued_session() {
+    let repo = git_repo();
+    let dir = repo.path();
+    let big: String = (0..200)
+        .map(|i| format!("line {i:03} of a file\n"))
+        .collect();
+    std::fs::write(dir.join("big.txt"), &big).unwrap();
+    write_project_config(dir, "doom_loop_threshold = 0\n");
+    let mut scenario = Scenario::new();
+    for i in 0..8 {
+        scenario = scenario.reply(
+            Reply::text(format!("reading {i}"))
+                .with_tool_call("read_file", json!({"path": "big.txt"}))
+                .matching_system(AGENT),
+        );
+    }
+    scenario = scenario
+        .reply(Reply::text("read").matching_system(AGENT))
+        .reply(Reply::text("## Task\nthe checkpoint of the reads").matching_system(SUMMARISER))
+        .reply(Reply::text("continuing").matching_system(AGENT));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let out = output(crow_run(dir, &mock, "read big.txt eight times")).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+
+    // Not on a new session.
+    let out = output(crow_run(dir, &mock, "/context")).await;
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    assert!(out.stderr.contains("--continue"), "{}", out.stderr);
+
+    let context = |args: &[&str]| {
+        let mut cmd = crow(dir);
+        cmd.args([
+            "run",
+            "--provider",
+            "openai",
+            "--model",
+            "mock-model",
+            "--base-url",
+        ])
+        .arg(mock.openai_base_url())
+        .args(args);
+        cmd
+    };
+    let before = mock.requests().len();
+    let out = output(context(&["--continue", "/context"])).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        out.stdout.contains("tool_result") && out.stdout.contains("system"),
+        "a breakdown by part: {}",
+        out.stdout
+    );
+    assert_eq!(mock.requests().len(), before, "no model call for /context");
+
+    let out = output(context(&["--continue", "/compact"])).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(out.stdout.starts_with("Compacted"), "{}", out.stdout);
+    let summary_call = mock.requests().last().unwrap().raw_body.clone();
+    assert!(String::from_utf8_lossy(&summary_call).contains(SUMMARISER));
+
+    // The next turn is built on the checkpoint.
+    let mut cmd = crow_run(dir, &mock, "go on");
+    cmd.arg("--continue");
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let next = mock.requests().last().unwrap().body.clone();
+    let text = serde_json::to_string(messages(&next)).unwrap();
+    assert!(text.contains("the checkpoint of the reads"), "{text}");
+}

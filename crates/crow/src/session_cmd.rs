@@ -1,0 +1,73 @@
+//! Commands about the session itself, the same in every front end: `/compact [focus]` folds
+//! the history now (one side call to the model, no turn), `/context` shows what the next
+//! request would carry. `crow acp` answers them in the session; `crow run --continue` too.
+
+use crow_core::{BaseAgent, EventSender, Session};
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionCommand {
+    Compact(Option<String>),
+    Context,
+}
+
+/// `/compact [focus]` or `/context`; any other text is a prompt.
+pub fn parse(text: &str) -> Option<SessionCommand> {
+    let rest = text.trim().strip_prefix('/')?;
+    let (name, arg) = match rest.split_once(char::is_whitespace) {
+        Some((name, arg)) => (name, Some(arg.trim().to_owned()).filter(|a| !a.is_empty())),
+        None => (rest, None),
+    };
+    match name {
+        "compact" => Some(SessionCommand::Compact(arg)),
+        "context" if arg.is_none() => Some(SessionCommand::Context),
+        _ => None,
+    }
+}
+
+/// Runs the command on the primary agent's history; returns what to tell the user.
+pub async fn run(
+    command: &SessionCommand,
+    agent: &BaseAgent,
+    session: &mut Session,
+    events: &EventSender,
+    cancel: &CancellationToken,
+) -> String {
+    match command {
+        SessionCommand::Context => agent.context_breakdown(session).to_string(),
+        SessionCommand::Compact(focus) => {
+            match agent
+                .compact_now(session, events, cancel, focus.as_deref())
+                .await
+            {
+                Some(done) => format!(
+                    "Compacted ({}): ~{} → ~{} tokens.",
+                    done.tier.as_str(),
+                    done.tokens_before,
+                    done.tokens_after
+                ),
+                None => "Nothing to compact: the history is already as short as it can be.".into(),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_two_commands_parse() {
+        assert_eq!(parse("/context"), Some(SessionCommand::Context));
+        assert_eq!(parse(" /compact "), Some(SessionCommand::Compact(None)));
+        assert_eq!(
+            parse("/compact keep the API decisions"),
+            Some(SessionCommand::Compact(Some(
+                "keep the API decisions".into()
+            )))
+        );
+        assert_eq!(parse("/context please"), None);
+        assert_eq!(parse("/compaction"), None);
+        assert_eq!(parse("compact"), None);
+    }
+}
