@@ -112,7 +112,7 @@ impl McpServerConfig {
 
 /// `[mcp_servers.NAME]` as written in crow's config.toml. Every field is optional so config
 /// layers can be partial; [`McpServerEntry::resolve`] checks the merged entry.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct McpServerEntry {
     /// Program of a stdio server.

@@ -11,7 +11,7 @@ use anyhow::{Context, Result, bail};
 use serde::Deserialize;
 
 /// The typed configuration. Every field is optional so that each layer can be partial.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// Which `[providers.NAME]` to use.
@@ -45,7 +45,7 @@ pub struct Config {
     pub projects: BTreeMap<String, ProjectEntry>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProjectEntry {
     /// The project's own config may set where requests go, MCP servers and the store.
@@ -53,7 +53,7 @@ pub struct ProjectEntry {
     pub trusted: Option<bool>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ToolsConfig {
     pub bash_timeout_secs: Option<u64>,
@@ -65,10 +65,11 @@ pub struct ToolsConfig {
 }
 
 /// `[shell_environment]`: see [`crow_core::env`] for the order of the rules.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ShellEnvironmentConfig {
     /// "all" (default), "core" or "none".
+    #[schemars(schema_with = "inherit_schema")]
     pub inherit: Option<crow_core::Inherit>,
     /// Name patterns (`*` wildcards, any case) passed even if they look secret.
     #[serde(default)]
@@ -112,7 +113,7 @@ pub fn env_policy(config: &Config) -> crow_core::EnvPolicy {
 }
 
 /// Where sessions are kept. `CROW_HOME` (the directory of `crow.db`) wins over both paths.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StoreConfig {
     /// The database file itself.
@@ -125,7 +126,7 @@ pub struct StoreConfig {
     pub max_size_mb: Option<u64>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderConfig {
     /// Wire API: "openai" (any OpenAI-compatible server) or "anthropic".
@@ -155,12 +156,26 @@ pub struct ProviderConfig {
     pub models: BTreeMap<String, ModelConfig>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ModelConfig {
     pub context_window: Option<u64>,
     /// Whether the model reads images (default: crow's catalog of known vision models).
     pub images: Option<bool>,
+}
+
+/// `inherit` as editors should offer it (crow-core's type carries no schema).
+fn inherit_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "description": "How much of crow's environment commands inherit before the other rules.",
+        "enum": ["all", "core", "none"]
+    })
+}
+
+/// The configuration's JSON Schema (`crow config schema`), for editors that check config.toml.
+pub fn json_schema() -> String {
+    let schema = schemars::schema_for!(Config);
+    serde_json::to_string_pretty(&schema).unwrap_or_default()
 }
 
 /// Where a value came from.

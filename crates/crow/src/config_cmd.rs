@@ -37,6 +37,9 @@ pub enum EditCommand {
     Validate { file: Option<PathBuf> },
     /// Where each configuration layer and the session database live
     Path,
+    /// Print the configuration's JSON Schema (save it and point taplo / Even Better TOML at it
+    /// with a `#:schema FILE` first line)
+    Schema,
     /// Open your config (or the project's) in $VISUAL / $EDITOR; checked before it is saved
     Edit {
         #[arg(long)]
@@ -142,6 +145,10 @@ pub fn run(command: EditCommand) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         EditCommand::Edit { project } => edit(&layer_file(&root, project)?),
+        EditCommand::Schema => {
+            println!("{}", config::json_schema());
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 

@@ -22,7 +22,7 @@ const CUT_MARKER: &str = "[… earlier text cut]\n";
 const MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
 
 /// `[instructions]` in config.toml.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct InstructionsConfig {
     /// Names read where a directory has no AGENTS.md (default `["CLAUDE.md"]`).

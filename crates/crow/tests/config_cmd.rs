@@ -206,3 +206,25 @@ async fn path_edit_and_init() {
         "mine\n"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_schema_describes_every_section_and_refuses_unknown_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = crow_ok(dir.path(), &["config", "schema"]).await;
+    let schema: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    for key in [
+        "model",
+        "providers",
+        "mcp_servers",
+        "shell_environment",
+        "instructions",
+    ] {
+        assert!(schema["properties"].get(key).is_some(), "{key}");
+    }
+    assert_eq!(schema["additionalProperties"], false);
+    let text = out.stdout;
+    assert!(
+        text.contains("api_key_env") && text.contains("\"anthropic\""),
+        "provider keys and kinds"
+    );
+}
