@@ -17,6 +17,7 @@ mod mcp;
 mod prompt;
 mod render;
 mod sessions;
+mod skills;
 mod trust;
 
 use std::io::Read;
@@ -75,6 +76,11 @@ enum Command {
     Sessions {
         #[command(subcommand)]
         command: sessions::SessionsCommand,
+    },
+    /// List and show Agent Skills (SKILL.md folders in .crow/skills, .agents/skills, ~/.claude/skills, ...)
+    Skills {
+        #[command(subcommand)]
+        command: skills::SkillsCommand,
     },
     /// Serve the Agent Client Protocol on stdin/stdout, for editors (Zed, JetBrains, Neovim)
     Acp(ModelArgs),
@@ -296,6 +302,10 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Agents { command } => agents_command(command),
+        Command::Skills { command } => {
+            let cwd = std::env::current_dir().context("cannot read the current directory")?;
+            skills::command(command, &app::find_project_root(&cwd).0)
+        }
         Command::Acp(model) => acp::serve(overrides(&model, None)).await,
         Command::Config {
             command: ConfigCommand::Show(model),

@@ -90,3 +90,173 @@ async fn instructions_over_the_budget_are_cut_with_a_notice() {
         out.stderr
     );
 }
+
+fn write_file(path: &std::path::Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+/// The tool results in a request, in order.
+fn tool_results(request: &serde_json::Value) -> Vec<String> {
+    request["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+fn tool_names(request: &serde_json::Value) -> Vec<String> {
+    request["tools"]
+        .as_array()
+        .map(|tools| {
+            tools
+                .iter()
+                .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn user_and_project_skills_are_indexed_loaded_and_their_files_read() {
+    let repo = git_repo();
+    let dir = repo.path();
+    write_file(
+        &dir.join(".home/.agents/skills/release-notes/SKILL.md"),
+        "---\nname: release-notes\ndescription: Write release notes from the git log.\n---\nGroup changes by kind.\n",
+    );
+    write_file(
+        &dir.join(".claude/skills/db-migrate/SKILL.md"),
+        "---\nname: db-migrate\ndescription: Use when: a schema changes.\nallowed-tools: Bash(sqlx:*)\n---\nFollow references/steps.md.\n",
+    );
+    write_file(
+        &dir.join(".claude/skills/db-migrate/references/steps.md"),
+        "1. sqlx migrate add\n",
+    );
+    // The same name in the user's folders is shadowed by the project's skill.
+    write_file(
+        &dir.join(".home/.claude/skills/db-migrate/SKILL.md"),
+        "---\nname: db-migrate\ndescription: The user's older copy.\n---\nOld.\n",
+    );
+    let mock = MockLlm::start(
+        Scenario::new()
+            .reply(Reply::tool_call(
+                "skill",
+                serde_json::json!({"name": "db-migrate"}),
+            ))
+            .reply(Reply::tool_call(
+                "skill",
+                serde_json::json!({"name": "db-migrate", "file": "references/steps.md"}),
+            ))
+            .reply(Reply::tool_call(
+                "skill",
+                serde_json::json!({"name": "release-notes"}),
+            ))
+            .reply(Reply::text("done")),
+    )
+    .await
+    .unwrap();
+    let out = output(crow_run(dir, &mock, "migrate the db")).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    let requests = mock.requests();
+    let first = &requests[0].body;
+    let system = first["messages"][0]["content"].as_str().unwrap();
+    assert!(
+        system.contains(
+            "# Skills\nSkills are instructions for particular tasks. When one fits the task, call `skill` with its name before you start: it returns the instructions and lists the skill's files.\n- db-migrate: Use when: a schema changes.\n- release-notes: Write release notes from the git log."
+        ),
+        "{system}"
+    );
+    assert!(!system.contains("older copy"), "{system}");
+    assert!(tool_names(first).contains(&"skill".to_owned()));
+
+    let last = &requests.last().unwrap().body;
+    let results = tool_results(last);
+    assert_eq!(results.len(), 3, "{results:?}");
+    assert!(
+        results[0].starts_with(
+            "<skill_content name=\"db-migrate\">\nFollow references/steps.md.\n</skill_content>"
+        ),
+        "{}",
+        results[0]
+    );
+    assert!(
+        results[0].contains("- references/steps.md"),
+        "{}",
+        results[0]
+    );
+    assert_eq!(results[1], "1. sqlx migrate add\n");
+    assert!(
+        results[2].contains("Group changes by kind.")
+            && results[2].contains(".home/.agents/skills/release-notes"),
+        "{}",
+        results[2]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_broken_skill_is_reported_with_its_file_and_the_rest_load() {
+    let repo = git_repo();
+    let dir = repo.path();
+    write_file(
+        &dir.join(".agents/skills/good/SKILL.md"),
+        "---\nname: good\ndescription: Works.\n---\nBody.\n",
+    );
+    write_file(
+        &dir.join(".agents/skills/wrong-dir/SKILL.md"),
+        "---\nname: other-name\ndescription: Misplaced.\n---\n",
+    );
+    write_file(
+        &dir.join(".crow/skills/no-desc/SKILL.md"),
+        "---\nname: no-desc\n---\n",
+    );
+    let (out, system) = system_prompt_for(dir, dir).await;
+    assert!(system.contains("- good: Works."), "{system}");
+    assert!(
+        !system.contains("Misplaced") && !system.contains("no-desc"),
+        "{system}"
+    );
+    for needle in [
+        ".agents/skills/wrong-dir/SKILL.md: name 'other-name' must equal its folder's name 'wrong-dir'",
+        ".crow/skills/no-desc/SKILL.md: `description` is missing",
+    ] {
+        assert!(out.stderr.contains(needle), "{needle} in {}", out.stderr);
+    }
+
+    let list = output({
+        let mut cmd = crow(dir);
+        cmd.args(["skills", "list"]);
+        cmd
+    })
+    .await;
+    assert_eq!(list.code, Some(0), "{}", list.stderr);
+    assert!(
+        list.stdout.contains("good") && list.stdout.contains("Works."),
+        "{}",
+        list.stdout
+    );
+    assert!(
+        list.stderr.contains("wrong-dir/SKILL.md"),
+        "{}",
+        list.stderr
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bare_project_has_no_skill_tool_and_no_section() {
+    let bare = git_repo();
+    let mock = MockLlm::start(Scenario::new().reply(Reply::text("ok")))
+        .await
+        .unwrap();
+    let out = output(crow_run(bare.path(), &mock, "hi")).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    let first = &mock.requests()[0];
+    assert!(!tool_names(&first.body).contains(&"skill".to_owned()));
+    let system = first.body["messages"][0]["content"].as_str().unwrap();
+    assert!(!system.contains("# Skills"), "{system}");
+    // The first request of a bare project stays within 5.9 KiB + 10%.
+    let bytes = first.raw_body.len();
+    assert!(bytes <= 6646, "first request: {bytes} bytes");
+}
