@@ -29,8 +29,8 @@ use agent_client_protocol::v1::{ConnectionTo, Responder};
 use agent_client_protocol::{Agent, Client, ConnectTo, Error};
 
 pub use runner::{
-    AgentFactory, Choice, McpServerSpec, ModeInfo, ModelInfo, RestoredSession, RunnerError,
-    SessionRunner, SessionSpec, SessionSummary, Stop, TurnInput, TurnOutcome,
+    AgentFactory, Choice, CommandInfo, McpServerSpec, ModeInfo, ModelInfo, RestoredSession,
+    RunnerError, SessionRunner, SessionSpec, SessionSummary, Stop, TurnInput, TurnOutcome,
 };
 pub use translate::Translator;
 pub use transport::{EXCERPT_BYTES, serve};

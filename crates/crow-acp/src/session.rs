@@ -74,6 +74,8 @@ pub struct Shared {
     pub outbox: Outbox,
     /// The editor has been given a title for the session.
     pub titled: std::sync::atomic::AtomicBool,
+    /// The runner's own commands, announced with crow's.
+    pub custom_commands: Mutex<Vec<crate::runner::CommandInfo>>,
     announced: Mutex<HashSet<String>>,
     announcement: Notify,
 }
@@ -96,6 +98,7 @@ impl Shared {
             auto_approve_modes,
             remembered: Mutex::new(HashMap::new()),
             titled: std::sync::atomic::AtomicBool::new(false),
+            custom_commands: Mutex::new(Vec::new()),
             announced: Mutex::new(HashSet::new()),
             announcement: Notify::new(),
         }

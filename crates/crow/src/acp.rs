@@ -459,8 +459,17 @@ impl SessionRunner for CrowRunner {
             }
             self.model = input.model.clone();
         }
-        let mode = if self.composer.composition(&input.mode).is_ok() {
-            input.mode.as_str()
+        // `/name args` of a custom command: the model gets its expanded text, run by the
+        // command's agent for this turn if it names one.
+        let mut input = input;
+        let mut mode = input.mode.clone();
+        let commands = crate::slash::load(&self.composer.project_root);
+        if let Some(Ok(invoked)) = crate::slash::expand_invocation(&input.text, &commands) {
+            input.text = invoked.prompt;
+            mode = invoked.agent.unwrap_or(mode);
+        }
+        let mode = if self.composer.composition(&mode).is_ok() {
+            mode.as_str()
         } else {
             DEFAULT_MODE
         };
@@ -545,5 +554,23 @@ impl SessionRunner for CrowRunner {
 
     fn tool_kind(&self, tool: &str) -> Option<ToolKind> {
         self.tools.get(tool).map(|t| t.kind())
+    }
+
+    fn commands(&self) -> Vec<crow_acp::CommandInfo> {
+        let commands = crate::slash::load(&self.composer.project_root);
+        for problem in &commands.problems {
+            tracing::warn!("skipped command: {problem}");
+        }
+        commands
+            .commands
+            .into_values()
+            .map(|c| crow_acp::CommandInfo {
+                description: c
+                    .description
+                    .unwrap_or_else(|| format!("/{} ({})", c.name, c.file.display())),
+                name: c.name,
+                hint: c.argument_hint,
+            })
+            .collect()
     }
 }

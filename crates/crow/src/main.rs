@@ -18,6 +18,7 @@ mod prompt;
 mod render;
 mod sessions;
 mod skills;
+mod slash;
 mod trust;
 
 use std::io::Read;
@@ -354,8 +355,27 @@ async fn run(args: RunArgs) -> Result<ExitCode> {
     }
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
     let (root, _) = app::find_project_root(&cwd);
-    let flags = overrides(&args.model, args.max_iterations);
+    // `/name args`: a custom command; its agent and model apply unless a flag says otherwise.
+    let (prompt, agent, command_model) = match slash::for_run(&prompt, &root)? {
+        Some(invoked) => {
+            let model = invoked.model.filter(|_| args.model.model.is_none());
+            (invoked.prompt, args.agent.or(invoked.agent), model)
+        }
+        None => (prompt, args.agent, None),
+    };
+    let mut flags = overrides(&args.model, args.max_iterations);
     let mut loaded = config::load(&root, &flags)?;
+    if let Some(spec) = command_model {
+        match spec.split_once('/') {
+            // `provider/model`; a --provider flag keeps its provider.
+            Some((provider, model)) if loaded.config.providers.contains_key(provider) => {
+                flags.provider.get_or_insert_with(|| provider.to_owned());
+                flags.model = Some(model.to_owned());
+            }
+            _ => flags.model = Some(spec),
+        }
+        loaded = config::load(&root, &flags)?;
+    }
     loaded.require_trust(&root)?;
     let store = sessions::open(&loaded.config)?;
     let resume = match (args.continue_last, args.resume) {
@@ -395,7 +415,7 @@ async fn run(args: RunArgs) -> Result<ExitCode> {
     let spec = app::RunSpec {
         prompt,
         composer: compose::with_subagents(composer),
-        agent: args.agent,
+        agent,
         level: args.level,
         json: args.json,
         store,

@@ -260,3 +260,134 @@ async fn a_bare_project_has_no_skill_tool_and_no_section() {
     let bytes = first.raw_body.len();
     assert!(bytes <= 6646, "first request: {bytes} bytes");
 }
+
+const REVIEW_COMMAND: &str = "---\ndescription: Review a file for bugs\nargument-hint: [file]\nmodel: mock-review-model\n---\nReview $ARGUMENTS for bugs; list each with its line.\n";
+
+/// The text of the last user message of a request.
+fn last_user_text(request: &serde_json::Value) -> String {
+    request["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "user")
+        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_claude_command_runs_through_crow_run() {
+    let repo = git_repo();
+    let dir = repo.path();
+    write_file(&dir.join(".claude/commands/review.md"), REVIEW_COMMAND);
+    let mock = MockLlm::start(Scenario::new().reply(Reply::text("no bugs")))
+        .await
+        .unwrap();
+    // No --model: the command's own model applies.
+    let mut cmd = crow(dir);
+    cmd.args(["run", "--json", "--provider", "openai", "--base-url"])
+        .arg(mock.openai_base_url())
+        .arg("/review src/lib.rs");
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    let request = &mock.requests()[0].body;
+    assert_eq!(
+        last_user_text(request),
+        "Review src/lib.rs for bugs; list each with its line."
+    );
+    // --provider alone keeps the command's model; --model would win.
+    assert_eq!(request["model"], "mock-review-model");
+
+    let out = output(crow_run(dir, &mock, "/revew src/lib.rs")).await;
+    assert_ne!(out.code, Some(0));
+    assert!(
+        out.stderr
+            .contains("unknown command /revew; the commands are: /review"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(
+        mock.requests().len(),
+        1,
+        "no model call for an unknown command"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_claude_command_is_offered_and_expanded_over_acp() {
+    use serde_json::{Value, json};
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+    let repo = git_repo();
+    let dir = repo.path();
+    write_file(&dir.join(".claude/commands/review.md"), REVIEW_COMMAND);
+    let mock = MockLlm::start(Scenario::new().reply(Reply::text("no bugs")))
+        .await
+        .unwrap();
+    write_project_config(
+        dir,
+        &format!(
+            "provider = \"mock\"\n[providers.mock]\ntype = \"openai\"\nbase_url = \"{}\"\nmodel = \"mock-model\"\n",
+            mock.openai_base_url()
+        ),
+    );
+    trust_project(dir);
+    let mut cmd = crow(dir);
+    cmd.arg("acp").stdin(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut send = async |msg: Value| {
+        let text = format!("{msg}\n");
+        stdin.write_all(text.as_bytes()).await.unwrap();
+        stdin.flush().await.unwrap();
+    };
+    send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": 1, "clientCapabilities": {}}}))
+    .await;
+    let mut offered = None;
+    let answer = loop {
+        let line = tokio::time::timeout(std::time::Duration::from_secs(30), lines.next_line())
+            .await
+            .expect("crow acp went quiet")
+            .unwrap()
+            .expect("crow acp ended");
+        let msg: Value = serde_json::from_str(&line).unwrap();
+        if msg["id"] == 1 {
+            send(json!({"jsonrpc": "2.0", "id": 2, "method": "session/new",
+                "params": {"cwd": dir, "mcpServers": []}}))
+            .await;
+        } else if msg["id"] == 2 {
+            let id = msg["result"]["sessionId"].as_str().expect(&line).to_owned();
+            send(
+                json!({"jsonrpc": "2.0", "id": 3, "method": "session/prompt",
+                "params": {"sessionId": id,
+                    "prompt": [{"type": "text", "text": "/review src/lib.rs"}]}}),
+            )
+            .await;
+        } else if msg["id"] == 3 {
+            break msg;
+        } else if msg["params"]["update"]["sessionUpdate"] == "available_commands_update" {
+            offered = Some(msg["params"]["update"]["availableCommands"].clone());
+        }
+    };
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    let offered = offered.expect("no available_commands_update");
+    let review = offered
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "review")
+        .unwrap_or_else(|| panic!("review in {offered}"));
+    assert_eq!(review["description"], "Review a file for bugs");
+    assert_eq!(review["input"]["hint"], "[file]");
+    let request = &mock.requests()[0].body;
+    assert_eq!(
+        last_user_text(request),
+        "Review src/lib.rs for bugs; list each with its line."
+    );
+    // Closing stdin ends the connection and crow with it.
+    drop(stdin);
+    let status = child.wait().await.unwrap();
+    assert!(status.success(), "{status}");
+}
