@@ -391,3 +391,74 @@ async fn a_claude_command_is_offered_and_expanded_over_acp() {
     let status = child.wait().await.unwrap();
     assert!(status.success(), "{status}");
 }
+
+/// An AGENTS.md of the usual kind: build and test commands, layout, conventions (~2 KiB).
+const TYPICAL_AGENTS_MD: &str = "# AGENTS.md\n\n## Build and test\n- `cargo build` builds everything; `cargo test -p <crate>` runs one crate's tests.\n- `cargo clippy --all-targets -- -D warnings` must pass; `cargo fmt --all` before committing.\n- Integration tests start the mock server in crates/testkit; never call a real API in tests.\n\n## Layout\n- crates/core: the agent loop and its types; no I/O beyond traits.\n- crates/providers: HTTP clients for the model APIs.\n- crates/cli: the binary, configuration and rendering.\n- docs/: user documentation, one page per feature.\n\n## Conventions\n- Errors: typed errors (thiserror) in libraries, anyhow in the binary; no unwrap on input.\n- Logging: tracing, never println in libraries.\n- Comments explain why, briefly; names explain what.\n- Keep functions small; prefer plain data over trait objects unless a seam is needed.\n- New behaviour comes with a test that fails without it.\n\n## Pull requests\n- One topic per PR; the title says what changes for the user.\n- Update CHANGELOG.md under Unreleased.\n- Screenshots for anything visible in the terminal UI.\n\n## Security\n- Never log API keys or tokens; use the redacting wrapper types.\n- Commands run with a filtered environment; do not widen it without review.\n";
+
+/// Installs 20 skills with descriptions of the usual length (one or two sentences).
+fn install_twenty_skills(dir: &std::path::Path) {
+    let topics = [
+        "pdf",
+        "docx",
+        "xlsx",
+        "pptx",
+        "release-notes",
+        "db-migrate",
+        "api-docs",
+        "changelog",
+        "code-review",
+        "perf-profile",
+        "security-audit",
+        "i18n",
+        "accessibility",
+        "dep-update",
+        "incident-report",
+        "onboarding",
+        "flaky-tests",
+        "log-triage",
+        "benchmark",
+        "frontend-design",
+    ];
+    for (i, name) in topics.iter().enumerate() {
+        let scope = if i % 2 == 0 {
+            ".agents/skills"
+        } else {
+            ".home/.claude/skills"
+        };
+        write_file(
+            &dir.join(scope).join(name).join("SKILL.md"),
+            &format!(
+                "---\nname: {name}\ndescription: Handles {name} work: the steps, checks and templates this team uses. Use when the user asks for {name} or the task clearly involves it.\n---\n# {name}\nStep one.\n"
+            ),
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn first_request_sizes_bare_and_with_agents_md_and_twenty_skills() {
+    async fn first_request(dir: &std::path::Path) -> usize {
+        let mock = MockLlm::start(Scenario::new().reply(Reply::text("ok")))
+            .await
+            .unwrap();
+        let out = output(crow_run(dir, &mock, "Fix the failing test in src/lib.rs.")).await;
+        assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+        mock.requests()[0].raw_body.len()
+    }
+    let bare = git_repo();
+    let bare_bytes = first_request(bare.path()).await;
+    let project = git_repo();
+    std::fs::write(project.path().join("AGENTS.md"), TYPICAL_AGENTS_MD).unwrap();
+    let with_agents = first_request(project.path()).await;
+    install_twenty_skills(project.path());
+    let with_all = first_request(project.path()).await;
+    eprintln!(
+        "first request: bare {bare_bytes} B; + AGENTS.md ({} B) {with_agents} B; + 20 skills {with_all} B",
+        TYPICAL_AGENTS_MD.len()
+    );
+    assert!(bare_bytes <= 6646, "bare: {bare_bytes}");
+    // The index stays within its 4 KiB budget plus the skill tool's schema.
+    assert!(
+        with_all - with_agents <= 4096 + 1024,
+        "{with_agents} → {with_all}"
+    );
+}
