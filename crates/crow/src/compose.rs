@@ -203,6 +203,7 @@ impl Composer {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get(shown)
             .cloned();
+        let no_skills = crow_tools::SkillIndex::default();
         let system_prompt = match stored {
             Some(stored) => stored,
             None => render_system_prompt(&PromptFacts {
@@ -212,7 +213,12 @@ impl Composer {
                 is_git: self.is_git,
                 date: self.date.clone(),
                 instructions: &self.instructions.files,
-                skills: &self.skill_index,
+                // An agent whose tools leave out `skill` is not told of skills it cannot load.
+                skills: if tools.get("skill").is_some() {
+                    &self.skill_index
+                } else {
+                    &no_skills
+                },
             })?,
         };
         let config = AgentConfig {

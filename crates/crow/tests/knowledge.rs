@@ -462,3 +462,38 @@ async fn first_request_sizes_bare_and_with_agents_md_and_twenty_skills() {
         "{with_agents} → {with_all}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_without_the_skill_tool_is_not_told_of_skills() {
+    let repo = git_repo();
+    let dir = repo.path();
+    write_file(
+        &dir.join(".agents/skills/lint/SKILL.md"),
+        "---\nname: lint\ndescription: Fix lint errors.\n---\nRun the linter.\n",
+    );
+    write_file(
+        &dir.join(".crow/agents/reader.md"),
+        "---\ndescription: Reads only.\ntools: read_file, task_complete\n---\nYou read files.\n",
+    );
+    for (agent, told) in [("reader", false), ("plan", true)] {
+        let mock = MockLlm::start(Scenario::new().reply(Reply::text("ok")))
+            .await
+            .unwrap();
+        let mut cmd = crow_run(dir, &mock, "hi");
+        cmd.args(["--agent", agent]);
+        let out = output(cmd).await;
+        assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+        let first = &mock.requests()[0].body;
+        let system = first["messages"][0]["content"].as_str().unwrap();
+        assert_eq!(
+            system.contains("- lint: Fix lint errors."),
+            told,
+            "{agent}: {system}"
+        );
+        assert_eq!(
+            tool_names(first).contains(&"skill".to_owned()),
+            told,
+            "{agent}"
+        );
+    }
+}
