@@ -191,4 +191,17 @@ mod tests {
         assert_eq!(parse("/unknown x"), None);
         assert_eq!(parse("fix /model"), None);
     }
+
+    #[test]
+    fn custom_commands_follow_crows_and_never_replace_them() {
+        let custom = |name: &str| crate::runner::CommandInfo {
+            name: name.into(),
+            description: format!("{name} (custom)"),
+            hint: Some("[file]".into()),
+        };
+        let offered = available(&[custom("review"), custom("help")]);
+        let names: Vec<&str> = offered.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["model", "mode", "help", "review"]);
+        assert_eq!(offered[2].description, "What crow can do here");
+    }
 }
