@@ -10,9 +10,9 @@ pub const MODE_OPTION: &str = "mode";
 pub const MODEL_OPTION: &str = "model";
 pub const APPROVE_OPTION: &str = "approve";
 
-/// The commands crow offers (grows as features land).
-pub fn available() -> Vec<acp::AvailableCommand> {
-    vec![
+/// The commands crow offers, then the runner's own (a built-in name stays crow's).
+pub fn available(custom: &[crate::runner::CommandInfo]) -> Vec<acp::AvailableCommand> {
+    let mut commands = vec![
         acp::AvailableCommand::new("model", "Show the models or switch to one").input(
             acp::AvailableCommandInput::Unstructured(acp::UnstructuredCommandInput::new(
                 "model id (empty: list the models)",
@@ -31,7 +31,21 @@ pub fn available() -> Vec<acp::AvailableCommand> {
         ),
         acp::AvailableCommand::new("context", "What the next request carries, by part"),
         acp::AvailableCommand::new("help", "What crow can do here"),
-    ]
+    ];
+    for command in custom {
+        if parse(&format!("/{}", command.name)).is_some() {
+            continue;
+        }
+        let mut offered =
+            acp::AvailableCommand::new(command.name.clone(), command.description.clone());
+        if let Some(hint) = &command.hint {
+            offered = offered.input(acp::AvailableCommandInput::Unstructured(
+                acp::UnstructuredCommandInput::new(hint.clone()),
+            ));
+        }
+        commands.push(offered);
+    }
+    commands
 }
 
 /// A slash command in a prompt.
@@ -184,5 +198,18 @@ mod tests {
         assert_eq!(parse("/help"), Some(Command::Help));
         assert_eq!(parse("/unknown x"), None);
         assert_eq!(parse("fix /model"), None);
+    }
+
+    #[test]
+    fn custom_commands_follow_crows_and_never_replace_them() {
+        let custom = |name: &str| crate::runner::CommandInfo {
+            name: name.into(),
+            description: format!("{name} (custom)"),
+            hint: Some("[file]".into()),
+        };
+        let offered = available(&[custom("review"), custom("help")]);
+        let names: Vec<&str> = offered.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["model", "mode", "help", "review"]);
+        assert_eq!(offered[2].description, "What crow can do here");
     }
 }

@@ -29,9 +29,9 @@ use agent_client_protocol::v1::{ConnectionTo, Responder};
 use agent_client_protocol::{Agent, Client, ConnectTo, Error};
 
 pub use runner::{
-    AgentFactory, Choice, McpServerSpec, ModeInfo, ModelInfo, RestoredSession, RunnerError,
-    SessionRunner, SessionSpec, SessionSummary, SettingChange, SettingsSink, Stop, TurnInput,
-    TurnOutcome,
+    AgentFactory, Choice, CommandInfo, McpServerSpec, ModeInfo, ModelInfo, RestoredSession,
+    RunnerError, SessionRunner, SessionSpec, SessionSummary, SettingChange, SettingsSink, Stop,
+    TurnInput, TurnOutcome,
 };
 pub use translate::{DEFAULT_CONTEXT_WINDOW, Translator};
 pub use transport::{EXCERPT_BYTES, serve};

@@ -45,6 +45,16 @@ impl Choice {
     }
 }
 
+/// A command of the user's own (a prompt template) the session offers as `/name`; the
+/// runner receives the prompt as typed (`/name args`) and expands it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandInfo {
+    pub name: String,
+    pub description: String,
+    /// What to type after the name, if it takes input.
+    pub hint: Option<String>,
+}
+
 /// A session mode (a composition of agents, an autonomy preset).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModeInfo {
@@ -245,6 +255,11 @@ pub trait SessionRunner: Send {
     /// them in memory only.
     fn settings_sink(&self) -> Option<Arc<dyn SettingsSink>> {
         None
+    }
+
+    /// Custom commands offered in the editor's command list besides crow's own.
+    fn commands(&self) -> Vec<CommandInfo> {
+        Vec::new()
     }
 }
 

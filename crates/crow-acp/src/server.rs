@@ -315,6 +315,7 @@ impl Server {
                 shared.outbox.notify(update);
             }
         }
+        *lock(&shared.custom_commands) = runner.commands();
         let state = Arc::new(SessionState::new(Arc::clone(&shared), runner));
         if let Some(old) = lock(&self.sessions).insert(id, Arc::clone(&state)) {
             // Loaded again while open: the old one stops.
@@ -337,7 +338,9 @@ impl Server {
             .shared
             .outbox
             .notify(acp::SessionUpdate::AvailableCommandsUpdate(
-                acp::AvailableCommandsUpdate::new(commands::available()),
+                acp::AvailableCommandsUpdate::new(commands::available(&lock(
+                    &state.shared.custom_commands,
+                ))),
             ));
     }
 

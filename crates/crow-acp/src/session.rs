@@ -77,6 +77,8 @@ pub struct Shared {
     /// Where changes of the settings and remembered answers are written (set once the
     /// runner exists).
     sink: Mutex<Option<Arc<dyn SettingsSink>>>,
+    /// The runner's own commands, announced with crow's.
+    pub custom_commands: Mutex<Vec<crate::runner::CommandInfo>>,
     announced: Mutex<HashSet<String>>,
     announcement: Notify,
 }
@@ -100,6 +102,7 @@ impl Shared {
             remembered: Mutex::new(HashMap::new()),
             titled: std::sync::atomic::AtomicBool::new(false),
             sink: Mutex::new(None),
+            custom_commands: Mutex::new(Vec::new()),
             announced: Mutex::new(HashSet::new()),
             announcement: Notify::new(),
         }

@@ -20,6 +20,7 @@ mod output;
 mod path;
 mod read;
 mod simple;
+mod skill;
 mod todo;
 mod walk;
 mod write;
@@ -37,6 +38,10 @@ pub use list::ListDirectoryTool;
 pub use path::{PathError, resolve_path};
 pub use read::ReadFileTool;
 pub use simple::{TaskCompleteTool, ThinkTool};
+pub use skill::{
+    Skill, SkillError, SkillIndex, SkillProblem, SkillRoot, SkillScope, SkillTool, Skills,
+    discover as discover_skills, index as skill_index, standard_roots as skill_roots,
+};
 pub use todo::{Todo, TodoList, TodoReadTool, TodoStatus, TodoWriteTool};
 pub use write::WriteFileTool;
 

@@ -613,7 +613,16 @@ impl SessionRunner for CrowRunner {
             }
             self.model = input.model.clone();
         }
-        let mode = known_mode(&self.composer, &input.mode);
+        // `/name args` of a custom command: the model gets its expanded text, run by the
+        // command's agent for this turn if it names one.
+        let mut input = input;
+        let mut mode = input.mode.clone();
+        let commands = crate::slash::load(&self.composer.project_root);
+        if let Some(Ok(invoked)) = crate::slash::expand_invocation(&input.text, &commands) {
+            input.text = invoked.prompt;
+            mode = invoked.agent.unwrap_or(mode);
+        }
+        let mode = known_mode(&self.composer, &mode);
         let crew = self.composer.crew(mode, None).map_err(|e| failed_any(&e))?;
         // The reviewer's history belongs to the reviewer: another mode's coagent starts its own.
         if let (Some(open), Some(coagent)) = (&self.session.coagent, crew.coagent())
@@ -732,5 +741,23 @@ impl SessionRunner for CrowRunner {
             id: self.spec.session_id.clone(),
             loaded: Arc::clone(&self.loaded),
         }))
+    }
+
+    fn commands(&self) -> Vec<crow_acp::CommandInfo> {
+        let commands = crate::slash::load(&self.composer.project_root);
+        for problem in &commands.problems {
+            tracing::warn!("skipped command: {problem}");
+        }
+        commands
+            .commands
+            .into_values()
+            .map(|c| crow_acp::CommandInfo {
+                description: c
+                    .description
+                    .unwrap_or_else(|| format!("/{} ({})", c.name, c.file.display())),
+                name: c.name,
+                hint: c.argument_hint,
+            })
+            .collect()
     }
 }

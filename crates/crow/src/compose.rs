@@ -35,6 +35,8 @@ pub struct Composer {
     date: String,
     /// The project's instruction files, read once.
     pub instructions: crate::instructions::Instructions,
+    /// The skills' index for the system prompt (empty without skills).
+    skill_index: crow_tools::SkillIndex,
     pub max_iterations: u32,
     /// System prompts of a resumed session by agent name, used instead of rendering anew.
     stored_prompts: Mutex<HashMap<String, String>>,
@@ -64,8 +66,18 @@ impl Composer {
         for notice in &instructions.notices {
             tracing::warn!("{notice}");
         }
+        let skills = crate::skills::load(&project_root);
+        let skill_index = crate::skills::index(&skills);
+        // Only with skills: a project without any pays no schema bytes for the tool.
+        if !skills.is_empty() {
+            tools.register(Arc::new(crow_tools::SkillTool::new(
+                Arc::new(skills.skills),
+                crate::tool_options(&config).max_read_bytes,
+            )));
+        }
         Self {
             instructions,
+            skill_index,
             config,
             default_provider,
             catalog,
@@ -194,6 +206,7 @@ impl Composer {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get(shown)
             .cloned();
+        let no_skills = crow_tools::SkillIndex::default();
         let system_prompt = match stored {
             Some(stored) => stored,
             None => render_system_prompt(&PromptFacts {
@@ -203,6 +216,12 @@ impl Composer {
                 is_git: self.is_git,
                 date: self.date.clone(),
                 instructions: &self.instructions.files,
+                // An agent whose tools leave out `skill` is not told of skills it cannot load.
+                skills: if tools.get("skill").is_some() {
+                    &self.skill_index
+                } else {
+                    &no_skills
+                },
             })?,
         };
         let config = AgentConfig {

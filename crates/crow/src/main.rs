@@ -19,6 +19,8 @@ mod prompt;
 mod render;
 mod session_cmd;
 mod sessions;
+mod skills;
+mod slash;
 mod trust;
 
 use std::io::Read;
@@ -83,6 +85,11 @@ enum Command {
     Sessions {
         #[command(subcommand)]
         command: sessions::SessionsCommand,
+    },
+    /// List and show Agent Skills (SKILL.md folders in .crow/skills, .agents/skills, ~/.claude/skills, ...)
+    Skills {
+        #[command(subcommand)]
+        command: skills::SkillsCommand,
     },
     /// Serve the Agent Client Protocol on stdin/stdout, for editors (Zed, JetBrains, Neovim)
     Acp(ModelArgs),
@@ -314,6 +321,10 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Agents { command } => agents_command(command),
+        Command::Skills { command } => {
+            let cwd = std::env::current_dir().context("cannot read the current directory")?;
+            skills::command(command, &app::find_project_root(&cwd).0)
+        }
         Command::Acp(model) => acp::serve(overrides(&model, None)).await,
         Command::Config {
             command: ConfigCommand::Show(model),
@@ -367,8 +378,27 @@ async fn run(args: RunArgs) -> Result<ExitCode> {
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
     let (root, in_git) = app::find_project_root(&cwd);
     app::check_project_root(&root, in_git, args.allow_root_project)?;
-    let flags = overrides(&args.model, args.max_iterations);
+    // `/name args`: a custom command; its agent and model apply unless a flag says otherwise.
+    let (prompt, agent, command_model) = match slash::for_run(&prompt, &root)? {
+        Some(invoked) => {
+            let model = invoked.model.filter(|_| args.model.model.is_none());
+            (invoked.prompt, args.agent.or(invoked.agent), model)
+        }
+        None => (prompt, args.agent, None),
+    };
+    let mut flags = overrides(&args.model, args.max_iterations);
     let mut loaded = config::load(&root, &flags)?;
+    if let Some(spec) = command_model {
+        match spec.split_once('/') {
+            // `provider/model`; a --provider flag keeps its provider.
+            Some((provider, model)) if loaded.config.providers.contains_key(provider) => {
+                flags.provider.get_or_insert_with(|| provider.to_owned());
+                flags.model = Some(model.to_owned());
+            }
+            _ => flags.model = Some(spec),
+        }
+        loaded = config::load(&root, &flags)?;
+    }
     loaded.require_trust(&root)?;
     let store = sessions::open(&loaded.config)?;
     let resume = match (args.continue_last, args.resume) {
@@ -408,7 +438,7 @@ async fn run(args: RunArgs) -> Result<ExitCode> {
     let spec = app::RunSpec {
         prompt,
         composer: compose::with_subagents(composer),
-        agent: args.agent,
+        agent,
         level: args.level,
         json: args.json,
         store,

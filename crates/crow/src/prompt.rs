@@ -18,6 +18,8 @@ pub struct PromptFacts<'a> {
     pub date: String,
     /// The project's instruction files (AGENTS.md, ...), broadest first.
     pub instructions: &'a [crate::instructions::InstructionFile],
+    /// The skills' names and descriptions (empty: no section).
+    pub skills: &'a crow_tools::SkillIndex,
 }
 
 pub fn render_system_prompt(facts: &PromptFacts<'_>) -> Result<String> {
@@ -41,6 +43,13 @@ pub fn render_system_prompt(facts: &PromptFacts<'_>) -> Result<String> {
                 .iter()
                 .map(|f| context! { shown => f.shown, text => f.text })
                 .collect::<Vec<_>>(),
+            skills => facts
+                .skills
+                .entries
+                .iter()
+                .map(|(name, description)| context! { name, description })
+                .collect::<Vec<_>>(),
+            skills_omitted => facts.skills.omitted,
         })
         .context("cannot render the system prompt")
 }
@@ -58,6 +67,7 @@ mod tests {
             is_git: true,
             date: "2026-11-21".into(),
             instructions: &[],
+            skills: &crow_tools::SkillIndex::default(),
         };
         let a = render_system_prompt(&facts).unwrap();
         let b = render_system_prompt(&facts).unwrap();
@@ -71,6 +81,7 @@ mod tests {
         );
         assert!(a.contains("2026-11-21"));
         assert!(!a.contains("# Project instructions"), "none, no section");
+        assert!(!a.contains("# Skills"), "none, no section");
         assert!(a.ends_with("- Date: 2026-11-21"), "{a:?}");
         assert!(
             a.len() < 3000,
@@ -106,12 +117,44 @@ mod instruction_tests {
             is_git: false,
             date: "2026-11-21".into(),
             instructions: &files,
+            skills: &crow_tools::SkillIndex::default(),
         })
         .unwrap();
         let tail = &prompt[prompt.find("- Date: 2026-11-21").unwrap()..];
         assert_eq!(
             tail,
             "- Date: 2026-11-21\n\n# Project instructions\nThe project's own instructions, broadest first: where they disagree, the later (nearer) one wins, and the user's messages win over all of them.\n\n<instructions path=\"AGENTS.md\">\nRun make test.\n</instructions>\n\n<instructions path=\"src/AGENTS.md\">\nUse tabs here.\n</instructions>"
+        );
+    }
+}
+
+#[cfg(test)]
+mod skill_tests {
+    use super::*;
+
+    #[test]
+    fn skills_are_indexed_last_with_a_note_when_some_are_left_out() {
+        let skills = crow_tools::SkillIndex {
+            entries: vec![
+                ("deploy".into(), "Ship a release.".into()),
+                ("lint".into(), "Fix lint errors.".into()),
+            ],
+            omitted: 3,
+        };
+        let prompt = render_system_prompt(&PromptFacts {
+            role: "Role.",
+            cwd: Path::new("/w/p"),
+            project_root: Path::new("/w/p"),
+            is_git: false,
+            date: "2026-11-21".into(),
+            instructions: &[],
+            skills: &skills,
+        })
+        .unwrap();
+        let tail = &prompt[prompt.find("- Date: 2026-11-21").unwrap()..];
+        assert_eq!(
+            tail,
+            "- Date: 2026-11-21\n\n# Skills\nSkills are instructions for particular tasks. When one fits the task, call `skill` with its name before you start: it returns the instructions and lists the skill's files.\n- deploy: Ship a release.\n- lint: Fix lint errors.\n\n(3 more skills are not listed here: `skill` without a name lists them all.)"
         );
     }
 }
