@@ -33,7 +33,8 @@ pub fn available(custom: &[crate::runner::CommandInfo]) -> Vec<acp::AvailableCom
         acp::AvailableCommand::new("help", "What crow can do here"),
     ];
     for command in custom {
-        if parse(&format!("/{}", command.name)).is_some() {
+        // A built-in name stays crow's.
+        if commands.iter().any(|c| c.name == command.name) {
             continue;
         }
         let mut offered =
@@ -207,9 +208,9 @@ mod tests {
             description: format!("{name} (custom)"),
             hint: Some("[file]".into()),
         };
-        let offered = available(&[custom("review"), custom("help")]);
+        let offered = available(&[custom("review"), custom("help"), custom("compact")]);
         let names: Vec<&str> = offered.iter().map(|c| c.name.as_str()).collect();
-        assert_eq!(names, ["model", "mode", "help", "review"]);
-        assert_eq!(offered[2].description, "What crow can do here");
+        assert_eq!(names, ["model", "mode", "compact", "context", "help", "review"]);
+        assert_eq!(offered[4].description, "What crow can do here");
     }
 }
