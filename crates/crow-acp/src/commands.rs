@@ -210,7 +210,10 @@ mod tests {
         };
         let offered = available(&[custom("review"), custom("help"), custom("compact")]);
         let names: Vec<&str> = offered.iter().map(|c| c.name.as_str()).collect();
-        assert_eq!(names, ["model", "mode", "compact", "context", "help", "review"]);
+        assert_eq!(
+            names,
+            ["model", "mode", "compact", "context", "help", "review"]
+        );
         assert_eq!(offered[4].description, "What crow can do here");
     }
 }
