@@ -24,6 +24,7 @@ use tokio::process::{Child, Command};
 use tokio::task::JoinHandle;
 
 use crate::ToolOptions;
+use crate::sandbox::SandboxSpec;
 use crate::args::{lenient_u64, parse, require_permission};
 use crate::output::HeadTail;
 
@@ -102,6 +103,12 @@ impl Tool for BashTool {
         {
             return denied;
         }
+        if let Some(reason) = self.options.sandbox.as_ref().and_then(SandboxSpec::unavailable) {
+            return ToolResult::error(format!(
+                "the sandbox is unavailable on this machine: {reason}; the command did not run. \
+                 Set [sandbox] mode = \"off\" in crow's config to run commands unconfined"
+            ));
+        }
         if let Some(client) = ctx.client_terminal() {
             return run_in_client(client.as_ref(), &args.command, ctx, timeout, &self.options)
                 .await;
@@ -146,7 +153,7 @@ async fn run(
     options: &ToolOptions,
 ) -> ToolResult {
     let max_output = options.max_output_bytes;
-    let mut child = match spawn_shell(command, ctx, &options.env) {
+    let mut child = match spawn_shell(command, ctx, &options.env, options.sandbox.as_ref()) {
         Ok(c) => c,
         Err(e) => return ToolResult::error(format!("cannot start the shell: {e}")),
     };
@@ -233,8 +240,13 @@ async fn run_in_client(
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
         .collect();
     env.extend(options.env.client_overrides());
+    // The editor's terminal runs on this machine: the same launcher confines it there.
+    let command = match &options.sandbox {
+        Some(spec) => spec.shell_line(&ctx.project_root, command),
+        None => command.to_owned(),
+    };
     let request = CommandRequest {
-        command: command.to_owned(),
+        command,
         cwd: ctx.cwd.clone(),
         env,
         timeout,
@@ -265,15 +277,31 @@ async fn run_in_client(
     result
 }
 
-fn spawn_shell(command: &str, ctx: &ToolContext, env: &EnvPolicy) -> std::io::Result<Child> {
+fn spawn_shell(
+    command: &str,
+    ctx: &ToolContext,
+    env: &EnvPolicy,
+    sandbox: Option<&SandboxSpec>,
+) -> std::io::Result<Child> {
     // What the model's commands may see: crow's keys never (the output is stored and sent).
     let environment = env.environment();
     let build = |shell: &str| {
-        let mut cmd = Command::new(shell);
+        let mut cmd = match sandbox {
+            // The launcher falls back to sh itself: its NotFound would be about itself.
+            Some(spec) => {
+                let (launcher, args) = spec.command_line(&ctx.project_root, shell, command);
+                let mut cmd = Command::new(launcher);
+                cmd.args(args);
+                cmd
+            }
+            None => {
+                let mut cmd = Command::new(shell);
+                cmd.arg("-c").arg(command);
+                cmd
+            }
+        };
         cmd.env_clear()
             .envs(&environment)
-            .arg("-c")
-            .arg(command)
             .current_dir(&ctx.cwd)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -287,7 +315,9 @@ fn spawn_shell(command: &str, ctx: &ToolContext, env: &EnvPolicy) -> std::io::Re
         cmd
     };
     match build("bash").spawn() {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => build("sh").spawn(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && sandbox.is_none() => {
+            build("sh").spawn()
+        }
         other => other,
     }
 }

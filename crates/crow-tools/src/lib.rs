@@ -19,6 +19,7 @@ mod list;
 mod output;
 mod path;
 mod read;
+pub mod sandbox;
 mod simple;
 mod todo;
 mod walk;
@@ -36,6 +37,7 @@ pub use grep::GrepTool;
 pub use list::ListDirectoryTool;
 pub use path::{PathError, resolve_path};
 pub use read::ReadFileTool;
+pub use sandbox::{SandboxMode, SandboxSpec, Support as SandboxSupport};
 pub use simple::{TaskCompleteTool, ThinkTool};
 pub use todo::{Todo, TodoList, TodoReadTool, TodoStatus, TodoWriteTool};
 pub use write::WriteFileTool;
@@ -52,6 +54,8 @@ pub struct ToolOptions {
     /// The environment `bash` commands see (crow's keys and secret-looking names removed
     /// by default).
     pub env: EnvPolicy,
+    /// The OS sandbox `bash` commands run in; `None` runs them unconfined (`mode = "off"`).
+    pub sandbox: Option<SandboxSpec>,
 }
 
 impl Default for ToolOptions {
@@ -61,6 +65,7 @@ impl Default for ToolOptions {
             max_output_bytes: 30 * 1024,
             max_read_bytes: 256 * 1024,
             env: EnvPolicy::default(),
+            sandbox: None,
         }
     }
 }
