@@ -5,6 +5,7 @@
 pub mod acp;
 pub mod child;
 pub mod prefix;
+pub mod sandbox;
 pub mod search;
 pub mod sessions;
 pub mod stats;
@@ -126,8 +127,10 @@ impl Bench {
         let search = search::measure(self, progress)?;
         progress("parallel tools");
         let parallel = sessions::parallel(self)?;
+        progress("command sandbox");
+        let sandbox = sandbox::measure(self)?;
         Ok(vec![
-            overhead, walls, startup, requests, streaming, store, search, parallel,
+            overhead, walls, startup, requests, streaming, store, search, parallel, sandbox,
         ])
     }
 }

@@ -6,6 +6,7 @@
 //! group is terminated so nothing keeps running behind the agent's back.
 
 use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
 use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -24,9 +25,9 @@ use tokio::process::{Child, Command};
 use tokio::task::JoinHandle;
 
 use crate::ToolOptions;
-use crate::sandbox::SandboxSpec;
 use crate::args::{lenient_u64, parse, require_permission};
 use crate::output::HeadTail;
+use crate::sandbox::SandboxSpec;
 
 const SHAPE: &str = r#"{"command": string, "timeout"?: integer (seconds)}"#;
 /// Time between SIGTERM and SIGKILL: enough for a clean exit, short enough not to stall.
@@ -103,7 +104,12 @@ impl Tool for BashTool {
         {
             return denied;
         }
-        if let Some(reason) = self.options.sandbox.as_ref().and_then(SandboxSpec::unavailable) {
+        if let Some(reason) = self
+            .options
+            .sandbox
+            .as_ref()
+            .and_then(SandboxSpec::unavailable)
+        {
             return ToolResult::error(format!(
                 "the sandbox is unavailable on this machine: {reason}; the command did not run. \
                  Set [sandbox] mode = \"off\" in crow's config to run commands unconfined"
@@ -283,43 +289,64 @@ fn spawn_shell(
     env: &EnvPolicy,
     sandbox: Option<&SandboxSpec>,
 ) -> std::io::Result<Child> {
-    // What the model's commands may see: crow's keys never (the output is stored and sent).
-    let environment = env.environment();
     let build = |shell: &str| {
-        let mut cmd = match sandbox {
-            // The launcher falls back to sh itself: its NotFound would be about itself.
-            Some(spec) => {
-                let (launcher, args) = spec.command_line(&ctx.project_root, shell, command);
-                let mut cmd = Command::new(launcher);
-                cmd.args(args);
-                cmd
-            }
-            None => {
-                let mut cmd = Command::new(shell);
-                cmd.arg("-c").arg(command);
-                cmd
-            }
-        };
-        cmd.env_clear()
-            .envs(&environment)
-            .current_dir(&ctx.cwd)
-            .stdin(Stdio::null())
+        let mut cmd = Command::from(shell_command(
+            shell,
+            command,
+            &ctx.cwd,
+            &ctx.project_root,
+            env,
+            sandbox,
+        ));
+        cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            // Pagers and credential prompts would wait forever on a missing terminal.
-            .envs(QUIET_ENV)
-            // The user's own values win over crow's quiet defaults.
-            .envs(&env.set)
             .process_group(0)
             .kill_on_drop(true);
         cmd
     };
     match build("bash").spawn() {
+        // With a sandbox the launcher falls back to sh itself: a NotFound is about crow.
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && sandbox.is_none() => {
             build("sh").spawn()
         }
         other => other,
     }
+}
+
+/// `shell -c command` as the agent runs it: the command's environment (the policy plus the
+/// quiet defaults), in `cwd`, through the sandbox's launcher when there is one. `crow
+/// sandbox` runs the same thing with the terminal attached.
+pub fn shell_command(
+    shell: &str,
+    command: &str,
+    cwd: &Path,
+    project_root: &Path,
+    env: &EnvPolicy,
+    sandbox: Option<&SandboxSpec>,
+) -> std::process::Command {
+    let mut cmd = match sandbox {
+        Some(spec) => {
+            let (launcher, args) = spec.command_line(project_root, shell, command);
+            let mut cmd = std::process::Command::new(launcher);
+            cmd.args(args);
+            cmd
+        }
+        None => {
+            let mut cmd = std::process::Command::new(shell);
+            cmd.arg("-c").arg(command);
+            cmd
+        }
+    };
+    // What the model's commands may see: crow's keys never (the output is stored and sent).
+    cmd.env_clear()
+        .envs(env.environment())
+        // Pagers and credential prompts would wait forever on a missing terminal.
+        .envs(QUIET_ENV)
+        // The user's own values win over crow's quiet defaults.
+        .envs(&env.set)
+        .current_dir(cwd);
+    cmd
 }
 
 fn spawn_reader(

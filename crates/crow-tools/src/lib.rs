@@ -30,7 +30,7 @@ mod client_tests;
 #[cfg(test)]
 mod test_support;
 
-pub use bash::BashTool;
+pub use bash::{BashTool, shell_command};
 pub use edit::EditFileTool;
 pub use glob::GlobTool;
 pub use grep::GrepTool;

@@ -190,7 +190,14 @@ impl SandboxSpec {
         }
         let writable = canonical_existing(writable);
         let mut candidates = git_protected(project_root);
-        candidates.extend(self.protected.iter().cloned());
+        // A protected directory holding the project (a store kept in the project's
+        // parent) would make the whole project read-only: the project wins.
+        candidates.extend(
+            self.protected
+                .iter()
+                .filter(|p| !canonical(project_root).starts_with(canonical(p)))
+                .cloned(),
+        );
         // Only what a write rule would reach needs a mount; the rest is read-only already.
         let read_only: Vec<PathBuf> = canonical_existing(candidates)
             .into_iter()
@@ -307,6 +314,10 @@ fn git_protected(project_root: &Path) -> Vec<PathBuf> {
     dirs.iter()
         .flat_map(|d| [d.join("hooks"), d.join("config")])
         .collect()
+}
+
+fn canonical(path: &Path) -> PathBuf {
+    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
 /// Absolute, symlink-free paths of those that exist, without duplicates.

@@ -38,7 +38,10 @@ fn workspace_write_allows_the_project_temp_dirs_and_configured_roots() {
     s.writable_roots = vec![extra.path().to_path_buf(), root.join("missing")];
     let policy = s.policy(&root);
     assert!(policy.writable.contains(&root), "{policy:?}");
-    assert!(policy.writable.contains(&PathBuf::from("/tmp")), "{policy:?}");
+    assert!(
+        policy.writable.contains(&PathBuf::from("/tmp")),
+        "{policy:?}"
+    );
     assert!(policy.writable.contains(&PathBuf::from("/dev/null")));
     let extra = std::fs::canonicalize(extra.path()).unwrap();
     assert!(policy.writable.contains(&extra), "{policy:?}");
@@ -57,7 +60,10 @@ fn read_only_mode_writes_devices_only() {
     let policy = spec(SandboxMode::ReadOnly, full_support()).policy(&root);
     assert!(!policy.writable.contains(&root));
     assert!(!policy.writable.contains(&PathBuf::from("/tmp")));
-    assert!(policy.writable.iter().all(|p| p.starts_with("/dev")), "{policy:?}");
+    assert!(
+        policy.writable.iter().all(|p| p.starts_with("/dev")),
+        "{policy:?}"
+    );
     // Nothing writable holds the project, so nothing needs a read-only mount.
     assert!(policy.read_only.is_empty(), "{policy:?}");
 }
@@ -78,9 +84,18 @@ fn git_hooks_config_and_crow_files_inside_writable_roots_stay_read_only() {
     let policy = s.policy(&root);
     // A repository without hooks gets an empty hooks directory to mount.
     assert!(root.join(".git/hooks").is_dir());
-    assert!(policy.read_only.contains(&root.join(".git/hooks")), "{policy:?}");
-    assert!(policy.read_only.contains(&root.join(".git/config")), "{policy:?}");
-    assert!(policy.read_only.contains(&root.join(".crow-home")), "{policy:?}");
+    assert!(
+        policy.read_only.contains(&root.join(".git/hooks")),
+        "{policy:?}"
+    );
+    assert!(
+        policy.read_only.contains(&root.join(".git/config")),
+        "{policy:?}"
+    );
+    assert!(
+        policy.read_only.contains(&root.join(".crow-home")),
+        "{policy:?}"
+    );
     // Outside every writable root Landlock already refuses writes: no mount needed.
     assert!(!policy.read_only.contains(&PathBuf::from("/etc")));
     assert!(!policy.read_only.iter().any(|p| p.ends_with("not-there")));
@@ -103,8 +118,14 @@ fn a_worktree_protects_the_common_git_dir() {
     // The common dir is writable only when a writable root covers it.
     s.writable_roots = vec![root.clone()];
     let policy = s.policy(&wt);
-    assert!(policy.read_only.contains(&common.join("hooks")), "{policy:?}");
-    assert!(policy.read_only.contains(&common.join("config")), "{policy:?}");
+    assert!(
+        policy.read_only.contains(&common.join("hooks")),
+        "{policy:?}"
+    );
+    assert!(
+        policy.read_only.contains(&common.join("config")),
+        "{policy:?}"
+    );
 }
 
 #[test]
@@ -112,7 +133,10 @@ fn what_the_kernel_lacks_decides_between_refusal_and_a_warning() {
     let (_dir, root) = project();
     let none = spec(SandboxMode::WorkspaceWrite, Support::none("probe says no"));
     let reason = none.unavailable().unwrap();
-    assert!(reason.contains("Landlock") && reason.contains("probe says no"), "{reason}");
+    assert!(
+        reason.contains("Landlock") && reason.contains("probe says no"),
+        "{reason}"
+    );
     assert!(reason.contains("network"), "{reason}");
 
     // Landlock without namespaces: TCP off through Landlock, carve-outs not enforced.
@@ -123,7 +147,10 @@ fn what_the_kernel_lacks_decides_between_refusal_and_a_warning() {
     let s = spec(SandboxMode::WorkspaceWrite, landlock_only.clone());
     assert_eq!(s.unavailable(), None);
     let weaker = s.weaker().join("\n");
-    assert!(weaker.contains(".git/hooks") && weaker.contains("UDP"), "{weaker}");
+    assert!(
+        weaker.contains(".git/hooks") && weaker.contains("UDP"),
+        "{weaker}"
+    );
     let policy = s.policy(&root);
     assert!(!policy.namespaces && policy.landlock_net);
 
@@ -141,8 +168,15 @@ fn what_the_kernel_lacks_decides_between_refusal_and_a_warning() {
     let policy = s.policy(&root);
     assert!(policy.network && !policy.landlock_net && !policy.namespaces);
 
-    assert_eq!(spec(SandboxMode::WorkspaceWrite, full_support()).unavailable(), None);
-    assert!(spec(SandboxMode::WorkspaceWrite, full_support()).weaker().is_empty());
+    assert_eq!(
+        spec(SandboxMode::WorkspaceWrite, full_support()).unavailable(),
+        None
+    );
+    assert!(
+        spec(SandboxMode::WorkspaceWrite, full_support())
+            .weaker()
+            .is_empty()
+    );
 }
 
 #[test]
