@@ -274,8 +274,7 @@ async fn crow_sandbox_runs_a_command_as_the_agent_would_and_says_what_is_enforce
         out.stderr
     );
     assert!(
-        out.stderr.contains(&format!("writable: "))
-            && out.stderr.contains(&root.display().to_string()),
+        out.stderr.contains("writable: ") && out.stderr.contains(&root.display().to_string()),
         "{}",
         out.stderr
     );
