@@ -6,6 +6,7 @@ pub mod acp;
 pub mod child;
 pub mod long;
 pub mod prefix;
+pub mod sandbox;
 pub mod search;
 pub mod sessions;
 pub mod stats;
@@ -133,8 +134,10 @@ impl Bench {
         let parallel = sessions::parallel(self)?;
         progress("long session");
         let long = long::measure(self, self.config.long_iterations)?;
+        progress("command sandbox");
+        let sandbox = sandbox::measure(self)?;
         Ok(vec![
-            overhead, walls, startup, requests, streaming, store, search, parallel, long,
+            overhead, walls, startup, requests, streaming, store, search, parallel, long, sandbox,
         ])
     }
 }

@@ -6,6 +6,7 @@
 //! group is terminated so nothing keeps running behind the agent's back.
 
 use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
 use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -26,6 +27,7 @@ use tokio::task::JoinHandle;
 use crate::ToolOptions;
 use crate::args::{lenient_u64, parse, require_permission};
 use crate::output::HeadTail;
+use crate::sandbox::SandboxSpec;
 
 const SHAPE: &str = r#"{"command": string, "timeout"?: integer (seconds)}"#;
 /// Time between SIGTERM and SIGKILL: enough for a clean exit, short enough not to stall.
@@ -102,6 +104,17 @@ impl Tool for BashTool {
         {
             return denied;
         }
+        if let Some(reason) = self
+            .options
+            .sandbox
+            .as_ref()
+            .and_then(SandboxSpec::unavailable)
+        {
+            return ToolResult::error(format!(
+                "the sandbox is unavailable on this machine: {reason}; the command did not run. \
+                 Set [sandbox] mode = \"off\" in crow's config to run commands unconfined"
+            ));
+        }
         if let Some(client) = ctx.client_terminal() {
             return run_in_client(client.as_ref(), &args.command, ctx, timeout, &self.options)
                 .await;
@@ -146,7 +159,7 @@ async fn run(
     options: &ToolOptions,
 ) -> ToolResult {
     let max_output = options.max_output_bytes;
-    let mut child = match spawn_shell(command, ctx, &options.env) {
+    let mut child = match spawn_shell(command, ctx, &options.env, options.sandbox.as_ref()) {
         Ok(c) => c,
         Err(e) => return ToolResult::error(format!("cannot start the shell: {e}")),
     };
@@ -233,8 +246,13 @@ async fn run_in_client(
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
         .collect();
     env.extend(options.env.client_overrides());
+    // The editor's terminal runs on this machine: the same launcher confines it there.
+    let command = match &options.sandbox {
+        Some(spec) => spec.shell_line(&ctx.project_root, command),
+        None => command.to_owned(),
+    };
     let request = CommandRequest {
-        command: command.to_owned(),
+        command,
         cwd: ctx.cwd.clone(),
         env,
         timeout,
@@ -265,31 +283,70 @@ async fn run_in_client(
     result
 }
 
-fn spawn_shell(command: &str, ctx: &ToolContext, env: &EnvPolicy) -> std::io::Result<Child> {
-    // What the model's commands may see: crow's keys never (the output is stored and sent).
-    let environment = env.environment();
+fn spawn_shell(
+    command: &str,
+    ctx: &ToolContext,
+    env: &EnvPolicy,
+    sandbox: Option<&SandboxSpec>,
+) -> std::io::Result<Child> {
     let build = |shell: &str| {
-        let mut cmd = Command::new(shell);
-        cmd.env_clear()
-            .envs(&environment)
-            .arg("-c")
-            .arg(command)
-            .current_dir(&ctx.cwd)
-            .stdin(Stdio::null())
+        let mut cmd = Command::from(shell_command(
+            shell,
+            command,
+            &ctx.cwd,
+            &ctx.project_root,
+            env,
+            sandbox,
+        ));
+        cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            // Pagers and credential prompts would wait forever on a missing terminal.
-            .envs(QUIET_ENV)
-            // The user's own values win over crow's quiet defaults.
-            .envs(&env.set)
             .process_group(0)
             .kill_on_drop(true);
         cmd
     };
     match build("bash").spawn() {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => build("sh").spawn(),
+        // With a sandbox the launcher falls back to sh itself: a NotFound is about crow.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && sandbox.is_none() => {
+            build("sh").spawn()
+        }
         other => other,
     }
+}
+
+/// `shell -c command` as the agent runs it: the command's environment (the policy plus the
+/// quiet defaults), in `cwd`, through the sandbox's launcher when there is one. `crow
+/// sandbox` runs the same thing with the terminal attached.
+pub fn shell_command(
+    shell: &str,
+    command: &str,
+    cwd: &Path,
+    project_root: &Path,
+    env: &EnvPolicy,
+    sandbox: Option<&SandboxSpec>,
+) -> std::process::Command {
+    let mut cmd = match sandbox {
+        Some(spec) => {
+            let (launcher, args) = spec.command_line(project_root, shell, command);
+            let mut cmd = std::process::Command::new(launcher);
+            cmd.args(args);
+            cmd
+        }
+        None => {
+            let mut cmd = std::process::Command::new(shell);
+            cmd.arg("-c").arg(command);
+            cmd
+        }
+    };
+    // What the model's commands may see: crow's keys never (the output is stored and sent).
+    cmd.env_clear()
+        .envs(env.environment())
+        // Pagers and credential prompts would wait forever on a missing terminal.
+        .envs(QUIET_ENV)
+        // The user's own values win over crow's quiet defaults.
+        .envs(&env.set)
+        .current_dir(cwd);
+    cmd
 }
 
 fn spawn_reader(

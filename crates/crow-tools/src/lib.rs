@@ -19,6 +19,7 @@ mod list;
 mod output;
 mod path;
 mod read;
+pub mod sandbox;
 mod simple;
 mod skill;
 mod todo;
@@ -30,13 +31,14 @@ mod client_tests;
 #[cfg(test)]
 mod test_support;
 
-pub use bash::BashTool;
+pub use bash::{BashTool, shell_command};
 pub use edit::EditFileTool;
 pub use glob::GlobTool;
 pub use grep::GrepTool;
 pub use list::ListDirectoryTool;
 pub use path::{PathError, resolve_path};
 pub use read::ReadFileTool;
+pub use sandbox::{SandboxMode, SandboxSpec, Support as SandboxSupport};
 pub use simple::{TaskCompleteTool, ThinkTool};
 pub use skill::{
     Skill, SkillError, SkillIndex, SkillProblem, SkillRoot, SkillScope, SkillTool, Skills,
@@ -57,6 +59,8 @@ pub struct ToolOptions {
     /// The environment `bash` commands see (crow's keys and secret-looking names removed
     /// by default).
     pub env: EnvPolicy,
+    /// The OS sandbox `bash` commands run in; `None` runs them unconfined (`mode = "off"`).
+    pub sandbox: Option<SandboxSpec>,
 }
 
 impl Default for ToolOptions {
@@ -66,6 +70,7 @@ impl Default for ToolOptions {
             max_output_bytes: 30 * 1024,
             max_read_bytes: 256 * 1024,
             env: EnvPolicy::default(),
+            sandbox: None,
         }
     }
 }

@@ -30,6 +30,9 @@ pub struct Config {
     pub shell_environment: ShellEnvironmentConfig,
     #[serde(default)]
     pub store: StoreConfig,
+    /// The OS sandbox of commands.
+    #[serde(default)]
+    pub sandbox: SandboxConfig,
     /// Project instruction files (AGENTS.md, CLAUDE.md, ...).
     #[serde(default)]
     pub instructions: crate::instructions::InstructionsConfig,
@@ -80,6 +83,21 @@ pub struct ShellEnvironmentConfig {
     /// Variables set for every command.
     #[serde(default)]
     pub set: BTreeMap<String, String>,
+}
+
+/// `[sandbox]`: where commands may write and whether they reach the network.
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxConfig {
+    /// "workspace-write" (default), "read-only" or "off".
+    #[schemars(schema_with = "sandbox_mode_schema")]
+    pub mode: Option<crow_tools::SandboxMode>,
+    /// Writable besides the project and the temp dirs (`~/` is the home directory; a
+    /// relative path is relative to the project root).
+    #[serde(default)]
+    pub writable_roots: Vec<PathBuf>,
+    /// Whether commands may use the network (default false).
+    pub network: Option<bool>,
 }
 
 /// Key variables crow reads itself, hidden from commands even if a provider names another.
@@ -164,6 +182,14 @@ pub struct ModelConfig {
     pub images: Option<bool>,
 }
 
+/// `[sandbox] mode` as editors should offer it (crow-tools' type carries no schema).
+fn sandbox_mode_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "description": "Where commands may write: the project and temp dirs, nowhere, or anywhere.",
+        "enum": ["workspace-write", "read-only", "off"]
+    })
+}
+
 /// `inherit` as editors should offer it (crow-core's type carries no schema).
 fn inherit_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
@@ -210,6 +236,11 @@ mcp_startup_wait_ms = 3000
 
 [shell_environment]
 inherit = "all"
+
+[sandbox]
+mode = "workspace-write"
+network = false
+writable_roots = []
 
 [providers.openai]
 type = "openai"
@@ -261,7 +292,7 @@ impl LoadedConfig {
             return Ok(());
         }
         bail!(
-            "this project's configuration sets {}, which could send your API key or conversation elsewhere or run commands; \
+            "this project's configuration sets {}, which could send your API key or conversation elsewhere, run commands or loosen their sandbox; \
              if you trust {}, run `crow trust` there (or pass --trust-project for one run); otherwise remove those keys",
             self.untrusted.join(", "),
             project_root.display()
@@ -312,6 +343,13 @@ pub fn load(project_root: &Path, flags: &Overrides) -> Result<LoadedConfig> {
                 Source::Env(var.into()),
             ));
         }
+    }
+    // The user's own environment (never a project's) may pick the sandbox's mode.
+    if let Some(value) = env_nonempty("CROW_SANDBOX_MODE") {
+        layers.push((
+            single("sandbox", toml::Value::Table(single("mode", value.into()))),
+            Source::Env("CROW_SANDBOX_MODE".into()),
+        ));
     }
     if let Some(value) = env_nonempty("CROW_MAX_ITERATIONS") {
         let n: i64 = value

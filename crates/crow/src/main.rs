@@ -93,6 +93,16 @@ enum Command {
     },
     /// Serve the Agent Client Protocol on stdin/stdout, for editors (Zed, JetBrains, Neovim)
     Acp(ModelArgs),
+    /// Run a command exactly as the agent's `bash` would (same sandbox, same environment),
+    /// to see what a policy allows; what is enforced goes to stderr
+    Sandbox {
+        /// Trust the project's own config for this run (as `crow run --trust-project`)
+        #[arg(long)]
+        trust_project: bool,
+        /// The command; several words are joined with spaces into one shell command
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
     /// Inspect the configuration
     Config {
         #[command(subcommand)]
@@ -167,6 +177,20 @@ struct ModelArgs {
 }
 
 fn main() -> ExitCode {
+    // The sandbox launcher: a bare process that confines itself and execs a command. It
+    // must stay single-threaded (user namespaces) and quick, so it runs before clap, logging
+    // and the runtime.
+    let mut args = std::env::args_os();
+    if args.nth(1).as_deref() == Some(std::ffi::OsStr::new(crow_tools::sandbox::LAUNCHER_ARG)) {
+        return match crow_tools::sandbox::launch(args.collect()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                // The command's stderr: the model (or `crow sandbox`'s user) reads this.
+                eprintln!("crow sandbox: {e}");
+                ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(126))
+            }
+        };
+    }
     let cli = Cli::parse();
     init_logging();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -326,6 +350,10 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
             skills::command(command, &app::find_project_root(&cwd).0)
         }
         Command::Acp(model) => acp::serve(overrides(&model, None)).await,
+        Command::Sandbox {
+            trust_project,
+            command,
+        } => sandbox_command(trust_project, &command.join(" ")).await,
         Command::Config {
             command: ConfigCommand::Show(model),
         } => {
@@ -575,5 +603,109 @@ pub(crate) fn tool_options(config: &config::Config) -> crow_tools::ToolOptions {
         options.max_output_bytes = bytes;
     }
     options.env = config::env_policy(config);
+    options.sandbox = sandbox_spec(config);
     options
+}
+
+/// The sandbox of commands from `[sandbox]`, or `None` for `mode = "off"`. The first call
+/// probes the machine and says once what is missing.
+pub(crate) fn sandbox_spec(config: &config::Config) -> Option<crow_tools::SandboxSpec> {
+    use crow_tools::{SandboxMode, SandboxSupport};
+    static SUPPORT: std::sync::OnceLock<(std::path::PathBuf, SandboxSupport)> =
+        std::sync::OnceLock::new();
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    let section = &config.sandbox;
+    let mode = section.mode.unwrap_or_default();
+    if mode == SandboxMode::Off {
+        return None;
+    }
+    let (launcher, support) = SUPPORT.get_or_init(|| match std::env::current_exe() {
+        Ok(exe) => {
+            let support = SandboxSupport::probe_with(&exe);
+            (exe, support)
+        }
+        Err(e) => (
+            std::path::PathBuf::from("crow"),
+            SandboxSupport::none(format!("cannot find crow's own executable: {e}")),
+        ),
+    });
+    let home = dirs::home_dir();
+    let writable_roots = section
+        .writable_roots
+        .iter()
+        .map(|p| match (p.strip_prefix("~"), &home) {
+            (Ok(rest), Some(home)) => home.join(rest),
+            _ => p.clone(),
+        })
+        .collect();
+    // crow's own files: a command must not rewrite its config, trust list or sessions.
+    let mut protected: Vec<std::path::PathBuf> = config::user_config_dir().into_iter().collect();
+    if let Some(dir) = sessions::db_path(config)
+        .ok()
+        .and_then(|db| db.parent().map(std::path::Path::to_path_buf))
+    {
+        protected.push(dir);
+    }
+    let spec = crow_tools::SandboxSpec {
+        launcher: launcher.clone(),
+        mode,
+        writable_roots,
+        protected,
+        network: section.network.unwrap_or(false),
+        support: support.clone(),
+    };
+    WARNED.call_once(|| {
+        if let Some(reason) = spec.unavailable() {
+            tracing::warn!(
+                "the sandbox is unavailable on this machine: {reason}; commands will be refused \
+                 (set [sandbox] mode = \"off\" to run them unconfined)"
+            );
+        }
+        for note in spec.weaker() {
+            tracing::warn!("sandbox: {note}");
+        }
+    });
+    Some(spec)
+}
+
+/// `crow sandbox -- CMD`: the command as `bash` would run it, attached to the terminal.
+async fn sandbox_command(trust_project: bool, command: &str) -> Result<ExitCode> {
+    use std::os::unix::process::ExitStatusExt;
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    let (root, _) = app::find_project_root(&cwd);
+    let flags = Overrides {
+        trust_project,
+        ..Overrides::default()
+    };
+    let loaded = config::load(&root, &flags)?;
+    loaded.require_trust(&root)?;
+    let options = tool_options(&loaded.config);
+    match &options.sandbox {
+        Some(spec) => {
+            errln!("{}", spec.describe(&root).trim_end());
+            if let Some(reason) = spec.unavailable() {
+                bail!(
+                    "the sandbox is unavailable on this machine: {reason}; set [sandbox] mode = \"off\" to run commands unconfined"
+                );
+            }
+        }
+        None => errln!("sandbox: off (commands run with your full rights)"),
+    }
+    let mut cmd = crow_tools::shell_command(
+        "bash",
+        command,
+        &cwd,
+        &root,
+        &options.env,
+        options.sandbox.as_ref(),
+    );
+    let status = tokio::task::spawn_blocking(move || cmd.status())
+        .await
+        .context("the command's waiter failed")?
+        .context("cannot start the command")?;
+    let code = status
+        .code()
+        .or_else(|| status.signal().map(|s| 128 + s))
+        .unwrap_or(1);
+    Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
 }

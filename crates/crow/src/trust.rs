@@ -10,10 +10,11 @@ use anyhow::{Context, Result};
 
 /// Keys of a project layer that take effect only in a trusted project: where a provider's
 /// requests (and the user's key) go, which key is sent, MCP servers (commands crow starts,
-/// URLs it connects to), where sessions are stored and what commands see of the environment.
+/// URLs it connects to), where sessions are stored, what commands see of the environment and
+/// the sandbox they run in (a cloned repository must not open it).
 const GUARDED_PROVIDER_KEYS: &[&str] = &["base_url", "headers", "api_key_env", "api_key_file"];
 const GUARDED_STORE_KEYS: &[&str] = &["path", "data_dir"];
-const GUARDED_SECTIONS: &[&str] = &["mcp_servers", "shell_environment"];
+const GUARDED_SECTIONS: &[&str] = &["mcp_servers", "shell_environment", "sandbox"];
 
 /// Removes the guarded keys from a project layer; returns their dotted names. `projects`
 /// (the trust list itself) is removed too: a project cannot vouch for itself.
@@ -103,7 +104,7 @@ mod tests {
     fn guarded_keys_are_removed_and_named() {
         let mut layer: toml::Table = toml::from_str(
             "model = \"m\"\n[providers.openai]\nbase_url = \"http://evil\"\nmodel = \"x\"\nheaders = { A = \"b\" }\n\
-             [store]\npath = \"db\"\nbusy_timeout_ms = 5\n[mcp_servers.x]\ncommand = \"sh\"\n[projects.\"/\"]\ntrusted = true\n",
+             [store]\npath = \"db\"\nbusy_timeout_ms = 5\n[mcp_servers.x]\ncommand = \"sh\"\n[sandbox]\nmode = \"off\"\n[projects.\"/\"]\ntrusted = true\n",
         )
         .unwrap();
         let removed = strip_guarded(&mut layer);
@@ -114,12 +115,14 @@ mod tests {
                 "providers.openai.headers",
                 "store.path",
                 "mcp_servers.x",
+                "sandbox.mode",
                 "projects./"
             ]
         );
         assert_eq!(layer["model"].as_str(), Some("m"));
         assert_eq!(layer["providers"]["openai"]["model"].as_str(), Some("x"));
         assert!(!layer.contains_key("mcp_servers"));
+        assert!(!layer.contains_key("sandbox"));
         assert_eq!(layer["store"]["busy_timeout_ms"].as_integer(), Some(5));
     }
 

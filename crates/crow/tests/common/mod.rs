@@ -27,12 +27,39 @@ pub fn crow(dir: &Path) -> Command {
         .env_remove("CROW_PROVIDER")
         .env_remove("CROW_MODEL")
         .env_remove("CROW_LOG")
+        .env_remove("CROW_SANDBOX_UNSUPPORTED")
         .env("NO_COLOR", "1")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
+    // Commands run sandboxed where the kernel allows it; elsewhere tests that are not about
+    // the sandbox still run their commands (tests/sandbox.rs skips or removes this).
+    if sandbox_usable() {
+        cmd.env_remove("CROW_SANDBOX_MODE");
+    } else {
+        cmd.env("CROW_SANDBOX_MODE", "off");
+    }
     cmd
+}
+
+/// What `crow __sandbox --probe` finds on this machine (once per test binary).
+pub fn sandbox_support() -> &'static Value {
+    static SUPPORT: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
+    SUPPORT.get_or_init(|| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_crow"))
+            .args(["__sandbox", "--probe"])
+            .output()
+            .ok()
+            .and_then(|out| serde_json::from_slice(&out.stdout).ok())
+            .unwrap_or(Value::Null)
+    })
+}
+
+/// Whether the default sandbox (Landlock writes, network off) can run commands here.
+pub fn sandbox_usable() -> bool {
+    let s = sandbox_support();
+    s["landlock_fs"] == true && (s["landlock_net"] == true || s["namespaces"] == true)
 }
 
 /// `crow run --json` against the mock's OpenAI endpoint.

@@ -1,0 +1,100 @@
+//! Section 9: what the OS sandbox adds to a `bash` call — `bash -c true` started directly,
+//! and through crow's launcher (`crow __sandbox --policy … -- bash -c true`) as the agent
+//! starts it, with the network off and on.
+
+use std::process::Command;
+
+use anyhow::Result;
+use crow_tools::sandbox::{SandboxMode, SandboxSpec, Support};
+
+use crate::Bench;
+use crate::stats::summarize;
+use crate::table::{Row, Section, Target, Unit};
+
+const TITLE: &str = "9. command sandbox (`bash -c true`, a git project, median over runs)";
+
+pub fn measure(bench: &Bench) -> Result<Section> {
+    let dir = tempfile::tempdir()?;
+    let root = std::fs::canonicalize(dir.path())?;
+    // A repository, so the policy has its read-only mounts (.git/hooks, .git/config).
+    std::fs::create_dir_all(root.join(".git/hooks"))?;
+    std::fs::write(root.join(".git/config"), "")?;
+    let support = Support::probe_with(&bench.crow);
+    let spec = |network: bool| SandboxSpec {
+        launcher: bench.crow.clone(),
+        mode: SandboxMode::WorkspaceWrite,
+        writable_roots: Vec::new(),
+        protected: Vec::new(),
+        network,
+        support: support.clone(),
+    };
+    let (off, on) = (spec(false), spec(true));
+    if let Some(reason) = off.unavailable() {
+        return Ok(Section {
+            title: TITLE.into(),
+            rows: vec![Row::missing(
+                "sandboxed `bash -c true`",
+                format!("the sandbox is unavailable here: {reason}"),
+            )],
+        });
+    }
+    let plain = || {
+        let mut cmd = Command::new("bash");
+        cmd.args(["-c", "true"]).current_dir(&root);
+        cmd
+    };
+    let through = |spec: &SandboxSpec| {
+        let (launcher, args) = spec.command_line(&root, "bash", "true");
+        let mut cmd = Command::new(launcher);
+        cmd.args(args).current_dir(&root);
+        cmd
+    };
+    let (mut direct, mut sandboxed, mut networked) = (Vec::new(), Vec::new(), Vec::new());
+    // Interleaved, so a change of load touches all three alike.
+    for _ in 0..bench.config.version_runs {
+        for (cmd, samples) in [
+            (plain(), &mut direct),
+            (through(&off), &mut sandboxed),
+            (through(&on), &mut networked),
+        ] {
+            let run = bench.spawn(&cmd)?;
+            run.ensure_success("bash -c true")?;
+            samples.push(run.wall_ms());
+        }
+    }
+    let (d, s, n) = (
+        summarize(&direct),
+        summarize(&sandboxed),
+        summarize(&networked),
+    );
+    let added = |with: &Option<crate::stats::Summary>| match (with, &d) {
+        (Some(w), Some(d)) => w.median - d.median,
+        _ => f64::NAN,
+    };
+    let how = off.describe(&root);
+    let network_line = how
+        .lines()
+        .find(|l| l.starts_with("network:"))
+        .unwrap_or("network: off")
+        .to_owned();
+    Ok(Section {
+        title: TITLE.into(),
+        rows: vec![
+            Row::stats("`bash -c true`, unconfined", d, Unit::Ms),
+            Row::stats("sandboxed, network off", s, Unit::Ms).note(network_line),
+            Row::stats("sandboxed, network allowed", n, Unit::Ms),
+            Row::single(
+                "added by the sandbox, network off (medians)",
+                added(&s),
+                Unit::Ms,
+            )
+            .target(Target::at_most(2.0, Unit::Ms)),
+            Row::single(
+                "added by the sandbox, network allowed (medians)",
+                added(&n),
+                Unit::Ms,
+            )
+            .target(Target::at_most(2.0, Unit::Ms)),
+        ],
+    })
+}

@@ -1,0 +1,254 @@
+//! The policy-building code: no kernel support needed, so these always run. The launcher's
+//! enforcement is tested through the real binary (crates/crow/tests/sandbox.rs).
+
+use super::*;
+
+fn full_support() -> Support {
+    Support {
+        landlock_fs: true,
+        landlock_net: true,
+        namespaces: true,
+        note: None,
+    }
+}
+
+fn spec(mode: SandboxMode, support: Support) -> SandboxSpec {
+    SandboxSpec {
+        launcher: PathBuf::from("/usr/bin/crow"),
+        mode,
+        writable_roots: Vec::new(),
+        protected: Vec::new(),
+        network: false,
+        support,
+    }
+}
+
+/// A canonical temporary project directory.
+fn project() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    (dir, root)
+}
+
+#[test]
+fn workspace_write_allows_the_project_temp_dirs_and_configured_roots() {
+    let (_dir, root) = project();
+    let extra = tempfile::tempdir().unwrap();
+    let mut s = spec(SandboxMode::WorkspaceWrite, full_support());
+    s.writable_roots = vec![extra.path().to_path_buf(), root.join("missing")];
+    let policy = s.policy(&root);
+    assert!(policy.writable.contains(&root), "{policy:?}");
+    assert!(
+        policy.writable.contains(&PathBuf::from("/tmp")),
+        "{policy:?}"
+    );
+    assert!(policy.writable.contains(&PathBuf::from("/dev/null")));
+    let extra = std::fs::canonicalize(extra.path()).unwrap();
+    assert!(policy.writable.contains(&extra), "{policy:?}");
+    // A root that does not exist is left out (Landlock needs something to open).
+    assert!(!policy.writable.contains(&root.join("missing")));
+    // No duplicates (the temp dir is usually /tmp).
+    let mut unique = policy.writable.clone();
+    unique.dedup();
+    assert_eq!(unique.len(), policy.writable.len());
+    assert!(!policy.network && policy.namespaces && policy.landlock_net);
+}
+
+#[test]
+fn read_only_mode_writes_devices_only() {
+    let (_dir, root) = project();
+    let policy = spec(SandboxMode::ReadOnly, full_support()).policy(&root);
+    assert!(!policy.writable.contains(&root));
+    assert!(!policy.writable.contains(&PathBuf::from("/tmp")));
+    assert!(
+        policy.writable.iter().all(|p| p.starts_with("/dev")),
+        "{policy:?}"
+    );
+    // Nothing writable holds the project, so nothing needs a read-only mount.
+    assert!(policy.read_only.is_empty(), "{policy:?}");
+}
+
+#[test]
+fn git_hooks_config_and_crow_files_inside_writable_roots_stay_read_only() {
+    let (_dir, root) = project();
+    std::fs::create_dir_all(root.join(".git")).unwrap();
+    std::fs::write(root.join(".git/config"), "[core]\n").unwrap();
+    std::fs::create_dir_all(root.join(".crow-home")).unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let mut s = spec(SandboxMode::WorkspaceWrite, full_support());
+    s.protected = vec![
+        root.join(".crow-home"),
+        root.join("not-there"),
+        PathBuf::from("/etc"),
+    ];
+    let policy = s.policy(&root);
+    // A repository without hooks gets an empty hooks directory to mount.
+    assert!(root.join(".git/hooks").is_dir());
+    assert!(
+        policy.read_only.contains(&root.join(".git/hooks")),
+        "{policy:?}"
+    );
+    assert!(
+        policy.read_only.contains(&root.join(".git/config")),
+        "{policy:?}"
+    );
+    assert!(
+        policy.read_only.contains(&root.join(".crow-home")),
+        "{policy:?}"
+    );
+    // Outside every writable root Landlock already refuses writes: no mount needed.
+    assert!(!policy.read_only.contains(&PathBuf::from("/etc")));
+    assert!(!policy.read_only.iter().any(|p| p.ends_with("not-there")));
+    drop(outside);
+}
+
+#[test]
+fn a_worktree_protects_the_common_git_dir() {
+    let (_dir, root) = project();
+    let common = root.join("main.git");
+    let gitdir = common.join("worktrees/wt");
+    std::fs::create_dir_all(common.join("hooks")).unwrap();
+    std::fs::create_dir_all(&gitdir).unwrap();
+    std::fs::write(common.join("config"), "").unwrap();
+    std::fs::write(gitdir.join("commondir"), "../..\n").unwrap();
+    let wt = root.join("wt");
+    std::fs::create_dir_all(&wt).unwrap();
+    std::fs::write(wt.join(".git"), format!("gitdir: {}\n", gitdir.display())).unwrap();
+    let mut s = spec(SandboxMode::WorkspaceWrite, full_support());
+    // The common dir is writable only when a writable root covers it.
+    s.writable_roots = vec![root.clone()];
+    let policy = s.policy(&wt);
+    assert!(
+        policy.read_only.contains(&common.join("hooks")),
+        "{policy:?}"
+    );
+    assert!(
+        policy.read_only.contains(&common.join("config")),
+        "{policy:?}"
+    );
+}
+
+#[test]
+fn what_the_kernel_lacks_decides_between_refusal_and_a_warning() {
+    let (_dir, root) = project();
+    let none = spec(SandboxMode::WorkspaceWrite, Support::none("probe says no"));
+    let reason = none.unavailable().unwrap();
+    assert!(
+        reason.contains("Landlock") && reason.contains("probe says no"),
+        "{reason}"
+    );
+    assert!(reason.contains("network"), "{reason}");
+
+    // Landlock without namespaces: TCP off through Landlock, carve-outs not enforced.
+    let landlock_only = Support {
+        namespaces: false,
+        ..full_support()
+    };
+    let s = spec(SandboxMode::WorkspaceWrite, landlock_only.clone());
+    assert_eq!(s.unavailable(), None);
+    let weaker = s.weaker().join("\n");
+    assert!(
+        weaker.contains(".git/hooks") && weaker.contains("UDP"),
+        "{weaker}"
+    );
+    let policy = s.policy(&root);
+    assert!(!policy.namespaces && policy.landlock_net);
+
+    // Filesystem rules only: the network cannot be turned off...
+    let fs_only = Support {
+        landlock_fs: true,
+        ..Support::default()
+    };
+    let s = spec(SandboxMode::WorkspaceWrite, fs_only.clone());
+    assert!(s.unavailable().unwrap().contains("network"));
+    // ...which matters only when it should be.
+    let mut s = spec(SandboxMode::WorkspaceWrite, fs_only);
+    s.network = true;
+    assert_eq!(s.unavailable(), None);
+    let policy = s.policy(&root);
+    assert!(policy.network && !policy.landlock_net && !policy.namespaces);
+
+    assert_eq!(
+        spec(SandboxMode::WorkspaceWrite, full_support()).unavailable(),
+        None
+    );
+    assert!(
+        spec(SandboxMode::WorkspaceWrite, full_support())
+            .weaker()
+            .is_empty()
+    );
+}
+
+#[test]
+fn the_command_line_carries_the_policy_to_the_launcher() {
+    let (_dir, root) = project();
+    let s = spec(SandboxMode::WorkspaceWrite, full_support());
+    let (program, args) = s.command_line(&root, "bash", "echo 'hi'");
+    assert_eq!(program, PathBuf::from("/usr/bin/crow"));
+    assert_eq!(args[0], LAUNCHER_ARG);
+    assert_eq!(args[1], "--policy");
+    let policy: LaunchPolicy = serde_json::from_str(args[2].to_str().unwrap()).unwrap();
+    assert_eq!(policy, s.policy(&root));
+    assert_eq!(&args[3..], ["--", "bash", "-c", "echo 'hi'"]);
+}
+
+#[test]
+fn the_shell_line_quotes_every_argument() {
+    let (_dir, root) = project();
+    let mut s = spec(SandboxMode::WorkspaceWrite, full_support());
+    // printf stands in for the launcher: sh must hand it exactly the arguments.
+    s.launcher = PathBuf::from("printf");
+    let command = "echo \"it's\" $HOME `x` \\ done";
+    let line = s.shell_line(&root, command);
+    let line = line.replacen("exec printf", "exec printf '%s\\n'", 1);
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(&line)
+        .output()
+        .unwrap();
+    let printed = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = printed.lines().collect();
+    assert_eq!(lines[0], LAUNCHER_ARG);
+    assert_eq!(lines[3..6], ["--", "bash", "-c"]);
+    assert_eq!(lines[6..].join("\n"), command);
+}
+
+#[test]
+fn the_launcher_refuses_bad_arguments_before_confining_anything() {
+    assert!(matches!(launch(Vec::new()), Err(SandboxError::Usage)));
+    let args = |a: &[&str]| a.iter().map(OsString::from).collect::<Vec<_>>();
+    assert!(matches!(
+        launch(args(&["--policy", "{not json", "--", "true"])),
+        Err(SandboxError::Policy(_))
+    ));
+    let policy = serde_json::to_string(&LaunchPolicy::default()).unwrap();
+    assert!(matches!(
+        launch(args(&["--policy", &policy, "true"])),
+        Err(SandboxError::Usage)
+    ));
+    assert!(matches!(
+        launch(args(&["--policy", &policy, "--"])),
+        Err(SandboxError::Usage)
+    ));
+    assert_eq!(
+        SandboxError::Exec {
+            program: "x".into(),
+            source: std::io::ErrorKind::NotFound.into()
+        }
+        .exit_code(),
+        127
+    );
+}
+
+#[test]
+fn modes_read_as_configured() {
+    for (text, mode) in [
+        ("\"workspace-write\"", SandboxMode::WorkspaceWrite),
+        ("\"read-only\"", SandboxMode::ReadOnly),
+        ("\"off\"", SandboxMode::Off),
+    ] {
+        assert_eq!(serde_json::from_str::<SandboxMode>(text).unwrap(), mode);
+        assert_eq!(format!("\"{}\"", mode.as_str()), text);
+    }
+    assert_eq!(SandboxMode::default(), SandboxMode::WorkspaceWrite);
+}
