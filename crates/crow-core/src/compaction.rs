@@ -66,6 +66,9 @@ pub struct CompactionConfig {
     /// Characters kept from the start and the end of a shortened output.
     pub elide_head: usize,
     pub elide_tail: usize,
+    /// The summary request's template when a user or project overrides [`TEMPLATE`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template: Option<String>,
 }
 
 impl Default for CompactionConfig {
@@ -78,6 +81,7 @@ impl Default for CompactionConfig {
             elide_over: 1500,
             elide_head: 600,
             elide_tail: 400,
+            template: None,
         }
     }
 }
@@ -530,6 +534,11 @@ impl BaseAgent {
             start += 1;
         }
         let prompt = render_prompt(
+            self.config
+                .compaction
+                .template
+                .as_deref()
+                .unwrap_or(TEMPLATE),
             task,
             view.replaced.and_then(|r| r.summary.as_deref()),
             &full[start..],

@@ -16,7 +16,7 @@ use crow_providers::ProviderSettings;
 use crate::agents::{AgentDef, Catalog, CompositionDef, DEFAULT_MAX_ROUNDS, DefSource, Mode};
 use crate::app::{find_project_root, provider_settings};
 use crate::config::Config;
-use crate::prompt::{PromptFacts, render_system_prompt};
+use crate::prompt::{PromptFacts, render_system_prompt_from};
 
 /// Everything needed to turn a composition name into a [`Crew`].
 pub struct Composer {
@@ -35,6 +35,10 @@ pub struct Composer {
     date: String,
     /// The project's instruction files, read once.
     pub instructions: crate::instructions::Instructions,
+    /// Prompt templates with the user's and the project's overrides.
+    pub templates: crate::templates::Templates,
+    /// Why an override could not be used; sessions refuse to start with it (`crew`).
+    template_error: Option<String>,
     /// The skills' index for the system prompt (empty without skills).
     skill_index: crow_tools::SkillIndex,
     pub max_iterations: u32,
@@ -66,6 +70,16 @@ impl Composer {
         for notice in &instructions.notices {
             tracing::warn!("{notice}");
         }
+        let (templates, template_error) = match crate::templates::Templates::load(
+            crate::config::user_config_dir().as_deref(),
+            &project_root,
+        ) {
+            Ok(templates) => (templates, None),
+            Err(e) => (
+                crate::templates::Templates::builtin(),
+                Some(format!("{e:#}")),
+            ),
+        };
         let skills = crate::skills::load(&project_root);
         let skill_index = crate::skills::index(&skills);
         // Only with skills: a project without any pays no schema bytes for the tool.
@@ -77,6 +91,8 @@ impl Composer {
         }
         Self {
             instructions,
+            templates,
+            template_error,
             skill_index,
             config,
             default_provider,
@@ -119,6 +135,9 @@ impl Composer {
     /// Like [`Composer::crew`]; under a `parent` agent the crew's agents are named
     /// `parent/name` (subagents).
     fn crew_under(&self, name: &str, level: Option<i8>, parent: Option<&str>) -> Result<Crew> {
+        if let Some(error) = &self.template_error {
+            bail!("{error}");
+        }
         let mut def = self.composition(name)?;
         if let Some(level) = level {
             def.flow = ControlFlow::from_level(level)
@@ -147,12 +166,32 @@ impl Composer {
             }
             _ => None,
         };
+        // Overridden templates replace the built-in handoff and nudge, not a definition's own.
+        let handoff = match self.templates.get("handoff") {
+            Some(t) if t.is_overridden() && def.handoff == crow_core::Handoff::default() => {
+                crow_core::Handoff::Template {
+                    template: t.text.clone(),
+                }
+            }
+            _ => def.handoff.clone(),
+        };
+        let flow = match (&def.flow, self.templates.get("nudge")) {
+            (ControlFlow::Generated { generator_prompt }, Some(t))
+                if t.is_overridden()
+                    && generator_prompt == crow_core::crew::DEFAULT_GENERATOR_PROMPT =>
+            {
+                ControlFlow::Generated {
+                    generator_prompt: t.text.clone(),
+                }
+            }
+            (flow, _) => flow.clone(),
+        };
         Crew::new(
             def.name.clone(),
             primary,
             coagent,
-            def.flow.clone(),
-            def.handoff.clone(),
+            flow,
+            handoff,
             def.max_rounds,
         )
         .map_err(|e| anyhow!("{e}"))
@@ -209,20 +248,23 @@ impl Composer {
         let no_skills = crow_tools::SkillIndex::default();
         let system_prompt = match stored {
             Some(stored) => stored,
-            None => render_system_prompt(&PromptFacts {
-                role: &def.prompt,
-                cwd: &self.cwd,
-                project_root: &self.project_root,
-                is_git: self.is_git,
-                date: self.date.clone(),
-                instructions: &self.instructions.files,
-                // An agent whose tools leave out `skill` is not told of skills it cannot load.
-                skills: if tools.get("skill").is_some() {
-                    &self.skill_index
-                } else {
-                    &no_skills
+            None => render_system_prompt_from(
+                self.templates.text("system"),
+                &PromptFacts {
+                    role: &def.prompt,
+                    cwd: &self.cwd,
+                    project_root: &self.project_root,
+                    is_git: self.is_git,
+                    date: self.date.clone(),
+                    instructions: &self.instructions.files,
+                    // An agent whose tools leave out `skill` is not told of skills it cannot load.
+                    skills: if tools.get("skill").is_some() {
+                        &self.skill_index
+                    } else {
+                        &no_skills
+                    },
                 },
-            })?,
+            )?,
         };
         let config = AgentConfig {
             max_iterations: def.max_iterations.unwrap_or(self.max_iterations),
@@ -232,6 +274,14 @@ impl Composer {
                 .doom_loop_threshold
                 .or(self.config.doom_loop_threshold)
                 .unwrap_or(crow_core::doom_loop::DEFAULT_THRESHOLD),
+            compaction: crow_core::compaction::CompactionConfig {
+                template: self
+                    .templates
+                    .get("compaction")
+                    .filter(|t| t.is_overridden())
+                    .map(|t| t.text.clone()),
+                ..Default::default()
+            },
             ..AgentConfig::default()
         };
         let agent = BaseAgent::new(

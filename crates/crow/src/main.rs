@@ -21,6 +21,7 @@ mod session_cmd;
 mod sessions;
 mod skills;
 mod slash;
+mod templates;
 mod trust;
 
 use std::io::Read;
@@ -65,6 +66,12 @@ enum Command {
     Agents {
         #[command(subcommand)]
         command: AgentsCommand,
+    },
+    /// The prompt templates crow renders and where each comes from (built in, your
+    /// ~/.config/crow/prompts/NAME.md.j2, the project's .crow/prompts/NAME.md.j2)
+    Prompts {
+        #[command(subcommand)]
+        command: PromptsCommand,
     },
     /// Set up crow in this project: a commented .crow/config.toml and an AGENTS.md skeleton
     Init {
@@ -116,6 +123,14 @@ enum ConfigCommand {
     Show(ModelArgs),
     #[command(flatten)]
     Edit(config_cmd::EditCommand),
+}
+
+#[derive(Subcommand)]
+enum PromptsCommand {
+    /// Every template, its source and what it is for
+    List,
+    /// One template's text as crow would use it here
+    Show { name: String },
 }
 
 #[derive(Subcommand)]
@@ -324,6 +339,7 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
         }
         Command::Mcp { command } => mcp::command(command).await,
         Command::Init { yes } => config_cmd::init(yes),
+        Command::Prompts { command } => prompts_command(command),
         Command::Config {
             command: ConfigCommand::Edit(command),
         } => config_cmd::run(command),
@@ -503,6 +519,31 @@ fn report_agent_problems(catalog: &agents::Catalog) {
     for warning in &catalog.warnings {
         errln!("warning: {warning}");
     }
+}
+
+fn prompts_command(command: PromptsCommand) -> Result<ExitCode> {
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    let (root, _) = app::find_project_root(&cwd);
+    let templates = templates::Templates::load(config::user_config_dir().as_deref(), &root)?;
+    match command {
+        PromptsCommand::List => {
+            for t in templates.iter() {
+                println!("{:<11} {:<40} {}", t.name, t.fingerprint(), t.about);
+            }
+        }
+        PromptsCommand::Show { name } => {
+            let Some(t) = templates.get(&name) else {
+                let names: Vec<&str> = templates.iter().map(|t| t.name).collect();
+                bail!("no template named '{name}': there are {}", names.join(", "));
+            };
+            eprintln!("# {} ({})", t.name, t.fingerprint());
+            print!("{}", t.text);
+            if !t.text.ends_with('\n') {
+                println!();
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn agents_command(command: AgentsCommand) -> Result<ExitCode> {

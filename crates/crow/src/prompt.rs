@@ -6,7 +6,7 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use minijinja::{Environment, context};
 
-const SYSTEM_TEMPLATE: &str = include_str!("../prompts/system.md.j2");
+pub(crate) const SYSTEM_TEMPLATE: &str = include_str!("../prompts/system.md.j2");
 
 /// Facts the prompt mentions. `date` is fixed when the session starts.
 pub struct PromptFacts<'a> {
@@ -22,11 +22,18 @@ pub struct PromptFacts<'a> {
     pub skills: &'a crow_tools::SkillIndex,
 }
 
+/// With the built-in template (tests).
+#[cfg(test)]
 pub fn render_system_prompt(facts: &PromptFacts<'_>) -> Result<String> {
+    render_system_prompt_from(SYSTEM_TEMPLATE, facts)
+}
+
+/// Renders `template` (the built-in one, or a user's or project's `system.md.j2`).
+pub fn render_system_prompt_from(template: &str, facts: &PromptFacts<'_>) -> Result<String> {
     let mut env = Environment::new();
     env.set_trim_blocks(true);
-    env.add_template("system", SYSTEM_TEMPLATE)
-        .context("the built-in system prompt template is invalid")?;
+    env.add_template("system", template)
+        .context("the system prompt template is invalid")?;
     let template = env
         .get_template("system")
         .context("system prompt template missing")?;

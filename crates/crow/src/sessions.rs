@@ -237,11 +237,13 @@ fn record_choices(store: &SqliteStore, id: &str, composer: &Composer) -> Result<
         .set_model(id, &chosen.name, &chosen.model)
         .map_err(store_error)?;
     let mut info = store.session(id).map_err(store_error)?;
-    if info.settings.base_url.as_deref() != Some(chosen.base_url.as_str()) {
-        info.settings.base_url = Some(chosen.base_url.clone());
-        store
-            .set_settings(id, &info.settings)
-            .map_err(store_error)?;
+    let mut settings = info.settings.clone();
+    settings.base_url = Some(chosen.base_url.clone());
+    // Which prompt templates the session ran with (built-in version or file and hash).
+    settings.options.extend(composer.templates.record());
+    if settings != info.settings {
+        store.set_settings(id, &settings).map_err(store_error)?;
+        info.settings = settings;
     }
     Ok(info)
 }

@@ -497,3 +497,57 @@ async fn an_agent_without_the_skill_tool_is_not_told_of_skills() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_project_template_overrides_the_system_prompt_and_the_session_records_it() {
+    let repo = git_repo();
+    let dir = repo.path();
+    std::fs::create_dir_all(dir.join(".crow/prompts")).unwrap();
+    std::fs::write(
+        dir.join(".crow/prompts/system.md.j2"),
+        "House rules for {{ project_root }}.\n{{ role }}",
+    )
+    .unwrap();
+    let (_, system) = system_prompt_for(dir, dir).await;
+    assert!(
+        system.starts_with(&format!("House rules for {}.\n", dir.display())),
+        "{system}"
+    );
+    assert!(!system.contains("# Environment"), "{system}");
+    let info = only_session(dir);
+    assert!(
+        info.settings.options["template.system"].contains(".crow/prompts/system.md.j2 sha256:"),
+        "{:?}",
+        info.settings.options
+    );
+    assert_eq!(info.settings.options["template.compaction"], "built-in v1");
+
+    let mut list = crow(dir);
+    list.args(["prompts", "list"]);
+    let out = output(list).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        out.stdout
+            .lines()
+            .any(|l| l.starts_with("system") && l.contains(".crow/prompts")),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout
+            .lines()
+            .any(|l| l.starts_with("handoff") && l.contains("built-in")),
+        "{}",
+        out.stdout
+    );
+
+    // A template that does not parse stops the session before any model call, naming it.
+    std::fs::write(dir.join(".crow/prompts/handoff.md.j2"), "{% if %}").unwrap();
+    let mock = MockLlm::start(Scenario::new().reply(Reply::text("ok")))
+        .await
+        .unwrap();
+    let out = output(crow_run(dir, &mock, "hi")).await;
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    assert!(out.stderr.contains("handoff.md.j2"), "{}", out.stderr);
+    assert!(mock.requests().is_empty());
+}

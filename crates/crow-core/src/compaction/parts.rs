@@ -3,8 +3,6 @@
 
 use crate::history::{Compaction, EntryKind, HistoryEntry, Replaced, View};
 
-use super::TEMPLATE;
-
 /// Said once in a replaced span's text when exchanges went without a summary.
 pub(super) const DROP_NOTE: &str = "[Some exchanges of this session were dropped without a summary \
 to fit the context window; re-read any file or re-run any command you need.]";
@@ -185,6 +183,7 @@ pub(super) fn transcript(
 }
 
 pub(super) fn render_prompt(
+    template: &str,
     task: &str,
     previous_summary: Option<&str>,
     transcript: &str,
@@ -192,7 +191,7 @@ pub(super) fn render_prompt(
     focus: Option<&str>,
 ) -> Result<String, minijinja::Error> {
     let mut env = minijinja::Environment::new();
-    env.add_template("compaction", TEMPLATE)?;
+    env.add_template("compaction", template)?;
     env.get_template("compaction")?.render(minijinja::context! {
         task => task,
         previous_summary => previous_summary,
