@@ -282,7 +282,6 @@ impl Composer {
                     .map(|t| t.text.clone()),
                 ..Default::default()
             },
-            ..AgentConfig::default()
         };
         let agent = BaseAgent::new(
             shown,
