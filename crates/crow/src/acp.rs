@@ -637,6 +637,7 @@ impl SessionRunner for CrowRunner {
                 &mut self.session.primary,
                 events,
                 &cancel,
+                &self.composer.instructions,
             )
             .await;
             let _ = events.send(crow_core::AgentEvent::TextDelta {

@@ -277,7 +277,16 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
         &crate::tool_options(&spec.composer.config),
     );
     if let Some(command) = command {
-        return session_command(&command, &crew, &mut session, &store, &info.id).await;
+        let instructions = &spec.composer.instructions;
+        return session_command(
+            &command,
+            &crew,
+            &mut session,
+            &store,
+            &info.id,
+            instructions,
+        )
+        .await;
     }
     session.primary.add_user_message(spec.prompt);
 
@@ -402,6 +411,7 @@ async fn session_command(
     session: &mut crow_core::CrewSession,
     store: &Arc<SqliteStore>,
     id: &str,
+    instructions: &crate::instructions::Instructions,
 ) -> Result<ExitCode> {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let (render_tx, mut render_rx) = tokio::sync::mpsc::unbounded_channel();
@@ -414,8 +424,15 @@ async fn session_command(
     ));
     let drain = tokio::spawn(async move { while render_rx.recv().await.is_some() {} });
     let cancel = crate::stop::token().child_token();
-    let reply =
-        crate::session_cmd::run(command, crew.primary(), &mut session.primary, &tx, &cancel).await;
+    let reply = crate::session_cmd::run(
+        command,
+        crew.primary(),
+        &mut session.primary,
+        &tx,
+        &cancel,
+        instructions,
+    )
+    .await;
     drop(tx);
     let _ = recorder.await;
     let _ = drain.await;

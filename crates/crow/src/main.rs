@@ -384,6 +384,26 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
                 Ok((path, why)) => println!("# sessions database: {} ({why})", path.display()),
                 Err(e) => println!("# sessions database: none ({})", one_line(&e)),
             }
+            // What reaches the system prompt of a session started here.
+            let found = instructions::load(
+                &loaded.config.instructions,
+                config::user_config_dir().as_deref(),
+                &root,
+                &cwd,
+            );
+            if found.files.is_empty() {
+                println!("# project instructions: none (AGENTS.md, or CLAUDE.md where none)");
+            }
+            for file in &found.files {
+                println!(
+                    "# project instructions: {} ({} bytes)",
+                    file.path.display(),
+                    file.text.len()
+                );
+            }
+            for notice in &found.notices {
+                println!("# project instructions: {notice}");
+            }
             match app::select_provider(&loaded) {
                 Ok(sel) => println!(
                     "\n# selected: provider {} ({}), model {}, {}",

@@ -32,9 +32,21 @@ pub async fn run(
     session: &mut Session,
     events: &EventSender,
     cancel: &CancellationToken,
+    instructions: &crate::instructions::Instructions,
 ) -> String {
     match command {
-        SessionCommand::Context => agent.context_breakdown(session).to_string(),
+        SessionCommand::Context => {
+            let mut text = agent.context_breakdown(session).to_string();
+            // Part of the system prompt above: which files it came from.
+            for file in &instructions.files {
+                text.push_str(&format!(
+                    "\ninstructions in the system prompt: {} ({} bytes)",
+                    file.shown,
+                    file.text.len()
+                ));
+            }
+            text
+        }
         SessionCommand::Compact(focus) => {
             match agent
                 .compact_now(session, events, cancel, focus.as_deref())

@@ -127,6 +127,7 @@ async fn context_and_compact_commands_work_on_a_continued_session() {
         .collect();
     std::fs::write(dir.join("big.txt"), &big).unwrap();
     write_project_config(dir, "doom_loop_threshold = 0\n");
+    std::fs::write(dir.join("AGENTS.md"), "Read files whole.\n").unwrap();
     let mut scenario = Scenario::new();
     for i in 0..8 {
         scenario = scenario.reply(
@@ -166,7 +167,11 @@ async fn context_and_compact_commands_work_on_a_continued_session() {
     let out = output(context(&["--continue", "/context"])).await;
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert!(
-        out.stdout.contains("tool_result") && out.stdout.contains("system"),
+        out.stdout.contains("tool_result")
+            && out.stdout.contains("system")
+            && out
+                .stdout
+                .contains("instructions in the system prompt: AGENTS.md (17 bytes)"),
         "a breakdown by part: {}",
         out.stdout
     );

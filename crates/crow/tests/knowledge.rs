@@ -52,6 +52,19 @@ async fn agents_md_from_the_root_down_to_the_working_directory_reach_the_model()
     );
     assert!(!system.contains("Not read"), "{system}");
 
+    // `crow config show` lists them, as a session started there would read them.
+    let mut show = crow(dir);
+    show.args(["config", "show"])
+        .current_dir(dir.join("web/src"));
+    let shown = output(show).await;
+    assert!(
+        shown.stdout.contains("# project instructions: ")
+            && shown.stdout.contains("web/AGENTS.md (")
+            && !shown.stdout.contains("web/CLAUDE.md"),
+        "{}",
+        shown.stdout
+    );
+
     // From the root, the subdirectory's file is not on the way.
     let (_, system) = system_prompt_for(dir, dir).await;
     assert!(
