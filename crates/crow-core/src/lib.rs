@@ -22,6 +22,7 @@ pub mod crew;
 pub mod doom_loop;
 pub mod env;
 pub mod event;
+mod flow;
 pub mod history;
 pub mod message;
 pub mod provider;
