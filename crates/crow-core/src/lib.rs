@@ -24,6 +24,7 @@ pub mod env;
 pub mod event;
 pub mod history;
 pub mod message;
+pub mod policy;
 pub mod provider;
 mod schedule;
 pub mod session;
@@ -48,6 +49,7 @@ pub use history::{
 pub use message::{
     AssistantPart, ChatRequest, ImagePart, Message, ToolDefinition, ToolResultMessage,
 };
+pub use policy::{Action, CallFacts, Mode, Policy, Rule, RuleError, Verdict};
 pub use provider::{
     DeltaStream, FinishReason, Provider, ProviderError, ProviderErrorKind, StreamDelta, Usage,
 };
