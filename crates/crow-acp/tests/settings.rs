@@ -78,6 +78,7 @@ impl SessionRunner for Runner {
                 title: "`true`".into(),
                 input: json!({"command": "true"}),
                 preview: None,
+                policy: None,
             })
             .await;
         events
@@ -303,7 +304,7 @@ async fn every_change_is_written_through_as_it_is_made() {
             SettingChange::Mode("build".into()),
             SettingChange::Approve("ask".into()),
             SettingChange::Remember {
-                tool: "bash".into(),
+                tool: "bash(true)".into(),
                 allow: true
             },
         ]

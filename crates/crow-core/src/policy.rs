@@ -15,10 +15,15 @@
 //! own config and data, `~/.ssh`, `.env` files outside the project) turns an Allow into Ask.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use crate::tool::ToolKind;
+use crate::tool::{
+    Footprint, PermissionDecision, PermissionGate, PermissionRequest, Tool, ToolContext, ToolKind,
+    ToolResult,
+};
 
 /// How much runs without asking.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -381,6 +386,110 @@ impl Policy {
             }
         }
         None
+    }
+}
+
+/// The loop's consultation of the policy for one call, right before it runs: `Err` is the
+/// error result of a denied call; `Ok` the gate the tool gets (pre-approved when the policy
+/// allows, the front end's own when it asks and the tool asks itself).
+pub async fn consult(
+    policy: &Policy,
+    tool: &dyn Tool,
+    input: &serde_json::Value,
+    ctx: &ToolContext,
+    footprint: &Footprint,
+) -> Result<Arc<dyn PermissionGate>, ToolResult> {
+    let kind = tool.kind();
+    let command = (kind == ToolKind::Execute)
+        .then(|| {
+            input
+                .get("command")
+                .and_then(|c| c.as_str())
+                .map(str::to_owned)
+        })
+        .flatten();
+    let paths = match footprint {
+        Footprint::Reads(paths) | Footprint::Writes(paths) => paths.clone(),
+        Footprint::Nothing | Footprint::Anything => Vec::new(),
+    };
+    let facts = CallFacts {
+        tool: tool.name().to_owned(),
+        kind: Some(kind),
+        command,
+        paths,
+    };
+    let inner = Arc::clone(&ctx.permission);
+    let verdict = policy.decide(&facts, inner.mode());
+    tracing::debug!(tool = %facts.tool, action = verdict.action.name(), reason = %verdict.reason, "policy");
+    match verdict.action {
+        Action::Deny => Err(ToolResult::error(format!(
+            "permission denied: {}. Do not retry this call; do something else or ask the user.",
+            verdict.reason
+        ))),
+        Action::Allow => Ok(Arc::new(PreApproved { inner })),
+        Action::Ask if tool.asks_permission() => Ok(Arc::new(PolicyAsks {
+            inner,
+            reason: verdict.reason,
+        })),
+        Action::Ask => {
+            let request = PermissionRequest {
+                session_id: ctx.session_id.clone(),
+                agent: ctx.agent.clone(),
+                call_id: ctx.call_id.clone(),
+                tool: facts.tool.clone(),
+                kind,
+                title: format!("{} ({})", facts.tool, verdict.reason),
+                input: input.clone(),
+                preview: None,
+                policy: Some(verdict.reason),
+            };
+            match inner.check(request).await {
+                PermissionDecision::Allow => Ok(Arc::new(PreApproved { inner })),
+                PermissionDecision::Deny { reason } => {
+                    Err(ToolResult::error(format!("permission denied: {reason}")))
+                }
+            }
+        }
+    }
+}
+
+/// The policy allowed the call: the tool's own question is answered without asking.
+struct PreApproved {
+    inner: Arc<dyn PermissionGate>,
+}
+
+#[async_trait]
+impl PermissionGate for PreApproved {
+    async fn check(&self, request: PermissionRequest) -> PermissionDecision {
+        self.inner.allowed(&request).await;
+        PermissionDecision::Allow
+    }
+
+    fn mode(&self) -> Option<Mode> {
+        self.inner.mode()
+    }
+}
+
+/// The policy asks: the tool's question (with its preview) goes to the front end, marked so
+/// that its approval level cannot answer it in the user's place.
+struct PolicyAsks {
+    inner: Arc<dyn PermissionGate>,
+    reason: String,
+}
+
+#[async_trait]
+impl PermissionGate for PolicyAsks {
+    async fn check(&self, mut request: PermissionRequest) -> PermissionDecision {
+        request.policy = Some(self.reason.clone());
+        self.inner.check(request).await
+    }
+
+    fn mode(&self) -> Option<Mode> {
+        self.inner.mode()
+    }
+
+    async fn allowed(&self, request: &PermissionRequest) {
+        self.inner.allowed(request).await;
     }
 }
 
