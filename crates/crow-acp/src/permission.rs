@@ -264,3 +264,45 @@ impl AcpPermissionGate {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(tool: &str, kind: ToolKind, input: serde_json::Value) -> PermissionRequest {
+        PermissionRequest {
+            session_id: "s".into(),
+            agent: "a".into(),
+            call_id: "c".into(),
+            tool: tool.into(),
+            kind,
+            title: String::new(),
+            input,
+            preview: None,
+            policy: None,
+        }
+    }
+
+    #[test]
+    fn always_answers_are_keyed_by_what_was_approved() {
+        let bash = |c: &str| request("bash", ToolKind::Execute, serde_json::json!({"command": c}));
+        assert_eq!(
+            remembered_key(&bash("git status --short")).as_deref(),
+            Some("bash(git)")
+        );
+        // Compound commands and substitutions are never covered by an "always".
+        assert_eq!(remembered_key(&bash("git status && rm -rf x")), None);
+        assert_eq!(remembered_key(&bash("echo $(id)")), None);
+        let write = request(
+            "write_file",
+            ToolKind::Edit,
+            serde_json::json!({"path": "src/a.rs"}),
+        );
+        assert_eq!(
+            remembered_key(&write).as_deref(),
+            Some("write_file(src/a.rs)")
+        );
+        let mcp = request("mcp__x__y", ToolKind::Other, serde_json::json!({}));
+        assert_eq!(remembered_key(&mcp).as_deref(), Some("mcp__x__y"));
+    }
+}
