@@ -403,7 +403,8 @@ pub fn load(project_root: &Path, flags: &Overrides) -> Result<LoadedConfig> {
 
     let mut merged = toml::Table::new();
     let mut sources = BTreeMap::new();
-    let mut rules = Vec::new();
+    // Claude Code's project rules first: crow's own files, read after, add to them.
+    let mut rules = crate::permissions::claude_rules(project_root, trusted)?;
     for (table, source) in layers {
         rules.extend(crate::permissions::layer_rules(&table, &source)?);
         flatten("", &table, &source, &mut sources);

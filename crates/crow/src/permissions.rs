@@ -94,6 +94,62 @@ pub fn layer_rules(table: &toml::Table, source: &Source) -> Result<Vec<Rule>> {
     Ok(rules)
 }
 
+/// Rules from Claude Code's project settings (`.claude/settings.json`, then
+/// `.claude/settings.local.json`: `permissions.allow/ask/deny`, the same `Tool(pattern)`
+/// syntax). Its ask and deny rules always count; its allow rules only in a trusted project
+/// (a cloned repository must not allow itself anything), else they are skipped with a note.
+pub fn claude_rules(project_root: &Path, trusted: bool) -> Result<Vec<Rule>> {
+    let mut rules = Vec::new();
+    for name in ["settings.json", "settings.local.json"] {
+        let path = project_root.join(".claude").join(name);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => bail!("cannot read {}: {e}", path.display()),
+        };
+        let json: serde_json::Value = match serde_json::from_str(&text) {
+            Ok(json) => json,
+            Err(e) => bail!("{}:{} is not valid JSON: {e}", path.display(), e.line()),
+        };
+        let Some(section) = json.get("permissions") else {
+            continue;
+        };
+        for (key, action) in [
+            ("allow", Action::Allow),
+            ("ask", Action::Ask),
+            ("deny", Action::Deny),
+        ] {
+            let Some(list) = section.get(key).and_then(|v| v.as_array()) else {
+                continue;
+            };
+            if action == Action::Allow && !trusted && !list.is_empty() {
+                tracing::info!(
+                    "{}: permissions.allow is not used until you trust this project (crow trust)",
+                    path.display()
+                );
+                continue;
+            }
+            for item in list {
+                let Some(rule) = item.as_str() else {
+                    bail!(
+                        "{}: permissions.{key} holds a non-string {item}",
+                        path.display()
+                    );
+                };
+                let at = line_of(&text, rule).map_or_else(
+                    || path.display().to_string(),
+                    |line| format!("{}:{line}", path.display()),
+                );
+                match Rule::parse(action, rule, at.clone()) {
+                    Ok(rule) => rules.push(rule),
+                    Err(e) => bail!("permission rule error in {at}: permissions.{key}: {e}"),
+                }
+            }
+        }
+    }
+    Ok(rules)
+}
+
 /// The 1-based line of the first occurrence of `rule` quoted in `text`.
 fn line_of(text: &str, rule: &str) -> Option<usize> {
     let quoted = [format!("\"{rule}\""), format!("'{rule}'")];
@@ -190,5 +246,29 @@ mod tests {
         let table: toml::Table = toml::from_str(good).unwrap();
         let rules = layer_rules(&table, &Source::File(path.clone())).unwrap();
         assert_eq!(rules[0].source, format!("{}:3", path.display()));
+    }
+
+    #[test]
+    fn claude_code_rules_are_read_and_allow_needs_trust() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join(".claude")).unwrap();
+        std::fs::write(
+            dir.path().join(".claude/settings.json"),
+            "{\n  \"permissions\": {\n    \"allow\": [\"Bash(npm run test:*)\"],\n    \"deny\": [\"Bash(curl:*)\"]\n  }\n}\n",
+        )
+        .unwrap();
+        let untrusted = claude_rules(dir.path(), false).unwrap();
+        assert_eq!(untrusted.len(), 1);
+        assert_eq!(untrusted[0].action, Action::Deny);
+        assert_eq!(untrusted[0].pattern.as_deref(), Some("curl*"));
+        assert!(
+            untrusted[0].source.ends_with("settings.json:4"),
+            "{}",
+            untrusted[0].source
+        );
+        let trusted = claude_rules(dir.path(), true).unwrap();
+        assert_eq!(trusted.len(), 2);
+        assert_eq!(trusted[0].tool, "bash");
+        assert_eq!(trusted[0].pattern.as_deref(), Some("npm run test*"));
     }
 }

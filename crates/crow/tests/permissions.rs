@@ -149,3 +149,26 @@ async fn an_untrusted_project_cannot_allow_or_loosen() {
     assert!(out.stderr.contains("permissions.mode"), "{}", out.stderr);
     assert!(mock.requests().is_empty());
 }
+
+#[tokio::test]
+async fn claude_code_deny_rules_count_too() {
+    let dir = git_repo();
+    std::fs::create_dir_all(dir.path().join(".claude")).unwrap();
+    std::fs::write(
+        dir.path().join(".claude/settings.json"),
+        r#"{"permissions": {"deny": ["Bash(touch:*)"], "allow": ["Bash"]}}"#,
+    )
+    .unwrap();
+    let (_, result) = one_call(
+        dir.path(),
+        "bash",
+        json!({"command": "touch made.txt"}),
+        &[],
+    )
+    .await;
+    assert_eq!(result["status"], "error", "{result}");
+    let output = result["output"].as_str().unwrap();
+    assert!(output.contains("deny bash(touch*)"), "{output}");
+    assert!(output.contains(".claude/settings.json"), "{output}");
+    assert!(!dir.path().join("made.txt").exists());
+}
