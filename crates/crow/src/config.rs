@@ -580,6 +580,13 @@ pub fn render_show(loaded: &LoadedConfig) -> String {
             removed.join(", ")
         }
     ));
+    // Rules add up across files, so the merged keys above show only the last file's lists.
+    if !loaded.rules.is_empty() {
+        out.push_str("\n# permission rules (deny wins; then the most specific; then the mode):\n");
+        for rule in &loaded.rules {
+            out.push_str(&format!("#   {}\n", rule.describe()));
+        }
+    }
     out
 }
 
