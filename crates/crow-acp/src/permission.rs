@@ -1,6 +1,8 @@
 //! crow-core's [`PermissionGate`] answered by the editor's user through
 //! `session/request_permission`: allow once, allow always, reject once, reject always.
-//! "Always" is remembered for the session, per tool. A rejection is a denial the tool turns
+//! "Always" is remembered for the session, keyed by what was approved: a command's program
+//! (`bash(git)`; a compound command or one substituting another is never remembered), an
+//! edit's path (`write_file(/p/a.rs)`), else the tool. A rejection is a denial the tool turns
 //! into a failed result the model reads; the turn goes on.
 
 use std::sync::Arc;
@@ -8,7 +10,7 @@ use std::sync::Arc;
 use agent_client_protocol::v1::schema as acp;
 use async_trait::async_trait;
 use crow_core::{
-    PermissionDecision, PermissionGate, PermissionPreview, PermissionRequest, ToolKind,
+    Mode, PermissionDecision, PermissionGate, PermissionPreview, PermissionRequest, ToolKind,
 };
 
 use crate::runner::SettingChange;
@@ -31,21 +33,65 @@ impl AcpPermissionGate {
     }
 }
 
-fn options(tool: &str) -> Vec<acp::PermissionOption> {
-    vec![
-        acp::PermissionOption::new(ALLOW_ONCE, "Allow", acp::PermissionOptionKind::AllowOnce),
-        acp::PermissionOption::new(
+fn options(key: Option<&str>) -> Vec<acp::PermissionOption> {
+    let mut options = vec![acp::PermissionOption::new(
+        ALLOW_ONCE,
+        "Allow",
+        acp::PermissionOptionKind::AllowOnce,
+    )];
+    if let Some(key) = key {
+        options.push(acp::PermissionOption::new(
             ALLOW_ALWAYS,
-            format!("Always allow {tool} in this session"),
+            format!("Always allow {key} in this session"),
             acp::PermissionOptionKind::AllowAlways,
-        ),
-        acp::PermissionOption::new(REJECT_ONCE, "Reject", acp::PermissionOptionKind::RejectOnce),
-        acp::PermissionOption::new(
+        ));
+    }
+    options.push(acp::PermissionOption::new(
+        REJECT_ONCE,
+        "Reject",
+        acp::PermissionOptionKind::RejectOnce,
+    ));
+    if let Some(key) = key {
+        options.push(acp::PermissionOption::new(
             REJECT_ALWAYS,
-            format!("Always reject {tool} in this session"),
+            format!("Always reject {key} in this session"),
             acp::PermissionOptionKind::RejectAlways,
-        ),
-    ]
+        ));
+    }
+    options
+}
+
+/// What an "always" answer covers: `bash(PROGRAM)` for a simple command, `TOOL(PATH)` for an
+/// edit, else the tool; `None` for a command "always" must not cover (compound, or running
+/// another command's output), which is asked about every time.
+pub fn remembered_key(request: &PermissionRequest) -> Option<String> {
+    let command = match &request.preview {
+        Some(PermissionPreview::Command { command, .. }) => Some(command.as_str()),
+        _ if request.kind == ToolKind::Execute => {
+            request.input.get("command").and_then(|c| c.as_str())
+        }
+        _ => None,
+    };
+    if let Some(command) = command {
+        let segments = crow_core::policy::split_command(command);
+        if segments.len() != 1 || command.contains("$(") || command.contains('`') {
+            return None;
+        }
+        let program = segments.first()?.split_whitespace().next()?;
+        return Some(format!("{}({program})", request.tool));
+    }
+    let path = match &request.preview {
+        Some(PermissionPreview::Edit(edit)) => Some(edit.path.display().to_string()),
+        _ => request
+            .input
+            .get("path")
+            .and_then(|p| p.as_str())
+            .map(str::to_owned),
+    };
+    Some(match path {
+        Some(path) => format!("{}({path})", request.tool),
+        None => request.tool.clone(),
+    })
 }
 
 fn deny(reason: impl Into<String>) -> PermissionDecision {
@@ -98,15 +144,26 @@ impl AcpPermissionGate {
         let approved = self.shared.auto_approve_modes.contains(&settings.mode)
             || settings.approve == APPROVE_ALL
             || (settings.approve == APPROVE_EDITS && request.kind == ToolKind::Edit);
-        if approved {
+        // A question the policy insists on (a rule, a sensitive path) is the user's to
+        // answer, whatever the approval level.
+        if approved && request.policy.is_none() {
             return PermissionDecision::Allow;
         }
-        match lock(&self.shared.remembered).get(&request.tool) {
+        let key = remembered_key(request);
+        let remembered = {
+            let remembered = lock(&self.shared.remembered);
+            // The tool-wide key: answers saved by an older crow, and tools with no finer key.
+            key.as_ref()
+                .and_then(|k| remembered.get(k))
+                .or_else(|| remembered.get(&request.tool))
+                .copied()
+        };
+        let label = key.clone().unwrap_or_else(|| request.tool.clone());
+        match remembered {
             Some(true) => return PermissionDecision::Allow,
             Some(false) => {
                 return deny(format!(
-                    "the user rejects every {} call in this session; do not retry it",
-                    request.tool
+                    "the user rejects every {label} call in this session; do not retry it"
                 ));
             }
             None => {}
@@ -116,7 +173,7 @@ impl AcpPermissionGate {
         let ask = acp::RequestPermissionRequest::new(
             self.shared.id.clone(),
             asked_call(request),
-            options(&request.tool),
+            options(key.as_deref()),
         );
         let answer = match ask_client(self.shared.outbox.cx(), ask).await {
             Ok(answer) => answer,
@@ -135,20 +192,23 @@ impl AcpPermissionGate {
         match chosen.as_str() {
             ALLOW_ONCE => PermissionDecision::Allow,
             ALLOW_ALWAYS => {
-                self.shared.change(SettingChange::Remember {
-                    tool: request.tool.clone(),
-                    allow: true,
-                });
+                if let Some(key) = key {
+                    self.shared.change(SettingChange::Remember {
+                        tool: key,
+                        allow: true,
+                    });
+                }
                 PermissionDecision::Allow
             }
             REJECT_ALWAYS => {
-                self.shared.change(SettingChange::Remember {
-                    tool: request.tool.clone(),
-                    allow: false,
-                });
+                if let Some(key) = key {
+                    self.shared.change(SettingChange::Remember {
+                        tool: key,
+                        allow: false,
+                    });
+                }
                 deny(format!(
-                    "the user rejected this and every further {} call in this session",
-                    request.tool
+                    "the user rejected this and every further {label} call in this session"
                 ))
             }
             REJECT_ONCE => deny(format!("the user rejected this {} call", request.tool)),
@@ -159,19 +219,90 @@ impl AcpPermissionGate {
 
 #[async_trait]
 impl PermissionGate for AcpPermissionGate {
+    /// The approve selector is the permission mode: ask → ask, edits → auto-edit, all (and
+    /// the auto-approved modes) → full-auto, so the one policy engine decides for ACP too.
+    fn mode(&self) -> Option<Mode> {
+        let settings = self.shared.settings();
+        Some(
+            if self.shared.auto_approve_modes.contains(&settings.mode)
+                || settings.approve == APPROVE_ALL
+            {
+                Mode::FullAuto
+            } else if settings.approve == APPROVE_EDITS {
+                Mode::AutoEdit
+            } else {
+                Mode::Ask
+            },
+        )
+    }
+
+    async fn allowed(&self, request: &PermissionRequest) {
+        self.running(&request.call_id).await;
+    }
+
     async fn check(&self, request: PermissionRequest) -> PermissionDecision {
         let decision = self.decide(&request).await;
         if decision == PermissionDecision::Allow {
-            // The call was announced `pending` (it might wait for the user); it runs now,
-            // whether the user, a setting or a remembered answer allowed it.
-            self.shared.wait_announced(&request.call_id).await;
+            self.running(&request.call_id).await;
+        }
+        decision
+    }
+}
+
+impl AcpPermissionGate {
+    /// The call was announced `pending` (it might wait for the user); it runs now, whether the
+    /// user, the policy, a setting or a remembered answer allowed it.
+    async fn running(&self, call_id: &str) {
+        {
+            self.shared.wait_announced(call_id).await;
             self.shared.outbox.send(acp::SessionUpdate::ToolCallUpdate(
                 acp::ToolCallUpdate::new(
-                    acp::ToolCallId::new(request.call_id.as_str()),
+                    acp::ToolCallId::new(call_id),
                     acp::ToolCallUpdateFields::new().status(acp::ToolCallStatus::InProgress),
                 ),
             ));
         }
-        decision
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(tool: &str, kind: ToolKind, input: serde_json::Value) -> PermissionRequest {
+        PermissionRequest {
+            session_id: "s".into(),
+            agent: "a".into(),
+            call_id: "c".into(),
+            tool: tool.into(),
+            kind,
+            title: String::new(),
+            input,
+            preview: None,
+            policy: None,
+        }
+    }
+
+    #[test]
+    fn always_answers_are_keyed_by_what_was_approved() {
+        let bash = |c: &str| request("bash", ToolKind::Execute, serde_json::json!({"command": c}));
+        assert_eq!(
+            remembered_key(&bash("git status --short")).as_deref(),
+            Some("bash(git)")
+        );
+        // Compound commands and substitutions are never covered by an "always".
+        assert_eq!(remembered_key(&bash("git status && rm -rf x")), None);
+        assert_eq!(remembered_key(&bash("echo $(id)")), None);
+        let write = request(
+            "write_file",
+            ToolKind::Edit,
+            serde_json::json!({"path": "src/a.rs"}),
+        );
+        assert_eq!(
+            remembered_key(&write).as_deref(),
+            Some("write_file(src/a.rs)")
+        );
+        let mcp = request("mcp__x__y", ToolKind::Other, serde_json::json!({}));
+        assert_eq!(remembered_key(&mcp).as_deref(), Some("mcp__x__y"));
     }
 }

@@ -110,6 +110,7 @@ impl SessionRunner for Runner {
                                 old_text: Some("old\n".into()),
                                 new_text: "new\n".into(),
                             })),
+                            policy: None,
                         })
                         .await;
                     answers.push(match decision {
@@ -564,7 +565,7 @@ async fn allow_always_is_remembered_and_reject_reaches_the_runner() {
         "{answer}"
     );
     assert!(
-        answer.contains(";the user rejects every write_file call"),
+        answer.contains(";the user rejects every write_file(/p/a.txt) call"),
         "{answer}"
     );
 }

@@ -78,8 +78,21 @@ impl SessionRunner for Runner {
                 title: "`true`".into(),
                 input: json!({"command": "true"}),
                 preview: None,
+                // A prompt saying "policy" stands for a question the policy insists on.
+                policy: input
+                    .text
+                    .contains("policy")
+                    .then(|| "asks by the rule ask bash(true)".to_owned()),
             })
             .await;
+        if input.text.contains("policy") {
+            events
+                .send(AgentEvent::TextDelta {
+                    agent: "builder".into(),
+                    delta: format!("mode {:?};", self.spec.permission.mode()),
+                })
+                .unwrap();
+        }
         events
             .send(AgentEvent::TextDelta {
                 agent: "builder".into(),
@@ -303,7 +316,7 @@ async fn every_change_is_written_through_as_it_is_made() {
             SettingChange::Mode("build".into()),
             SettingChange::Approve("ask".into()),
             SettingChange::Remember {
-                tool: "bash".into(),
+                tool: "bash(true)".into(),
                 allow: true
             },
         ]
@@ -456,4 +469,35 @@ async fn fork_is_advertised() {
     .await;
     let caps = serde_json::to_value(init.agent_capabilities).unwrap();
     assert!(caps["sessionCapabilities"]["fork"].is_object(), "{caps}");
+}
+
+#[tokio::test]
+async fn the_approve_selector_is_the_mode_and_a_policy_question_is_asked_under_all() {
+    let factory = Arc::new(Factory::default());
+    let ((), log) = with_client(factory, async |cx| {
+        let id = cx
+            .send_request(acp::NewSessionRequest::new(project()))
+            .block_task()
+            .await?
+            .session_id;
+        cx.send_request(set_option(&id, "approve", "all"))
+            .block_task()
+            .await?;
+        cx.send_request(acp::PromptRequest::new(id.clone(), user("plain")))
+            .block_task()
+            .await?;
+        cx.send_request(acp::PromptRequest::new(id.clone(), user("policy")))
+            .block_task()
+            .await?;
+        Ok(())
+    })
+    .await;
+    // Under "all" the plain question is answered by the setting; the policy's is asked.
+    let asked = log.iter().filter(|u| u.get("asked").is_some()).count();
+    assert_eq!(asked, 1, "{log:#?}");
+    assert!(
+        log.iter()
+            .any(|u| u["content"]["text"] == "mode Some(FullAuto);"),
+        "{log:#?}"
+    );
 }

@@ -54,6 +54,7 @@ impl SessionRunner for Runner {
             title: "Create a.txt".into(),
             input: json!({"path": "a.txt", "content": "x"}),
             preview: None,
+            policy: None,
         };
         tokio::select! {
             _ = self.spec.permission.check(request) => {}

@@ -126,6 +126,8 @@ pub struct BaseAgent {
     definitions: std::sync::Mutex<(u64, Arc<Vec<ToolDefinition>>)>,
     system_prompt: String,
     permission: Arc<dyn PermissionGate>,
+    /// Consulted before every call (`run_tools`); `None`: only the tools' own questions.
+    policy: Option<Arc<crate::policy::Policy>>,
     client: Option<Arc<dyn ClientBridge>>,
     pub config: AgentConfig,
 }
@@ -160,6 +162,7 @@ impl BaseAgent {
             definitions,
             system_prompt: system_prompt.into(),
             permission,
+            policy: None,
             client: None,
             config,
         }
@@ -179,6 +182,12 @@ impl BaseAgent {
     /// Lets tools read, write and run commands through the front end's client (an editor).
     pub fn with_client(mut self, client: Arc<dyn ClientBridge>) -> Self {
         self.client = Some(client);
+        self
+    }
+
+    /// Puts every call of this agent under `policy` (allow, ask or deny before it runs).
+    pub fn with_policy(mut self, policy: Arc<crate::policy::Policy>) -> Self {
+        self.policy = Some(policy);
         self
     }
 
@@ -679,11 +688,35 @@ impl BaseAgent {
                         client: self.client.clone(),
                     };
                     let tool = Arc::clone(tool);
-                    let (turn_comes, finished) = order.admit(tool.footprint(&input, &ctx));
+                    let footprint = tool.footprint(&input, &ctx);
+                    let (turn_comes, finished) = order.admit(footprint.clone());
+                    let policy = self.policy.clone();
                     running.push(async move {
                         turn_comes.await;
                         let started = Instant::now();
-                        let result = tool.execute(input, &ctx).await;
+                        let mut ctx = ctx;
+                        // The policy point: after the call-order wait (an earlier call of
+                        // the batch may have changed what this one touches), before it runs.
+                        let consulted = match &policy {
+                            Some(policy) => {
+                                crate::policy::consult(
+                                    policy,
+                                    tool.as_ref(),
+                                    &input,
+                                    &ctx,
+                                    &footprint,
+                                )
+                                .await
+                            }
+                            None => Ok(Arc::clone(&ctx.permission)),
+                        };
+                        let result = match consulted {
+                            Ok(gate) => {
+                                ctx.permission = gate;
+                                tool.execute(input, &ctx).await
+                            }
+                            Err(refused) => refused,
+                        };
                         drop(finished);
                         (index, result, started.elapsed().as_millis() as u64)
                     });

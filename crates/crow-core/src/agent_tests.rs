@@ -8,7 +8,7 @@ use super::*;
 use crate::history::{EntryKind, HistoryEntry};
 use crate::provider::ProviderErrorKind;
 use crate::testing::{Scripted, call, finish, text};
-use crate::tool::{AllowAll, Tool};
+use crate::tool::{AllowAll, Tool, ToolKind, ToolStatus};
 
 /// Waits at a two-party barrier: two calls only both finish if they run concurrently.
 struct Rendezvous(Arc<Barrier>);
@@ -562,4 +562,117 @@ async fn a_second_overflow_ends_the_turn() {
         .unwrap_err();
     assert!(err.to_string().contains("maximum context length"));
     assert_eq!(provider.requests().len(), 1);
+}
+
+/// A command tool that counts its runs and asks the gate itself, like `bash`.
+struct Shell(Arc<std::sync::atomic::AtomicUsize>);
+
+#[async_trait]
+impl Tool for Shell {
+    fn name(&self) -> &str {
+        "bash"
+    }
+    fn description(&self) -> &str {
+        "run"
+    }
+    fn parameters_schema(&self) -> serde_json::Value {
+        json!({"type": "object"})
+    }
+    fn kind(&self) -> ToolKind {
+        ToolKind::Execute
+    }
+    fn asks_permission(&self) -> bool {
+        true
+    }
+    async fn execute(&self, input: serde_json::Value, ctx: &ToolContext) -> ToolResult {
+        if let crate::tool::PermissionDecision::Deny { reason } = ctx
+            .ask_permission("bash", ToolKind::Execute, "run".into(), &input)
+            .await
+        {
+            return ToolResult::error(format!("permission denied: {reason}"));
+        }
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        ToolResult::success("ran")
+    }
+}
+
+/// Counts questions and answers Allow.
+#[derive(Default)]
+struct CountingGate(std::sync::atomic::AtomicUsize);
+
+#[async_trait]
+impl crate::tool::PermissionGate for CountingGate {
+    async fn check(
+        &self,
+        _request: crate::tool::PermissionRequest,
+    ) -> crate::tool::PermissionDecision {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        crate::tool::PermissionDecision::Allow
+    }
+}
+
+async fn run_one_command(
+    command: &str,
+    policy: crate::policy::Policy,
+) -> (ExecutedToolCall, usize, usize) {
+    let args = json!({ "command": command }).to_string();
+    let mut first = call(0, "c", "bash", &args);
+    first.push(finish(FinishReason::ToolCalls));
+    let provider = Scripted::new(vec![first, vec![text("ok"), finish(FinishReason::Stop)]]);
+    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let gate = Arc::new(CountingGate::default());
+    let tools = ToolRegistry::new();
+    tools.register(Arc::new(Shell(Arc::clone(&runs))));
+    let agent = BaseAgent::new(
+        "builder",
+        provider,
+        tools,
+        "You are a test.",
+        Arc::clone(&gate) as Arc<dyn crate::tool::PermissionGate>,
+        AgentConfig::default(),
+    )
+    .with_policy(Arc::new(policy));
+    let mut session = session();
+    let (tx, _rx) = mpsc::unbounded_channel();
+    let mut result = agent
+        .execute_turn(&mut session, &tx, CancellationToken::new())
+        .await
+        .unwrap();
+    (
+        result.tool_calls.remove(0),
+        runs.load(std::sync::atomic::Ordering::SeqCst),
+        gate.0.load(std::sync::atomic::Ordering::SeqCst),
+    )
+}
+
+#[tokio::test]
+async fn the_policy_decides_before_the_call_runs() {
+    use crate::policy::{Action, Mode, Policy, Rule};
+    let mut policy = Policy::new(Mode::Ask, "/tmp");
+    policy.rules = vec![
+        Rule::parse(Action::Deny, "bash(rm -rf *)", "config.toml:3").unwrap(),
+        Rule::parse(Action::Allow, "bash(git status*)", "config.toml:2").unwrap(),
+    ];
+
+    // Deny: an error result naming the rule; the tool never ran, nobody was asked.
+    let (call, runs, asked) = run_one_command("rm -rf /", policy.clone()).await;
+    assert_eq!(call.result.status, ToolStatus::Error);
+    assert!(
+        call.result
+            .output
+            .contains("deny bash(rm -rf *) (config.toml:3)"),
+        "{}",
+        call.result.output
+    );
+    assert_eq!((runs, asked), (0, 0));
+
+    // Allow: the tool runs and its own question never reaches the gate.
+    let (call, runs, asked) = run_one_command("git status", policy.clone()).await;
+    assert!(call.result.is_success(), "{}", call.result.output);
+    assert_eq!((runs, asked), (1, 0));
+
+    // Ask (the mode's default): the tool's own question is the one asked.
+    let (call, runs, asked) = run_one_command("make", policy).await;
+    assert!(call.result.is_success(), "{}", call.result.output);
+    assert_eq!((runs, asked), (1, 1));
 }

@@ -25,6 +25,7 @@ pub mod event;
 mod flow;
 pub mod history;
 pub mod message;
+pub mod policy;
 pub mod provider;
 mod schedule;
 pub mod session;
@@ -49,6 +50,7 @@ pub use history::{
 pub use message::{
     AssistantPart, ChatRequest, ImagePart, Message, ToolDefinition, ToolResultMessage,
 };
+pub use policy::{Action, CallFacts, Mode, Policy, Rule, RuleError, Verdict};
 pub use provider::{
     DeltaStream, FinishReason, Provider, ProviderError, ProviderErrorKind, StreamDelta, Usage,
 };

@@ -61,6 +61,12 @@ pub trait Tool: Send + Sync {
             Footprint::Nothing
         }
     }
+    /// Whether the tool asks the permission gate itself before it changes anything (with a
+    /// preview of the change). When the policy says Ask, the loop leaves the question to such
+    /// a tool, and asks itself for the others, so a tool that forgets cannot run unasked.
+    fn asks_permission(&self) -> bool {
+        false
+    }
     /// Runs the tool. Must return promptly once `ctx.cancel` fires, and must leave nothing
     /// running if its future is dropped.
     async fn execute(&self, input: serde_json::Value, ctx: &ToolContext) -> ToolResult;
@@ -185,6 +191,7 @@ impl ToolContext {
             title,
             input: input.clone(),
             preview,
+            policy: None,
         };
         self.permission.check(request).await
     }
@@ -204,6 +211,10 @@ pub struct PermissionRequest {
     /// command and where it runs); front ends show it with the question.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub preview: Option<PermissionPreview>,
+    /// Why the permission policy asks (a rule, a sensitive path): the front end must put the
+    /// question to the user, not answer it from its own approval level.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy: Option<String>,
 }
 
 /// The effect of a call awaiting permission, in front-end neutral terms.
@@ -227,6 +238,16 @@ pub enum PermissionDecision {
 #[async_trait]
 pub trait PermissionGate: Send + Sync {
     async fn check(&self, request: PermissionRequest) -> PermissionDecision;
+
+    /// The permission mode the front end chose for now (ACP's approve selector), standing for
+    /// the configured one; `None`: the configured mode holds.
+    fn mode(&self) -> Option<crate::policy::Mode> {
+        None
+    }
+
+    /// Told when a tool asks about a call the policy already allowed (the question is not
+    /// put to the user): front ends that show calls as waiting mark them running.
+    async fn allowed(&self, _request: &PermissionRequest) {}
 }
 
 /// Allows everything: headless runs where the user asked for autonomy.

@@ -216,6 +216,10 @@ impl Tool for McpTool {
         self.kind
     }
 
+    fn asks_permission(&self) -> bool {
+        !self.read_only
+    }
+
     async fn execute(&self, input: Value, ctx: &ToolContext) -> ToolResult {
         let started = Instant::now();
         if !self.read_only {

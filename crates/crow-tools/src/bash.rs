@@ -78,6 +78,10 @@ impl Tool for BashTool {
         })
     }
 
+    fn asks_permission(&self) -> bool {
+        true
+    }
+
     fn kind(&self) -> ToolKind {
         ToolKind::Execute
     }

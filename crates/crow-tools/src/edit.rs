@@ -64,6 +64,10 @@ impl Tool for EditFileTool {
         })
     }
 
+    fn asks_permission(&self) -> bool {
+        true
+    }
+
     fn kind(&self) -> ToolKind {
         ToolKind::Edit
     }

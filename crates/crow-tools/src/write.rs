@@ -55,6 +55,10 @@ impl Tool for WriteFileTool {
         })
     }
 
+    fn asks_permission(&self) -> bool {
+        true
+    }
+
     fn kind(&self) -> ToolKind {
         ToolKind::Edit
     }

@@ -592,6 +592,14 @@ fn compose(
         loaded.config.max_iterations.unwrap_or(50),
     );
     composer.permission = Arc::clone(&spec.permission);
+    // One engine: the editor's gate supplies the mode (its approve selector) and asks the
+    // user when the policy says Ask.
+    composer.policy = Some(Arc::new(crate::permissions::policy(
+        loaded,
+        &root,
+        None,
+        crow_core::Mode::Ask,
+    )));
     composer.client = spec.client.clone();
     Ok(with_subagents(composer))
 }

@@ -26,6 +26,9 @@ pub struct Composer {
     pub catalog: Catalog,
     pub tools: ToolRegistry,
     pub permission: Arc<dyn PermissionGate>,
+    /// The permission policy every agent's calls go through (`None`: the tools' own
+    /// questions only).
+    pub policy: Option<Arc<crow_core::Policy>>,
     /// The editor's files and terminals (`crow acp`), handed to every agent's tools.
     pub client: Option<Arc<dyn ClientBridge>>,
     pub cwd: PathBuf,
@@ -99,6 +102,7 @@ impl Composer {
             catalog,
             tools,
             permission: Arc::new(AllowAll),
+            policy: None,
             client: None,
             cwd,
             project_root,
@@ -291,6 +295,10 @@ impl Composer {
             Arc::clone(&self.permission),
             config,
         );
+        let agent = match &self.policy {
+            Some(policy) => agent.with_policy(Arc::clone(policy)),
+            None => agent,
+        };
         Ok(match &self.client {
             Some(client) => agent.with_client(Arc::clone(client)),
             None => agent,

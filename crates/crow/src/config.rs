@@ -33,6 +33,9 @@ pub struct Config {
     /// The OS sandbox of commands.
     #[serde(default)]
     pub sandbox: SandboxConfig,
+    /// What runs without asking: the mode and allow / ask / deny rules.
+    #[serde(default)]
+    pub permissions: crate::permissions::PermissionsConfig,
     /// Project instruction files (AGENTS.md, CLAUDE.md, ...).
     #[serde(default)]
     pub instructions: crate::instructions::InstructionsConfig,
@@ -281,6 +284,8 @@ pub struct LoadedConfig {
     /// Keys of the project's own config left out because the project is not trusted, each
     /// with its file.
     pub untrusted: Vec<String>,
+    /// `[permissions]` rules of every layer, in layer order (they add up, never replace).
+    pub rules: Vec<crow_core::Rule>,
 }
 
 impl LoadedConfig {
@@ -292,7 +297,7 @@ impl LoadedConfig {
             return Ok(());
         }
         bail!(
-            "this project's configuration sets {}, which could send your API key or conversation elsewhere, run commands or loosen their sandbox; \
+            "this project's configuration sets {}, which could send your API key or conversation elsewhere, run commands or loosen their sandbox or permissions; \
              if you trust {}, run `crow trust` there (or pass --trust-project for one run); otherwise remove those keys",
             self.untrusted.join(", "),
             project_root.display()
@@ -317,13 +322,20 @@ pub fn load(project_root: &Path, flags: &Overrides) -> Result<LoadedConfig> {
     };
     let trusted = flags.trust_project
         || crate::trust::is_trusted(user.as_ref().map(|(table, _)| table), project_root);
+    let user_mode = user
+        .as_ref()
+        .and_then(|(table, _)| table.get("permissions")?.get("mode")?.as_str())
+        .and_then(crow_core::Mode::parse);
     // The project's layers: guarded keys count only in a trusted project.
     let mut untrusted = Vec::new();
     let mut guard = |(mut table, source): (toml::Table, Source)| {
         if trusted {
             table.remove("projects");
         } else {
-            let removed = crate::trust::strip_guarded(&mut table);
+            let mut removed = crate::trust::strip_guarded(&mut table);
+            removed.extend(crate::trust::strip_loosening_permissions(
+                &mut table, user_mode,
+            ));
             untrusted.extend(removed.into_iter().map(|key| format!("{key} ({source})")));
         }
         (table, source)
@@ -391,7 +403,10 @@ pub fn load(project_root: &Path, flags: &Overrides) -> Result<LoadedConfig> {
 
     let mut merged = toml::Table::new();
     let mut sources = BTreeMap::new();
+    // Claude Code's project rules first: crow's own files, read after, add to them.
+    let mut rules = crate::permissions::claude_rules(project_root, trusted)?;
     for (table, source) in layers {
+        rules.extend(crate::permissions::layer_rules(&table, &source)?);
         flatten("", &table, &source, &mut sources);
         deep_merge(&mut merged, table);
     }
@@ -403,6 +418,7 @@ pub fn load(project_root: &Path, flags: &Overrides) -> Result<LoadedConfig> {
         sources,
         base_url_override: flags.base_url.clone(),
         untrusted,
+        rules,
     })
 }
 
@@ -564,6 +580,13 @@ pub fn render_show(loaded: &LoadedConfig) -> String {
             removed.join(", ")
         }
     ));
+    // Rules add up across files, so the merged keys above show only the last file's lists.
+    if !loaded.rules.is_empty() {
+        out.push_str("\n# permission rules (deny wins; then the most specific; then the mode):\n");
+        for rule in &loaded.rules {
+            out.push_str(&format!("#   {}\n", rule.describe()));
+        }
+    }
     out
 }
 

@@ -15,6 +15,7 @@ mod config_cmd;
 mod demo;
 mod instructions;
 mod mcp;
+mod permissions;
 mod prompt;
 mod render;
 mod session_cmd;
@@ -172,6 +173,10 @@ struct RunArgs {
     /// Continue the session with this id (or a unique prefix of it)
     #[arg(long, value_name = "ID")]
     resume: Option<String>,
+    /// What runs without asking (default: [permissions] mode, else full-auto; commands run
+    /// in the sandbox). No one is asked in `crow run`: what would ask is refused.
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(crow_core::Mode::NAMES))]
+    mode: Option<String>,
 }
 
 #[derive(Args, Clone, Default)]
@@ -491,7 +496,14 @@ async fn run(args: RunArgs) -> Result<ExitCode> {
     let catalog = load_agents(&root);
     let tools = crow_tools::builtin_tools(&tool_options(&loaded.config));
     let max_iterations = loaded.config.max_iterations.unwrap_or(50);
-    let composer = compose::Composer::new(
+    let mode = args.mode.as_deref().and_then(crow_core::Mode::parse);
+    let policy = permissions::policy(&loaded, &root, mode, crow_core::Mode::FullAuto);
+    tracing::debug!(
+        mode = policy.mode.name(),
+        rules = policy.rules.len(),
+        "permissions"
+    );
+    let mut composer = compose::Composer::new(
         loaded.config,
         selection.settings,
         catalog,
@@ -499,6 +511,8 @@ async fn run(args: RunArgs) -> Result<ExitCode> {
         cwd,
         max_iterations,
     );
+    composer.permission = permissions::headless();
+    composer.policy = Some(std::sync::Arc::new(policy));
     let spec = app::RunSpec {
         prompt,
         composer: compose::with_subagents(composer),

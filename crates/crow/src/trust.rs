@@ -50,6 +50,35 @@ pub fn strip_guarded(layer: &mut toml::Table) -> Vec<String> {
     removed
 }
 
+/// Removes from an untrusted project layer what would loosen the user's permissions: allow
+/// rules, and a mode looser than the user's own (or than `ask` when the user set none; the
+/// stricter `read-only` and `ask` only tighten). Deny and ask rules stay: they only tighten.
+pub fn strip_loosening_permissions(
+    layer: &mut toml::Table,
+    user_mode: Option<crow_core::Mode>,
+) -> Vec<String> {
+    let mut removed = Vec::new();
+    let Some(toml::Value::Table(permissions)) = layer.get_mut("permissions") else {
+        return removed;
+    };
+    if permissions.remove("allow").is_some() {
+        removed.push("permissions.allow".to_owned());
+    }
+    let floor = user_mode.unwrap_or(crow_core::Mode::Ask).strictness();
+    let loosens = match permissions.get("mode") {
+        Some(toml::Value::String(mode)) => {
+            crow_core::Mode::parse(mode).is_none_or(|m| m.strictness() < floor)
+        }
+        Some(_) => true,
+        None => false,
+    };
+    if loosens {
+        permissions.remove("mode");
+        removed.push("permissions.mode".to_owned());
+    }
+    removed
+}
+
 /// Whether the user's own config (its parsed table) lists `project_root` as trusted:
 /// `[projects."/path/to/project"] trusted = true`.
 pub fn is_trusted(user_layer: Option<&toml::Table>, project_root: &Path) -> bool {
@@ -124,6 +153,27 @@ mod tests {
         assert!(!layer.contains_key("mcp_servers"));
         assert!(!layer.contains_key("sandbox"));
         assert_eq!(layer["store"]["busy_timeout_ms"].as_integer(), Some(5));
+    }
+
+    #[test]
+    fn a_project_may_only_tighten_permissions() {
+        let mut layer: toml::Table = toml::from_str(
+            "[permissions]\nmode = \"full-auto\"\nallow = [\"bash\"]\ndeny = [\"bash(rm *)\"]\n",
+        )
+        .unwrap();
+        let removed = strip_loosening_permissions(&mut layer, None);
+        assert_eq!(removed, ["permissions.allow", "permissions.mode"]);
+        assert!(layer["permissions"].get("deny").is_some());
+        let mut strict: toml::Table =
+            toml::from_str("[permissions]\nmode = \"read-only\"\n").unwrap();
+        assert!(
+            strip_loosening_permissions(&mut strict, Some(crow_core::Mode::FullAuto)).is_empty()
+        );
+        let mut ask: toml::Table = toml::from_str("[permissions]\nmode = \"ask\"\n").unwrap();
+        assert_eq!(
+            strip_loosening_permissions(&mut ask, Some(crow_core::Mode::ReadOnly)),
+            ["permissions.mode"]
+        );
     }
 
     #[test]

@@ -1,0 +1,768 @@
+//! The permission policy: one engine every front end uses, consulted by the loop before each
+//! tool call (`agent.rs`, `run_tools`). It answers [`Action::Allow`], [`Action::Ask`] or
+//! [`Action::Deny`] for a call described by [`CallFacts`] (tool, kind, command, resolved paths).
+//!
+//! Order of decision, per command segment or path:
+//! 1. a matching `deny` rule denies (deny beats everything);
+//! 2. otherwise the most specific matching `allow`/`ask` rule decides (a rule with a pattern
+//!    beats one without; then more literal characters in the pattern, then in the tool glob;
+//!    on a tie `ask` beats `allow`);
+//! 3. otherwise the mode's default for the tool's kind.
+//!
+//! A compound command (`a && b; c | d`) is split into segments; the strictest segment decides,
+//! so `allow = ["bash(git status*)"]` does not allow `git status && rm -rf x`. Command
+//! substitution (`$(..)`, backticks) is never allowed by a rule. Last, a sensitive path (crow's
+//! own config and data, `~/.ssh`, `.env` files outside the project) turns an Allow into Ask.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::tool::{
+    Footprint, PermissionDecision, PermissionGate, PermissionRequest, Tool, ToolContext, ToolKind,
+    ToolResult,
+};
+
+/// How much runs without asking.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// No edits, no commands: mutating calls are denied.
+    ReadOnly,
+    /// Edits and commands ask.
+    #[default]
+    Ask,
+    /// Edits inside the project run; commands ask.
+    AutoEdit,
+    /// Everything runs (commands inside the OS sandbox).
+    FullAuto,
+}
+
+impl Mode {
+    pub const NAMES: [&'static str; 4] = ["read-only", "ask", "auto-edit", "full-auto"];
+
+    pub fn parse(name: &str) -> Option<Mode> {
+        match name {
+            "read-only" => Some(Mode::ReadOnly),
+            "ask" => Some(Mode::Ask),
+            "auto-edit" => Some(Mode::AutoEdit),
+            "full-auto" => Some(Mode::FullAuto),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::ReadOnly => "read-only",
+            Mode::Ask => "ask",
+            Mode::AutoEdit => "auto-edit",
+            Mode::FullAuto => "full-auto",
+        }
+    }
+
+    /// Strictness order, for "a project may only tighten": read-only is the strictest.
+    pub fn strictness(self) -> u8 {
+        match self {
+            Mode::ReadOnly => 3,
+            Mode::Ask => 2,
+            Mode::AutoEdit => 1,
+            Mode::FullAuto => 0,
+        }
+    }
+}
+
+/// What the policy says about a call. Ordered by severity: Allow < Ask < Deny.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    Allow,
+    Ask,
+    Deny,
+}
+
+impl Action {
+    pub fn name(self) -> &'static str {
+        match self {
+            Action::Allow => "allow",
+            Action::Ask => "ask",
+            Action::Deny => "deny",
+        }
+    }
+}
+
+/// One rule: `tool` or `tool(pattern)`; the tool part is a glob over tool names
+/// (`mcp__server__*`), the pattern a command glob (`*` matches anything) for commands or a
+/// path glob (`*` within a segment, `**` across) for file tools.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rule {
+    pub action: Action,
+    pub tool: String,
+    pub pattern: Option<String>,
+    /// Where the rule was written (file and line), shown when it decides.
+    pub source: String,
+}
+
+/// A rule that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid permission rule '{text}': {problem}")]
+pub struct RuleError {
+    pub text: String,
+    pub problem: String,
+}
+
+impl Rule {
+    /// Parses `tool`, `tool(pattern)` (Claude Code's syntax: `Bash(npm run test:*)` works,
+    /// `Bash`/`Read`/`Edit`/`Write` name crow's tools, a trailing `:*` means a prefix).
+    pub fn parse(action: Action, text: &str, source: impl Into<String>) -> Result<Rule, RuleError> {
+        let err = |problem: &str| RuleError {
+            text: text.to_owned(),
+            problem: problem.to_owned(),
+        };
+        let trimmed = text.trim();
+        let (tool, pattern) = match trimmed.find('(') {
+            None => (trimmed, None),
+            Some(open) => {
+                let Some(inner) = trimmed[open + 1..].strip_suffix(')') else {
+                    return Err(err("a pattern must end with ')'"));
+                };
+                let inner = inner.trim();
+                if inner.is_empty() {
+                    return Err(err("the pattern in '()' is empty"));
+                }
+                let inner = match inner.strip_suffix(":*") {
+                    Some(prefix) => format!("{prefix}*"),
+                    None => inner.to_owned(),
+                };
+                (trimmed[..open].trim(), Some(inner))
+            }
+        };
+        if tool.is_empty() {
+            return Err(err("no tool name"));
+        }
+        if !tool
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '*' | '?'))
+        {
+            return Err(err(
+                "a tool name may hold letters, digits, '_', '-' and the wildcards '*', '?'",
+            ));
+        }
+        let tool = match tool {
+            "Bash" => "bash",
+            "Read" => "read_file",
+            "Edit" => "edit_file",
+            "Write" => "write_file",
+            other => other,
+        };
+        Ok(Rule {
+            action,
+            tool: tool.to_owned(),
+            pattern,
+            source: source.into(),
+        })
+    }
+
+    /// `allow bash(git status*)`, as a denial quotes it.
+    pub fn describe(&self) -> String {
+        let body = match &self.pattern {
+            Some(p) => format!("{}({p})", self.tool),
+            None => self.tool.clone(),
+        };
+        if self.source.is_empty() {
+            format!("{} {body}", self.action.name())
+        } else {
+            format!("{} {body} ({})", self.action.name(), self.source)
+        }
+    }
+
+    fn specificity(&self) -> (bool, usize, usize) {
+        let literal = |s: &str| s.chars().filter(|c| !matches!(c, '*' | '?')).count();
+        (
+            self.pattern.is_some(),
+            self.pattern.as_deref().map_or(0, literal),
+            literal(&self.tool),
+        )
+    }
+}
+
+/// What the loop knows of a call before it runs.
+#[derive(Debug, Clone, Default)]
+pub struct CallFacts {
+    pub tool: String,
+    pub kind: Option<ToolKind>,
+    /// The command line, for commands.
+    pub command: Option<String>,
+    /// Files the call reads or writes (absolute, resolved).
+    pub paths: Vec<PathBuf>,
+}
+
+/// The policy's answer, with why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    pub action: Action,
+    /// Human-readable: the rule, the mode, or the sensitive path that decided.
+    pub reason: String,
+}
+
+/// Modes, rules and sensitive places; cheap to share (`Arc`).
+#[derive(Debug, Clone, Default)]
+pub struct Policy {
+    pub mode: Mode,
+    pub rules: Vec<Rule>,
+    pub project_root: PathBuf,
+    /// Directories whose contents always ask (crow's config and data, `~/.ssh`).
+    pub sensitive_dirs: Vec<PathBuf>,
+}
+
+impl Policy {
+    pub fn new(mode: Mode, project_root: impl Into<PathBuf>) -> Self {
+        Self {
+            mode,
+            project_root: project_root.into(),
+            ..Self::default()
+        }
+    }
+
+    /// The decision for a call, with `mode` standing for the configured one when a front end
+    /// chose another (ACP's approve selector).
+    pub fn decide(&self, facts: &CallFacts, mode: Option<Mode>) -> Verdict {
+        let mode = mode.unwrap_or(self.mode);
+        let kind = effective_kind(&facts.tool, facts.kind);
+        let mut verdicts = Vec::new();
+        if let Some(command) = &facts.command {
+            let segments = split_command(command);
+            let substitution = command.contains("$(") || command.contains('`');
+            for segment in segments {
+                let mut v = self.judge(facts, kind, mode, Subject::Command(segment));
+                if substitution && v.action == Action::Allow && !self.mode_allows(kind, mode) {
+                    v = Verdict {
+                        action: Action::Ask,
+                        reason: "the command substitutes another command's output ($(..) or \
+                                 backticks), which no allow rule covers"
+                            .into(),
+                    };
+                }
+                verdicts.push(v);
+            }
+        }
+        for path in &facts.paths {
+            verdicts.push(self.judge(facts, kind, mode, Subject::Path(path)));
+        }
+        if verdicts.is_empty() {
+            verdicts.push(self.judge(facts, kind, mode, Subject::Nothing));
+        }
+        // The strictest part decides; among equals the first (a rule before a mode default).
+        let mut verdict = verdicts
+            .into_iter()
+            .reduce(|a, b| if b.action > a.action { b } else { a })
+            .unwrap_or(Verdict {
+                action: Action::Ask,
+                reason: "nothing decided".into(),
+            });
+        if verdict.action == Action::Allow
+            && let Some(what) = self.sensitive(facts)
+        {
+            verdict = Verdict {
+                action: Action::Ask,
+                reason: format!("{what} is sensitive and always asks"),
+            };
+        }
+        verdict
+    }
+
+    fn mode_allows(&self, kind: ToolKind, mode: Mode) -> bool {
+        mode == Mode::FullAuto || !kind.mutates()
+    }
+
+    fn judge(&self, facts: &CallFacts, kind: ToolKind, mode: Mode, subject: Subject) -> Verdict {
+        let relative = match subject {
+            Subject::Path(p) => p
+                .strip_prefix(&self.project_root)
+                .ok()
+                .map(Path::to_path_buf),
+            _ => None,
+        };
+        let matches = |rule: &Rule| {
+            if !wildcard(&rule.tool, &facts.tool, false) {
+                return false;
+            }
+            match (&rule.pattern, subject) {
+                (None, _) => true,
+                (Some(p), Subject::Command(c)) => wildcard(p, c, false),
+                (Some(p), Subject::Path(path)) => {
+                    let absolute = path.to_string_lossy();
+                    wildcard(p, &absolute, true)
+                        || relative
+                            .as_ref()
+                            .is_some_and(|r| wildcard(p, &r.to_string_lossy(), true))
+                }
+                (Some(_), Subject::Nothing) => false,
+            }
+        };
+        if let Some(rule) = self
+            .rules
+            .iter()
+            .find(|r| r.action == Action::Deny && matches(r))
+        {
+            return Verdict {
+                action: Action::Deny,
+                reason: format!("denied by the rule {}", rule.describe()),
+            };
+        }
+        let best = self
+            .rules
+            .iter()
+            .filter(|r| r.action != Action::Deny && matches(r))
+            .max_by(|a, b| {
+                a.specificity()
+                    .cmp(&b.specificity())
+                    .then(a.action.cmp(&b.action))
+            });
+        if let Some(rule) = best {
+            let verb = if rule.action == Action::Allow {
+                "allowed"
+            } else {
+                "asks"
+            };
+            return Verdict {
+                action: rule.action,
+                reason: format!("{verb} by the rule {}", rule.describe()),
+            };
+        }
+        let inside = match subject {
+            Subject::Path(p) => p.starts_with(&self.project_root),
+            _ => true,
+        };
+        let action = match (mode, kind.mutates()) {
+            (_, false) => Action::Allow,
+            (Mode::FullAuto, true) => Action::Allow,
+            (Mode::ReadOnly, true) => Action::Deny,
+            (Mode::Ask, true) => Action::Ask,
+            (Mode::AutoEdit, true) => {
+                let edit = matches!(kind, ToolKind::Edit | ToolKind::Delete | ToolKind::Move);
+                if edit && inside && facts.command.is_none() {
+                    Action::Allow
+                } else {
+                    Action::Ask
+                }
+            }
+        };
+        Verdict {
+            action,
+            reason: format!("the permission mode is {}", mode.name()),
+        }
+    }
+
+    /// The sensitive place the call touches, if any.
+    fn sensitive(&self, facts: &CallFacts) -> Option<String> {
+        for path in &facts.paths {
+            if let Some(dir) = self.sensitive_dirs.iter().find(|d| path.starts_with(d)) {
+                return Some(format!("{} (under {})", path.display(), dir.display()));
+            }
+            let is_env = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n == ".env" || n.starts_with(".env."));
+            if is_env && !path.starts_with(&self.project_root) {
+                return Some(format!(
+                    "{} (a .env file outside the project)",
+                    path.display()
+                ));
+            }
+        }
+        // Commands are not parsed for paths; naming a sensitive place is enough to ask.
+        if let Some(command) = &facts.command {
+            if command.contains(".ssh") {
+                return Some("a command naming .ssh".into());
+            }
+            if let Some(dir) = self
+                .sensitive_dirs
+                .iter()
+                .find(|d| command.contains(&*d.to_string_lossy()))
+            {
+                return Some(format!("a command naming {}", dir.display()));
+            }
+        }
+        None
+    }
+}
+
+/// The loop's consultation of the policy for one call, right before it runs: `Err` is the
+/// error result of a denied call; `Ok` the gate the tool gets (pre-approved when the policy
+/// allows, the front end's own when it asks and the tool asks itself).
+pub async fn consult(
+    policy: &Policy,
+    tool: &dyn Tool,
+    input: &serde_json::Value,
+    ctx: &ToolContext,
+    footprint: &Footprint,
+) -> Result<Arc<dyn PermissionGate>, ToolResult> {
+    let kind = tool.kind();
+    let command = (kind == ToolKind::Execute)
+        .then(|| {
+            input
+                .get("command")
+                .and_then(|c| c.as_str())
+                .map(str::to_owned)
+        })
+        .flatten();
+    let paths = match footprint {
+        Footprint::Reads(paths) | Footprint::Writes(paths) => paths.clone(),
+        Footprint::Nothing | Footprint::Anything => Vec::new(),
+    };
+    let facts = CallFacts {
+        tool: tool.name().to_owned(),
+        kind: Some(kind),
+        command,
+        paths,
+    };
+    let inner = Arc::clone(&ctx.permission);
+    let verdict = policy.decide(&facts, inner.mode());
+    tracing::debug!(tool = %facts.tool, action = verdict.action.name(), reason = %verdict.reason, "policy");
+    match verdict.action {
+        Action::Deny => Err(ToolResult::error(format!(
+            "permission denied: {}. Do not retry this call; do something else or ask the user.",
+            verdict.reason
+        ))),
+        Action::Allow => Ok(Arc::new(PreApproved { inner })),
+        Action::Ask if tool.asks_permission() => Ok(Arc::new(PolicyAsks {
+            inner,
+            reason: verdict.reason,
+        })),
+        Action::Ask => {
+            let request = PermissionRequest {
+                session_id: ctx.session_id.clone(),
+                agent: ctx.agent.clone(),
+                call_id: ctx.call_id.clone(),
+                tool: facts.tool.clone(),
+                kind,
+                title: format!("{} ({})", facts.tool, verdict.reason),
+                input: input.clone(),
+                preview: None,
+                policy: Some(verdict.reason),
+            };
+            match inner.check(request).await {
+                PermissionDecision::Allow => Ok(Arc::new(PreApproved { inner })),
+                PermissionDecision::Deny { reason } => {
+                    Err(ToolResult::error(format!("permission denied: {reason}")))
+                }
+            }
+        }
+    }
+}
+
+/// The policy allowed the call: the tool's own question is answered without asking.
+struct PreApproved {
+    inner: Arc<dyn PermissionGate>,
+}
+
+#[async_trait]
+impl PermissionGate for PreApproved {
+    async fn check(&self, request: PermissionRequest) -> PermissionDecision {
+        self.inner.allowed(&request).await;
+        PermissionDecision::Allow
+    }
+
+    fn mode(&self) -> Option<Mode> {
+        self.inner.mode()
+    }
+}
+
+/// The policy asks: the tool's question (with its preview) goes to the front end, marked so
+/// that its approval level cannot answer it in the user's place.
+struct PolicyAsks {
+    inner: Arc<dyn PermissionGate>,
+    reason: String,
+}
+
+#[async_trait]
+impl PermissionGate for PolicyAsks {
+    async fn check(&self, mut request: PermissionRequest) -> PermissionDecision {
+        request.policy = Some(self.reason.clone());
+        self.inner.check(request).await
+    }
+
+    fn mode(&self) -> Option<Mode> {
+        self.inner.mode()
+    }
+
+    async fn allowed(&self, request: &PermissionRequest) {
+        self.inner.allowed(request).await;
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Subject<'a> {
+    Command(&'a str),
+    Path(&'a Path),
+    Nothing,
+}
+
+/// MCP tools without annotations (kind Other) may do anything: they count as commands.
+fn effective_kind(tool: &str, kind: Option<ToolKind>) -> ToolKind {
+    match kind {
+        Some(ToolKind::Other) | None if tool.starts_with("mcp__") => ToolKind::Execute,
+        Some(kind) => kind,
+        None => ToolKind::Other,
+    }
+}
+
+/// The simple commands of a command line, split at `&&`, `||`, `;`, `|`, `&` and newlines.
+/// Quotes are not honoured: splitting too much only makes allow rules match less and deny
+/// rules match more, the safe direction.
+pub fn split_command(command: &str) -> Vec<&str> {
+    let segments: Vec<&str> = command
+        .split(['&', '|', ';', '\n'])
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
+    if segments.is_empty() {
+        vec![command.trim()]
+    } else {
+        segments
+    }
+}
+
+/// Glob matching: `?` one character, `*` any run; with `path`, `*` and `?` stay within a
+/// segment and `**` crosses segments (`src/**` matches `src/a/b.rs`; `**/x` matches `x`).
+pub fn wildcard(pattern: &str, text: &str, path: bool) -> bool {
+    let p: Vec<char> = pattern.chars().collect();
+    let t: Vec<char> = text.chars().collect();
+    matches_at(&p, &t, path)
+}
+
+fn matches_at(p: &[char], t: &[char], path: bool) -> bool {
+    match p.first() {
+        None => t.is_empty(),
+        Some('*') => {
+            let double = path && p.get(1) == Some(&'*');
+            if double {
+                let rest = &p[2..];
+                // `**/` also matches no directory at all.
+                if rest.first() == Some(&'/') && matches_at(&rest[1..], t, path) {
+                    return true;
+                }
+                (0..=t.len()).any(|i| matches_at(rest, &t[i..], path))
+            } else {
+                let rest = &p[1..];
+                for i in 0..=t.len() {
+                    if matches_at(rest, &t[i..], path) {
+                        return true;
+                    }
+                    if path && t.get(i) == Some(&'/') {
+                        break;
+                    }
+                }
+                false
+            }
+        }
+        Some('?') => {
+            t.first().is_some_and(|c| !(path && *c == '/')) && matches_at(&p[1..], &t[1..], path)
+        }
+        Some(c) => t.first() == Some(c) && matches_at(&p[1..], &t[1..], path),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(action: Action, text: &str) -> Rule {
+        Rule::parse(action, text, "").unwrap()
+    }
+
+    fn policy(mode: Mode, rules: &[(Action, &str)]) -> Policy {
+        Policy {
+            mode,
+            rules: rules.iter().map(|(a, t)| rule(*a, t)).collect(),
+            project_root: PathBuf::from("/p"),
+            sensitive_dirs: vec![PathBuf::from("/home/u/.config/crow")],
+        }
+    }
+
+    fn bash(command: &str) -> CallFacts {
+        CallFacts {
+            tool: "bash".into(),
+            kind: Some(ToolKind::Execute),
+            command: Some(command.into()),
+            paths: vec![],
+        }
+    }
+
+    fn write(path: &str) -> CallFacts {
+        CallFacts {
+            tool: "write_file".into(),
+            kind: Some(ToolKind::Edit),
+            command: None,
+            paths: vec![PathBuf::from(path)],
+        }
+    }
+
+    #[test]
+    fn wildcards_for_commands_and_paths() {
+        assert!(wildcard("git status*", "git status --short", false));
+        assert!(wildcard("rm -rf *", "rm -rf /tmp/x", false));
+        assert!(!wildcard("git status*", "git push", false));
+        assert!(wildcard("mcp__srv__*", "mcp__srv__delete", false));
+        assert!(wildcard("src/**", "src/a/b.rs", true));
+        assert!(wildcard("src/*.rs", "src/a.rs", true));
+        assert!(!wildcard("src/*.rs", "src/a/b.rs", true));
+        assert!(wildcard("**/*.lock", "Cargo.lock", true));
+        assert!(wildcard("**/*.lock", "a/b/Cargo.lock", true));
+        assert!(wildcard("?.txt", "a.txt", true));
+    }
+
+    #[test]
+    fn rules_parse_claude_code_syntax_and_refuse_garbage() {
+        let r = rule(Action::Allow, "Bash(npm run test:*)");
+        assert_eq!(r.tool, "bash");
+        assert_eq!(r.pattern.as_deref(), Some("npm run test*"));
+        assert_eq!(rule(Action::Deny, "mcp__x__*").pattern, None);
+        assert!(Rule::parse(Action::Allow, "bash(git", "").is_err());
+        assert!(Rule::parse(Action::Allow, "bash()", "").is_err());
+        assert!(Rule::parse(Action::Allow, "", "").is_err());
+        assert!(Rule::parse(Action::Allow, "ba sh", "").is_err());
+    }
+
+    #[test]
+    fn modes_decide_by_kind() {
+        let read = CallFacts {
+            tool: "read_file".into(),
+            kind: Some(ToolKind::Read),
+            ..CallFacts::default()
+        };
+        let cases = [
+            (Mode::ReadOnly, Action::Allow, Action::Deny, Action::Deny),
+            (Mode::Ask, Action::Allow, Action::Ask, Action::Ask),
+            (Mode::AutoEdit, Action::Allow, Action::Allow, Action::Ask),
+            (Mode::FullAuto, Action::Allow, Action::Allow, Action::Allow),
+        ];
+        for (mode, r, w, b) in cases {
+            let p = policy(mode, &[]);
+            assert_eq!(p.decide(&read, None).action, r, "{mode:?} read");
+            assert_eq!(
+                p.decide(&write("/p/a.rs"), None).action,
+                w,
+                "{mode:?} write"
+            );
+            assert_eq!(p.decide(&bash("ls"), None).action, b, "{mode:?} bash");
+        }
+        // auto-edit: an edit outside the project asks.
+        let p = policy(Mode::AutoEdit, &[]);
+        assert_eq!(p.decide(&write("/elsewhere/a"), None).action, Action::Ask);
+        // The front end's mode stands for the configured one.
+        assert_eq!(
+            p.decide(&bash("ls"), Some(Mode::FullAuto)).action,
+            Action::Allow
+        );
+    }
+
+    #[test]
+    fn deny_beats_allow_and_names_the_rule() {
+        let p = policy(
+            Mode::FullAuto,
+            &[
+                (Action::Allow, "bash(rm -rf /tmp/x)"),
+                (Action::Deny, "bash(rm -rf *)"),
+            ],
+        );
+        let v = p.decide(&bash("rm -rf /tmp/x"), None);
+        assert_eq!(v.action, Action::Deny);
+        assert!(v.reason.contains("deny bash(rm -rf *)"), "{}", v.reason);
+        assert_eq!(p.decide(&bash("ls"), None).action, Action::Allow);
+    }
+
+    #[test]
+    fn the_most_specific_rule_wins_and_ask_wins_a_tie() {
+        let p = policy(
+            Mode::Ask,
+            &[
+                (Action::Ask, "bash"),
+                (Action::Allow, "bash(git *)"),
+                (Action::Ask, "bash(git push*)"),
+            ],
+        );
+        assert_eq!(p.decide(&bash("git status"), None).action, Action::Allow);
+        assert_eq!(p.decide(&bash("git push origin"), None).action, Action::Ask);
+        assert_eq!(p.decide(&bash("make"), None).action, Action::Ask);
+        let tie = policy(
+            Mode::FullAuto,
+            &[(Action::Allow, "bash(ls*)"), (Action::Ask, "bash(ls*)")],
+        );
+        assert_eq!(tie.decide(&bash("ls"), None).action, Action::Ask);
+    }
+
+    #[test]
+    fn compound_commands_are_judged_segment_by_segment() {
+        let p = policy(
+            Mode::Ask,
+            &[
+                (Action::Allow, "bash(git status*)"),
+                (Action::Deny, "bash(rm -rf *)"),
+            ],
+        );
+        assert_eq!(p.decide(&bash("git status"), None).action, Action::Allow);
+        assert_eq!(
+            p.decide(&bash("git status && make"), None).action,
+            Action::Ask
+        );
+        assert_eq!(
+            p.decide(&bash("git status; rm -rf /"), None).action,
+            Action::Deny
+        );
+        assert_eq!(
+            p.decide(&bash("git status $(curl x)"), None).action,
+            Action::Ask
+        );
+    }
+
+    #[test]
+    fn path_rules_and_mcp_globs() {
+        let p = policy(
+            Mode::Ask,
+            &[
+                (Action::Allow, "write_file(src/**)"),
+                (Action::Deny, "mcp__danger__*"),
+            ],
+        );
+        assert_eq!(
+            p.decide(&write("/p/src/a/b.rs"), None).action,
+            Action::Allow
+        );
+        assert_eq!(p.decide(&write("/p/README.md"), None).action, Action::Ask);
+        let mcp = CallFacts {
+            tool: "mcp__danger__drop".into(),
+            kind: Some(ToolKind::Other),
+            ..CallFacts::default()
+        };
+        assert_eq!(p.decide(&mcp, None).action, Action::Deny);
+        // An unannotated MCP tool counts as a command: it asks in ask mode.
+        let other = CallFacts {
+            tool: "mcp__time__now".into(),
+            kind: Some(ToolKind::Other),
+            ..CallFacts::default()
+        };
+        assert_eq!(p.decide(&other, None).action, Action::Ask);
+    }
+
+    #[test]
+    fn sensitive_paths_ask_even_under_allow_rules() {
+        let p = policy(Mode::FullAuto, &[(Action::Allow, "write_file")]);
+        let v = p.decide(&write("/home/u/.config/crow/config.toml"), None);
+        assert_eq!(v.action, Action::Ask, "{}", v.reason);
+        assert_eq!(p.decide(&write("/home/u/.env"), None).action, Action::Ask);
+        assert_eq!(p.decide(&write("/p/.env"), None).action, Action::Allow);
+        assert_eq!(
+            p.decide(&bash("cat ~/.ssh/id_ed25519"), None).action,
+            Action::Ask
+        );
+        // A deny stays a deny.
+        let d = policy(Mode::FullAuto, &[(Action::Deny, "write_file")]);
+        assert_eq!(
+            d.decide(&write("/home/u/.config/crow/x"), None).action,
+            Action::Deny
+        );
+    }
+}

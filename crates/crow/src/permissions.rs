@@ -1,0 +1,274 @@
+//! `[permissions]`: the mode and allow / ask / deny rules of crow-core's policy engine, read
+//! from every config layer, and the gate of a front end with no human (`crow run`).
+//!
+//! Rules add up across layers (user, then project): a project cannot remove the user's deny
+//! rules. What only a trusted project may set (allow rules, a mode looser than the user's) is
+//! stripped by `trust.rs` and makes the session refuse to start.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Result, bail};
+use async_trait::async_trait;
+use crow_core::{
+    Action, Mode, PermissionDecision, PermissionGate, PermissionRequest, Policy, Rule,
+};
+use serde::Deserialize;
+
+use crate::config::Source;
+
+/// `[permissions]` in config.toml. The rule lists are declared so each file is checked
+/// against the schema; `layer_rules` reads them per layer (they add up, merging would replace).
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+pub struct PermissionsConfig {
+    /// What runs without asking: read-only, ask, auto-edit, full-auto. `crow run` defaults
+    /// to full-auto (commands inside the sandbox); `crow acp` follows the editor's approve
+    /// selector.
+    pub mode: Option<PermissionMode>,
+    /// Rules that let a call run: `"read_file"`, `"bash(git status*)"`, `"write_file(src/**)"`,
+    /// `"mcp__server__*"`.
+    #[serde(default)]
+    pub allow: Vec<String>,
+    /// Rules that make a call ask (a headless run refuses it).
+    #[serde(default)]
+    pub ask: Vec<String>,
+    /// Rules that refuse a call; deny beats every allow.
+    #[serde(default)]
+    pub deny: Vec<String>,
+}
+
+/// The modes as config spells them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum PermissionMode {
+    ReadOnly,
+    Ask,
+    AutoEdit,
+    FullAuto,
+}
+
+impl From<PermissionMode> for Mode {
+    fn from(mode: PermissionMode) -> Mode {
+        match mode {
+            PermissionMode::ReadOnly => Mode::ReadOnly,
+            PermissionMode::Ask => Mode::Ask,
+            PermissionMode::AutoEdit => Mode::AutoEdit,
+            PermissionMode::FullAuto => Mode::FullAuto,
+        }
+    }
+}
+
+/// The rules of one layer, each named by its file and line; a rule that does not parse is an
+/// error naming them (the session must not start without its policy).
+pub fn layer_rules(table: &toml::Table, source: &Source) -> Result<Vec<Rule>> {
+    let Some(section) = table.get("permissions").and_then(toml::Value::as_table) else {
+        return Ok(Vec::new());
+    };
+    let text = match source {
+        Source::File(path) => std::fs::read_to_string(path).unwrap_or_default(),
+        _ => String::new(),
+    };
+    let mut rules = Vec::new();
+    for (key, action) in [
+        ("allow", Action::Allow),
+        ("ask", Action::Ask),
+        ("deny", Action::Deny),
+    ] {
+        let Some(list) = section.get(key).and_then(toml::Value::as_array) else {
+            continue;
+        };
+        for item in list {
+            let Some(rule) = item.as_str() else {
+                bail!("config error in {source}: permissions.{key} holds a non-string {item}");
+            };
+            let at = line_of(&text, rule)
+                .map_or_else(|| source.to_string(), |line| format!("{source}:{line}"));
+            match Rule::parse(action, rule, at.clone()) {
+                Ok(rule) => rules.push(rule),
+                Err(e) => bail!("config error in {at}: permissions.{key}: {e}"),
+            }
+        }
+    }
+    Ok(rules)
+}
+
+/// Rules from Claude Code's project settings (`.claude/settings.json`, then
+/// `.claude/settings.local.json`: `permissions.allow/ask/deny`, the same `Tool(pattern)`
+/// syntax). Its ask and deny rules always count; its allow rules only in a trusted project
+/// (a cloned repository must not allow itself anything), else they are skipped with a note.
+pub fn claude_rules(project_root: &Path, trusted: bool) -> Result<Vec<Rule>> {
+    let mut rules = Vec::new();
+    for name in ["settings.json", "settings.local.json"] {
+        let path = project_root.join(".claude").join(name);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => bail!("cannot read {}: {e}", path.display()),
+        };
+        let json: serde_json::Value = match serde_json::from_str(&text) {
+            Ok(json) => json,
+            Err(e) => bail!("{}:{} is not valid JSON: {e}", path.display(), e.line()),
+        };
+        let Some(section) = json.get("permissions") else {
+            continue;
+        };
+        for (key, action) in [
+            ("allow", Action::Allow),
+            ("ask", Action::Ask),
+            ("deny", Action::Deny),
+        ] {
+            let Some(list) = section.get(key).and_then(|v| v.as_array()) else {
+                continue;
+            };
+            if action == Action::Allow && !trusted && !list.is_empty() {
+                tracing::info!(
+                    "{}: permissions.allow is not used until you trust this project (crow trust)",
+                    path.display()
+                );
+                continue;
+            }
+            for item in list {
+                let Some(rule) = item.as_str() else {
+                    bail!(
+                        "{}: permissions.{key} holds a non-string {item}",
+                        path.display()
+                    );
+                };
+                let at = line_of(&text, rule).map_or_else(
+                    || path.display().to_string(),
+                    |line| format!("{}:{line}", path.display()),
+                );
+                match Rule::parse(action, rule, at.clone()) {
+                    Ok(rule) => rules.push(rule),
+                    Err(e) => bail!("permission rule error in {at}: permissions.{key}: {e}"),
+                }
+            }
+        }
+    }
+    Ok(rules)
+}
+
+/// The 1-based line of the first occurrence of `rule` quoted in `text`.
+fn line_of(text: &str, rule: &str) -> Option<usize> {
+    let quoted = [format!("\"{rule}\""), format!("'{rule}'")];
+    text.lines()
+        .position(|line| quoted.iter().any(|q| line.contains(q.as_str())))
+        .map(|i| i + 1)
+}
+
+/// Places whose files always ask: crow's own config and data, `~/.ssh`. A place holding the
+/// whole project (a store under `$HOME` for a project in `$HOME`) is left out: it would make
+/// every call ask.
+pub fn sensitive_dirs(config: &crate::config::Config, project_root: &Path) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = crate::config::user_config_dir().into_iter().collect();
+    if let Some(dir) = crate::sessions::db_path(config)
+        .ok()
+        .and_then(|db| db.parent().map(Path::to_path_buf))
+    {
+        dirs.push(dir);
+    }
+    if let Some(home) = dirs::home_dir() {
+        dirs.push(home.join(".ssh"));
+    }
+    dirs.retain(|d| !project_root.starts_with(d));
+    dirs
+}
+
+/// The session's policy: `mode` if a flag chose one, else the configured one, else `default`.
+pub fn policy(
+    loaded: &crate::config::LoadedConfig,
+    project_root: &Path,
+    mode: Option<Mode>,
+    default: Mode,
+) -> Policy {
+    Policy {
+        mode: mode
+            .or(loaded.config.permissions.mode.map(Mode::from))
+            .unwrap_or(default),
+        rules: loaded.rules.clone(),
+        project_root: project_root.to_path_buf(),
+        sensitive_dirs: sensitive_dirs(&loaded.config, project_root),
+    }
+}
+
+/// `crow run`'s gate: nobody is there to answer, so a question is a refusal the model reads,
+/// saying how the user can allow it.
+pub struct Headless;
+
+#[async_trait]
+impl PermissionGate for Headless {
+    async fn check(&self, request: PermissionRequest) -> PermissionDecision {
+        let why = request
+            .policy
+            .as_deref()
+            .map(|p| format!(" ({p})"))
+            .unwrap_or_default();
+        PermissionDecision::Deny {
+            reason: format!(
+                "needs approval: {}{why}, and `crow run` has no one to ask; the user can allow \
+                 it with a rule in [permissions] allow (e.g. \"{}\") or `crow run --mode \
+                 full-auto`. Do not retry it.",
+                request.title, request.tool
+            ),
+        }
+    }
+}
+
+/// The gate of a front end with no human, shared.
+pub fn headless() -> Arc<dyn PermissionGate> {
+    Arc::new(Headless)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rules_name_their_file_and_line_and_errors_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.toml");
+        let text =
+            "[permissions]\nallow = [\n  \"bash(git status*)\",\n]\ndeny = [\"bash(rm -rf *\"]\n";
+        std::fs::write(&path, text).unwrap();
+        let table: toml::Table = toml::from_str(text).unwrap();
+        let e = layer_rules(&table, &Source::File(path.clone())).unwrap_err();
+        let message = e.to_string();
+        assert!(
+            message.contains(&format!("{}:5", path.display())),
+            "{message}"
+        );
+        assert!(message.contains("rm -rf"), "{message}");
+
+        let good = "[permissions]\nallow = [\n  \"bash(git status*)\",\n]\n";
+        std::fs::write(&path, good).unwrap();
+        let table: toml::Table = toml::from_str(good).unwrap();
+        let rules = layer_rules(&table, &Source::File(path.clone())).unwrap();
+        assert_eq!(rules[0].source, format!("{}:3", path.display()));
+    }
+
+    #[test]
+    fn claude_code_rules_are_read_and_allow_needs_trust() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join(".claude")).unwrap();
+        std::fs::write(
+            dir.path().join(".claude/settings.json"),
+            "{\n  \"permissions\": {\n    \"allow\": [\"Bash(npm run test:*)\"],\n    \"deny\": [\"Bash(curl:*)\"]\n  }\n}\n",
+        )
+        .unwrap();
+        let untrusted = claude_rules(dir.path(), false).unwrap();
+        assert_eq!(untrusted.len(), 1);
+        assert_eq!(untrusted[0].action, Action::Deny);
+        assert_eq!(untrusted[0].pattern.as_deref(), Some("curl*"));
+        assert!(
+            untrusted[0].source.ends_with("settings.json:4"),
+            "{}",
+            untrusted[0].source
+        );
+        let trusted = claude_rules(dir.path(), true).unwrap();
+        assert_eq!(trusted.len(), 2);
+        assert_eq!(trusted[0].tool, "bash");
+        assert_eq!(trusted[0].pattern.as_deref(), Some("npm run test*"));
+    }
+}
