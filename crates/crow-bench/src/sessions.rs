@@ -55,6 +55,11 @@ pub fn project() -> Result<tempfile::TempDir> {
     let dir = tempfile::tempdir().context("cannot create a temporary project")?;
     let line = "let answer = compute(41) + 1; // a line of a small source file\n";
     std::fs::write(dir.path().join(READ_FILE), line.repeat(32))?;
+    // The scripted sessions repeat one read by design; loop detection would stop them. In the
+    // user config of the bench's HOME, so a project config a measurement writes keeps it.
+    let user = dir.path().join(".home/.config/crow");
+    std::fs::create_dir_all(&user)?;
+    std::fs::write(user.join("config.toml"), "doom_loop_threshold = 0\n")?;
     Ok(dir)
 }
 

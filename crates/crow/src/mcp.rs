@@ -195,7 +195,11 @@ async fn list(json: bool) -> Result<ExitCode> {
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
     let (root, _) = crate::app::find_project_root(&cwd);
     let loaded = config::load(&root, &config::Overrides::default())?;
-    for key in loaded.untrusted.iter().filter(|k| k.starts_with("mcp_servers.")) {
+    for key in loaded
+        .untrusted
+        .iter()
+        .filter(|k| k.starts_with("mcp_servers."))
+    {
         errln!("not started until you trust the project (crow trust): {key}");
     }
     let servers = servers(&loaded.config);
