@@ -145,6 +145,8 @@ function crowEnv(dir) {
     XDG_DATA_HOME: join(home, ".local/share"),
     CROW_LOG: process.env.CROW_LOG ?? "warn",
     NO_COLOR: "1",
+    // Set by the Rust runner where the kernel offers no sandbox.
+    ...(process.env.CROW_SANDBOX_MODE ? { CROW_SANDBOX_MODE: process.env.CROW_SANDBOX_MODE } : {}),
   };
 }
 
