@@ -312,6 +312,49 @@ pub fn user_config_dir() -> Option<PathBuf> {
         .or_else(|| dirs::config_dir().map(|d| d.join("crow")))
 }
 
+/// The user's config.toml (`crow config set`, `crow mcp add`, `crow trust` write it).
+pub fn user_config_file() -> Result<PathBuf> {
+    user_config_dir()
+        .map(|d| d.join("config.toml"))
+        .context("cannot find the user config directory (set CROW_CONFIG_DIR or HOME)")
+}
+
+/// A config file's text; a file that does not exist yet reads as empty.
+pub fn read_or_empty(path: &Path) -> Result<String> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok(text),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
+        Err(e) => bail!("cannot read {}: {e}", path.display()),
+    }
+}
+
+/// Writes a config file readable by its owner only (it names endpoints, key files, trusted
+/// projects), through a temporary file so a failed write leaves the old one whole.
+pub fn write_config_file(path: &Path, text: &str) -> Result<()> {
+    use std::io::Write as _;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    let tmp = path.with_extension("toml.tmp");
+    {
+        let mut file = open_private(&tmp)?;
+        file.write_all(text.as_bytes())
+            .with_context(|| format!("cannot write {}", tmp.display()))?;
+    }
+    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// Creates (or truncates) a file only its owner can read.
+pub fn open_private(path: &Path) -> Result<std::fs::File> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options
+        .open(path)
+        .with_context(|| format!("cannot write {}", path.display()))
+}
+
 /// Loads every layer for a project rooted at `project_root`.
 pub fn load(project_root: &Path, flags: &Overrides) -> Result<LoadedConfig> {
     let mut layers: Vec<(toml::Table, Source)> = Vec::new();

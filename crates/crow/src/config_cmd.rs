@@ -76,19 +76,19 @@ pub fn run(command: EditCommand) -> Result<ExitCode> {
             } else {
                 key
             };
-            let text = read_or_empty(&file)?;
+            let text = config::read_or_empty(&file)?;
             let edited = set_in(&text, &key, value)?;
             check(&edited, &file)?;
-            write_private(&file, &edited)?;
+            config::write_config_file(&file, &edited)?;
             eprintln!("{key} set in {}", file.display());
             Ok(ExitCode::SUCCESS)
         }
         EditCommand::Unset { key, project } => {
             let file = layer_file(&root, project)?;
-            let text = read_or_empty(&file)?;
+            let text = config::read_or_empty(&file)?;
             let edited = unset_in(&text, &key)?;
             check(&edited, &file)?;
-            write_private(&file, &edited)?;
+            config::write_config_file(&file, &edited)?;
             eprintln!("{key} removed from {}", file.display());
             Ok(ExitCode::SUCCESS)
         }
@@ -128,7 +128,7 @@ pub fn run(command: EditCommand) -> Result<ExitCode> {
             }
         }
         EditCommand::Path => {
-            let user = user_file()?;
+            let user = config::user_config_file()?;
             println!("user config     {}", user.display());
             println!(
                 "project config  {}",
@@ -152,50 +152,12 @@ pub fn run(command: EditCommand) -> Result<ExitCode> {
     }
 }
 
-fn user_file() -> Result<PathBuf> {
-    config::user_config_dir()
-        .map(|d| d.join("config.toml"))
-        .context("cannot find the user config directory (set CROW_CONFIG_DIR or HOME)")
-}
-
 fn layer_file(root: &Path, project: bool) -> Result<PathBuf> {
     if project {
         Ok(root.join(".crow").join("config.toml"))
     } else {
-        user_file()
+        config::user_config_file()
     }
-}
-
-fn read_or_empty(path: &Path) -> Result<String> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => Ok(text),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
-        Err(e) => bail!("cannot read {}: {e}", path.display()),
-    }
-}
-
-/// Writes a config file readable by its owner only: it may name key files and endpoints.
-fn write_private(path: &Path, text: &str) -> Result<()> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    }
-    let tmp = path.with_extension("toml.tmp");
-    {
-        let mut file = open_private(&tmp)?;
-        file.write_all(text.as_bytes())
-            .with_context(|| format!("cannot write {}", tmp.display()))?;
-    }
-    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))
-}
-
-fn open_private(path: &Path) -> Result<std::fs::File> {
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    options
-        .open(path)
-        .with_context(|| format!("cannot write {}", path.display()))
 }
 
 fn last_segment(key: &str) -> &str {
@@ -231,7 +193,7 @@ fn store_key_file(key: &str, secret: &str) -> Result<toml_edit::Value> {
             .with_context(|| format!("cannot restrict {}", dir.display()))?;
     }
     let path = dir.join(provider);
-    let mut file = open_private(&path)?;
+    let mut file = config::open_private(&path)?;
     file.write_all(secret.trim().as_bytes())
         .with_context(|| format!("cannot write {}", path.display()))?;
     eprintln!("the key is in {} (readable by you only)", path.display());
@@ -404,7 +366,7 @@ fn validate_file(file: &Path) -> Vec<String> {
 /// Every layer a session in this project reads: both config files, `.mcp.json`, agent files.
 fn validate_all(root: &Path) -> Vec<String> {
     let mut problems = Vec::new();
-    let files = user_file()
+    let files = config::user_config_file()
         .ok()
         .into_iter()
         .chain([root.join(".crow/config.toml"), root.join(".mcp.json")]);
@@ -430,7 +392,7 @@ fn edit(file: &Path) -> Result<ExitCode> {
         .or_else(|| std::env::var("EDITOR").ok())
         .filter(|e| !e.trim().is_empty())
         .context("set $VISUAL or $EDITOR to the editor to use")?;
-    let text = read_or_empty(file)?;
+    let text = config::read_or_empty(file)?;
     let dir = tempfile::tempdir().context("cannot create a temporary directory")?;
     let copy = dir.path().join("config.toml");
     std::fs::write(&copy, &text).with_context(|| format!("cannot write {}", copy.display()))?;
@@ -458,7 +420,7 @@ fn edit(file: &Path) -> Result<ExitCode> {
         let _ = std::fs::write(&kept, &edited);
         bail!("{e:#}; your edit is kept in {}", kept.display());
     }
-    write_private(file, &edited)?;
+    config::write_config_file(file, &edited)?;
     eprintln!("saved {}", file.display());
     Ok(ExitCode::SUCCESS)
 }
@@ -472,7 +434,7 @@ pub fn init(yes: bool) -> Result<ExitCode> {
     if config_file.exists() {
         eprintln!("{} exists; left as it is", config_file.display());
     } else if confirm(yes, &format!("write {}?", config_file.display()))? {
-        write_private(&config_file, PROJECT_CONFIG_TEMPLATE)?;
+        config::write_config_file(&config_file, PROJECT_CONFIG_TEMPLATE)?;
         eprintln!("wrote {}", config_file.display());
     }
     let has_instructions = ["AGENTS.md", "AGENTS.override.md", "CLAUDE.md"]

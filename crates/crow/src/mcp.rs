@@ -172,19 +172,19 @@ pub async fn command(command: McpCommand) -> Result<ExitCode> {
                 ..Default::default()
             };
             entry.resolve(&name)?;
-            let path = user_config_file()?;
-            let text = read_or_empty(&path)?;
+            let path = config::user_config_file()?;
+            let text = config::read_or_empty(&path)?;
             let updated = add_to_toml(&text, &name, &entry)?;
-            write(&path, &updated)?;
+            config::write_config_file(&path, &updated)?;
             println!("added MCP server '{name}' to {}", path.display());
             Ok(ExitCode::SUCCESS)
         }
         McpCommand::Remove { name } => {
-            let path = user_config_file()?;
-            let text = read_or_empty(&path)?;
+            let path = config::user_config_file()?;
+            let text = config::read_or_empty(&path)?;
             let updated =
                 remove_from_toml(&text, &name).with_context(|| format!("in {}", path.display()))?;
-            write(&path, &updated)?;
+            config::write_config_file(&path, &updated)?;
             println!("removed MCP server '{name}' from {}", path.display());
             Ok(ExitCode::SUCCESS)
         }
@@ -271,27 +271,6 @@ fn pairs(items: &[String], flag: &str) -> Result<std::collections::BTreeMap<Stri
             _ => bail!("{flag} takes KEY=VALUE, got '{item}'"),
         })
         .collect()
-}
-
-pub(crate) fn user_config_file() -> Result<std::path::PathBuf> {
-    config::user_config_dir()
-        .map(|d| d.join("config.toml"))
-        .context("cannot find the user config directory (set CROW_CONFIG_DIR or HOME)")
-}
-
-pub(crate) fn read_or_empty(path: &Path) -> Result<String> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => Ok(text),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
-        Err(e) => bail!("cannot read {}: {e}", path.display()),
-    }
-}
-
-pub(crate) fn write(path: &Path, text: &str) -> Result<()> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    }
-    std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
 }
 
 /// Adds `[mcp_servers.NAME]` with toml_edit, so the user's comments and layout survive.

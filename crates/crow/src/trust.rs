@@ -99,8 +99,8 @@ fn canonical(path: &Path) -> PathBuf {
 /// `crow trust [PATH]`: lists the project in the user's config (keeping its comments and
 /// layout), or removes it with `remove`. Returns the file written.
 pub fn set_trust(project_root: &Path, trusted: bool) -> Result<PathBuf> {
-    let file = crate::mcp::user_config_file()?;
-    let text = crate::mcp::read_or_empty(&file)?;
+    let file = crate::config::user_config_file()?;
+    let text = crate::config::read_or_empty(&file)?;
     let mut doc: toml_edit::DocumentMut = text
         .parse()
         .with_context(|| format!("{} is not valid TOML", file.display()))?;
@@ -121,7 +121,7 @@ pub fn set_trust(project_root: &Path, trusted: bool) -> Result<PathBuf> {
     } else {
         projects.remove(&key);
     }
-    crate::mcp::write(&file, &doc.to_string())?;
+    crate::config::write_config_file(&file, &doc.to_string())?;
     Ok(file)
 }
 
