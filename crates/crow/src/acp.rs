@@ -24,10 +24,10 @@ use crow_providers::ProviderSettings;
 use crow_store::SqliteStore;
 use tokio_util::sync::CancellationToken;
 
-use crate::app::{find_project_root, provider_settings, select_provider};
 use crate::compose::{Composer, with_subagents};
 use crate::config::{self, LoadedConfig, Overrides};
 use crate::sessions;
+use crate::wiring::{find_project_root, provider_settings, select_provider};
 
 /// The mode a session starts in when the catalog has it.
 const DEFAULT_MODE: &str = "build";
@@ -126,7 +126,7 @@ fn model_id(provider: &str, model: &str) -> String {
 
 /// The compositions, the default one first.
 fn modes(root: &Path) -> Vec<ModeInfo> {
-    let catalog = crate::load_agents(root);
+    let catalog = crate::wiring::load_agents(root);
     let mut modes: Vec<ModeInfo> = catalog
         .compositions
         .values()
@@ -310,7 +310,7 @@ impl AgentFactory for CrowFactory {
     }
 
     async fn list(&self, cwd: Option<PathBuf>) -> Result<Vec<SessionSummary>, RunnerError> {
-        let path = sessions::db_path(&self.config).map_err(|e| failed_any(&e))?;
+        let path = crate::wiring::db_path(&self.config).map_err(|e| failed_any(&e))?;
         if !path.exists() {
             return Ok(Vec::new());
         }
@@ -391,7 +391,7 @@ impl CrowRunner {
         let (root, _) = find_project_root(&spec.cwd);
         let loaded = config::load(&root, overrides)?;
         loaded.require_trust(&root)?;
-        let tools = crow_tools::builtin_tools(&crate::tool_options(&loaded.config));
+        let tools = crow_tools::builtin_tools(&crate::wiring::tool_options(&loaded.config));
         let composer = compose(spec, &loaded, &tools, &spec.model)?;
         let store = match sessions::open(&loaded.config) {
             Ok(store) => Some(store),
@@ -457,7 +457,7 @@ impl CrowRunner {
         if settings_for(&loaded, &model).is_ok() {
             spec.model = model.clone();
         }
-        let tools = crow_tools::builtin_tools(&crate::tool_options(&loaded.config));
+        let tools = crow_tools::builtin_tools(&crate::wiring::tool_options(&loaded.config));
         let composer = compose(&spec, &loaded, &tools, &spec.model)?;
         composer.set_stored_prompts(sessions::stored_prompts(&store, &info.id)?);
         composer.set_history_sink(Arc::clone(&store) as Arc<dyn HistorySink>);
@@ -531,7 +531,7 @@ fn start_mcp(spec: &SessionSpec, loaded: &LoadedConfig, tools: &ToolRegistry) ->
         crate::mcp::servers(&loaded.config),
         mcp_configs(&spec.mcp_servers),
     );
-    let options = crate::tool_options(&loaded.config);
+    let options = crate::wiring::tool_options(&loaded.config);
     let (manager, mut events) = McpManager::start(
         servers,
         tools.clone(),
@@ -586,7 +586,7 @@ fn compose(
     let mut composer = Composer::new(
         loaded.config.clone(),
         settings,
-        crate::load_agents(&root),
+        crate::wiring::load_agents(&root),
         tools.clone(),
         spec.cwd.clone(),
         loaded.config.max_iterations.unwrap_or(50),

@@ -14,9 +14,9 @@ use crow_core::{
 use crow_providers::ProviderSettings;
 
 use crate::agents::{AgentDef, Catalog, CompositionDef, DEFAULT_MAX_ROUNDS, DefSource, Mode};
-use crate::app::{find_project_root, provider_settings};
 use crate::config::Config;
 use crate::prompt::{PromptFacts, render_system_prompt_from};
+use crate::wiring::{find_project_root, provider_settings};
 
 /// Everything needed to turn a composition name into a [`Crew`].
 pub struct Composer {
@@ -89,7 +89,7 @@ impl Composer {
         if !skills.is_empty() {
             tools.register(Arc::new(crow_tools::SkillTool::new(
                 Arc::new(skills.skills),
-                crate::tool_options(&config).max_read_bytes,
+                crate::wiring::tool_options(&config).max_read_bytes,
             )));
         }
         Self {

@@ -49,7 +49,7 @@ pub enum EditCommand {
 
 pub fn run(command: EditCommand) -> Result<ExitCode> {
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
-    let (root, _) = crate::app::find_project_root(&cwd);
+    let (root, _) = crate::wiring::find_project_root(&cwd);
     match command {
         EditCommand::Set {
             key,
@@ -140,7 +140,7 @@ pub fn run(command: EditCommand) -> Result<ExitCode> {
             }
             println!("project agents  {}", root.join(".crow/agents").display());
             let loaded = config::load(&root, &Overrides::default())?;
-            let (db, why) = crate::sessions::db_location(&loaded.config)?;
+            let (db, why) = crate::wiring::db_location(&loaded.config)?;
             println!("sessions        {} ({why})", db.display());
             Ok(ExitCode::SUCCESS)
         }
@@ -429,7 +429,7 @@ fn edit(file: &Path) -> Result<ExitCode> {
 /// the build and test commands crow can see; asks before writing each (unless `yes`).
 pub fn init(yes: bool) -> Result<ExitCode> {
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
-    let (root, _) = crate::app::find_project_root(&cwd);
+    let (root, _) = crate::wiring::find_project_root(&cwd);
     let config_file = root.join(".crow/config.toml");
     if config_file.exists() {
         eprintln!("{} exists; left as it is", config_file.display());

@@ -10,9 +10,9 @@ use crow_store::SqliteStore;
 use crow_testkit::{DEMO_FILE, MockLlm, demo_scenario};
 
 use crate::agents::load_catalog;
-use crate::app::{RunSpec, run_session};
 use crate::compose::Composer;
 use crate::config::Config;
+use crate::run::{RunSpec, run_session};
 
 /// Runs the demo in `dir` (which must not hold the demo's file yet), or in a temporary
 /// directory removed afterwards. Its session goes to a temporary store, never the user's:

@@ -8,7 +8,6 @@ mod stop;
 
 mod acp;
 mod agents;
-mod app;
 mod compose;
 mod config;
 mod config_cmd;
@@ -18,12 +17,15 @@ mod mcp;
 mod permissions;
 mod prompt;
 mod render;
+mod run;
 mod session_cmd;
 mod sessions;
+mod setup;
 mod skills;
 mod slash;
 mod templates;
 mod trust;
+mod wiring;
 
 use std::io::Read;
 use std::process::ExitCode;
@@ -338,7 +340,7 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
         Command::Demo { json, dir } => demo::run(json, dir).await,
         Command::Sessions { command } => {
             let cwd = std::env::current_dir().context("cannot read the current directory")?;
-            let (root, _) = app::find_project_root(&cwd);
+            let (root, _) = wiring::find_project_root(&cwd);
             let loaded = config::load(&root, &Overrides::default())?;
             sessions::run(command, &loaded.config, &root)
         }
@@ -351,7 +353,7 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
         Command::Trust { path, remove } => {
             let cwd = std::env::current_dir().context("cannot read the current directory")?;
             let dir = path.map_or(cwd, |p| p);
-            let (root, _) = app::find_project_root(&dir);
+            let (root, _) = wiring::find_project_root(&dir);
             let file = trust::set_trust(&root, !remove)?;
             eprintln!(
                 "{} {} ({})",
@@ -368,7 +370,7 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
         Command::Agents { command } => agents_command(command),
         Command::Skills { command } => {
             let cwd = std::env::current_dir().context("cannot read the current directory")?;
-            skills::command(command, &app::find_project_root(&cwd).0)
+            skills::command(command, &wiring::find_project_root(&cwd).0)
         }
         Command::Acp(model) => acp::serve(overrides(&model, None)).await,
         Command::Sandbox {
@@ -379,13 +381,13 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
             command: ConfigCommand::Show(model),
         } => {
             let cwd = std::env::current_dir().context("cannot read the current directory")?;
-            let (root, _) = app::find_project_root(&cwd);
+            let (root, _) = wiring::find_project_root(&cwd);
             let loaded = config::load(&root, &overrides(&model, None))?;
             print!("{}", config::render_show(&loaded));
             for key in &loaded.untrusted {
                 println!("# ignored until you trust the project (crow trust): {key}");
             }
-            match sessions::db_location(&loaded.config) {
+            match wiring::db_location(&loaded.config) {
                 Ok((path, why)) => println!("# sessions database: {} ({why})", path.display()),
                 Err(e) => println!("# sessions database: none ({})", one_line(&e)),
             }
@@ -409,7 +411,7 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
             for notice in &found.notices {
                 println!("# project instructions: {notice}");
             }
-            match app::select_provider(&loaded) {
+            match wiring::select_provider(&loaded) {
                 Ok(sel) => println!(
                     "\n# selected: provider {} ({}), model {}, {}",
                     sel.name, sel.reason, sel.settings.model, sel.settings.base_url
@@ -445,8 +447,7 @@ async fn run(args: RunArgs) -> Result<ExitCode> {
         bail!("the prompt is empty: crow run \"what to do\"");
     }
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
-    let (root, in_git) = app::find_project_root(&cwd);
-    app::check_project_root(&root, in_git, args.allow_root_project)?;
+    let (root, _) = wiring::find_project_root(&cwd);
     // `/name args`: a custom command; its agent and model apply unless a flag says otherwise.
     let (prompt, agent, command_model) = match slash::for_run(&prompt, &root)? {
         Some(invoked) => {
@@ -455,109 +456,48 @@ async fn run(args: RunArgs) -> Result<ExitCode> {
         }
         None => (prompt, args.agent, None),
     };
-    let mut flags = overrides(&args.model, args.max_iterations);
-    let mut loaded = config::load(&root, &flags)?;
-    if let Some(spec) = command_model {
-        match spec.split_once('/') {
-            // `provider/model`; a --provider flag keeps its provider.
-            Some((provider, model)) if loaded.config.providers.contains_key(provider) => {
-                flags.provider.get_or_insert_with(|| provider.to_owned());
-                flags.model = Some(model.to_owned());
-            }
-            _ => flags.model = Some(spec),
-        }
-        loaded = config::load(&root, &flags)?;
+    let assembled = setup::assemble(setup::Request {
+        flags: overrides(&args.model, args.max_iterations),
+        command_model,
+        allow_root_project: args.allow_root_project,
+        resume: resume_of(args.continue_last, args.resume),
+        mode: args.mode.as_deref().and_then(crow_core::Mode::parse),
+        default_mode: crow_core::Mode::FullAuto,
+        gate: permissions::headless(),
+    })?;
+    for note in &assembled.notes {
+        eprintln!("note: {note}");
     }
-    loaded.require_trust(&root)?;
-    let store = sessions::open(&loaded.config)?;
-    let resume = match (args.continue_last, args.resume) {
-        (_, Some(id)) => Some(sessions::Resume::Id(id)),
-        (true, None) => Some(sessions::Resume::Latest),
-        (false, None) => None,
-    };
-    let resumed = match resume {
-        Some(resume) => Some(sessions::find_resumed(&store, &resume, &root)?),
-        None => None,
-    };
-    if let Some(info) = &resumed {
-        // A continued session keeps its provider, model and endpoint unless a flag says
-        // otherwise: its conversation never goes where the user did not send it.
-        let (kept, changed) = sessions::keep_session_choices(&flags, info);
-        for line in changed {
-            eprintln!("note: {line}");
-        }
-        loaded = config::load(&root, &kept)?;
-    }
-    let selection = app::select_provider(&loaded)?;
-    // The URL actually requested (`--base-url` or OPENAI_BASE_URL may have moved it).
-    let fallback = (selection.name == "ollama" && loaded.config.provider.is_none())
-        .then(|| selection.settings.base_url.clone());
-    let mcp_servers = mcp::servers(&loaded.config);
-    let catalog = load_agents(&root);
-    let tools = crow_tools::builtin_tools(&tool_options(&loaded.config));
-    let max_iterations = loaded.config.max_iterations.unwrap_or(50);
-    let mode = args.mode.as_deref().and_then(crow_core::Mode::parse);
-    let policy = permissions::policy(&loaded, &root, mode, crow_core::Mode::FullAuto);
-    tracing::debug!(
-        mode = policy.mode.name(),
-        rules = policy.rules.len(),
-        "permissions"
-    );
-    let mut composer = compose::Composer::new(
-        loaded.config,
-        selection.settings,
-        catalog,
-        tools,
-        cwd,
-        max_iterations,
-    );
-    composer.permission = permissions::headless();
-    composer.policy = Some(std::sync::Arc::new(policy));
-    let spec = app::RunSpec {
+    let fallback = assembled.ollama_fallback.clone();
+    let spec = run::RunSpec {
         prompt,
-        composer: compose::with_subagents(composer),
+        composer: assembled.composer,
         agent,
         level: args.level,
         json: args.json,
-        store,
-        resumed,
-        mcp_servers,
+        store: assembled.store,
+        resumed: assembled.resumed,
+        mcp_servers: assembled.mcp_servers,
         resume_hint: true,
-        plain_root: !in_git,
+        plain_root: assembled.plain_root,
     };
-    app::run_session(spec).await.map_err(|e| match fallback {
-        Some(url) => e.context(format!(
-            "no provider and no API key are configured, so crow tried the built-in `ollama` \
-             provider at {url}; set OPENAI_API_KEY or ANTHROPIC_API_KEY (or api_key_file under \
-             [providers.openai]), pass --provider, or try `crow demo`"
-        )),
-        None => e,
-    })
+    run::run_session(spec)
+        .await
+        .map_err(|e| setup::explain_fallback(e, fallback.as_deref()))
 }
 
-/// Agent definitions for a project; broken files are warned about, the rest load.
-pub(crate) fn load_agents(project_root: &std::path::Path) -> agents::Catalog {
-    let catalog = agents::load_catalog(
-        config::user_config_dir().as_deref(),
-        &project_root.join(".crow"),
-    );
-    report_agent_problems(&catalog);
-    catalog
-}
-
-/// Definitions that did not load, or loaded without something: once, in one format.
-fn report_agent_problems(catalog: &agents::Catalog) {
-    for problem in &catalog.problems {
-        errln!("warning: skipped agent definition {problem}");
-    }
-    for warning in &catalog.warnings {
-        errln!("warning: {warning}");
+/// `--continue` / `--resume ID` as a lookup.
+fn resume_of(continue_last: bool, id: Option<String>) -> Option<sessions::Resume> {
+    match (continue_last, id) {
+        (_, Some(id)) => Some(sessions::Resume::Id(id)),
+        (true, None) => Some(sessions::Resume::Latest),
+        (false, None) => None,
     }
 }
 
 fn prompts_command(command: PromptsCommand) -> Result<ExitCode> {
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
-    let (root, _) = app::find_project_root(&cwd);
+    let (root, _) = wiring::find_project_root(&cwd);
     let templates = templates::Templates::load(config::user_config_dir().as_deref(), &root)?;
     match command {
         PromptsCommand::List => {
@@ -582,7 +522,7 @@ fn prompts_command(command: PromptsCommand) -> Result<ExitCode> {
 
 fn agents_command(command: AgentsCommand) -> Result<ExitCode> {
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
-    let (root, _) = app::find_project_root(&cwd);
+    let (root, _) = wiring::find_project_root(&cwd);
     let catalog = agents::load_catalog(config::user_config_dir().as_deref(), &root.join(".crow"));
     match command {
         AgentsCommand::List => {
@@ -611,7 +551,7 @@ fn agents_command(command: AgentsCommand) -> Result<ExitCode> {
                     a.description
                 );
             }
-            report_agent_problems(&catalog);
+            wiring::report_agent_problems(&catalog);
             Ok(ExitCode::SUCCESS)
         }
         AgentsCommand::Show { name } => {
@@ -669,92 +609,18 @@ fn agents_command(command: AgentsCommand) -> Result<ExitCode> {
     }
 }
 
-pub(crate) fn tool_options(config: &config::Config) -> crow_tools::ToolOptions {
-    let mut options = crow_tools::ToolOptions::default();
-    if let Some(secs) = config.tools.bash_timeout_secs {
-        options.bash_timeout = Duration::from_secs(secs);
-    }
-    if let Some(bytes) = config.tools.max_output_bytes {
-        options.max_output_bytes = bytes;
-    }
-    options.env = config::env_policy(config);
-    options.sandbox = sandbox_spec(config);
-    options
-}
-
-/// The sandbox of commands from `[sandbox]`, or `None` for `mode = "off"`. The first call
-/// probes the machine and says once what is missing.
-pub(crate) fn sandbox_spec(config: &config::Config) -> Option<crow_tools::SandboxSpec> {
-    use crow_tools::{SandboxMode, SandboxSupport};
-    static SUPPORT: std::sync::OnceLock<(std::path::PathBuf, SandboxSupport)> =
-        std::sync::OnceLock::new();
-    static WARNED: std::sync::Once = std::sync::Once::new();
-    let section = &config.sandbox;
-    let mode = section.mode.unwrap_or_default();
-    if mode == SandboxMode::Off {
-        return None;
-    }
-    let (launcher, support) = SUPPORT.get_or_init(|| match std::env::current_exe() {
-        Ok(exe) => {
-            let support = SandboxSupport::probe_with(&exe);
-            (exe, support)
-        }
-        Err(e) => (
-            std::path::PathBuf::from("crow"),
-            SandboxSupport::none(format!("cannot find crow's own executable: {e}")),
-        ),
-    });
-    let home = dirs::home_dir();
-    let writable_roots = section
-        .writable_roots
-        .iter()
-        .map(|p| match (p.strip_prefix("~"), &home) {
-            (Ok(rest), Some(home)) => home.join(rest),
-            _ => p.clone(),
-        })
-        .collect();
-    // crow's own files: a command must not rewrite its config, trust list or sessions.
-    let mut protected: Vec<std::path::PathBuf> = config::user_config_dir().into_iter().collect();
-    if let Some(dir) = sessions::db_path(config)
-        .ok()
-        .and_then(|db| db.parent().map(std::path::Path::to_path_buf))
-    {
-        protected.push(dir);
-    }
-    let spec = crow_tools::SandboxSpec {
-        launcher: launcher.clone(),
-        mode,
-        writable_roots,
-        protected,
-        network: section.network.unwrap_or(false),
-        support: support.clone(),
-    };
-    WARNED.call_once(|| {
-        if let Some(reason) = spec.unavailable() {
-            tracing::warn!(
-                "the sandbox is unavailable on this machine: {reason}; commands will be refused \
-                 (set [sandbox] mode = \"off\" to run them unconfined)"
-            );
-        }
-        for note in spec.weaker() {
-            tracing::warn!("sandbox: {note}");
-        }
-    });
-    Some(spec)
-}
-
 /// `crow sandbox -- CMD`: the command as `bash` would run it, attached to the terminal.
 async fn sandbox_command(trust_project: bool, command: &str) -> Result<ExitCode> {
     use std::os::unix::process::ExitStatusExt;
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
-    let (root, _) = app::find_project_root(&cwd);
+    let (root, _) = wiring::find_project_root(&cwd);
     let flags = Overrides {
         trust_project,
         ..Overrides::default()
     };
     let loaded = config::load(&root, &flags)?;
     loaded.require_trust(&root)?;
-    let options = tool_options(&loaded.config);
+    let options = wiring::tool_options(&loaded.config);
     match &options.sandbox {
         Some(spec) => {
             errln!("{}", spec.describe(&root).trim_end());

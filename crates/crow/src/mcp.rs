@@ -193,7 +193,7 @@ pub async fn command(command: McpCommand) -> Result<ExitCode> {
 
 async fn list(json: bool) -> Result<ExitCode> {
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
-    let (root, _) = crate::app::find_project_root(&cwd);
+    let (root, _) = crate::wiring::find_project_root(&cwd);
     let loaded = config::load(&root, &config::Overrides::default())?;
     for key in loaded
         .untrusted
@@ -215,7 +215,7 @@ async fn list(json: bool) -> Result<ExitCode> {
         .map(|s| s.startup_timeout)
         .max()
         .unwrap_or_default();
-    let options = crate::tool_options(&loaded.config);
+    let options = crate::wiring::tool_options(&loaded.config);
     // Problems are shown in the listing itself, so events are not printed here.
     let (manager, _events) = McpManager::start(
         servers,

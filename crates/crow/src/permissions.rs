@@ -163,7 +163,7 @@ fn line_of(text: &str, rule: &str) -> Option<usize> {
 /// every call ask.
 pub fn sensitive_dirs(config: &crate::config::Config, project_root: &Path) -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = crate::config::user_config_dir().into_iter().collect();
-    if let Some(dir) = crate::sessions::db_path(config)
+    if let Some(dir) = crate::wiring::db_path(config)
         .ok()
         .and_then(|db| db.parent().map(Path::to_path_buf))
     {

@@ -54,38 +54,6 @@ pub enum Resume {
     Id(String),
 }
 
-/// The database file: `CROW_HOME`, else `[store] path`, else `[store] data_dir`, else XDG.
-pub fn db_path(config: &Config) -> Result<PathBuf> {
-    db_location(config).map(|(path, _)| path)
-}
-
-/// [`db_path`] and which setting chose it, for `crow config show`.
-pub fn db_location(config: &Config) -> Result<(PathBuf, &'static str)> {
-    if std::env::var_os("CROW_HOME").is_some_and(|v| !v.is_empty()) {
-        let path = crow_store::default_path().context("CROW_HOME is not a usable path")?;
-        return Ok((path, "CROW_HOME is set"));
-    }
-    if let Some(path) = &config.store.path {
-        return Ok((expand_home(path), "[store] path"));
-    }
-    if let Some(dir) = &config.store.data_dir {
-        return Ok((
-            expand_home(dir).join(crow_store::DB_FILE),
-            "[store] data_dir",
-        ));
-    }
-    let path = crow_store::default_path()
-        .context("cannot find a data directory for the session database: set CROW_HOME")?;
-    Ok((path, "the default: $XDG_DATA_HOME/crow"))
-}
-
-fn expand_home(path: &Path) -> PathBuf {
-    match (path.strip_prefix("~"), dirs::home_dir()) {
-        (Ok(rest), Some(home)) => home.join(rest),
-        _ => path.to_path_buf(),
-    }
-}
-
 fn options(config: &Config, read_only: bool) -> StoreOptions {
     let mut options = StoreOptions {
         read_only,
@@ -103,7 +71,7 @@ fn options(config: &Config, read_only: bool) -> StoreOptions {
 
 /// Opens the store for writing; errors are one line naming the file.
 pub fn open(config: &Config) -> Result<Arc<SqliteStore>> {
-    let path = db_path(config)?;
+    let path = crate::wiring::db_path(config)?;
     let store = SqliteStore::open_with(&path, &options(config, false)).map_err(store_error)?;
     Ok(Arc::new(store))
 }
@@ -111,7 +79,7 @@ pub fn open(config: &Config) -> Result<Arc<SqliteStore>> {
 /// Opens the store to read: falls back to read-only access when the file cannot be written,
 /// and says so when there is no database yet.
 fn open_for_reading(config: &Config) -> Result<Option<SqliteStore>> {
-    let path = db_path(config)?;
+    let path = crate::wiring::db_path(config)?;
     if !path.exists() {
         return Ok(None);
     }
@@ -428,7 +396,7 @@ pub fn run(command: SessionsCommand, config: &Config, project_root: &Path) -> Re
         }
         bail!(
             "no sessions yet (no database at {})",
-            db_path(config)?.display()
+            crate::wiring::db_path(config)?.display()
         );
     };
     match command {

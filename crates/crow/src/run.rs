@@ -1,203 +1,17 @@
-//! Wiring: turns configuration into a provider, tools and a BaseAgent, and runs one session.
+//! `crow run`: one prompt through a new or resumed session, rendered as it streams (the
+//! terminal renderer or JSON lines), then exit with a status that says how it ended.
 
-use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Result, anyhow, bail};
 use crow_core::{RunStop, SessionStore};
-use crow_providers::{KeySource, ProviderKind, ProviderSettings, RetryPolicy};
 use crow_store::SqliteStore;
 
 use crate::compose::Composer;
-use crate::config::{Config, LoadedConfig};
 use crate::render;
 use crate::sessions;
-
-/// The provider crow will talk to and why it was chosen.
-pub struct Selection {
-    pub name: String,
-    pub reason: String,
-    pub settings: ProviderSettings,
-}
-
-/// Picks the provider: `provider` from config/env/flags, else `openai` when it has a key,
-/// else `anthropic` when it has one, else a local Ollama. "Has a key" follows key resolution
-/// (env var, then key file, then plain `api_key`), so a key given only in the config counts.
-pub fn select_provider(loaded: &LoadedConfig) -> Result<Selection> {
-    let config = &loaded.config;
-    let keyed = |name: &str| {
-        config
-            .providers
-            .get(name)
-            .and_then(|pc| key_source(name, pc))
-            .map(|reason| (name.to_owned(), reason))
-    };
-    let (name, reason) = match &config.provider {
-        Some(name) => {
-            let source = loaded
-                .sources
-                .get("provider")
-                .map(|(_, s)| s.to_string())
-                .unwrap_or_default();
-            (name.clone(), format!("provider = \"{name}\" ({source})"))
-        }
-        None => keyed("openai")
-            .or_else(|| keyed("anthropic"))
-            .unwrap_or_else(|| {
-                (
-                    "ollama".to_owned(),
-                    "no provider configured and no API key for openai or anthropic".to_owned(),
-                )
-            }),
-    };
-    let settings = provider_settings(config, &name, loaded.base_url_override.as_deref(), None)?;
-    Ok(Selection {
-        name,
-        reason,
-        settings,
-    })
-}
-
-fn env_set(var: &str) -> bool {
-    std::env::var(var).is_ok_and(|v| !v.trim().is_empty())
-}
-
-/// Where provider `name`'s key would come from, in resolution order, as a reason for choosing
-/// it; `None` without one. A key file counts even if it cannot be read: the user asked for
-/// it, and using the provider reports the problem.
-fn key_source(name: &str, pc: &crate::config::ProviderConfig) -> Option<String> {
-    if let Some(var) = pc.api_key_env.as_deref().filter(|v| env_set(v)) {
-        return Some(format!("{var} is set"));
-    }
-    if pc.api_key_file.is_some() {
-        return Some(format!("providers.{name}.api_key_file is set"));
-    }
-    pc.api_key
-        .as_deref()
-        .is_some_and(|k| !k.trim().is_empty())
-        .then(|| format!("providers.{name}.api_key is set"))
-}
-
-/// The settings of provider `name`; `model` overrides the configured model (an agent
-/// definition's own model).
-pub fn provider_settings(
-    config: &Config,
-    name: &str,
-    base_url: Option<&str>,
-    model: Option<&str>,
-) -> Result<ProviderSettings> {
-    let Some(pc) = config.providers.get(name) else {
-        let known: Vec<_> = config.providers.keys().map(String::as_str).collect();
-        bail!(
-            "unknown provider '{name}': define [providers.{name}] in config.toml or use one of: {}",
-            known.join(", ")
-        );
-    };
-    let kind = pc.kind.ok_or_else(|| {
-        anyhow!("providers.{name}.type is missing: set it to \"openai\" (any OpenAI-compatible server) or \"anthropic\"")
-    })?;
-    let base_url = base_url
-        .map(str::to_owned)
-        .or_else(|| pc.base_url.clone())
-        .unwrap_or_else(|| match kind {
-            ProviderKind::Anthropic => crow_providers::ANTHROPIC_DEFAULT_BASE_URL.to_owned(),
-            _ => crow_providers::OPENAI_DEFAULT_BASE_URL.to_owned(),
-        });
-    let model = model.map(str::to_owned).or_else(|| config.model.clone()).or_else(|| pc.model.clone()).ok_or_else(|| {
-        anyhow!("no model for provider '{name}': pass --model or set providers.{name}.model in config.toml")
-    })?;
-    let key = crow_providers::resolve_api_key(
-        pc.api_key_env.as_deref(),
-        pc.api_key_file.as_deref(),
-        pc.api_key.as_deref(),
-    )
-    .with_context(|| format!("cannot read the API key of provider '{name}'"))?;
-    let api_key = match key {
-        Some((key, source)) => {
-            if source == KeySource::Plaintext {
-                tracing::warn!(
-                    "providers.{name}.api_key is stored in plain text; prefer api_key_env or api_key_file"
-                );
-            }
-            Some(key)
-        }
-        None => {
-            let hosted =
-                base_url.contains("api.openai.com") || base_url.contains("api.anthropic.com");
-            if hosted {
-                let var = pc
-                    .api_key_env
-                    .as_deref()
-                    .unwrap_or("the provider's key variable");
-                bail!(
-                    "no API key for provider '{name}': set {var} or providers.{name}.api_key_file in ~/.config/crow/config.toml"
-                );
-            }
-            None
-        }
-    };
-    let mut retry = RetryPolicy::default();
-    if let Some(n) = pc.max_retries {
-        retry.max_attempts = n.saturating_add(1);
-    }
-    if let Some(secs) = pc.response_timeout_secs {
-        retry.response_timeout = Duration::from_secs(secs);
-    }
-    if let Some(secs) = pc.idle_timeout_secs {
-        retry.idle_timeout = Duration::from_secs(secs);
-    }
-    if let Some(secs) = pc.deadline_secs {
-        retry.deadline = Duration::from_secs(secs);
-    }
-    Ok(ProviderSettings {
-        kind,
-        name: name.to_owned(),
-        base_url,
-        context_window: pc.models.get(&model).and_then(|m| m.context_window),
-        images: pc.models.get(&model).and_then(|m| m.images),
-        model,
-        api_key,
-        retry,
-        headers: pc
-            .headers
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect(),
-        max_tokens: pc.max_tokens,
-        thinking_budget: pc.thinking_budget,
-    })
-}
-
-/// The project root: the nearest ancestor holding `.git`, else the working directory.
-pub fn find_project_root(cwd: &Path) -> (PathBuf, bool) {
-    cwd.ancestors()
-        .find(|dir| dir.join(".git").exists())
-        .map_or_else(
-            || (cwd.to_path_buf(), false),
-            |dir| (dir.to_path_buf(), true),
-        )
-}
-
-/// Refuses `/` and the home directory as a project root (no repository above them, so every
-/// file of the machine or the user would be the project's) unless the user asked for it or
-/// made it a crow project (a `.crow` directory).
-pub fn check_project_root(root: &Path, in_git: bool, allowed: bool) -> Result<()> {
-    if in_git {
-        return Ok(());
-    }
-    let home = dirs::home_dir().and_then(|h| h.canonicalize().ok());
-    let root_real = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
-    let too_wide = root_real.parent().is_none() || home.as_deref() == Some(root_real.as_path());
-    if too_wide && !allowed && !root.join(".crow").is_dir() {
-        bail!(
-            "{} is not in a git repository and would make the project root, so crow's tools could change any file below it; run crow in a project directory, or pass --allow-root-project",
-            root.display()
-        );
-    }
-    Ok(())
-}
 
 /// Everything one `crow run` needs.
 pub struct RunSpec {
@@ -274,7 +88,7 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
         spec.mcp_servers,
         spec.composer.tools.clone(),
         &spec.composer.cwd,
-        &crate::tool_options(&spec.composer.config),
+        &crate::wiring::tool_options(&spec.composer.config),
     );
     if let Some(command) = command {
         let instructions = &spec.composer.instructions;
@@ -357,7 +171,7 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
         // --continue only finds it from the same project; --resume works from anywhere.
         let here = std::env::current_dir()
             .ok()
-            .map(|d| find_project_root(&d).0);
+            .map(|d| crate::wiring::find_project_root(&d).0);
         if here.as_deref() == Some(spec.composer.project_root.as_path()) {
             errln!(
                 "session {} · continue it with crow run --continue \"…\"",
