@@ -61,37 +61,10 @@ fn options(key: Option<&str>) -> Vec<acp::PermissionOption> {
     options
 }
 
-/// What an "always" answer covers: `bash(PROGRAM)` for a simple command, `TOOL(PATH)` for an
-/// edit, else the tool; `None` for a command "always" must not cover (compound, or running
-/// another command's output), which is asked about every time.
+/// What an "always" answer covers (crow-core's [`crow_core::policy::always_key`]: the same
+/// for every front end).
 pub fn remembered_key(request: &PermissionRequest) -> Option<String> {
-    let command = match &request.preview {
-        Some(PermissionPreview::Command { command, .. }) => Some(command.as_str()),
-        _ if request.kind == ToolKind::Execute => {
-            request.input.get("command").and_then(|c| c.as_str())
-        }
-        _ => None,
-    };
-    if let Some(command) = command {
-        let segments = crow_core::policy::split_command(command);
-        if segments.len() != 1 || command.contains("$(") || command.contains('`') {
-            return None;
-        }
-        let program = segments.first()?.split_whitespace().next()?;
-        return Some(format!("{}({program})", request.tool));
-    }
-    let path = match &request.preview {
-        Some(PermissionPreview::Edit(edit)) => Some(edit.path.display().to_string()),
-        _ => request
-            .input
-            .get("path")
-            .and_then(|p| p.as_str())
-            .map(str::to_owned),
-    };
-    Some(match path {
-        Some(path) => format!("{}({path})", request.tool),
-        None => request.tool.clone(),
-    })
+    crow_core::policy::always_key(request)
 }
 
 fn deny(reason: impl Into<String>) -> PermissionDecision {

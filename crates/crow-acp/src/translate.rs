@@ -163,6 +163,9 @@ impl Translator {
                 out.push(message_chunk(delta.clone()));
             }
             AgentEvent::ThinkingDelta { delta, .. } => out.push(thought_chunk(delta.clone())),
+            // Not sent by this front end today (a prompt waits for the turn), but shown as
+            // the user's if a future one steers a running turn.
+            AgentEvent::UserMessage { text, .. } => out.push(user_chunk(text.clone())),
             AgentEvent::ToolCallStart {
                 call_id,
                 tool,

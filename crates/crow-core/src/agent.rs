@@ -242,6 +242,9 @@ impl BaseAgent {
                 turn.stop = TurnStop::MaxIterations;
                 break;
             }
+            if turn.iterations > 0 {
+                self.deliver_steering(session, events);
+            }
             turn.iterations += 1;
             self.emit(
                 events,
@@ -361,6 +364,24 @@ impl BaseAgent {
             },
         );
         Ok(turn)
+    }
+
+    /// Messages the user typed since the last model call join the history before the next
+    /// one: after the tool results they follow, so the model reads them with those results.
+    fn deliver_steering(&self, session: &mut Session, events: &EventSender) {
+        let Some(steering) = session.steering.clone() else {
+            return;
+        };
+        for text in steering.take() {
+            session.add_user_message(text.clone());
+            self.emit(
+                events,
+                AgentEvent::UserMessage {
+                    agent: self.name.clone(),
+                    text,
+                },
+            );
+        }
     }
 
     fn cancelled(

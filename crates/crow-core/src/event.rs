@@ -27,6 +27,12 @@ pub enum AgentEvent {
         text: String,
     },
 
+    /// A message the user typed while the turn ran, now part of the history (steering).
+    UserMessage {
+        agent: String,
+        text: String,
+    },
+
     // Thinking / reasoning
     ThinkingDelta {
         agent: String,

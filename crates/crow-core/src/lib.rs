@@ -54,7 +54,7 @@ pub use policy::{Action, CallFacts, Mode, Policy, Rule, RuleError, Verdict};
 pub use provider::{
     DeltaStream, FinishReason, Provider, ProviderError, ProviderErrorKind, StreamDelta, Usage,
 };
-pub use session::{HistorySink, Session};
+pub use session::{HistorySink, Session, Steering};
 pub use store::{
     NewSession, SessionFilter, SessionInfo, SessionSettings, SessionStatus, SessionStore,
     StoreError, StoredEntry, UsageRecord,

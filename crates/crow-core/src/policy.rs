@@ -21,8 +21,8 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::tool::{
-    Footprint, PermissionDecision, PermissionGate, PermissionRequest, Tool, ToolContext, ToolKind,
-    ToolResult,
+    Footprint, PermissionDecision, PermissionGate, PermissionPreview, PermissionRequest, Tool,
+    ToolContext, ToolKind, ToolResult,
 };
 
 /// How much runs without asking.
@@ -563,6 +563,39 @@ fn matches_at(p: &[char], t: &[char], path: bool) -> bool {
         }
         Some(c) => t.first() == Some(c) && matches_at(&p[1..], &t[1..], path),
     }
+}
+
+/// What an "always" answer covers: `bash(PROGRAM)` for a simple command, `TOOL(PATH)` for an
+/// edit, else the tool; `None` for a command "always" must not cover (compound, or running
+/// another command's output), which is asked about every time.
+pub fn always_key(request: &PermissionRequest) -> Option<String> {
+    let command = match &request.preview {
+        Some(PermissionPreview::Command { command, .. }) => Some(command.as_str()),
+        _ if request.kind == ToolKind::Execute => {
+            request.input.get("command").and_then(|c| c.as_str())
+        }
+        _ => None,
+    };
+    if let Some(command) = command {
+        let segments = split_command(command);
+        if segments.len() != 1 || command.contains("$(") || command.contains('`') {
+            return None;
+        }
+        let program = segments.first()?.split_whitespace().next()?;
+        return Some(format!("{}({program})", request.tool));
+    }
+    let path = match &request.preview {
+        Some(PermissionPreview::Edit(edit)) => Some(edit.path.display().to_string()),
+        _ => request
+            .input
+            .get("path")
+            .and_then(|p| p.as_str())
+            .map(str::to_owned),
+    };
+    Some(match path {
+        Some(path) => format!("{}({path})", request.tool),
+        None => request.tool.clone(),
+    })
 }
 
 #[cfg(test)]

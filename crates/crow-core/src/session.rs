@@ -23,6 +23,34 @@ pub struct Session {
     sink: Option<Arc<dyn HistorySink>>,
     /// Token accounting of this history (compaction.rs reads and updates it).
     pub budget: Budget,
+    /// Messages the user typed while a turn ran, delivered before the next model call.
+    pub steering: Option<Steering>,
+}
+
+/// A queue of user messages for a running turn (steering): the front end pushes what the
+/// user types while the agent works; the loop delivers them as user entries before its next
+/// model call. What is still queued when the turn ends is the front end's to send next.
+#[derive(Debug, Clone, Default)]
+pub struct Steering(Arc<std::sync::Mutex<std::collections::VecDeque<String>>>);
+
+impl Steering {
+    pub fn push(&self, text: impl Into<String>) {
+        if let Ok(mut queue) = self.0.lock() {
+            queue.push_back(text.into());
+        }
+    }
+
+    /// Everything queued, oldest first; the queue is left empty.
+    pub fn take(&self) -> Vec<String> {
+        self.0
+            .lock()
+            .map(|mut queue| queue.drain(..).collect())
+            .unwrap_or_default()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.lock().map(|queue| queue.is_empty()).unwrap_or(true)
+    }
 }
 
 impl std::fmt::Debug for Session {
@@ -50,6 +78,7 @@ impl Session {
             entries: Vec::new(),
             sink: None,
             budget: Budget::default(),
+            steering: None,
         }
     }
 
