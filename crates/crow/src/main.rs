@@ -25,6 +25,7 @@ mod skills;
 mod slash;
 mod templates;
 mod trust;
+mod tui;
 mod wiring;
 
 use std::io::Read;
@@ -42,9 +43,41 @@ use crate::config::Overrides;
     version,
     about = "A coding agent for your terminal and your editor"
 )]
+#[command(args_conflicts_with_subcommands = true)]
 struct Cli {
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
+    /// With no command: an interactive session in this project
+    #[command(flatten)]
+    session: SessionArgs,
+}
+
+/// `crow [PROMPT]`: the interactive terminal.
+#[derive(Args)]
+struct SessionArgs {
+    /// A first prompt to send when the session opens
+    prompt: Option<String>,
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Composition or agent: build, build-judge, pair, plan, ... (default: build, or the
+    /// resumed session's)
+    #[arg(long, short)]
+    agent: Option<String>,
+    /// Autonomy level -1..5, overriding the composition's
+    #[arg(long, allow_negative_numbers = true, value_parser = clap::value_parser!(i8).range(-1..=5))]
+    level: Option<i8>,
+    /// Continue the most recent session of this project
+    #[arg(long = "continue", short = 'c', conflicts_with = "resume")]
+    continue_last: bool,
+    /// Continue the session with this id (or a unique prefix of it)
+    #[arg(long, value_name = "ID")]
+    resume: Option<String>,
+    /// What runs without asking (default: [permissions] mode, else ask)
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(crow_core::Mode::NAMES))]
+    mode: Option<String>,
+    /// Work in `/` or your home directory although it is no project
+    #[arg(long)]
+    allow_root_project: bool,
 }
 
 #[derive(Subcommand)]
@@ -225,7 +258,12 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let result = runtime.block_on(dispatch(cli.command));
+    let result = runtime.block_on(async move {
+        match cli.command {
+            Some(command) => dispatch(command).await,
+            None => interactive(cli.session).await,
+        }
+    });
     // Do not wait for work nobody will see (a turn still running when the editor closed the
     // connection): exit promptly.
     runtime.shutdown_timeout(Duration::from_millis(200));
@@ -248,7 +286,7 @@ fn init_logging() {
     let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(tui::LogWriter)
         .with_ansi(ansi)
         .fmt_fields(logging::ShortFields)
         .with_target(false)
@@ -421,6 +459,19 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+async fn interactive(args: SessionArgs) -> Result<ExitCode> {
+    tui::run(tui::Args {
+        prompt: args.prompt.filter(|p| !p.trim().is_empty()),
+        flags: overrides(&args.model, None),
+        resume: resume_of(args.continue_last, args.resume),
+        agent: args.agent,
+        level: args.level,
+        mode: args.mode.as_deref().and_then(crow_core::Mode::parse),
+        allow_root_project: args.allow_root_project,
+    })
+    .await
 }
 
 fn overrides(model: &ModelArgs, max_iterations: Option<u32>) -> Overrides {

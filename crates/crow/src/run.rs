@@ -186,35 +186,48 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
         }
     }
     let result = outcome.map_err(|e| anyhow!("{e}"))?;
+    let (code, note) = how_it_ended(&result, crew.primary().config.max_iterations);
+    if let Some(note) = note {
+        errln!("{note}");
+    }
     Ok(match result.stop {
-        RunStop::Complete { .. } | RunStop::NeedsInput => ExitCode::SUCCESS,
         RunStop::Cancelled => ExitCode::from(
             crate::stop::exit_status().unwrap_or(crate::stop::Cause::Interrupt as u8),
         ),
-        RunStop::MaxTurns => {
-            errln!(
-                "crow stopped at its bound ({} round{}, at most {} model calls each); raise --max-iterations or the composition's max_rounds",
+        _ => ExitCode::from(code),
+    })
+}
+
+/// The exit status of a run that ended this way, and what to tell the user about it (every
+/// front end says the same).
+pub fn how_it_ended(result: &crow_core::RunResult, max_iterations: u32) -> (u8, Option<String>) {
+    match &result.stop {
+        RunStop::Complete { .. } | RunStop::NeedsInput => (0, None),
+        // The renderer has shown it.
+        RunStop::Cancelled => (crate::stop::Cause::Interrupt as u8, None),
+        RunStop::MaxTurns => (
+            3,
+            Some(format!(
+                "crow stopped at its bound ({} round{}, at most {max_iterations} model calls each); raise --max-iterations or the composition's max_rounds",
                 result.rounds,
                 if result.rounds == 1 { "" } else { "s" },
-                crew.primary().config.max_iterations
-            );
-            ExitCode::from(3)
-        }
-        RunStop::MaxTokens => {
-            errln!("the model hit its output token limit; raise max_tokens in the provider config");
-            ExitCode::from(4)
-        }
-        RunStop::Refusal => {
-            errln!("the model refused to answer");
-            ExitCode::from(5)
-        }
-        RunStop::DoomLoop { description } => {
-            errln!(
+            )),
+        ),
+        RunStop::MaxTokens => (
+            4,
+            Some(
+                "the model hit its output token limit; raise max_tokens in the provider config"
+                    .into(),
+            ),
+        ),
+        RunStop::Refusal => (5, Some("the model refused to answer".into())),
+        RunStop::DoomLoop { description } => (
+            6,
+            Some(format!(
                 "crow stopped the model for repeating itself ({description}); rephrase the task, or set doom_loop_threshold (0 turns the check off)"
-            );
-            ExitCode::from(6)
-        }
-    })
+            )),
+        ),
+    }
 }
 
 /// `crow run --continue "/compact"` or `"/context"`: the session command, answered on stdout;

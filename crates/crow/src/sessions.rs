@@ -323,7 +323,7 @@ pub fn models(crew: &Crew) -> HashMap<String, String> {
 /// imports (said on stderr, with where).
 pub fn finish(store: &SqliteStore, id: &str, outcome: &Result<RunResult, AgentError>) {
     if let Some(unsaved) = store.flush_pending() {
-        eprintln!("warning: {unsaved}");
+        errln!("warning: {unsaved}");
     }
     let status = match outcome {
         Err(_) => SessionStatus::Failed,

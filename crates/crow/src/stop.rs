@@ -150,11 +150,35 @@ pub fn stderr() -> Checked<std::io::StderrLock<'static>> {
     Checked(std::io::stderr().lock())
 }
 
+/// Where stderr's lines go while a front end owns the terminal (the interactive terminal
+/// prints them above its prompt instead of across it).
+type Route = Box<dyn Fn(String) + Send + Sync>;
+static ROUTE: std::sync::OnceLock<Route> = std::sync::OnceLock::new();
+
+/// Sends every later `errln!` line (and log line) to `route` instead of stderr.
+pub fn route_stderr(route: impl Fn(String) + Send + Sync + 'static) {
+    let _ = ROUTE.set(Box::new(route));
+}
+
+/// The route set by [`route_stderr`], if any.
+pub fn stderr_route() -> Option<&'static Route> {
+    ROUTE.get()
+}
+
+/// One line for the user outside the answer: stderr, or the route.
+pub fn err_line(text: std::fmt::Arguments<'_>) {
+    match ROUTE.get() {
+        Some(route) => route(text.to_string()),
+        None => {
+            let _ = writeln!(stderr(), "{text}");
+        }
+    }
+}
+
 /// `eprintln!` that never panics (see the module doc).
 macro_rules! errln {
     ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(crate::stop::stderr(), $($arg)*);
+        crate::stop::err_line(format_args!($($arg)*));
     }};
 }
 

@@ -13,6 +13,8 @@ use crow_core::{AgentEvent, Usage};
 use serde::Serialize;
 use tokio::sync::mpsc::UnboundedReceiver;
 
+pub use summary::first_line;
+pub use terminal::Renderer;
 pub use terminal::run as terminal;
 
 /// Totals gathered while rendering, for the closing line.
@@ -64,7 +66,7 @@ pub async fn json_lines(session: SessionLine, mut events: UnboundedReceiver<Agen
 }
 
 impl Totals {
-    fn observe(&mut self, event: &AgentEvent) {
+    pub fn observe(&mut self, event: &AgentEvent) {
         match event {
             AgentEvent::Usage {
                 input_tokens,
@@ -98,29 +100,33 @@ impl Style {
         Self { on }
     }
 
-    fn paint(self, code: &str, text: &str) -> String {
+    pub fn is_on(self) -> bool {
+        self.on
+    }
+
+    pub fn paint(self, code: &str, text: &str) -> String {
         if self.on {
             format!("\x1b[{code}m{text}\x1b[0m")
         } else {
             text.to_owned()
         }
     }
-    fn dim(self, t: &str) -> String {
+    pub fn dim(self, t: &str) -> String {
         self.paint("2", t)
     }
-    fn bold(self, t: &str) -> String {
+    pub fn bold(self, t: &str) -> String {
         self.paint("1", t)
     }
-    fn red(self, t: &str) -> String {
+    pub fn red(self, t: &str) -> String {
         self.paint("31", t)
     }
-    fn green(self, t: &str) -> String {
+    pub fn green(self, t: &str) -> String {
         self.paint("32", t)
     }
-    fn yellow(self, t: &str) -> String {
+    pub fn yellow(self, t: &str) -> String {
         self.paint("33", t)
     }
-    fn cyan(self, t: &str) -> String {
+    pub fn cyan(self, t: &str) -> String {
         self.paint("36", t)
     }
 }

@@ -64,6 +64,9 @@ pub struct Renderer {
     running: BTreeMap<String, (String, Instant)>,
     /// A model call is waiting for its first output.
     waiting: Option<Instant>,
+    /// Tool calls shown so far, when their lines carry a number (`#3`) the interactive
+    /// terminal expands them by; `None`: unnumbered (`crow run`).
+    numbered: Option<u32>,
 }
 
 impl Renderer {
@@ -76,7 +79,14 @@ impl Renderer {
             last_started: None,
             running: BTreeMap::new(),
             waiting: None,
+            numbered: None,
         }
+    }
+
+    /// Numbers tool call lines (`#1 ● bash ls`), counting from `after + 1`.
+    pub fn numbered(mut self, after: u32) -> Self {
+        self.numbered = Some(after);
+        self
     }
 
     /// Events that change nothing on screen (the spinner keeps turning through them).
@@ -184,8 +194,15 @@ impl Renderer {
                 ..
             } => {
                 let args = summary::arguments(tool, arguments);
+                let number = match &mut self.numbered {
+                    Some(n) => {
+                        *n += 1;
+                        es.dim(&format!("#{n} "))
+                    }
+                    None => String::new(),
+                };
                 let text = format!(
-                    "{}{} {} {}",
+                    "{}{number}{} {} {}",
                     self.prefix(es, agent),
                     es.yellow("●"),
                     es.bold(tool),
@@ -270,6 +287,10 @@ impl Renderer {
                 self.last_started = None;
             }
             AgentEvent::Cancelled { .. } => self.err_line(out, err, &es.yellow("⊘ cancelled")),
+            AgentEvent::UserMessage { text, .. } => {
+                let text = es.bold(&format!("› {}", summary::first_line(text, 100)));
+                self.err_line(out, err, &text);
+            }
             AgentEvent::DoomLoopDetected { agent, description } => {
                 let text = format!(
                     "{}{}",

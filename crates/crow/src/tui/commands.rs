@@ -1,0 +1,419 @@
+//! The interactive terminal's slash commands. The session commands every front end has
+//! (`/compact`, `/context`) run through `session_cmd`; the project's custom commands through
+//! `slash`; the rest choose what the session runs with (composition, level, model, mode),
+//! move between sessions, or show more of what is on screen.
+
+use std::sync::{Arc, Mutex};
+
+use crow_core::{Mode, SessionFilter, SessionInfo, SessionStore};
+
+use super::App;
+use super::gate::GateState;
+use crate::sessions;
+
+/// The built-in commands: name, what it does.
+const BUILTIN: &[(&str, &str)] = &[
+    ("/help", "this list"),
+    (
+        "/agent",
+        "show or switch the composition: /agent build-judge",
+    ),
+    (
+        "/level",
+        "show or set the autonomy level -1..5 (/level default clears it)",
+    ),
+    ("/model", "show or switch the model: /model PROVIDER/MODEL"),
+    (
+        "/mode",
+        "show or set what runs without asking: read-only, ask, auto-edit, full-auto",
+    ),
+    ("/compact", "fold the history now: /compact [what to keep]"),
+    ("/context", "what the next request carries"),
+    (
+        "/expand",
+        "a tool call's whole output or diff: /expand [N] (Ctrl-O: the last)",
+    ),
+    ("/thinking", "the last thinking in full"),
+    ("/sessions", "this project's sessions"),
+    ("/resume", "continue another session: /resume ID"),
+    ("/new", "start a new session"),
+    ("/clear", "start a new session (Ctrl-L clears the screen)"),
+    ("/exit", "leave (the session is saved)"),
+];
+
+/// Prefix of the session settings options holding "always" answers (shared with `crow acp`).
+const ALWAYS_PREFIX: &str = "always.";
+const MODE_OPTION: &str = "mode";
+
+/// Everything `/` completes to: the built-ins, then the project's and user's commands.
+pub fn completions(root: &std::path::Path) -> Vec<(String, String)> {
+    let mut all: Vec<(String, String)> = BUILTIN
+        .iter()
+        .map(|(n, d)| ((*n).to_owned(), (*d).to_owned()))
+        .collect();
+    for command in crate::slash::load(root).commands.into_values() {
+        let about = command.description.unwrap_or_default();
+        all.push((format!("/{}", command.name), about));
+    }
+    all
+}
+
+/// Runs `line` if it is a command; `false`: it is a prompt after all.
+pub async fn handle(app: &mut App, line: &str) -> bool {
+    let text = line.trim();
+    let (name, arg) = match text.split_once(char::is_whitespace) {
+        Some((name, arg)) => (name, arg.trim()),
+        None => (text, ""),
+    };
+    // A path such as `/usr/bin/env is missing` is a prompt.
+    if name[1..].contains('/') {
+        return false;
+    }
+    let busy = app.running.is_some();
+    match name {
+        "/help" | "/?" => help(app),
+        "/expand" => app.view.expand(arg.parse().ok()),
+        "/thinking" => app.view.thinking(),
+        "/mode" => mode(app, arg),
+        "/exit" | "/quit" => {
+            app.cancel_turn();
+            app.quit_when_idle();
+        }
+        _ if busy => {
+            app.view.info(&format!(
+                "{name} waits for the turn to end (Esc cancels it)"
+            ));
+        }
+        "/agent" => agent(app, arg),
+        "/level" => level(app, arg),
+        "/model" => model(app, arg),
+        "/new" | "/clear" => {
+            app.session = None;
+            app.id = None;
+            app.context_tokens = 0;
+            app.view.info("new session: the next prompt starts it");
+        }
+        "/sessions" => list_sessions(app),
+        "/resume" => resume(app, arg),
+        "/compact" | "/context" => session_command(app, text).await,
+        _ => {
+            let commands = crate::slash::load(&app.composer.project_root);
+            match crate::slash::expand_invocation(text, &commands) {
+                Some(Ok(invoked)) => {
+                    if invoked.model.is_some() {
+                        app.view
+                            .info("this command names a model: it runs with the session's here");
+                    }
+                    app.start_turn_echo(invoked.prompt, invoked.agent, true);
+                }
+                Some(Err(message)) => app.view.error(&message),
+                None => app
+                    .view
+                    .error(&format!("unknown command {name}: /help lists them")),
+            }
+        }
+    }
+    app.refresh_status();
+    true
+}
+
+fn help(app: &mut App) {
+    let mut lines: Vec<String> = completions(&app.composer.project_root)
+        .into_iter()
+        .map(|(name, about)| format!("  {name:<11} {about}"))
+        .collect();
+    lines.push(
+        "  keys: Alt-Enter or a trailing \\ for a new line · Tab completes /commands and @files · \
+         Esc or Ctrl-C cancels a turn · Shift-Tab cycles the mode · Ctrl-O expands the last tool call · \
+         Ctrl-R searches history · Ctrl-D leaves"
+            .into(),
+    );
+    lines.push("  typed while the agent works: queued, delivered at its next step".into());
+    app.view.plain(&lines.join("\n"));
+}
+
+fn agent(app: &mut App, arg: &str) {
+    if arg.is_empty() {
+        let names: Vec<String> = app
+            .composer
+            .catalog
+            .compositions
+            .values()
+            .map(|c| {
+                let mark = if c.name == app.composition {
+                    "●"
+                } else {
+                    " "
+                };
+                format!("  {mark} {:<14} {}", c.name, c.description)
+            })
+            .collect();
+        app.view.plain(&names.join("\n"));
+        return;
+    }
+    match app.composer.crew(arg, app.level) {
+        Ok(crew) => {
+            app.crew = Arc::new(crew);
+            app.composition = arg.to_owned();
+            app.view.show_agents(app.crew.coagent().is_some());
+            if let Some(id) = &app.id
+                && let Err(e) = app.store.set_agent(id, arg)
+            {
+                app.view.warn(&format!("not saved with the session: {e}"));
+            }
+            let team = match app.crew.coagent() {
+                Some(co) => format!(
+                    "{} + {} ({})",
+                    app.crew.primary().name,
+                    co.name,
+                    app.crew.flow().label()
+                ),
+                None => app.crew.primary().name.clone(),
+            };
+            app.view.info(&format!("composition {arg}: {team}"));
+        }
+        Err(e) => app.view.error(&format!("{e:#}")),
+    }
+}
+
+fn level(app: &mut App, arg: &str) {
+    if arg.is_empty() {
+        let text = match app.level {
+            Some(level) => format!("level {level} (set for this session)"),
+            None => format!("the composition's flow: {}", app.crew.flow().label()),
+        };
+        app.view.info(&text);
+        return;
+    }
+    let level = if arg == "default" {
+        None
+    } else {
+        match arg.parse::<i8>() {
+            Ok(n) if (-1..=5).contains(&n) => Some(n),
+            _ => return app.view.error("a level is -1..5, or `default`"),
+        }
+    };
+    match app.composer.crew(&app.composition, level) {
+        Ok(crew) => {
+            app.crew = Arc::new(crew);
+            app.level = level;
+            app.view.show_agents(app.crew.coagent().is_some());
+            if let Some(id) = &app.id
+                && let Err(e) = app.store.set_level(id, level)
+            {
+                app.view.warn(&format!("not saved with the session: {e}"));
+            }
+            app.view.info(&format!("flow: {}", app.crew.flow().label()));
+        }
+        Err(e) => app.view.error(&format!("{e:#}")),
+    }
+}
+
+fn model(app: &mut App, arg: &str) {
+    let config = &app.loaded.config;
+    if arg.is_empty() {
+        let mut lines = vec![format!(
+            "  ● {}/{}",
+            app.composer.default_provider.name, app.composer.default_provider.model
+        )];
+        for (name, pc) in &config.providers {
+            for model in pc.model.iter().chain(pc.models.keys()) {
+                if *name != app.composer.default_provider.name
+                    || *model != app.composer.default_provider.model
+                {
+                    lines.push(format!("    {name}/{model}"));
+                }
+            }
+        }
+        app.view.plain(&lines.join("\n"));
+        return;
+    }
+    let (provider, model) = match arg.split_once('/') {
+        Some((p, m)) if config.providers.contains_key(p) => (p.to_owned(), m.to_owned()),
+        _ => (app.composer.default_provider.name.clone(), arg.to_owned()),
+    };
+    // The same endpoint when the provider stays; another provider's own otherwise.
+    let base_url = (provider == app.composer.default_provider.name)
+        .then(|| app.composer.default_provider.base_url.clone());
+    let settings = match crate::wiring::provider_settings(
+        config,
+        &provider,
+        base_url.as_deref(),
+        Some(&model),
+    ) {
+        Ok(settings) => settings,
+        Err(e) => return app.view.error(&format!("{e:#}")),
+    };
+    let mut composer = crate::compose::Composer::new(
+        config.clone(),
+        settings,
+        crate::wiring::load_agents(&app.composer.project_root),
+        app.composer.tools.clone(),
+        app.composer.cwd.clone(),
+        app.composer.max_iterations,
+    );
+    composer.permission = Arc::clone(&app.composer.permission);
+    composer.policy = app.composer.policy.clone();
+    let composer = crate::compose::with_subagents(composer);
+    composer.set_history_sink(Arc::clone(&app.store) as Arc<dyn crow_core::HistorySink>);
+    if let Some(id) = &app.id
+        && let Ok(prompts) = sessions::stored_prompts(&app.store, id)
+    {
+        composer.set_stored_prompts(prompts);
+    }
+    match composer.crew(&app.composition, app.level) {
+        Ok(crew) => {
+            app.crew = Arc::new(crew);
+            app.composer = composer;
+            app.context_tokens = 0;
+            app.view.info(&format!("model {provider}/{model}"));
+        }
+        Err(e) => app.view.error(&format!("{e:#}")),
+    }
+}
+
+fn mode(app: &mut App, arg: &str) {
+    let current = app
+        .gate
+        .lock()
+        .ok()
+        .and_then(|g| g.mode)
+        .or_else(|| app.composer.policy.as_ref().map(|p| p.mode))
+        .unwrap_or(Mode::Ask);
+    let next = match arg {
+        "" => {
+            return app.view.info(&format!(
+                "mode {} · choose one of {}",
+                current.name(),
+                Mode::NAMES.join(", ")
+            ));
+        }
+        "next" => {
+            let names = Mode::NAMES;
+            let i = names.iter().position(|n| *n == current.name()).unwrap_or(0);
+            Mode::parse(names[(i + 1) % names.len()])
+        }
+        name => Mode::parse(name),
+    };
+    let Some(next) = next else {
+        return app
+            .view
+            .error(&format!("no mode {arg}: one of {}", Mode::NAMES.join(", ")));
+    };
+    if let Ok(mut gate) = app.gate.lock() {
+        gate.mode = Some(next);
+    }
+    save_answers(app);
+    app.view.info(&format!("mode {}", next.name()));
+}
+
+fn list_sessions(app: &mut App) {
+    let filter = SessionFilter {
+        project_root: Some(app.composer.project_root.clone()),
+        limit: Some(15),
+    };
+    match app.store.list_sessions(&filter) {
+        Ok(list) if list.is_empty() => app.view.info("no sessions in this project yet"),
+        Ok(list) => {
+            let lines: Vec<String> = list
+                .iter()
+                .map(|s| {
+                    let mark = if app.id.as_deref() == Some(s.id.as_str()) {
+                        "●"
+                    } else {
+                        " "
+                    };
+                    format!(
+                        "  {mark} {}  {}  {:<12} {}",
+                        &s.id[..s.id.len().min(8)],
+                        s.updated_at.format("%Y-%m-%d %H:%M"),
+                        s.agent,
+                        s.title
+                    )
+                })
+                .collect();
+            app.view
+                .plain(&format!("{}\n  /resume ID continues one", lines.join("\n")));
+        }
+        Err(e) => app.view.error(&e.to_string()),
+    }
+}
+
+fn resume(app: &mut App, arg: &str) {
+    if arg.is_empty() {
+        return list_sessions(app);
+    }
+    let found = sessions::find_resumed(
+        &app.store,
+        &sessions::Resume::Id(arg.to_owned()),
+        &app.composer.project_root,
+    );
+    let opened = found.and_then(|info| {
+        app.composer
+            .set_stored_prompts(sessions::stored_prompts(&app.store, &info.id)?);
+        app.open(info)
+    });
+    if let Err(e) = opened {
+        app.view.error(&format!("{e:#}"));
+    }
+}
+
+/// `/compact` and `/context`, as every front end runs them.
+async fn session_command(app: &mut App, text: &str) {
+    let Some(command) = crate::session_cmd::parse(text) else {
+        return app.view.error("usage: /compact [focus] or /context");
+    };
+    let Some((_, session)) = app.session.as_mut() else {
+        return app
+            .view
+            .info("nothing yet: the session starts with your first prompt");
+    };
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let reply = crate::session_cmd::run(
+        &command,
+        app.crew.primary(),
+        &mut session.primary,
+        &app.events,
+        &cancel,
+        &app.composer.instructions,
+    )
+    .await;
+    app.view.plain(&reply);
+}
+
+/// A stored session's "always" answers and mode, back in the gate.
+pub fn restore_answers(gate: &Arc<Mutex<GateState>>, info: &SessionInfo) {
+    let Ok(mut state) = gate.lock() else { return };
+    for (key, value) in &info.settings.options {
+        if let Some(what) = key.strip_prefix(ALWAYS_PREFIX) {
+            state.always.insert(what.to_owned(), value == "allow");
+        }
+    }
+    if let Some(mode) = info.settings.options.get(MODE_OPTION) {
+        state.mode = Mode::parse(mode);
+    }
+}
+
+/// Keeps the gate's "always" answers and mode with the session.
+pub fn save_answers(app: &mut App) {
+    let Some(id) = &app.id else { return };
+    let Ok(mut info) = app.store.session(id) else {
+        return;
+    };
+    if let Ok(state) = app.gate.lock() {
+        for (key, allowed) in &state.always {
+            let value = if *allowed { "allow" } else { "reject" };
+            info.settings
+                .options
+                .insert(format!("{ALWAYS_PREFIX}{key}"), value.to_owned());
+        }
+        if let Some(mode) = state.mode {
+            info.settings
+                .options
+                .insert(MODE_OPTION.to_owned(), mode.name().to_owned());
+        }
+    }
+    if let Err(e) = app.store.set_settings(id, &info.settings) {
+        app.view.warn(&format!("not saved with the session: {e}"));
+    }
+}

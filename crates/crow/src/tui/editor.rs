@@ -1,0 +1,407 @@
+//! The input side of the interactive terminal: reedline on its own thread (it blocks on the
+//! keyboard), always at the bottom of the screen, also while a turn runs — what is typed
+//! then is steering, queued for the agent. Multi-line input (Alt-Enter or a trailing `\`),
+//! history kept per project, bracketed paste, completion of `/commands` and `@path`
+//! mentions (the project's files, .gitignore respected). Keys the loop acts on come back as
+//! host commands: Ctrl-O expands the last tool call, Shift-Tab cycles the permission mode,
+//! Esc cancels the running turn.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use reedline::{
+    ColumnarMenu, Completer, EditCommand, Emacs, ExternalPrinter, FileBackedHistory, KeyCode,
+    KeyModifiers, MenuBuilder, Prompt, PromptEditMode, PromptHistorySearch,
+    PromptHistorySearchStatus, Reedline, ReedlineEvent, ReedlineMenu, Signal, Span, Suggestion,
+    ValidationResult, Validator, default_emacs_keybindings,
+};
+use tokio::sync::mpsc;
+
+/// What the user did at the prompt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Input {
+    Line(String),
+    /// Ctrl-C.
+    Interrupt,
+    /// Ctrl-D, or the terminal went away.
+    Eof,
+}
+
+/// Host commands bound to keys (they arrive as lines the loop understands).
+pub const EXPAND_KEY: &str = "/expand";
+pub const MODE_KEY: &str = "/mode next";
+pub const CANCEL_KEY: &str = "\u{1b}";
+
+/// What the prompt shows: the status at the right of the input line (one line only: reedline
+/// prints output above the prompt's *last* line, so a status line above it would be left in
+/// the scrollback at every print), and whether a turn runs. While one runs the status is
+/// kept short, since reedline counts it as part of the input when measuring wrapped lines.
+#[derive(Clone, Default)]
+pub struct Status {
+    pub line: String,
+    pub busy: bool,
+}
+
+struct StatusPrompt {
+    status: Arc<Mutex<Status>>,
+    colour: bool,
+}
+
+impl Prompt for StatusPrompt {
+    fn render_prompt_left(&self) -> std::borrow::Cow<'_, str> {
+        "".into()
+    }
+
+    fn render_prompt_right(&self) -> std::borrow::Cow<'_, str> {
+        let status = self
+            .status
+            .lock()
+            .map(|s| s.line.clone())
+            .unwrap_or_default();
+        status.into()
+    }
+
+    fn render_prompt_indicator(&self, _mode: PromptEditMode) -> std::borrow::Cow<'_, str> {
+        let busy = self.status.lock().is_ok_and(|s| s.busy);
+        // While a turn runs, what is typed is queued for it.
+        if busy { "+ " } else { "› " }.into()
+    }
+
+    fn render_prompt_multiline_indicator(&self) -> std::borrow::Cow<'_, str> {
+        "  ".into()
+    }
+
+    fn render_prompt_history_search_indicator(
+        &self,
+        search: PromptHistorySearch,
+    ) -> std::borrow::Cow<'_, str> {
+        let failed = match search.status {
+            PromptHistorySearchStatus::Passing => "",
+            PromptHistorySearchStatus::Failing => "failing ",
+        };
+        format!("({failed}search: {}) ", search.term).into()
+    }
+
+    fn get_prompt_color(&self) -> reedline::Color {
+        if self.colour {
+            reedline::Color::DarkGray
+        } else {
+            reedline::Color::Default
+        }
+    }
+
+    fn get_indicator_color(&self) -> reedline::Color {
+        if self.colour {
+            reedline::Color::Cyan
+        } else {
+            reedline::Color::Default
+        }
+    }
+
+    fn get_prompt_right_color(&self) -> reedline::Color {
+        if self.colour {
+            reedline::Color::DarkGray
+        } else {
+            reedline::Color::Default
+        }
+    }
+}
+
+/// What stays in the scrollback of a submitted line: the input alone, marked as the user's
+/// (the status line above it is for the prompt being edited only).
+struct Submitted {
+    colour: bool,
+}
+
+impl Prompt for Submitted {
+    fn render_prompt_left(&self) -> std::borrow::Cow<'_, str> {
+        "".into()
+    }
+
+    fn render_prompt_right(&self) -> std::borrow::Cow<'_, str> {
+        "".into()
+    }
+
+    fn render_prompt_indicator(&self, _mode: PromptEditMode) -> std::borrow::Cow<'_, str> {
+        "› ".into()
+    }
+
+    fn render_prompt_multiline_indicator(&self) -> std::borrow::Cow<'_, str> {
+        "  ".into()
+    }
+
+    fn render_prompt_history_search_indicator(
+        &self,
+        _search: PromptHistorySearch,
+    ) -> std::borrow::Cow<'_, str> {
+        "› ".into()
+    }
+
+    fn get_indicator_color(&self) -> reedline::Color {
+        if self.colour {
+            reedline::Color::Cyan
+        } else {
+            reedline::Color::Default
+        }
+    }
+}
+
+/// A trailing backslash continues the input on the next line, as in a shell.
+struct Continuation;
+
+impl Validator for Continuation {
+    fn validate(&self, line: &str) -> ValidationResult {
+        if line.ends_with('\\') {
+            ValidationResult::Incomplete
+        } else {
+            ValidationResult::Complete
+        }
+    }
+}
+
+/// Completes `/commands` at the start of the input and `@paths` anywhere.
+struct Completions {
+    commands: Vec<(String, String)>,
+    root: PathBuf,
+    files: OnceLock<Vec<String>>,
+}
+
+/// Files offered after `@`, at most (a huge tree is cut, not walked to its end).
+const MAX_FILES: usize = 20_000;
+const MAX_SUGGESTIONS: usize = 40;
+
+impl Completer for Completions {
+    fn complete(&mut self, line: &str, pos: usize) -> reedline::CompletionResult {
+        let pos = pos.min(line.len());
+        let start = line[..pos].rfind(char::is_whitespace).map_or(0, |i| i + 1);
+        let word = &line[start..pos];
+        let span = Span::new(start, pos);
+        let suggest = |value: String, description: Option<String>| Suggestion {
+            value,
+            description,
+            span,
+            append_whitespace: true,
+            ..Suggestion::default()
+        };
+        let suggestions: Vec<Suggestion> = if start == 0 && word.starts_with('/') {
+            self.commands
+                .iter()
+                .filter(|(name, _)| name.starts_with(word))
+                .map(|(name, about)| suggest(name.clone(), Some(about.clone())))
+                .collect()
+        } else if let Some(partial) = word.strip_prefix('@') {
+            let files = self.files.get_or_init(|| project_files(&self.root));
+            let lower = partial.to_lowercase();
+            let mut found: Vec<&String> = files
+                .iter()
+                .filter(|f| f.starts_with(partial))
+                .take(MAX_SUGGESTIONS)
+                .collect();
+            if found.len() < MAX_SUGGESTIONS {
+                found.extend(
+                    files
+                        .iter()
+                        .filter(|f| !f.starts_with(partial) && f.to_lowercase().contains(&lower))
+                        .take(MAX_SUGGESTIONS - found.len()),
+                );
+            }
+            found
+                .into_iter()
+                .map(|f| suggest(format!("@{f}"), None))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        reedline::CompletionResult::fresh(suggestions)
+    }
+}
+
+/// The project's files relative to its root, as git would list them (ignored files and
+/// hidden directories left out).
+pub fn project_files(root: &Path) -> Vec<String> {
+    let mut files = Vec::new();
+    for entry in ignore::WalkBuilder::new(root).build().flatten() {
+        if files.len() >= MAX_FILES {
+            break;
+        }
+        if entry.file_type().is_some_and(|t| t.is_file())
+            && let Ok(rel) = entry.path().strip_prefix(root)
+        {
+            files.push(rel.to_string_lossy().into_owned());
+        }
+    }
+    files.sort();
+    files
+}
+
+pub struct EditorOptions {
+    pub history: Option<PathBuf>,
+    pub commands: Vec<(String, String)>,
+    pub root: PathBuf,
+    pub colour: bool,
+}
+
+/// A running editor: lines arrive on `input`; `printer` prints above it; `repaint` redraws
+/// the status line.
+pub struct Editor {
+    pub input: mpsc::UnboundedReceiver<Input>,
+    pub printer: std::sync::mpsc::SyncSender<String>,
+    pub status: Arc<Mutex<Status>>,
+    /// Redraws the prompt in place (reedline does not export its signal type by name).
+    repaint: Box<dyn Fn() + Send + Sync>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Editor {
+    pub fn start(options: EditorOptions) -> std::io::Result<Self> {
+        let printer = ExternalPrinter::new(1024);
+        let sender = printer.sender();
+        let status = Arc::new(Mutex::new(Status::default()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut keys = default_emacs_keybindings();
+        keys.add_binding(
+            KeyModifiers::NONE,
+            KeyCode::Tab,
+            ReedlineEvent::UntilFound(vec![
+                ReedlineEvent::Menu("completion".into()),
+                ReedlineEvent::MenuNext,
+            ]),
+        );
+        for modifiers in [KeyModifiers::ALT, KeyModifiers::SHIFT] {
+            keys.add_binding(
+                modifiers,
+                KeyCode::Enter,
+                ReedlineEvent::Edit(vec![EditCommand::InsertNewline]),
+            );
+        }
+        keys.add_binding(
+            KeyModifiers::CONTROL,
+            KeyCode::Char('j'),
+            ReedlineEvent::Edit(vec![EditCommand::InsertNewline]),
+        );
+        keys.add_binding(
+            KeyModifiers::CONTROL,
+            KeyCode::Char('o'),
+            ReedlineEvent::ExecuteHostCommand(EXPAND_KEY.into()),
+        );
+        keys.add_binding(
+            KeyModifiers::SHIFT,
+            KeyCode::BackTab,
+            ReedlineEvent::ExecuteHostCommand(MODE_KEY.into()),
+        );
+        keys.add_binding(
+            KeyModifiers::NONE,
+            KeyCode::BackTab,
+            ReedlineEvent::ExecuteHostCommand(MODE_KEY.into()),
+        );
+        // Esc closes a completion menu first; otherwise it is the loop's (cancel a turn).
+        keys.add_binding(
+            KeyModifiers::NONE,
+            KeyCode::Esc,
+            ReedlineEvent::UntilFound(vec![
+                ReedlineEvent::Esc,
+                ReedlineEvent::ExecuteHostCommand(CANCEL_KEY.into()),
+            ]),
+        );
+        let menu = ColumnarMenu::default().with_name("completion");
+        let mut line_editor = Reedline::create()
+            .with_edit_mode(Box::new(Emacs::new(keys)))
+            .with_completer(Box::new(Completions {
+                commands: options.commands,
+                root: options.root,
+                files: OnceLock::new(),
+            }))
+            .with_menu(ReedlineMenu::EngineCompleter(Box::new(menu)))
+            .with_validator(Box::new(Continuation))
+            .with_transient_prompt(Box::new(Submitted {
+                colour: options.colour,
+            }))
+            .with_ansi_colors(options.colour)
+            .use_bracketed_paste(true)
+            .with_external_printer(printer)
+            // Output streams in above the prompt: checked every frame.
+            .with_poll_interval(std::time::Duration::from_millis(16));
+        if let Some(path) = &options.history {
+            match history(path) {
+                Ok(history) => line_editor = line_editor.with_history(history),
+                Err(e) => tracing::warn!("no input history ({}): {e}", path.display()),
+            }
+        }
+        let signal = line_editor.repaint_signal();
+        let repaint: Box<dyn Fn() + Send + Sync> = Box::new(move || signal.request_repaint());
+        line_editor = line_editor.with_break_signal(Arc::clone(&stop));
+        let (tx, input) = mpsc::unbounded_channel();
+        let prompt = StatusPrompt {
+            status: Arc::clone(&status),
+            colour: options.colour,
+        };
+        let stopping = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("crow-editor".into())
+            .spawn(move || {
+                loop {
+                    let sent = match line_editor.read_line(&prompt) {
+                        Ok(Signal::Success(line)) => tx.send(Input::Line(line)),
+                        Ok(Signal::HostCommand(command)) => tx.send(Input::Line(command)),
+                        Ok(Signal::CtrlC) => tx.send(Input::Interrupt),
+                        Ok(Signal::CtrlD) => tx.send(Input::Eof),
+                        Ok(Signal::ExternalBreak(_)) => break,
+                        Ok(_) => Ok(()),
+                        Err(e) => {
+                            tracing::warn!("the terminal's input failed: {e}");
+                            let _ = tx.send(Input::Eof);
+                            break;
+                        }
+                    };
+                    if sent.is_err() || stopping.load(Ordering::Relaxed) {
+                        break;
+                    }
+                }
+            })?;
+        Ok(Self {
+            input,
+            printer: sender,
+            status,
+            repaint,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    pub fn set_status(&self, line: String, busy: bool) {
+        if let Ok(mut status) = self.status.lock() {
+            if status.line == line && status.busy == busy {
+                return;
+            }
+            status.line = line;
+            status.busy = busy;
+        }
+        (self.repaint)();
+    }
+
+    /// Stops the editor and gives the terminal back as it was.
+    pub fn close(mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The project's input history: a private file (prompts may quote secrets).
+fn history(path: &Path) -> Result<Box<FileBackedHistory>, String> {
+    if let Some(dir) = path.parent() {
+        let mut builder = std::fs::DirBuilder::new();
+        builder.recursive(true);
+        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+        builder.create(dir).map_err(|e| e.to_string())?;
+    }
+    if !path.exists() {
+        crate::config::open_private(path).map_err(|e| format!("{e:#}"))?;
+    }
+    FileBackedHistory::with_file(1000, path.to_path_buf())
+        .map(Box::new)
+        .map_err(|e| e.to_string())
+}

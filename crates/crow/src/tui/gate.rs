@@ -1,0 +1,205 @@
+//! The interactive terminal's permission gate: the policy's questions put to the person at
+//! the prompt, with what the call would do (the diff, the command and where it runs) shown
+//! *before* it runs. Answers: allow once, always (for this session, keyed like ACP's: a
+//! command's program, an edit's path — `crow_core::policy::always_key`), reject, or reject
+//! with a reason the model reads. "Always" answers are kept in the session's settings, so a
+//! resumed session keeps them.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use crow_core::{Mode, PermissionDecision, PermissionGate, PermissionPreview, PermissionRequest};
+use tokio::sync::{mpsc, oneshot};
+
+use super::view::diff_line;
+use crate::render::Style;
+
+/// The answer to one question.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    Once,
+    Always,
+    Reject(Option<String>),
+}
+
+/// A question waiting for the user.
+pub struct Question {
+    pub request: PermissionRequest,
+    /// What "always" would cover; `None`: it is asked every time.
+    pub key: Option<String>,
+    pub reply: oneshot::Sender<Answer>,
+}
+
+/// Shared between the gate (in the agents' tools) and the terminal's loop.
+#[derive(Default)]
+pub struct GateState {
+    /// `/mode`: the mode chosen in the terminal, standing for the configured one.
+    pub mode: Option<Mode>,
+    /// "Always" answers by key: `true` allow, `false` reject.
+    pub always: HashMap<String, bool>,
+}
+
+pub struct TerminalGate {
+    questions: mpsc::UnboundedSender<Question>,
+    pub state: Arc<Mutex<GateState>>,
+}
+
+impl TerminalGate {
+    pub fn new(questions: mpsc::UnboundedSender<Question>) -> Self {
+        Self {
+            questions,
+            state: Arc::default(),
+        }
+    }
+}
+
+#[async_trait]
+impl PermissionGate for TerminalGate {
+    async fn check(&self, request: PermissionRequest) -> PermissionDecision {
+        let key = crow_core::policy::always_key(&request);
+        // A rule of the policy asks every time; "always" answers cover the mode's questions.
+        if request.policy.is_none()
+            && let Some(key) = &key
+            && let Some(allowed) = self
+                .state
+                .lock()
+                .ok()
+                .and_then(|s| s.always.get(key).copied())
+        {
+            return if allowed {
+                PermissionDecision::Allow
+            } else {
+                PermissionDecision::Deny {
+                    reason: format!("the user rejected {key} for this session"),
+                }
+            };
+        }
+        let (reply, answer) = oneshot::channel();
+        let asked = Question {
+            request,
+            key,
+            reply,
+        };
+        if self.questions.send(asked).is_err() {
+            return PermissionDecision::Deny {
+                reason: "no one is at the terminal to approve this call".into(),
+            };
+        }
+        match answer.await {
+            Ok(Answer::Once | Answer::Always) => PermissionDecision::Allow,
+            Ok(Answer::Reject(Some(reason))) => PermissionDecision::Deny {
+                reason: format!("the user rejected this call: {reason}"),
+            },
+            Ok(Answer::Reject(None)) => PermissionDecision::Deny {
+                reason: "the user rejected this call".into(),
+            },
+            // The turn was cancelled while asking.
+            Err(_) => PermissionDecision::Deny {
+                reason: "cancelled before the user answered".into(),
+            },
+        }
+    }
+
+    fn mode(&self) -> Option<Mode> {
+        self.state.lock().ok().and_then(|s| s.mode)
+    }
+}
+
+/// Reads a typed line as an answer: `y`/`yes`, `a`/`always`, `n`/`no`, or any other text as
+/// a rejection with that reason. An empty line answers nothing (asked again).
+pub fn parse_answer(line: &str, always_offered: bool) -> Option<Answer> {
+    let text = line.trim();
+    match text.to_lowercase().as_str() {
+        "" => None,
+        "y" | "yes" | "allow" => Some(Answer::Once),
+        "a" | "always" if always_offered => Some(Answer::Always),
+        "n" | "no" | "reject" => Some(Answer::Reject(None)),
+        _ => Some(Answer::Reject(Some(text.to_owned()))),
+    }
+}
+
+/// The question as printed: what the call would do, then the choices.
+pub fn render_question(question: &Question, style: Style) -> String {
+    let request = &question.request;
+    let mut lines = vec![format!(
+        "{} {} {}",
+        style.yellow("?"),
+        style.bold(&request.agent_prefix()),
+        request.title
+    )];
+    if let Some(why) = &request.policy {
+        lines.push(style.dim(&format!("  asked because: {why}")));
+    }
+    match &request.preview {
+        Some(PermissionPreview::Edit(edit)) => {
+            let old = edit.old_text.as_deref().unwrap_or("");
+            let diff = similar::TextDiff::from_lines(old, &edit.new_text)
+                .unified_diff()
+                .context_radius(3)
+                .header(
+                    &edit.path.display().to_string(),
+                    &edit.path.display().to_string(),
+                )
+                .to_string();
+            let mut shown: Vec<String> = diff.lines().map(|l| diff_line(l, style)).collect();
+            if shown.len() > 60 {
+                let cut = shown.len() - 60;
+                shown.truncate(60);
+                shown.push(style.dim(&format!("  … {cut} more lines of diff")));
+            }
+            lines.extend(shown.into_iter().map(|l| format!("  {l}")));
+        }
+        Some(PermissionPreview::Command { command, cwd }) => {
+            for (i, line) in command.lines().enumerate() {
+                let mark = if i == 0 { "$" } else { " " };
+                lines.push(format!("  {} {line}", style.bold(mark)));
+            }
+            lines.push(style.dim(&format!("  in {}", cwd.display())));
+        }
+        None => {
+            let input = serde_json::to_string(&request.input).unwrap_or_default();
+            lines.push(style.dim(&format!("  {}", crate::render::first_line(&input, 200))));
+        }
+    }
+    let always = match &question.key {
+        Some(key) => format!(" · a = always {key} this session"),
+        None => String::new(),
+    };
+    lines.push(format!(
+        "  {} y = allow{always} · n = reject · or type why not",
+        style.yellow("allow?")
+    ));
+    lines.join("\n")
+}
+
+trait AgentPrefix {
+    fn agent_prefix(&self) -> String;
+}
+
+impl AgentPrefix for PermissionRequest {
+    fn agent_prefix(&self) -> String {
+        format!("{} wants to run {}:", self.agent, self.tool)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_parse_and_other_text_is_a_reason() {
+        assert_eq!(parse_answer(" y ", true), Some(Answer::Once));
+        assert_eq!(parse_answer("always", true), Some(Answer::Always));
+        assert_eq!(
+            parse_answer("a", false),
+            Some(Answer::Reject(Some("a".into())))
+        );
+        assert_eq!(parse_answer("no", true), Some(Answer::Reject(None)));
+        assert_eq!(
+            parse_answer("use git mv instead", true),
+            Some(Answer::Reject(Some("use git mv instead".into())))
+        );
+        assert_eq!(parse_answer("   ", true), None);
+    }
+}
