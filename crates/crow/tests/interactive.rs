@@ -7,6 +7,7 @@ mod common;
 
 use common::pty::Pty;
 use crow_testkit::{MockLlm, Reply, Scenario};
+use serde_json::json;
 
 fn open(dir: &std::path::Path, mock: &MockLlm, extra: &[&str]) -> Pty {
     let base = mock.openai_base_url();
@@ -40,4 +41,261 @@ async fn a_prompt_is_answered_and_ctrl_d_leaves_with_the_session_saved() {
         screen.contains("continue it with crow --continue"),
         "{screen}"
     );
+}
+
+/// The user message texts of a request, in order.
+fn user_texts(body: &serde_json::Value) -> Vec<String> {
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .map(|m| {
+            m["content"]
+                .as_str()
+                .map_or_else(|| m["content"].to_string(), str::to_owned)
+        })
+        .collect()
+}
+
+/// The tool result texts of a request, in order.
+fn tool_texts(body: &serde_json::Value) -> Vec<String> {
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_edit_asks_with_its_diff_first_and_a_rejection_reaches_the_model_with_its_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("greet.txt"), "hello\n").unwrap();
+    let scenario = Scenario::new()
+        .reply(Reply::tool_call(
+            "edit_file",
+            json!({"path": "greet.txt", "old_string": "hello", "new_string": "goodbye"}),
+        ))
+        .reply(Reply::text("Understood, leaving it."));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let mut pty = open(dir.path(), &mock, &[]);
+    pty.wait_for("/help for commands", 20);
+    pty.line("make it say goodbye");
+    let screen = pty.wait_for("allow?", 20);
+    // The change is shown before it is made.
+    assert!(
+        screen.contains("-hello") && screen.contains("+goodbye"),
+        "{screen}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("greet.txt")).unwrap(),
+        "hello\n"
+    );
+    pty.line("keep the greeting friendly");
+    let screen = pty.wait_for("Understood, leaving it.", 20);
+    assert!(
+        screen.contains("rejected: keep the greeting friendly"),
+        "{screen}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("greet.txt")).unwrap(),
+        "hello\n"
+    );
+    let requests = mock.requests();
+    let results = tool_texts(&requests[1].body);
+    assert!(
+        results[0].contains("keep the greeting friendly"),
+        "the model reads the reason: {results:?}"
+    );
+    pty.send("\x04");
+    assert_eq!(pty.wait_exit(20), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_allowed_edit_runs_and_ctrl_o_expands_its_diff() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("greet.txt"), "hello\n").unwrap();
+    let scenario = Scenario::new()
+        .reply(Reply::tool_call(
+            "edit_file",
+            json!({"path": "greet.txt", "old_string": "hello", "new_string": "hello, world"}),
+        ))
+        .reply(Reply::text("Edited."));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let mut pty = open(dir.path(), &mock, &[]);
+    pty.wait_for("/help for commands", 20);
+    pty.line("fix the greeting");
+    pty.wait_for("allow?", 20);
+    pty.line("y");
+    let screen = pty.wait_for("Edited.", 20);
+    assert!(screen.contains("#1"), "tool lines are numbered: {screen}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("greet.txt")).unwrap(),
+        "hello, world\n"
+    );
+    // Ctrl-O: the last call in full.
+    pty.send("\x0f");
+    let screen = pty.wait_for("#1 edit_file", 20);
+    let expanded = &screen[screen.find("#1 edit_file").unwrap()..];
+    assert!(
+        expanded.contains("-hello") && expanded.contains("+hello, world"),
+        "{screen}"
+    );
+    pty.send("\x04");
+    assert_eq!(pty.wait_exit(20), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ctrl_c_cancels_a_streaming_answer_keeps_it_and_the_prompt_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let long = "word ".repeat(400);
+    let scenario = Scenario::new()
+        .reply(
+            Reply::text(format!("Beginning of a long answer.\n{long}"))
+                .with_chunk_size(10)
+                .with_chunk_delay(30),
+        )
+        .reply(Reply::text("Second answer."));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let mut pty = open(dir.path(), &mock, &[]);
+    pty.wait_for("/help for commands", 20);
+    pty.line("talk a lot");
+    pty.wait_for("Beginning of a long answer.", 20);
+    pty.send("\x03");
+    pty.wait_for("cancelled; what was done so far is kept", 20);
+    pty.line("and now briefly");
+    pty.wait_for("Second answer.", 20);
+    // The cancelled answer stayed in the history the model sees.
+    let requests = mock.requests();
+    let second = requests.last().unwrap();
+    let assistant: Vec<&serde_json::Value> = second.body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .collect();
+    assert!(
+        assistant[0]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("Beginning of a long answer."),
+        "{assistant:?}"
+    );
+    pty.send("\x04");
+    assert_eq!(pty.wait_exit(20), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_message_typed_during_a_turn_is_queued_and_delivered_at_the_next_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = Scenario::new()
+        .reply(Reply::tool_call(
+            "bash",
+            json!({"command": "sleep 1.5; echo slept"}),
+        ))
+        .reply(Reply::text("Noted the README too."));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let mut pty = open(dir.path(), &mock, &["--mode", "full-auto"]);
+    pty.wait_for("/help for commands", 20);
+    pty.line("wait a bit");
+    pty.wait_for("● bash", 20);
+    pty.line("also check the README");
+    pty.wait_for("queued for the agent's next step", 20);
+    let screen = pty.wait_for("Noted the README too.", 20);
+    assert!(screen.contains("› also check the README"), "{screen}");
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 2);
+    let users = user_texts(&requests[1].body);
+    assert_eq!(users.last().unwrap(), "also check the README", "{users:?}");
+    // After the tool result it came with.
+    let messages = requests[1].body["messages"].as_array().unwrap();
+    let roles: Vec<&str> = messages
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(&roles[roles.len() - 2..], ["tool", "user"], "{roles:?}");
+    pty.send("\x04");
+    assert_eq!(pty.wait_exit(20), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn agent_build_judge_switches_the_composition_and_the_reviewer_is_labelled() {
+    const BUILDER: &str = "You are crow, a coding agent";
+    const REVIEWER: &str = "You are crow's reviewer";
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = Scenario::new()
+        .reply(
+            Reply::tool_call("task_complete", json!({"summary": "built it"}))
+                .matching_system(BUILDER),
+        )
+        .reply(
+            Reply::text("Looks right to me.")
+                .with_tool_call("task_complete", json!({"summary": "approved"}))
+                .matching_system(REVIEWER),
+        );
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let mut pty = open(dir.path(), &mock, &[]);
+    pty.wait_for("/help for commands", 20);
+    pty.line("/agent build-judge");
+    pty.wait_for("composition build-judge: builder + reviewer", 20);
+    pty.line("build it");
+    let screen = pty.wait_for("approved", 20);
+    assert!(screen.contains("reviewer reviews"), "{screen}");
+    assert!(screen.contains("[reviewer] Looks right to me."), "{screen}");
+    assert_eq!(mock.remaining_steps(), 0);
+    pty.send("\x04");
+    assert_eq!(pty.wait_exit(20), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn continue_shows_the_earlier_conversation_and_keeps_it_for_the_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = Scenario::new()
+        .reply(Reply::text("First answer."))
+        .reply(Reply::text("Second answer."));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let out = common::output(common::crow_run(dir.path(), &mock, "first question")).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let mut pty = open(dir.path(), &mock, &["--continue"]);
+    let screen = pty.wait_for("resumed session", 20);
+    assert!(
+        screen.contains("› first question") && screen.contains("First answer."),
+        "{screen}"
+    );
+    pty.line("second question");
+    pty.wait_for("Second answer.", 20);
+    let users = user_texts(&mock.requests()[1].body);
+    assert_eq!(users, ["first question", "second question"]);
+    pty.send("\x04");
+    assert_eq!(pty.wait_exit(20), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_resized_narrow_terminal_keeps_working() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = Scenario::new()
+        .reply(Reply::text("Wide answer."))
+        .reply(Reply::text(
+            "A narrow answer that is longer than the narrow terminal is wide.",
+        ));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let mut pty = open(dir.path(), &mock, &[]);
+    pty.wait_for("/help for commands", 20);
+    pty.line("one");
+    pty.wait_for("Wide answer.", 20);
+    pty.resize(30, 40);
+    pty.line("two");
+    let screen = pty.wait_until(
+        |s| {
+            s.replace(char::is_whitespace, "")
+                .contains("narrowterminaliswide.")
+        },
+        20,
+        "the wrapped answer",
+    );
+    assert!(screen.contains("A narrow answer"), "{screen}");
+    pty.send("\x04");
+    assert_eq!(pty.wait_exit(20), 0);
 }
