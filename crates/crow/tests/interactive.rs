@@ -299,3 +299,54 @@ async fn a_resized_narrow_terminal_keeps_working() {
     pty.send("\x04");
     assert_eq!(pty.wait_exit(20), 0);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn without_a_terminal_it_reads_prompts_line_by_line_and_a_question_from_the_next_line() {
+    use tokio::io::AsyncWriteExt;
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = Scenario::new()
+        .reply(Reply::text("One."))
+        .reply(Reply::tool_call(
+            "bash",
+            json!({"command": "echo ran > out.txt"}),
+        ))
+        .reply(Reply::text("Two."));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let mut cmd = common::crow(dir.path());
+    cmd.args([
+        "--provider",
+        "openai",
+        "--model",
+        "mock-model",
+        "--base-url",
+    ])
+    .arg(mock.openai_base_url())
+    .stdin(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    // The second prompt's command asks; the line after it answers.
+    stdin
+        .write_all(b"first\nsecond\nn not now\n")
+        .await
+        .unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().await.unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    for shown in [
+        "› first",
+        "One.",
+        "› second",
+        "allow?",
+        "rejected: not now",
+        "Two.",
+    ] {
+        assert!(stdout.contains(shown), "{shown}: {stdout}");
+    }
+    assert!(!dir.path().join("out.txt").exists());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("continue it with crow --continue"),
+        "{stderr}"
+    );
+}

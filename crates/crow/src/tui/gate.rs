@@ -106,8 +106,9 @@ impl PermissionGate for TerminalGate {
     }
 }
 
-/// Reads a typed line as an answer: `y`/`yes`, `a`/`always`, `n`/`no`, or any other text as
-/// a rejection with that reason. An empty line answers nothing (asked again).
+/// Reads a typed line as an answer: `y`/`yes`, `a`/`always`, `n`/`no` (with a reason after
+/// it, or not), or any other text as a rejection with that reason. An empty line answers
+/// nothing (asked again).
 pub fn parse_answer(line: &str, always_offered: bool) -> Option<Answer> {
     let text = line.trim();
     match text.to_lowercase().as_str() {
@@ -115,7 +116,20 @@ pub fn parse_answer(line: &str, always_offered: bool) -> Option<Answer> {
         "y" | "yes" | "allow" => Some(Answer::Once),
         "a" | "always" if always_offered => Some(Answer::Always),
         "n" | "no" | "reject" => Some(Answer::Reject(None)),
-        _ => Some(Answer::Reject(Some(text.to_owned()))),
+        _ => {
+            // "n, use git mv" and "no: later" carry their reason after the no.
+            let (first, rest) = text.split_once([' ', ',', ':']).unwrap_or((text, ""));
+            let reason = rest.trim_start_matches([' ', ',', ':']).trim();
+            let said_no = matches!(first.to_lowercase().as_str(), "n" | "no" | "reject");
+            Some(Answer::Reject(Some(
+                if said_no && !reason.is_empty() {
+                    reason
+                } else {
+                    text
+                }
+                .to_owned(),
+            )))
+        }
     }
 }
 
@@ -201,5 +215,13 @@ mod tests {
             Some(Answer::Reject(Some("use git mv instead".into())))
         );
         assert_eq!(parse_answer("   ", true), None);
+        assert_eq!(
+            parse_answer("n, not now", true),
+            Some(Answer::Reject(Some("not now".into())))
+        );
+        assert_eq!(
+            parse_answer("nothing like that", true),
+            Some(Answer::Reject(Some("nothing like that".into())))
+        );
     }
 }

@@ -217,7 +217,8 @@ pub async fn run(args: Args) -> Result<ExitCode> {
             Some(event) = events_rx.recv() => app.on_event(&event),
             Some(done) = done_rx.recv() => app.finished(done),
             Some(question) = questions_rx.recv() => app.ask(question),
-            got = input.recv(), if input_open => match got {
+            // Line mode takes the next line when idle, or as the answer to a question.
+            got = input.recv(), if input_open && app.takes_input() => match got {
                 Some(got) => app.on_input(got).await,
                 None => {
                     input_open = false;
@@ -376,7 +377,10 @@ impl App {
     async fn on_input(&mut self, input: Input) {
         match input {
             Input::Eof => {
-                self.cancel_turn();
+                // Ctrl-D stops the turn; the end of piped input lets it finish.
+                if self.editor.is_some() {
+                    self.cancel_turn();
+                }
                 self.quit_when_idle();
             }
             Input::Interrupt => {
@@ -609,6 +613,12 @@ impl App {
             let text = gate::render_question(next, self.view.style());
             self.view.plain(&text);
         }
+    }
+
+    /// Whether the next input should be read now: always at a terminal (typing during a turn
+    /// is steering); in line mode only between turns, or to answer a question.
+    fn takes_input(&self) -> bool {
+        self.editor.is_some() || self.running.is_none() || !self.questions.is_empty()
     }
 
     fn cancel_turn(&mut self) {
