@@ -676,3 +676,35 @@ async fn the_policy_decides_before_the_call_runs() {
     assert!(call.result.is_success(), "{}", call.result.output);
     assert_eq!((runs, asked), (1, 1));
 }
+
+#[tokio::test]
+async fn steering_joins_the_history_before_the_next_model_call_not_the_first() {
+    use crate::testing::{act, say};
+    let provider = Scripted::new(vec![act("c1", "nope", "{}"), say("ok")]);
+    let agent = agent(Arc::clone(&provider), 10);
+    let mut session = session();
+    let steering = crate::session::Steering::default();
+    session.steering = Some(steering.clone());
+    // Typed while the first request is on its way: it waits for the next one.
+    steering.push("also this");
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    agent
+        .execute_turn(&mut session, &tx, CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(
+        kinds(session.entries()),
+        ["user", "tool_call", "tool_result", "user", "assistant_text"]
+    );
+    let asked = provider.requests();
+    assert!(!asked[0].messages.contains("also this"));
+    assert!(asked[1].messages.contains("also this"));
+    assert!(steering.is_empty());
+    let mut delivered = Vec::new();
+    while let Ok(event) = rx.try_recv() {
+        if let AgentEvent::UserMessage { text, .. } = event {
+            delivered.push(text);
+        }
+    }
+    assert_eq!(delivered, ["also this"]);
+}
