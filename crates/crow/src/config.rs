@@ -384,7 +384,7 @@ pub fn load(project_root: &Path, flags: &Overrides) -> Result<LoadedConfig> {
         (table, source)
     };
     // The project's .mcp.json ranks below crow's own files, which can override its entries.
-    if let Some(layer) = crate::mcp::mcp_json_layer(project_root)? {
+    if let Some(layer) = mcp_json_layer(project_root)? {
         layers.push(guard(layer));
     }
     layers.extend(user);
@@ -463,6 +463,35 @@ pub fn load(project_root: &Path, flags: &Overrides) -> Result<LoadedConfig> {
         untrusted,
         rules,
     })
+}
+
+/// Reads `<project>/.mcp.json` (Claude Code's `mcpServers`) as a config layer. Entries crow
+/// cannot use (e.g. `sse`) are skipped with a warning.
+pub fn mcp_json_layer(project_root: &Path) -> Result<Option<(toml::Table, Source)>> {
+    let path = project_root.join(".mcp.json");
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => bail!("cannot read {}: {e}", path.display()),
+    };
+    let entries = crow_mcp::parse_mcp_json(&text, &path.display().to_string())?;
+    let mut servers = toml::Table::new();
+    for (name, entry) in entries {
+        match entry {
+            Ok(entry) => {
+                let value = toml::Value::try_from(&entry)
+                    .with_context(|| format!("{}: server '{name}'", path.display()))?;
+                servers.insert(name, value);
+            }
+            Err(e) => tracing::warn!("{e}; skipped"),
+        }
+    }
+    if servers.is_empty() {
+        return Ok(None);
+    }
+    let mut layer = toml::Table::new();
+    layer.insert("mcp_servers".into(), toml::Value::Table(servers));
+    Ok(Some((layer, Source::File(path))))
 }
 
 /// One config file as a layer; `None` when it does not exist.

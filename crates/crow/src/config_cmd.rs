@@ -530,6 +530,35 @@ fn agents_skeleton(root: &Path) -> String {
     out
 }
 
+/// `crow trust [PATH]`: lists the project in the user's config (keeping its comments and
+/// layout), or removes it with `remove`. Returns the file written.
+pub fn set_trust(project_root: &Path, trusted: bool) -> Result<PathBuf> {
+    let file = crate::config::user_config_file()?;
+    let text = crate::config::read_or_empty(&file)?;
+    let mut doc: toml_edit::DocumentMut = text
+        .parse()
+        .with_context(|| format!("{} is not valid TOML", file.display()))?;
+    let projects = doc
+        .entry("projects")
+        .or_insert_with(|| {
+            let mut t = toml_edit::Table::new();
+            t.set_implicit(true);
+            toml_edit::Item::Table(t)
+        })
+        .as_table_mut()
+        .with_context(|| format!("`projects` in {} is not a table", file.display()))?;
+    let key = crate::trust::canonical(project_root).display().to_string();
+    if trusted {
+        let mut entry = toml_edit::Table::new();
+        entry["trusted"] = toml_edit::value(true);
+        projects.insert(&key, toml_edit::Item::Table(entry));
+    } else {
+        projects.remove(&key);
+    }
+    crate::config::write_config_file(&file, &doc.to_string())?;
+    Ok(file)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -392,7 +392,7 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
             let cwd = std::env::current_dir().context("cannot read the current directory")?;
             let dir = path.map_or(cwd, |p| p);
             let (root, _) = wiring::find_project_root(&dir);
-            let file = trust::set_trust(&root, !remove)?;
+            let file = config_cmd::set_trust(&root, !remove)?;
             eprintln!(
                 "{} {} ({})",
                 if remove {

@@ -10,7 +10,7 @@ use clap::Subcommand;
 use crow_core::ToolRegistry;
 use crow_mcp::{McpManager, McpOptions, McpServerConfig, ServerState};
 
-use crate::config::{self, Config, Source};
+use crate::config::{self, Config};
 
 #[derive(Subcommand)]
 pub enum McpCommand {
@@ -41,35 +41,6 @@ pub enum McpCommand {
     },
     /// Remove a server from the user config
     Remove { name: String },
-}
-
-/// Reads `<project>/.mcp.json` (Claude Code's `mcpServers`) as a config layer. Entries crow
-/// cannot use (e.g. `sse`) are skipped with a warning.
-pub fn mcp_json_layer(project_root: &Path) -> Result<Option<(toml::Table, Source)>> {
-    let path = project_root.join(".mcp.json");
-    let text = match std::fs::read_to_string(&path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => bail!("cannot read {}: {e}", path.display()),
-    };
-    let entries = crow_mcp::parse_mcp_json(&text, &path.display().to_string())?;
-    let mut servers = toml::Table::new();
-    for (name, entry) in entries {
-        match entry {
-            Ok(entry) => {
-                let value = toml::Value::try_from(&entry)
-                    .with_context(|| format!("{}: server '{name}'", path.display()))?;
-                servers.insert(name, value);
-            }
-            Err(e) => tracing::warn!("{e}; skipped"),
-        }
-    }
-    if servers.is_empty() {
-        return Ok(None);
-    }
-    let mut layer = toml::Table::new();
-    layer.insert("mcp_servers".into(), toml::Value::Table(servers));
-    Ok(Some((layer, Source::File(path))))
 }
 
 /// The configured servers; a server whose entry is invalid is reported and left out, so

@@ -6,8 +6,6 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
-
 /// Keys of a project layer that take effect only in a trusted project: where a provider's
 /// requests (and the user's key) go, which key is sent, MCP servers (commands crow starts,
 /// URLs it connects to), where sessions are stored, what commands see of the environment and
@@ -92,37 +90,8 @@ pub fn is_trusted(user_layer: Option<&toml::Table>, project_root: &Path) -> bool
     })
 }
 
-fn canonical(path: &Path) -> PathBuf {
+pub fn canonical(path: &Path) -> PathBuf {
     std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
-}
-
-/// `crow trust [PATH]`: lists the project in the user's config (keeping its comments and
-/// layout), or removes it with `remove`. Returns the file written.
-pub fn set_trust(project_root: &Path, trusted: bool) -> Result<PathBuf> {
-    let file = crate::config::user_config_file()?;
-    let text = crate::config::read_or_empty(&file)?;
-    let mut doc: toml_edit::DocumentMut = text
-        .parse()
-        .with_context(|| format!("{} is not valid TOML", file.display()))?;
-    let projects = doc
-        .entry("projects")
-        .or_insert_with(|| {
-            let mut t = toml_edit::Table::new();
-            t.set_implicit(true);
-            toml_edit::Item::Table(t)
-        })
-        .as_table_mut()
-        .with_context(|| format!("`projects` in {} is not a table", file.display()))?;
-    let key = canonical(project_root).display().to_string();
-    if trusted {
-        let mut entry = toml_edit::Table::new();
-        entry["trusted"] = toml_edit::value(true);
-        projects.insert(&key, toml_edit::Item::Table(entry));
-    } else {
-        projects.remove(&key);
-    }
-    crate::config::write_config_file(&file, &doc.to_string())?;
-    Ok(file)
 }
 
 #[cfg(test)]
