@@ -20,6 +20,8 @@
 mod anthropic;
 mod frames;
 mod openai;
+#[cfg(feature = "pty")]
+pub mod pty;
 mod scenario;
 mod server;
 

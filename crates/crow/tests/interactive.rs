@@ -20,7 +20,7 @@ fn open(dir: &std::path::Path, mock: &MockLlm, extra: &[&str]) -> Pty {
         base.as_str(),
     ];
     args.extend_from_slice(extra);
-    Pty::spawn(dir, &args, 40, 110)
+    common::pty::spawn(dir, &args, 40, 110)
 }
 
 #[tokio::test(flavor = "multi_thread")]
