@@ -13,6 +13,7 @@ pub mod stats;
 pub mod store;
 pub mod stream;
 pub mod table;
+pub mod terminal;
 
 use std::path::PathBuf;
 
@@ -39,6 +40,8 @@ pub struct Config {
     pub parallel_runs: usize,
     /// Iterations of the long session in a small window.
     pub long_iterations: usize,
+    /// Turns of the interactive terminal's long session.
+    pub terminal_turns: usize,
 }
 
 impl Config {
@@ -56,6 +59,7 @@ impl Config {
             parallel_sleep_secs: 1.0,
             parallel_runs: 3,
             long_iterations: 300,
+            terminal_turns: 1000,
         }
     }
 
@@ -68,6 +72,7 @@ impl Config {
             tree_files: 10_000,
             search_runs: 3,
             parallel_runs: 1,
+            terminal_turns: 200,
             ..Self::full()
         }
     }
@@ -86,6 +91,7 @@ impl Config {
             parallel_sleep_secs: 0.2,
             parallel_runs: 1,
             long_iterations: 40,
+            terminal_turns: 5,
         }
     }
 }
@@ -136,8 +142,11 @@ impl Bench {
         let long = long::measure(self, self.config.long_iterations)?;
         progress("command sandbox");
         let sandbox = sandbox::measure(self)?;
+        progress("interactive terminal");
+        let terminal = terminal::measure(self, self.config.terminal_turns)?;
         Ok(vec![
             overhead, walls, startup, requests, streaming, store, search, parallel, long, sandbox,
+            terminal,
         ])
     }
 }

@@ -34,6 +34,9 @@ struct Args {
     /// Only the long session in a small window (its iterations, default 300)
     #[arg(long, value_name = "ITERATIONS", num_args = 0..=1, default_missing_value = "300")]
     long_only: Option<usize>,
+    /// Only the interactive terminal's figures (its long session's turns, default 1000)
+    #[arg(long, value_name = "TURNS", num_args = 0..=1, default_missing_value = "1000")]
+    terminal_only: Option<usize>,
 }
 
 fn main() -> ExitCode {
@@ -101,9 +104,10 @@ fn run(args: Args) -> Result<()> {
     );
     let wrapper = std::env::current_exe().context("cannot find this executable")?;
     let bench = Bench::new(crow, wrapper, config)?;
-    let sections = match args.long_only {
-        Some(n) => vec![crow_bench::long::measure(&bench, n)?],
-        None => bench.run(&mut |step| eprintln!("· {step}"))?,
+    let sections = match (args.long_only, args.terminal_only) {
+        (Some(n), _) => vec![crow_bench::long::measure(&bench, n)?],
+        (None, Some(turns)) => vec![crow_bench::terminal::measure(&bench, turns)?],
+        (None, None) => bench.run(&mut |step| eprintln!("· {step}"))?,
     };
     println!("{header}\n");
     print!("{}", table::render(&sections));

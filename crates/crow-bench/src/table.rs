@@ -8,6 +8,8 @@ use crate::stats::Summary;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Unit {
     Ms,
+    /// Microseconds, for per-item costs well under a millisecond.
+    Us,
     MiB,
     Bytes,
     Percent,
@@ -34,6 +36,7 @@ impl Unit {
             Unit::Ms if value.abs() >= 100.0 => format!("{value:.0} ms"),
             Unit::Ms if value.abs() >= 10.0 => format!("{value:.1} ms"),
             Unit::Ms => format!("{value:.2} ms"),
+            Unit::Us => format!("{value:.1} µs"),
             Unit::MiB => format!("{value:.1} MiB"),
             Unit::Bytes if value >= 1024.0 * 1024.0 => {
                 format!("{:.1} MiB", value / 1024.0 / 1024.0)
