@@ -350,3 +350,60 @@ async fn without_a_terminal_it_reads_prompts_line_by_line_and_a_question_from_th
         "{stderr}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn always_covers_the_program_for_the_session_and_comes_back_on_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let bash = |cmd: &str| Reply::tool_call("bash", json!({"command": cmd}));
+    let scenario = Scenario::new()
+        .reply(bash("echo one"))
+        .reply(Reply::text("First done."))
+        .reply(bash("echo two"))
+        .reply(Reply::text("Second done."))
+        .reply(bash("echo three"))
+        .reply(Reply::text("Third done."));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let mut pty = open(dir.path(), &mock, &[]);
+    pty.wait_for("/help for commands", 20);
+    pty.line("first");
+    let screen = pty.wait_for("allow?", 20);
+    assert!(screen.contains("a = always bash(echo)"), "{screen}");
+    pty.line("a");
+    pty.wait_for("First done.", 20);
+    pty.line("second");
+    let screen = pty.wait_for("Second done.", 20);
+    assert_eq!(screen.matches("allow?").count(), 1, "asked once: {screen}");
+    pty.send("\x04");
+    assert_eq!(pty.wait_exit(20), 0);
+
+    let mut pty = open(dir.path(), &mock, &["--continue"]);
+    pty.wait_for("resumed session", 20);
+    pty.line("third");
+    let screen = pty.wait_for("Third done.", 20);
+    assert!(!screen.contains("allow?"), "the answer was kept: {screen}");
+    assert!(screen.contains("✓ three"), "{screen}");
+    pty.send("\x04");
+    assert_eq!(pty.wait_exit(20), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn esc_cancels_a_turn_and_ctrl_c_twice_at_an_idle_prompt_leaves() {
+    let dir = tempfile::tempdir().unwrap();
+    let long = "more ".repeat(400);
+    let scenario = Scenario::new().reply(
+        Reply::text(format!("Starting.\n{long}"))
+            .with_chunk_size(10)
+            .with_chunk_delay(30),
+    );
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let mut pty = open(dir.path(), &mock, &[]);
+    pty.wait_for("/help for commands", 20);
+    pty.line("go");
+    pty.wait_for("Starting.", 20);
+    pty.send("\x1b");
+    pty.wait_for("cancelled; what was done so far is kept", 20);
+    pty.send("\x03");
+    pty.wait_for("press Ctrl-C again", 20);
+    pty.send("\x03");
+    assert_eq!(pty.wait_exit(20), 0);
+}

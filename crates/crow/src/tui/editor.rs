@@ -296,11 +296,11 @@ impl Editor {
             KeyCode::BackTab,
             ReedlineEvent::ExecuteHostCommand(MODE_KEY.into()),
         );
-        // Esc closes a completion menu first; otherwise it is the loop's (cancel a turn).
+        // Esc closes a completion menu and tells the loop (which cancels a running turn).
         keys.add_binding(
             KeyModifiers::NONE,
             KeyCode::Esc,
-            ReedlineEvent::UntilFound(vec![
+            ReedlineEvent::Multiple(vec![
                 ReedlineEvent::Esc,
                 ReedlineEvent::ExecuteHostCommand(CANCEL_KEY.into()),
             ]),

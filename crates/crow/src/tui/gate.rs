@@ -58,20 +58,22 @@ impl TerminalGate {
 impl PermissionGate for TerminalGate {
     async fn check(&self, request: PermissionRequest) -> PermissionDecision {
         let key = crow_core::policy::always_key(&request);
-        // A rule of the policy asks every time; "always" answers cover the mode's questions.
-        if request.policy.is_none()
-            && let Some(key) = &key
-            && let Some(allowed) = self
-                .state
-                .lock()
-                .ok()
-                .and_then(|s| s.always.get(key).copied())
-        {
+        // As in `crow acp`: an "always" answer for this key (or the whole tool) stands.
+        let remembered = self.state.lock().ok().and_then(|s| {
+            key.as_ref()
+                .and_then(|k| s.always.get(k))
+                .or_else(|| s.always.get(&request.tool))
+                .copied()
+        });
+        if let Some(allowed) = remembered {
+            let label = key.as_deref().unwrap_or(&request.tool);
             return if allowed {
                 PermissionDecision::Allow
             } else {
                 PermissionDecision::Deny {
-                    reason: format!("the user rejected {key} for this session"),
+                    reason: format!(
+                        "the user rejects every {label} call in this session; do not retry it"
+                    ),
                 }
             };
         }
@@ -134,7 +136,7 @@ pub fn parse_answer(line: &str, always_offered: bool) -> Option<Answer> {
 }
 
 /// The question as printed: what the call would do, then the choices.
-pub fn render_question(question: &Question, style: Style) -> String {
+pub fn render_question(question: &Question, style: Style, root: &std::path::Path) -> String {
     let request = &question.request;
     let mut lines = vec![format!(
         "{} {} {}",
@@ -151,10 +153,7 @@ pub fn render_question(question: &Question, style: Style) -> String {
             let diff = similar::TextDiff::from_lines(old, &edit.new_text)
                 .unified_diff()
                 .context_radius(3)
-                .header(
-                    &edit.path.display().to_string(),
-                    &edit.path.display().to_string(),
-                )
+                .header(&shown(&edit.path, root), &shown(&edit.path, root))
                 .to_string();
             let mut shown: Vec<String> = diff.lines().map(|l| diff_line(l, style)).collect();
             if shown.len() > 60 {
@@ -185,6 +184,14 @@ pub fn render_question(question: &Question, style: Style) -> String {
         style.yellow("allow?")
     ));
     lines.join("\n")
+}
+
+/// A path as the user knows it: relative to the project root when inside it.
+fn shown(path: &std::path::Path, root: &std::path::Path) -> String {
+    path.strip_prefix(root)
+        .unwrap_or(path)
+        .display()
+        .to_string()
 }
 
 trait AgentPrefix {

@@ -577,7 +577,8 @@ impl App {
 
     fn ask(&mut self, question: Question) {
         if self.questions.is_empty() {
-            let text = gate::render_question(&question, self.view.style());
+            let text =
+                gate::render_question(&question, self.view.style(), &self.composer.project_root);
             self.view.plain(&text);
         }
         self.questions.push_back(question);
@@ -610,7 +611,7 @@ impl App {
         let _ = question.reply.send(answer);
         // The next question waiting (calls of one response ask one after another).
         if let Some(next) = self.questions.front() {
-            let text = gate::render_question(next, self.view.style());
+            let text = gate::render_question(next, self.view.style(), &self.composer.project_root);
             self.view.plain(&text);
         }
     }
