@@ -131,6 +131,9 @@ pub async fn run(args: Args) -> Result<ExitCode> {
 
     let interactive = std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
     let colour = interactive && std::env::var_os("NO_COLOR").is_none();
+    if colour {
+        markdown::warm_up();
+    }
     let (editor, screen) = if interactive {
         let history = crate::wiring::db_path(&assembled.loaded.config)
             .ok()
