@@ -407,3 +407,28 @@ async fn esc_cancels_a_turn_and_ctrl_c_twice_at_an_idle_prompt_leaves() {
     pty.send("\x03");
     assert_eq!(pty.wait_exit(20), 0);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_provider_error_is_shown_and_the_next_prompt_starts_afresh() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = Scenario::new()
+        .fault(crow_testkit::Fault::Status {
+            code: 401,
+            retry_after_secs: None,
+            body: Some("invalid api key".into()),
+        })
+        .reply(Reply::text("Working now."));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let mut pty = open(dir.path(), &mock, &[]);
+    pty.wait_for("/help for commands", 20);
+    pty.line("first try");
+    let screen = pty.wait_for("error:", 20);
+    assert!(screen.contains("invalid api key"), "{screen}");
+    pty.line("second try");
+    pty.wait_for("Working now.", 20);
+    // The failed first prompt left no session behind: the model sees the second alone.
+    let users = user_texts(&mock.requests().last().unwrap().body);
+    assert_eq!(users, ["second try"]);
+    pty.send("\x04");
+    assert_eq!(pty.wait_exit(20), 0);
+}

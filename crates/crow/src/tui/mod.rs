@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use crow_core::{
-    AgentError, AgentEvent, Crew, CrewSession, Mode, RunResult, SessionInfo, Steering,
+    AgentError, AgentEvent, Crew, CrewSession, Mode, RunResult, SessionInfo, SessionStore, Steering,
 };
 use crow_store::SqliteStore;
 use tokio::sync::mpsc;
@@ -89,6 +89,8 @@ pub struct App {
     quit: bool,
     /// Leave once the running turn has ended.
     quit_pending: bool,
+    /// No provider was configured: crow tried a local Ollama here (said with its errors).
+    ollama_fallback: Option<String>,
     mcp_wait: Duration,
     mcp_waited: bool,
     mcp: Option<Arc<mcp::Session>>,
@@ -183,6 +185,7 @@ pub async fn run(args: Args) -> Result<ExitCode> {
         context_tokens: 0,
         quit: false,
         quit_pending: false,
+        ollama_fallback: assembled.ollama_fallback.clone(),
         mcp_waited: false,
         mcp: Some(Arc::new(mcp)),
     };
@@ -565,10 +568,27 @@ impl App {
                     self.view.warn(&note);
                 }
             }
-            Err(e) => self.view.error(&e.to_string()),
+            Err(e) => {
+                let mut text = e.to_string();
+                if let Some(url) = &self.ollama_fallback {
+                    text.push_str(&format!(
+                        " — no provider and no API key are configured, so crow tried the built-in `ollama` provider at {url}; set OPENAI_API_KEY or ANTHROPIC_API_KEY, or pass --provider"
+                    ));
+                }
+                self.view.error(&text);
+            }
         }
         session.primary.steering = None;
-        self.session = Some((info, session));
+        // A new session whose first model call failed holds the prompt alone: nothing to
+        // continue (and `--continue` would pick it); the next prompt starts afresh.
+        if outcome.is_err() && sessions::only_prompt(&session) {
+            if let Err(e) = self.store.delete_session(&info.id) {
+                tracing::warn!("cannot delete the failed session: {e}");
+            }
+            self.id = None;
+        } else {
+            self.session = Some((info, session));
+        }
         self.refresh_status();
         let queued = self.steering.take();
         if self.quit_pending {
