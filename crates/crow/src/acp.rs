@@ -600,6 +600,7 @@ fn compose(
         None,
         crow_core::Mode::Ask,
     )));
+    composer.trusted = loaded.trusted;
     composer.client = spec.client.clone();
     Ok(with_subagents(composer))
 }

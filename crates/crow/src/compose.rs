@@ -29,6 +29,8 @@ pub struct Composer {
     /// The permission policy every agent's calls go through (`None`: the tools' own
     /// questions only).
     pub policy: Option<Arc<crow_core::Policy>>,
+    /// The project is trusted: allow rules in its agent files count.
+    pub trusted: bool,
     /// The editor's files and terminals (`crow acp`), handed to every agent's tools.
     pub client: Option<Arc<dyn ClientBridge>>,
     pub cwd: PathBuf,
@@ -103,6 +105,7 @@ impl Composer {
             tools,
             permission: Arc::new(AllowAll),
             policy: None,
+            trusted: false,
             client: None,
             cwd,
             project_root,
@@ -296,7 +299,9 @@ impl Composer {
             config,
         );
         let agent = match &self.policy {
-            Some(policy) => agent.with_policy(Arc::clone(policy)),
+            Some(policy) => {
+                agent.with_policy(crate::permissions::for_agent(policy, def, self.trusted)?)
+            }
             None => agent,
         };
         Ok(match &self.client {

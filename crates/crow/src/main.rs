@@ -498,6 +498,7 @@ async fn run(args: RunArgs) -> Result<ExitCode> {
     let max_iterations = loaded.config.max_iterations.unwrap_or(50);
     let mode = args.mode.as_deref().and_then(crow_core::Mode::parse);
     let policy = permissions::policy(&loaded, &root, mode, crow_core::Mode::FullAuto);
+    let trusted = loaded.trusted;
     tracing::debug!(
         mode = policy.mode.name(),
         rules = policy.rules.len(),
@@ -513,6 +514,7 @@ async fn run(args: RunArgs) -> Result<ExitCode> {
     );
     composer.permission = permissions::headless();
     composer.policy = Some(std::sync::Arc::new(policy));
+    composer.trusted = trusted;
     let spec = app::RunSpec {
         prompt,
         composer: compose::with_subagents(composer),

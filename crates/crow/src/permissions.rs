@@ -17,6 +17,11 @@ use serde::Deserialize;
 
 use crate::config::Source;
 
+pub mod opencode;
+mod save;
+
+pub use save::{SavedRule, save_rule};
+
 /// `[permissions]` in config.toml. The rule lists are declared so each file is checked
 /// against the schema; `layer_rules` reads them per layer (they add up, merging would replace).
 #[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
@@ -150,6 +155,38 @@ pub fn claude_rules(project_root: &Path, trusted: bool) -> Result<Vec<Rule>> {
     Ok(rules)
 }
 
+/// opencode's `permission` rules: the user's (`~/.config/opencode/opencode.json`, or
+/// `.jsonc`), then the project's (`opencode.json`, `opencode.jsonc` in its root). A project's
+/// allow rules count only when it is trusted (skipped with a note otherwise); a file that does
+/// not parse stops the session, naming file, line and column.
+pub fn opencode_rules(project_root: &Path, trusted: bool) -> Result<Vec<Rule>> {
+    let mut rules = Vec::new();
+    let user_dir = dirs::config_dir().map(|d| d.join("opencode"));
+    for dir in user_dir.iter() {
+        for name in ["opencode.json", "opencode.jsonc"] {
+            rules.extend(opencode::file_rules(&dir.join(name))?.unwrap_or_default());
+        }
+    }
+    for name in ["opencode.json", "opencode.jsonc"] {
+        let path = project_root.join(name);
+        let Some(found) = opencode::file_rules(&path)? else {
+            continue;
+        };
+        let (allow, other): (Vec<Rule>, Vec<Rule>) =
+            found.into_iter().partition(|r| r.action == Action::Allow);
+        if !trusted && !allow.is_empty() {
+            tracing::info!(
+                "{}: permission allow entries are not used until you trust this project (crow trust)",
+                path.display()
+            );
+        } else {
+            rules.extend(allow);
+        }
+        rules.extend(other);
+    }
+    Ok(rules)
+}
+
 /// The 1-based line of the first occurrence of `rule` quoted in `text`.
 fn line_of(text: &str, rule: &str) -> Option<usize> {
     let quoted = [format!("\"{rule}\""), format!("'{rule}'")];
@@ -173,7 +210,30 @@ pub fn sensitive_dirs(config: &crate::config::Config, project_root: &Path) -> Ve
         dirs.push(home.join(".ssh"));
     }
     dirs.retain(|d| !project_root.starts_with(d));
-    dirs
+    // The project's own policy: a call that could loosen the rules it runs under asks.
+    for file in [
+        ".crow",
+        ".claude/settings.json",
+        ".claude/settings.local.json",
+        ".claude/agents",
+        "opencode.json",
+        "opencode.jsonc",
+        ".opencode",
+    ] {
+        dirs.push(project_root.join(file));
+    }
+    dirs.into_iter().map(|d| canonical(&d)).collect()
+}
+
+/// A path with its existing part resolved (tools and commands report resolved paths).
+fn canonical(path: &Path) -> PathBuf {
+    if let Ok(real) = std::fs::canonicalize(path) {
+        return real;
+    }
+    match (path.parent(), path.file_name()) {
+        (Some(parent), Some(name)) => canonical(parent).join(name),
+        _ => path.to_path_buf(),
+    }
 }
 
 /// The session's policy: `mode` if a flag chose one, else the configured one, else `default`.
@@ -183,14 +243,51 @@ pub fn policy(
     mode: Option<Mode>,
     default: Mode,
 ) -> Policy {
+    let project_root = canonical(project_root);
     Policy {
         mode: mode
             .or(loaded.config.permissions.mode.map(Mode::from))
             .unwrap_or(default),
         rules: loaded.rules.clone(),
-        project_root: project_root.to_path_buf(),
-        sensitive_dirs: sensitive_dirs(&loaded.config, project_root),
+        sensitive_dirs: sensitive_dirs(&loaded.config, &project_root),
+        project_root,
+        floor: None,
     }
+}
+
+/// The policy of one agent: the session's, plus the rules and mode its definition carries.
+/// A project's agent files may only tighten unless the project is trusted (their allow rules
+/// are skipped with a note). A definition whose rules did not parse refuses to run.
+pub fn for_agent(
+    base: &Arc<Policy>,
+    def: &crate::agents::AgentDef,
+    trusted: bool,
+) -> Result<Arc<Policy>> {
+    if let Some(e) = &def.policy_error {
+        bail!("agent '{}' ({}) cannot run: {e}", def.name, def.source);
+    }
+    if def.rules.is_empty() && def.permission_mode.is_none() {
+        return Ok(Arc::clone(base));
+    }
+    let mut policy = Policy::clone(base);
+    for rule in &def.rules {
+        if rule.action == Action::Allow && def.from_project && !trusted {
+            tracing::info!(
+                "{}: agent '{}' allow rule {} is not used until you trust this project (crow trust)",
+                rule.source,
+                def.name,
+                rule.describe()
+            );
+            continue;
+        }
+        policy.rules.push(rule.clone());
+    }
+    policy.floor = match (policy.floor, def.permission_mode) {
+        (Some(a), Some(b)) if b.strictness() > a.strictness() => Some(b),
+        (None, b) => b,
+        (a, _) => a,
+    };
+    Ok(Arc::new(policy))
 }
 
 /// `crow run`'s gate: nobody is there to answer, so a question is a refusal the model reads,
