@@ -631,7 +631,12 @@ pub fn render_show(loaded: &LoadedConfig) -> String {
     if !loaded.rules.is_empty() {
         out.push_str("\n# permission rules (deny wins; then the most specific; then the mode):\n");
         for rule in &loaded.rules {
-            out.push_str(&format!("#   {}\n", rule.describe()));
+            let default = if rule.fallback {
+                " [the tool's default: its own patterns beat it]"
+            } else {
+                ""
+            };
+            out.push_str(&format!("#   {}{default}\n", rule.describe()));
         }
     }
     out

@@ -172,3 +172,179 @@ async fn claude_code_deny_rules_count_too() {
     assert!(output.contains(".claude/settings.json"), "{output}");
     assert!(!dir.path().join("made.txt").exists());
 }
+
+/// Writes a project agent file.
+fn agent_file(dir: &Path, name: &str, text: &str) {
+    let agents = dir.join(".crow/agents");
+    std::fs::create_dir_all(&agents).unwrap();
+    std::fs::write(agents.join(name), text).unwrap();
+}
+
+#[tokio::test]
+async fn an_agent_files_claude_code_deny_pattern_applies_to_that_agent() {
+    let dir = git_repo();
+    agent_file(
+        dir.path(),
+        "careful.md",
+        "---\nname: careful\ndescription: d\ntools: Bash, Read\ndisallowedTools: Bash(touch:*)\n---\nBe careful.\n",
+    );
+    let (_, result) = one_call(
+        dir.path(),
+        "bash",
+        json!({"command": "touch made.txt"}),
+        &["--agent", "careful"],
+    )
+    .await;
+    assert_eq!(result["status"], "error", "{result}");
+    let output = result["output"].as_str().unwrap();
+    assert!(output.contains("deny bash(touch*)"), "{output}");
+    assert!(output.contains("careful.md:5"), "{output}");
+    assert!(!dir.path().join("made.txt").exists());
+    // The same command under the built-in builder runs: the rule is the agent's alone.
+    let (_, result) = one_call(
+        dir.path(),
+        "bash",
+        json!({"command": "touch made.txt"}),
+        &[],
+    )
+    .await;
+    assert_eq!(result["status"], "success", "{result}");
+}
+
+#[tokio::test]
+async fn an_agent_files_opencode_permission_map_allows_its_patterns_and_denies_the_rest() {
+    let dir = git_repo();
+    agent_file(
+        dir.path(),
+        "narrow.md",
+        "---\ndescription: d\npermission:\n  bash:\n    \"*\": deny\n    \"touch allowed*\": allow\n---\nx\n",
+    );
+    // The agent's allow entry comes from the project: it needs trust.
+    trust_project(dir.path());
+    let (_, denied) = one_call(
+        dir.path(),
+        "bash",
+        json!({"command": "touch other.txt"}),
+        &["--agent", "narrow"],
+    )
+    .await;
+    assert_eq!(denied["status"], "error", "{denied}");
+    assert!(
+        denied["output"].as_str().unwrap().contains("narrow.md:5"),
+        "{denied}"
+    );
+    assert!(!dir.path().join("other.txt").exists());
+    let (_, allowed) = one_call(
+        dir.path(),
+        "bash",
+        json!({"command": "touch allowed.txt"}),
+        &["--agent", "narrow", "--mode", "ask"],
+    )
+    .await;
+    assert_eq!(allowed["status"], "success", "{allowed}");
+    assert!(dir.path().join("allowed.txt").exists());
+}
+
+#[tokio::test]
+async fn an_agents_mode_only_tightens_and_a_broken_rule_refuses_the_agent() {
+    let dir = git_repo();
+    agent_file(
+        dir.path(),
+        "planner2.md",
+        "---\ndescription: d\npermissionMode: plan\n---\nx\n",
+    );
+    let (_, result) = one_call(
+        dir.path(),
+        "write_file",
+        json!({"path": "new.txt", "content": "x"}),
+        &["--agent", "planner2", "--mode", "full-auto"],
+    )
+    .await;
+    assert_eq!(result["status"], "error", "{result}");
+    assert!(
+        result["output"].as_str().unwrap().contains("read-only"),
+        "{result}"
+    );
+    assert!(!dir.path().join("new.txt").exists());
+
+    agent_file(
+        dir.path(),
+        "builder.md",
+        "---\ndescription: d\npermissions:\n  deny: [\"bash(rm -rf *\"]\n---\nx\n",
+    );
+    let mock = MockLlm::start(Scenario::new().reply(Reply::text("never")))
+        .await
+        .unwrap();
+    let out = output(crow_run(dir.path(), &mock, "do it")).await;
+    assert_ne!(out.code, Some(0), "{}", out.stdout);
+    assert!(out.stderr.contains("builder.md:4"), "{}", out.stderr);
+    assert!(out.stderr.contains("cannot run"), "{}", out.stderr);
+    assert!(mock.requests().is_empty(), "no model call was made");
+}
+
+#[tokio::test]
+async fn opencode_json_permission_rules_apply_and_show_their_source() {
+    let dir = git_repo();
+    std::fs::write(
+        dir.path().join("opencode.json"),
+        "{\n  \"$schema\": \"https://opencode.ai/config.json\",\n  \"permission\": {\n    \"bash\": { \"touch *\": \"deny\" }\n  }\n}\n",
+    )
+    .unwrap();
+    let (_, result) = one_call(
+        dir.path(),
+        "bash",
+        json!({"command": "touch made.txt"}),
+        &[],
+    )
+    .await;
+    assert_eq!(result["status"], "error", "{result}");
+    let output = result["output"].as_str().unwrap();
+    assert!(output.contains("deny bash(touch *)"), "{output}");
+    assert!(output.contains("opencode.json:4"), "{output}");
+    assert!(!dir.path().join("made.txt").exists());
+
+    let mut show = crow(dir.path());
+    show.args(["config", "show"]);
+    let shown = common::output(show).await;
+    assert!(
+        shown.stdout.contains("deny bash(touch *)") && shown.stdout.contains("opencode.json:4"),
+        "{}",
+        shown.stdout
+    );
+}
+
+#[tokio::test]
+async fn the_users_opencode_jsonc_counts_and_a_malformed_one_refuses_the_session() {
+    let dir = git_repo();
+    let user = dir.path().join(".home/.config/opencode");
+    std::fs::create_dir_all(&user).unwrap();
+    std::fs::write(
+        user.join("opencode.jsonc"),
+        "{\n  // mine\n  \"permission\": {\"bash\": {\"touch *\": \"ask\",},},\n}\n",
+    )
+    .unwrap();
+    let (_, result) = one_call(
+        dir.path(),
+        "bash",
+        json!({"command": "touch made.txt"}),
+        &[],
+    )
+    .await;
+    assert_eq!(result["status"], "error", "{result}");
+    let output = result["output"].as_str().unwrap();
+    assert!(output.contains("needs approval"), "{output}");
+    assert!(output.contains("opencode.jsonc:3"), "{output}");
+
+    std::fs::write(
+        dir.path().join("opencode.jsonc"),
+        "{\n  \"permission\": {\n    \"bash\": \"ask\"\n  \n",
+    )
+    .unwrap();
+    let mock = MockLlm::start(Scenario::new().reply(Reply::text("never")))
+        .await
+        .unwrap();
+    let out = common::output(crow_run(dir.path(), &mock, "do it")).await;
+    assert_ne!(out.code, Some(0), "{}", out.stdout);
+    assert!(out.stderr.contains("opencode.jsonc:5:"), "{}", out.stderr);
+    assert!(mock.requests().is_empty(), "no model call was made");
+}
