@@ -177,6 +177,11 @@ struct RunArgs {
     /// in the sandbox). No one is asked in `crow run`: what would ask is refused.
     #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(crow_core::Mode::NAMES))]
     mode: Option<String>,
+    /// Answer every permission question yes (no one is there to ask): calls that would ask
+    /// run, also commands that would run unconfined where the kernel has no sandbox. Deny
+    /// rules still deny.
+    #[arg(long)]
+    approve: bool,
 }
 
 #[derive(Args, Clone, Default)]
@@ -512,7 +517,7 @@ async fn run(args: RunArgs) -> Result<ExitCode> {
         cwd,
         max_iterations,
     );
-    composer.permission = permissions::headless();
+    composer.permission = permissions::headless(args.approve);
     composer.policy = Some(std::sync::Arc::new(policy));
     composer.trusted = trusted;
     let spec = app::RunSpec {
@@ -734,8 +739,9 @@ pub(crate) fn sandbox_spec(config: &config::Config) -> Option<crow_tools::Sandbo
     WARNED.call_once(|| {
         if let Some(reason) = spec.unavailable() {
             tracing::warn!(
-                "the sandbox is unavailable on this machine: {reason}; commands will be refused \
-                 (set [sandbox] mode = \"off\" to run them unconfined)"
+                "the sandbox is unavailable on this machine: {reason}; each command asks \
+                 before it runs unconfined (crow run: refused unless --approve; set [sandbox] \
+                 mode = \"off\" to run them unconfined without asking)"
             );
         }
         for note in spec.weaker() {

@@ -291,12 +291,19 @@ pub fn for_agent(
 }
 
 /// `crow run`'s gate: nobody is there to answer, so a question is a refusal the model reads,
-/// saying how the user can allow it.
-pub struct Headless;
+/// saying how the user can allow it; with `--approve` (`approve`), every question is
+/// answered yes (deny rules still deny: they never ask).
+pub struct Headless {
+    pub approve: bool,
+}
 
 #[async_trait]
 impl PermissionGate for Headless {
     async fn check(&self, request: PermissionRequest) -> PermissionDecision {
+        if self.approve {
+            tracing::info!(tool = %request.tool, "approved by --approve: {}", request.title);
+            return PermissionDecision::Allow;
+        }
         let why = request
             .policy
             .as_deref()
@@ -305,17 +312,18 @@ impl PermissionGate for Headless {
         PermissionDecision::Deny {
             reason: format!(
                 "needs approval: {}{why}, and `crow run` has no one to ask; the user can allow \
-                 it with a rule in [permissions] allow (e.g. \"{}\") or `crow run --mode \
-                 full-auto`. Do not retry it.",
+                 it with a rule in [permissions] allow (e.g. \"{}\"), `crow run --mode \
+                 full-auto`, or `crow run --approve` (every question answered yes). Do not \
+                 retry it.",
                 request.title, request.tool
             ),
         }
     }
 }
 
-/// The gate of a front end with no human, shared.
-pub fn headless() -> Arc<dyn PermissionGate> {
-    Arc::new(Headless)
+/// The gate of a front end with no human, shared; `approve`: `--approve`.
+pub fn headless(approve: bool) -> Arc<dyn PermissionGate> {
+    Arc::new(Headless { approve })
 }
 
 #[cfg(test)]

@@ -348,3 +348,71 @@ async fn the_users_opencode_jsonc_counts_and_a_malformed_one_refuses_the_session
     assert!(out.stderr.contains("opencode.jsonc:5:"), "{}", out.stderr);
     assert!(mock.requests().is_empty(), "no model call was made");
 }
+
+#[tokio::test]
+async fn sensitive_places_ask_even_in_full_auto_with_an_allow_rule() {
+    let base = tempfile::tempdir().unwrap();
+    let project = base.path().join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    assert!(
+        std::process::Command::new("git")
+            .args(["init", "-q"])
+            .current_dir(&project)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let outside = base.path().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join(".env"), "TOKEN=secret").unwrap();
+    std::os::unix::fs::symlink(&outside, project.join("elsewhere")).unwrap();
+    write_project_config(
+        &project,
+        "[permissions]\nallow = [\"bash\", \"write_file\"]\n",
+    );
+    trust_project(&project);
+    let cases = [
+        (
+            "bash",
+            json!({"command": "cat ../outside/.env"}),
+            ".env file outside the project",
+        ),
+        (
+            "bash",
+            json!({"command": "cp /etc/hostname elsewhere/copied"}),
+            "symlink out of the project",
+        ),
+        ("bash", json!({"command": "cat ~/.ssh/id_ed25519"}), ".ssh"),
+        (
+            "bash",
+            json!({"command": "echo x >> .crow/config.toml"}),
+            ".crow",
+        ),
+        (
+            "write_file",
+            json!({"path": ".crow/config.toml", "content": "[permissions]\n"}),
+            ".crow",
+        ),
+    ];
+    for (tool, args, why) in cases {
+        let (_, result) = one_call(&project, tool, args.clone(), &["--mode", "full-auto"]).await;
+        assert_eq!(result["status"], "error", "{args}: {result}");
+        let output = result["output"].as_str().unwrap();
+        assert!(
+            output.contains("needs approval") && output.contains(why),
+            "{args}: {output}"
+        );
+    }
+    assert!(!outside.join("copied").exists());
+    let config = std::fs::read_to_string(project.join(".crow/config.toml")).unwrap();
+    assert!(config.contains("allow"), "{config}");
+    // The same allow rule lets an ordinary command run.
+    let (_, result) = one_call(
+        &project,
+        "bash",
+        json!({"command": "cat .crow/../README 2>/dev/null; echo ok"}),
+        &["--mode", "full-auto"],
+    )
+    .await;
+    assert_eq!(result["status"], "success", "{result}");
+}

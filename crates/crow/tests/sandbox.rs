@@ -182,7 +182,7 @@ async fn mode_off_runs_commands_unconfined() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn without_sandbox_support_commands_are_refused_with_the_way_out() {
+async fn without_sandbox_support_commands_need_approval_and_never_run_unconfined_silently() {
     let repo = git_repo();
     let dir = repo.path();
     let out_dir = outside();
@@ -208,6 +208,8 @@ async fn without_sandbox_support_commands_are_refused_with_the_way_out() {
         assert!(
             text.contains("the sandbox is unavailable on this machine")
                 && text.contains("CROW_SANDBOX_UNSUPPORTED")
+                && text.contains("needs approval")
+                && text.contains("--approve")
                 && text.contains("mode = \"off\""),
             "{text}"
         );
@@ -220,6 +222,45 @@ async fn without_sandbox_support_commands_are_refused_with_the_way_out() {
         "{}",
         out.stderr
     );
+
+    // Even a full-auto run and an allow rule for the command do not skip the question.
+    write_project_config(dir, "[permissions]\nallow = [\"bash(echo *)\"]\n");
+    trust_project(dir);
+    let scenario = Scenario::new()
+        .reply(Reply::tool_call("bash", json!({ "command": command })))
+        .reply(Reply::tool_call(
+            "task_complete",
+            json!({"summary": "done"}),
+        ));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let mut cmd = crow_run(dir, &mock, "run it");
+    cmd.args(["--mode", "full-auto"])
+        .env_remove("CROW_SANDBOX_MODE")
+        .env("CROW_SANDBOX_UNSUPPORTED", "1");
+    let out = output(cmd).await;
+    let end = out.of_type("tool_call_end")[0].clone();
+    assert_eq!(end["result"]["status"], "error", "{end}");
+    assert!(!target.exists());
+
+    // `--approve` is the answer of a user who is not there: the command runs, unconfined.
+    let scenario = Scenario::new()
+        .reply(Reply::tool_call("bash", json!({ "command": command })))
+        .reply(Reply::tool_call(
+            "task_complete",
+            json!({"summary": "done"}),
+        ));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let mut cmd = crow_run(dir, &mock, "run it");
+    cmd.arg("--approve")
+        .env_remove("CROW_SANDBOX_MODE")
+        .env("CROW_SANDBOX_UNSUPPORTED", "1");
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let end = out.of_type("tool_call_end")[0].clone();
+    assert_eq!(end["result"]["status"], "success", "{end}");
+    assert!(target.exists());
+    std::fs::remove_file(&target).unwrap();
+    std::fs::remove_dir_all(dir.join(".crow")).unwrap();
 
     // `mode = "off"` is the user's way out.
     user_config(dir, "[sandbox]\nmode = \"off\"\n");
