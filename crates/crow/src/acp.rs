@@ -753,6 +753,17 @@ impl SessionRunner for CrowRunner {
         }))
     }
 
+    fn rule_saver(&self) -> Option<Arc<dyn crow_acp::RuleSaver>> {
+        // An allow rule in an untrusted project's config would make its next session refuse
+        // to start (a project may only tighten): offered in trusted projects only.
+        if !self.loaded.trusted {
+            return None;
+        }
+        Some(Arc::new(crate::permissions::ProjectRules::new(
+            &self.composer.project_root,
+        )))
+    }
+
     fn commands(&self) -> Vec<crow_acp::CommandInfo> {
         let commands = crate::slash::load(&self.composer.project_root);
         for problem in &commands.problems {

@@ -20,6 +20,9 @@ use crate::config::Source;
 pub mod opencode;
 mod save;
 
+pub use save::ProjectRules;
+// The API the interactive terminal calls when the user keeps an "always" for the project.
+#[allow(unused_imports)]
 pub use save::{SavedRule, save_rule};
 
 /// `[permissions]` in config.toml. The rule lists are declared so each file is checked
@@ -226,7 +229,7 @@ pub fn sensitive_dirs(config: &crate::config::Config, project_root: &Path) -> Ve
 }
 
 /// A path with its existing part resolved (tools and commands report resolved paths).
-fn canonical(path: &Path) -> PathBuf {
+pub(crate) fn canonical(path: &Path) -> PathBuf {
     if let Ok(real) = std::fs::canonicalize(path) {
         return real;
     }
