@@ -122,7 +122,6 @@ async fn one_command(dir: &Path, command: &str, approve: &str, answer: &str) -> 
             _ => {}
         }
     }
-    drop(send);
     drop(stdin);
     let _ = child.wait().await;
     turn
