@@ -1036,9 +1036,13 @@ test("no sandbox on this machine: a command asks before running unconfined, what
     steps: [{ reply: { tool_calls: [{ name: "bash", arguments: { command: "echo unconfined > made.txt" } }] } }, { reply: { text: "ok" } }],
   });
   const s = await open({
+    notices: true,
     env: { CROW_SANDBOX_UNSUPPORTED: "1", CROW_SANDBOX_MODE: "workspace-write" },
   });
   try {
+    // Said once to the editor's user, as a notice.
+    const notice = await s.crow.waitFor((u) => u.update.sessionUpdate === "notice");
+    assert.match(notice.update.title, /sandbox is unavailable/);
     await s.crow.agent.request(acp.methods.agent.session.setConfigOption, { sessionId: s.id, configId: "approve", value: "all" });
     assert.equal((await s.crow.prompt(s.id, "make it")).stopReason, "end_turn");
     assert.equal(s.crow.permissionRequests.length, 1, "asked although approve is all");

@@ -542,6 +542,18 @@ fn start_mcp(spec: &SessionSpec, loaded: &LoadedConfig, tools: &ToolRegistry) ->
         },
     );
     let notices = spec.notices.clone();
+    // Where the kernel has no sandbox, the editor's user is told once per session why each
+    // command asks before it runs.
+    if let Some(reason) = options.sandbox.as_ref().and_then(|s| s.unavailable()) {
+        let _ = notices.send(crow_core::AgentEvent::Notice {
+            agent: "crow".into(),
+            level: crow_core::NoticeLevel::Warning,
+            message: format!(
+                "the sandbox is unavailable on this machine: {reason}; each command asks before \
+                 it runs unconfined"
+            ),
+        });
+    }
     tokio::spawn(async move {
         while let Some(event) = events.recv().await {
             if let Some(warning) = event.warning() {
