@@ -27,6 +27,14 @@ use serde::{Deserialize, Serialize};
 /// The first argument that turns crow into the launcher.
 pub const LAUNCHER_ARG: &str = "__sandbox";
 
+/// The small launcher's file name, beside crow's executable (`crates/crow/src/bin`): it
+/// starts in a fraction of the time crow's own large executable takes.
+pub const LAUNCHER_BIN: &str = "crow-sandbox";
+
+/// The launcher's protocol (its arguments and policy JSON), said by `--probe`: a launcher
+/// answering another one (a stale build beside a newer crow) is not used.
+pub const PROTOCOL: u32 = 1;
+
 /// Set (non-empty) to make crow behave as on a machine without any sandbox support: tests
 /// and users can see the refusal without such a machine.
 pub const FORCE_UNSUPPORTED_ENV: &str = "CROW_SANDBOX_UNSUPPORTED";
@@ -83,18 +91,43 @@ impl Support {
         if std::env::var_os(FORCE_UNSUPPORTED_ENV).is_some_and(|v| !v.is_empty()) {
             return Self::none(format!("{FORCE_UNSUPPORTED_ENV} is set"));
         }
-        let output = std::process::Command::new(launcher)
-            .args([LAUNCHER_ARG, "--probe"])
-            .stdin(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .output();
-        match output {
-            Ok(out) if out.status.success() => serde_json::from_slice(&out.stdout)
-                .unwrap_or_else(|e| Self::none(format!("the sandbox probe answered oddly: {e}"))),
-            Ok(out) => Self::none(format!("the sandbox probe failed ({})", out.status)),
-            Err(e) => Self::none(format!("cannot run the sandbox probe: {e}")),
+        probe_protocol(launcher).map_or_else(Self::none, |(support, _)| support)
+    }
+}
+
+/// What `launcher --probe` found and the protocol it speaks.
+fn probe_protocol(launcher: &Path) -> Result<(Support, u32), String> {
+    let out = std::process::Command::new(launcher)
+        .args([LAUNCHER_ARG, "--probe"])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run the sandbox probe: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("the sandbox probe failed ({})", out.status));
+    }
+    let odd = |e: serde_json::Error| format!("the sandbox probe answered oddly: {e}");
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(odd)?;
+    let protocol = value
+        .get("protocol")
+        .and_then(serde_json::Value::as_u64)
+        .and_then(|p| u32::try_from(p).ok())
+        .unwrap_or(0);
+    Ok((serde_json::from_value(value).map_err(odd)?, protocol))
+}
+
+/// The launcher to use and what it found: the small one beside `own_exe` when it is there
+/// and speaks [`PROTOCOL`], else `own_exe` itself (`crow __sandbox`).
+pub fn choose_launcher(own_exe: &Path) -> (PathBuf, Support) {
+    if std::env::var_os(FORCE_UNSUPPORTED_ENV).is_none_or(|v| v.is_empty()) {
+        let small = own_exe.with_file_name(LAUNCHER_BIN);
+        if small.is_file()
+            && let Ok((support, PROTOCOL)) = probe_protocol(&small)
+        {
+            return (small, support);
         }
     }
+    (own_exe.to_path_buf(), Support::probe_with(own_exe))
 }
 
 /// The sandbox of `bash` commands, as configured (the project root comes with each call).
@@ -270,8 +303,9 @@ impl SandboxSpec {
             format!("off ({})", how.join(" + "))
         };
         let mut text = format!(
-            "sandbox: {}\nwritable: {}\nread-only inside them: {}\nnetwork: {network}\n",
+            "sandbox: {} (launcher {})\nwritable: {}\nread-only inside them: {}\nnetwork: {network}\n",
             self.mode.as_str(),
+            self.launcher.display(),
             list(&policy.writable),
             if policy.read_only.is_empty() {
                 "nothing".to_owned()
@@ -389,7 +423,10 @@ pub fn launch(args: Vec<OsString>) -> Result<(), SandboxError> {
     let mut args = args.into_iter();
     match args.next().as_deref().and_then(OsStr::to_str) {
         Some("--probe") => {
-            let support = imp::probe();
+            let mut support = serde_json::to_value(imp::probe())?;
+            if let Some(object) = support.as_object_mut() {
+                object.insert("protocol".into(), PROTOCOL.into());
+            }
             let mut out = std::io::stdout().lock();
             let _ = serde_json::to_writer(&mut out, &support);
             Ok(())

@@ -702,10 +702,8 @@ pub(crate) fn sandbox_spec(config: &config::Config) -> Option<crow_tools::Sandbo
         return None;
     }
     let (launcher, support) = SUPPORT.get_or_init(|| match std::env::current_exe() {
-        Ok(exe) => {
-            let support = SandboxSupport::probe_with(&exe);
-            (exe, support)
-        }
+        // The small launcher beside crow when it is there (faster per command), else crow.
+        Ok(exe) => crow_tools::sandbox::choose_launcher(&exe),
         Err(e) => (
             std::path::PathBuf::from("crow"),
             SandboxSupport::none(format!("cannot find crow's own executable: {e}")),

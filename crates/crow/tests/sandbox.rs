@@ -357,3 +357,54 @@ async fn config_show_lists_the_sandbox_with_sources() {
     assert!(line("sandbox.network ").contains("config.toml"));
     assert!(line("sandbox.writable_roots ").contains("[]"));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_small_launcher_beside_crow_is_used_and_a_stale_one_is_not() {
+    require!("a usable sandbox", sandbox_usable());
+    let repo = git_repo();
+    let dir = repo.path();
+    // cargo builds crow-sandbox beside crow; commands start through it.
+    let out = output(crow_sandbox(dir, "echo inside > made.txt")).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let small = env!("CARGO_BIN_EXE_crow-sandbox");
+    assert!(
+        out.stderr.contains(&format!("(launcher {small})")),
+        "{}",
+        out.stderr
+    );
+    assert!(dir.join("made.txt").exists());
+
+    // A launcher speaking another protocol (a stale build) is not used: crow launches itself.
+    let bin = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let crow_copy = bin.path().join("crow");
+    std::fs::hard_link(env!("CARGO_BIN_EXE_crow"), &crow_copy)
+        .or_else(|_| std::fs::copy(env!("CARGO_BIN_EXE_crow"), &crow_copy).map(|_| ()))
+        .unwrap();
+    let stale = bin.path().join("crow-sandbox");
+    std::fs::write(
+        &stale,
+        "#!/bin/sh\necho '{\"landlock_fs\":true,\"landlock_net\":true,\"namespaces\":true,\"protocol\":0}'\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&stale, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let home = dir.join(".home");
+    let run = tokio::process::Command::new(&crow_copy)
+        .args(["sandbox", "--", "echo again > again.txt"])
+        .current_dir(dir)
+        .env("HOME", &home)
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .env("XDG_DATA_HOME", home.join(".local/share"))
+        .env_remove("CROW_CONFIG_DIR")
+        .env_remove("CROW_SANDBOX_MODE")
+        .env_remove("CROW_SANDBOX_UNSUPPORTED")
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("(launcher {})", crow_copy.display())),
+        "{stderr}"
+    );
+    assert!(dir.join("again.txt").exists());
+}
