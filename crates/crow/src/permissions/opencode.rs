@@ -59,10 +59,11 @@ pub fn rules(permission: &Value, locate: &dyn Fn(&str, &str) -> String) -> Resul
         let key_path = format!("permission.{key}");
         let Some(tools) = tools_for(key) else {
             // MCP tools are `server_tool` in opencode, `mcp__server__tool` in crow: a key
-            // with `_` or a wildcard is taken as that.
+            // with `_` is taken as that (its first `_` separating server and tool).
             if key.contains('_') && key != "external_directory" && key != "doom_loop" {
                 let at = locate(key, &key_path);
-                rules.extend(entry_rules(&format!("mcp__{key}"), value, &at, locate)?);
+                let tool = format!("mcp__{}", key.replacen('_', "__", 1));
+                rules.extend(entry_rules(&tool, value, &at, locate)?);
             } else {
                 tracing::debug!("opencode permission.{key} has no crow counterpart; skipped");
             }
@@ -239,7 +240,8 @@ mod tests {
     "edit": "deny",
     "bash": { "*": "deny", "git status*": "allow" },
     "webfetch": "ask",
-    "external_directory": "ask"
+    "external_directory": "ask",
+    "github_*": "deny"
   }
 }"#;
         let dir = tempfile::tempdir().unwrap();
@@ -256,6 +258,7 @@ mod tests {
                 format!("deny bash ({p}:4)"),
                 format!("allow bash(git status*) ({p}:4)"),
                 format!("ask web_fetch ({p}:5)"),
+                format!("deny mcp__github__* ({p}:7)"),
             ]
         );
         assert!(rules[2].fallback && !rules[0].fallback);
