@@ -41,19 +41,30 @@ impl Turn {
 /// Runs one prompt in a new session of `dir` with approve = `approve`, answering every
 /// permission question with `answer`; the mock replies with one bash call, then text.
 async fn one_command(dir: &Path, command: &str, approve: &str, answer: &str) -> Turn {
+    acp_turn(dir, command, approve, answer, true).await
+}
+
+/// [`one_command`]; `trusted`: the model is configured in the project's config (which the
+/// user trusts), else in the user's own config and the project stays untrusted.
+async fn acp_turn(dir: &Path, command: &str, approve: &str, answer: &str, trusted: bool) -> Turn {
     let scenario = Scenario::new()
         .reply(Reply::tool_call("bash", json!({ "command": command })))
         .reply(Reply::text("done"));
     let mock = MockLlm::start(scenario).await.unwrap();
-    write_project_config(
-        dir,
-        &format!(
-            "provider = \"mock\"\n[providers.mock]\ntype = \"openai\"\nbase_url = \"{}\"\nmodel = \"mock-model\"\n",
-            mock.openai_base_url()
-        ),
+    let provider = format!(
+        "provider = \"mock\"\n[providers.mock]\ntype = \"openai\"\nbase_url = \"{}\"\nmodel = \"mock-model\"\n",
+        mock.openai_base_url()
     );
-    if !dir.join(".home/.config/crow/config.toml").exists() {
-        trust_project(dir);
+    if trusted {
+        write_project_config(dir, &provider);
+        let user = std::fs::read_to_string(dir.join(".home/.config/crow/config.toml"));
+        if !user.is_ok_and(|text| text.contains("trusted = true")) {
+            trust_project(dir);
+        }
+    } else {
+        let user = dir.join(".home/.config/crow");
+        std::fs::create_dir_all(&user).unwrap();
+        std::fs::write(user.join("config.toml"), provider).unwrap();
     }
     let mut child = crow(dir).arg("acp").stdin(Stdio::piped()).spawn().unwrap();
     let mut stdin = child.stdin.take().unwrap();
@@ -189,4 +200,41 @@ async fn a_command_naming_a_sensitive_place_asks_under_approve_all() {
     let turn = one_command(&project, "echo fine", "all", "reject_once").await;
     assert!(turn.asked.is_empty());
     assert_eq!(turn.last_result().0, "completed");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn always_for_the_project_saves_the_rule_in_a_trusted_project_only() {
+    let dir = git_repo();
+    // Untrusted: the option is not offered (its allow rule would not count there).
+    let turn = acp_turn(dir.path(), "git status --short", "ask", "allow_once", false).await;
+    assert_eq!(turn.asked.len(), 1);
+    let ids: Vec<&str> = turn.asked[0]["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["optionId"].as_str().unwrap())
+        .collect();
+    assert!(!ids.contains(&"allow_always_project"), "{ids:?}");
+    assert!(!dir.path().join(".crow/config.toml").exists());
+
+    // Trusted: offered with the rule named, and chosen, saved to the project's config.
+    let turn = one_command(dir.path(), "git status --short", "ask", "allow_always_project").await;
+    assert_eq!(turn.asked.len(), 1);
+    let option = turn.asked[0]["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["optionId"] == "allow_always_project")
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        option["name"],
+        "Always allow `bash(git status*)` in this project (saves to .crow/config.toml)"
+    );
+    let config = std::fs::read_to_string(dir.path().join(".crow/config.toml")).unwrap();
+    assert!(config.starts_with("provider = \"mock\""), "{config}");
+    assert!(
+        config.contains("[permissions]\nallow = [\"bash(git status*)\"]"),
+        "{config}"
+    );
 }
