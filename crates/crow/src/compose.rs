@@ -300,13 +300,33 @@ impl Composer {
         );
         let agent = match &self.policy {
             Some(policy) => {
-                agent.with_policy(crate::permissions::for_agent(policy, def, self.trusted)?)
+                // A subagent is shown under its callers (`planner/explore`): theirs count too.
+                let ancestors: Vec<&AgentDef> = shown
+                    .split('/')
+                    .rev()
+                    .skip(1)
+                    .filter_map(|name| self.ancestor(name))
+                    .collect();
+                agent.with_policy(crate::permissions::for_agent(
+                    policy,
+                    def,
+                    &ancestors,
+                    self.trusted,
+                )?)
             }
             None => agent,
         };
         Ok(match &self.client {
             Some(client) => agent.with_client(Arc::clone(client)),
             None => agent,
+        })
+    }
+
+    /// The agent a segment of a shown name stands for: an agent, or a composition's primary.
+    fn ancestor(&self, name: &str) -> Option<&AgentDef> {
+        self.catalog.agents.get(name).or_else(|| {
+            let primary = &self.catalog.compositions.get(name)?.primary;
+            self.catalog.agents.get(primary)
         })
     }
 

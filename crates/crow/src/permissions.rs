@@ -261,18 +261,36 @@ pub fn policy(
 /// The policy of one agent: the session's, plus the rules and mode its definition carries.
 /// A project's agent files may only tighten unless the project is trusted (their allow rules
 /// are skipped with a note). A definition whose rules did not parse refuses to run.
+///
+/// `ancestors` are the agents that started this one as a subagent: their mode floors and
+/// ask/deny rules hold for it too, so a read-only agent cannot get an edit done through a
+/// subagent.
 pub fn for_agent(
     base: &Arc<Policy>,
     def: &crate::agents::AgentDef,
+    ancestors: &[&crate::agents::AgentDef],
     trusted: bool,
 ) -> Result<Arc<Policy>> {
     if let Some(e) = &def.policy_error {
         bail!("agent '{}' ({}) cannot run: {e}", def.name, def.source);
     }
-    if def.rules.is_empty() && def.permission_mode.is_none() {
+    let inherited = ancestors
+        .iter()
+        .any(|a| a.permission_mode.is_some() || a.rules.iter().any(|r| r.action != Action::Allow));
+    if def.rules.is_empty() && def.permission_mode.is_none() && !inherited {
         return Ok(Arc::clone(base));
     }
     let mut policy = Policy::clone(base);
+    for ancestor in ancestors {
+        policy.rules.extend(
+            ancestor
+                .rules
+                .iter()
+                .filter(|r| r.action != Action::Allow)
+                .cloned(),
+        );
+        policy.floor = stricter(policy.floor, ancestor.permission_mode);
+    }
     for rule in &def.rules {
         if rule.action == Action::Allow && def.from_project && !trusted {
             tracing::info!(
@@ -285,12 +303,16 @@ pub fn for_agent(
         }
         policy.rules.push(rule.clone());
     }
-    policy.floor = match (policy.floor, def.permission_mode) {
+    policy.floor = stricter(policy.floor, def.permission_mode);
+    Ok(Arc::new(policy))
+}
+
+fn stricter(a: Option<Mode>, b: Option<Mode>) -> Option<Mode> {
+    match (a, b) {
         (Some(a), Some(b)) if b.strictness() > a.strictness() => Some(b),
         (None, b) => b,
         (a, _) => a,
-    };
-    Ok(Arc::new(policy))
+    }
 }
 
 /// `crow run`'s gate: nobody is there to answer, so a question is a refusal the model reads,

@@ -218,7 +218,13 @@ async fn always_for_the_project_saves_the_rule_in_a_trusted_project_only() {
     assert!(!dir.path().join(".crow/config.toml").exists());
 
     // Trusted: offered with the rule named, and chosen, saved to the project's config.
-    let turn = one_command(dir.path(), "git status --short", "ask", "allow_always_project").await;
+    let turn = one_command(
+        dir.path(),
+        "git status --short",
+        "ask",
+        "allow_always_project",
+    )
+    .await;
     assert_eq!(turn.asked.len(), 1);
     let option = turn.asked[0]["options"]
         .as_array()

@@ -416,3 +416,56 @@ async fn sensitive_places_ask_even_in_full_auto_with_an_allow_rule() {
     .await;
     assert_eq!(result["status"], "success", "{result}");
 }
+
+#[tokio::test]
+async fn a_read_only_agent_cannot_get_an_edit_done_through_a_subagent() {
+    let dir = git_repo();
+    agent_file(
+        dir.path(),
+        "lead.md",
+        "---\ndescription: d\npermissionMode: plan\n---\nYou are the lead.\n",
+    );
+    agent_file(
+        dir.path(),
+        "worker.md",
+        "---\ndescription: d\nmode: subagent\n---\nYou are the worker.\n",
+    );
+    let scenario = Scenario::new()
+        .reply(
+            Reply::tool_call(
+                "task",
+                json!({"agent": "worker", "prompt": "write out.txt"}),
+            )
+            .matching_system("You are the lead."),
+        )
+        .reply(
+            Reply::tool_call("write_file", json!({"path": "out.txt", "content": "x"}))
+                .matching_system("You are the worker."),
+        )
+        .reply(Reply::text("could not").matching_system("You are the worker."))
+        .reply(
+            Reply::tool_call("task_complete", json!({"summary": "done"}))
+                .matching_system("You are the lead."),
+        );
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let mut cmd = crow_run(dir.path(), &mock, "get it written");
+    cmd.args(["--agent", "lead"]);
+    let out = common::output(cmd).await;
+    assert_eq!(out.code, Some(0), "stderr: {}\n{}", out.stderr, out.stdout);
+    let write = out
+        .of_type("tool_call_end")
+        .into_iter()
+        .find(|e| e["tool"] == "write_file")
+        .cloned()
+        .unwrap_or_else(|| panic!("no write_file: {}", out.stdout));
+    assert_eq!(write["agent"], "lead/worker");
+    assert_eq!(write["result"]["status"], "error", "{write}");
+    assert!(
+        write["result"]["output"]
+            .as_str()
+            .unwrap()
+            .contains("read-only"),
+        "{write}"
+    );
+    assert!(!dir.path().join("out.txt").exists());
+}
