@@ -9,8 +9,9 @@
 //! What the launcher enforces:
 //! - **writes** only beneath the writable paths (Landlock: the write rights are handled and
 //!   granted under those paths alone; reading and executing stay free);
-//! - **read-only carve-outs** inside them (the project's `.git/hooks` and `.git/config`,
-//!   crow's own config and data): bind-mounted read-only in a private mount namespace, since
+//! - **read-only carve-outs** inside them (the project's `.git/hooks` and `.git/config`, its
+//!   permission files — `.crow/`, `.claude/settings*.json`, `opencode.json` … —, crow's own
+//!   config and data): bind-mounted read-only in a private mount namespace, since
 //!   Landlock can only add rights, never take them back beneath a granted directory;
 //! - **no network**: a new, empty network namespace (every protocol), and Landlock's TCP
 //!   bind/connect rules where the kernel has them (ABI 4, Linux 6.7).
@@ -223,6 +224,9 @@ impl SandboxSpec {
         }
         let writable = canonical_existing(writable);
         let mut candidates = git_protected(project_root);
+        // The project's own permission rules and agent definitions: a command must not loosen
+        // the policy it runs under (those that exist; a missing one asks through the policy).
+        candidates.extend(PROJECT_POLICY.iter().map(|p| project_root.join(p)));
         // A protected directory holding the project (a store kept in the project's
         // parent) would make the whole project read-only: the project wins.
         candidates.extend(
@@ -321,6 +325,17 @@ impl SandboxSpec {
         text
     }
 }
+
+/// The project's files that hold crow's (and Claude Code's, opencode's) permission rules.
+const PROJECT_POLICY: [&str; 7] = [
+    ".crow",
+    ".claude/settings.json",
+    ".claude/settings.local.json",
+    ".claude/agents",
+    ".opencode",
+    "opencode.json",
+    "opencode.jsonc",
+];
 
 /// The paths through which a command could make git run code later: hooks, and the config
 /// that can point `core.hooksPath` or `core.fsmonitor` elsewhere.

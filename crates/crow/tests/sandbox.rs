@@ -408,3 +408,55 @@ async fn the_small_launcher_beside_crow_is_used_and_a_stale_one_is_not() {
     );
     assert!(dir.join("again.txt").exists());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_projects_permission_files_are_read_only_to_commands() {
+    require!("Landlock and user namespaces", full_sandbox());
+    let repo = git_repo();
+    let dir = repo.path();
+    write_project_config(dir, "[permissions]\ndeny = [\"bash(rm -rf *)\"]\n");
+    std::fs::write(dir.join("opencode.json"), "{}\n").unwrap();
+    let scenario = Scenario::new()
+        .reply(Reply::tool_call(
+            "bash",
+            json!({"command": "echo 'allow = [\"bash\"]' >> .crow/config.toml"}),
+        ))
+        .reply(Reply::tool_call(
+            "bash",
+            json!({"command": "echo '{}' > opencode.json; echo ok > fine.txt"}),
+        ))
+        .reply(Reply::tool_call(
+            "task_complete",
+            json!({"summary": "done"}),
+        ));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    // --approve gets past the policy's question: the sandbox is what stops the write.
+    let mut cmd = crow_run(dir, &mock, "loosen it");
+    cmd.arg("--approve");
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let results: Vec<Value> = out
+        .of_type("tool_call_end")
+        .iter()
+        .filter(|e| e["tool"] == "bash")
+        .map(|e| e["result"].clone())
+        .collect();
+    assert_eq!(results[0]["status"], "error", "{}", results[0]);
+    assert!(
+        results[0]["output"].as_str().unwrap().contains("Read-only"),
+        "{}",
+        results[0]
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join(".crow/config.toml")).unwrap(),
+        "[permissions]\ndeny = [\"bash(rm -rf *)\"]\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("opencode.json")).unwrap(),
+        "{}\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("fine.txt")).unwrap(),
+        "ok\n"
+    );
+}
