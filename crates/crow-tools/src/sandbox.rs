@@ -326,8 +326,9 @@ impl SandboxSpec {
     }
 }
 
-/// The project's files that hold crow's (and Claude Code's, opencode's) permission rules.
-const PROJECT_POLICY: [&str; 7] = [
+/// The project's files that hold crow's (and Claude Code's, opencode's) permission rules
+/// and agent definitions; the permission policy asks before a call touches them, too.
+pub const PROJECT_POLICY: [&str; 7] = [
     ".crow",
     ".claude/settings.json",
     ".claude/settings.local.json",

@@ -42,7 +42,7 @@ async fn typescript_sdk_client_drives_crow_acp() {
     let output = tokio::process::Command::new("node")
         .args(["--test", "--test-concurrency=1"])
         .args(pattern)
-        .arg("interop.test.mjs")
+        .args(["interop.test.mjs", "policy.test.mjs"])
         .current_dir(&dir)
         .env("CROW_BIN", env!("CARGO_BIN_EXE_crow"))
         .env("MOCK_URL", mock.base_url())
