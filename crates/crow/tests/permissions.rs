@@ -469,3 +469,36 @@ async fn a_read_only_agent_cannot_get_an_edit_done_through_a_subagent() {
     );
     assert!(!dir.path().join("out.txt").exists());
 }
+
+#[tokio::test]
+async fn a_tools_entry_with_a_pattern_allows_only_that_pattern() {
+    let dir = git_repo();
+    agent_file(
+        dir.path(),
+        "toucher.md",
+        "---\nname: toucher\ndescription: d\ntools: Read, Bash(touch allowed:*)\n---\nx\n",
+    );
+    trust_project(dir.path());
+    let (_, allowed) = one_call(
+        dir.path(),
+        "bash",
+        json!({"command": "touch allowed.txt"}),
+        &["--agent", "toucher"],
+    )
+    .await;
+    assert_eq!(allowed["status"], "success", "{allowed}");
+    let (_, other) = one_call(
+        dir.path(),
+        "bash",
+        json!({"command": "touch other.txt"}),
+        &["--agent", "toucher"],
+    )
+    .await;
+    assert_eq!(other["status"], "error", "{other}");
+    let output = other["output"].as_str().unwrap();
+    assert!(
+        output.contains("needs approval") && output.contains("toucher.md:4"),
+        "{output}"
+    );
+    assert!(!dir.path().join("other.txt").exists());
+}

@@ -1,8 +1,8 @@
 //! Permission rules in agent definitions, in the shapes users already write:
 //! - crow's own `permissions: {mode, allow, ask, deny}` (the `[permissions]` syntax);
 //! - Claude Code's `tools` / `disallowedTools` entries with a pattern (`Bash(git diff:*)`:
-//!   the tool stays in the agent's set and the pattern becomes an allow or deny rule) and
-//!   `permissionMode`;
+//!   the tool stays in the agent's set and the pattern becomes an allow or deny rule; a tool
+//!   `tools` names only with patterns asks for anything else) and `permissionMode`;
 //! - opencode's `permission:` map (`edit`, `bash` as an action or a pattern map,
 //!   `webfetch`, ...).
 //!
@@ -61,7 +61,8 @@ pub(super) fn split_patterns(
         other => return Ok((other, Vec::new())),
     };
     let mut names = Vec::new();
-    let mut rules = Vec::new();
+    let mut rules: Vec<Rule> = Vec::new();
+    let mut bare = Vec::new();
     for item in items {
         match item.find('(') {
             Some(open) => {
@@ -73,8 +74,26 @@ pub(super) fn split_patterns(
                     names.push(item[..open].trim().to_owned());
                 }
             }
-            None => names.push(item),
+            None => {
+                bare.push(crate::agents::canonical_tool(&item));
+                names.push(item);
+            }
         }
+    }
+    // `tools` is an allowlist: a tool named only with patterns is allowed for those, and
+    // any other use of it asks (a headless run refuses it).
+    if action == Action::Allow {
+        let mut narrowed: Vec<Rule> = Vec::new();
+        for rule in &rules {
+            if !bare.contains(&rule.tool) && !narrowed.iter().any(|r| r.tool == rule.tool) {
+                narrowed.push(Rule {
+                    action: Action::Ask,
+                    pattern: None,
+                    ..rule.clone()
+                });
+            }
+        }
+        rules.extend(narrowed);
     }
     Ok((Some(ToolsSpec::List(names)), rules))
 }
@@ -216,6 +235,7 @@ mod tests {
             [
                 format!("allow bash(git diff*) ({file}:4)"),
                 format!("allow bash(git log*) ({file}:4)"),
+                format!("ask bash ({file}:4)"),
                 format!("deny bash(rm*) ({file}:5)"),
             ]
         );
