@@ -138,7 +138,10 @@ impl AcpPermissionGate {
             return PermissionDecision::Allow;
         }
         let key = remembered_key(request);
-        let remembered = {
+        // Running a command unconfined is asked every time, whatever was answered before.
+        let remembered = if crow_core::policy::asks_to_run_unconfined(request) {
+            None
+        } else {
             let remembered = lock(&self.shared.remembered);
             // The tool-wide key: answers saved by an older crow, and tools with no finer key.
             key.as_ref()
@@ -162,10 +165,7 @@ impl AcpPermissionGate {
         // would run unconfined (that question is about this machine, not the command).
         let saver = lock(&self.shared.rule_saver).clone();
         let project = saver.as_ref().and_then(|saver| {
-            let unconfined = request
-                .policy
-                .as_deref()
-                .is_some_and(|p| p.contains("sandbox is unavailable"));
+            let unconfined = crow_core::policy::asks_to_run_unconfined(request);
             let rule = (!unconfined)
                 .then(|| crow_core::policy::suggest_rule(request, saver.project_root()))
                 .flatten()?;

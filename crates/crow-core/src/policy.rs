@@ -625,6 +625,15 @@ fn matches_at(p: &[char], t: &[char], path: bool) -> bool {
     }
 }
 
+/// Whether `request` asks to run a command without the sandbox (the kernel offers none):
+/// a question about this machine that no "always" or saved rule should answer.
+pub fn asks_to_run_unconfined(request: &PermissionRequest) -> bool {
+    request
+        .policy
+        .as_deref()
+        .is_some_and(|p| p.contains("sandbox is unavailable"))
+}
+
 /// What an "always" answer covers: `bash(PROGRAM)` for a simple command, `TOOL(PATH)` for an
 /// edit, else the tool; `None` for a command "always" must not cover (compound, or running
 /// another command's output), which is asked about every time.

@@ -432,3 +432,32 @@ async fn a_provider_error_is_shown_and_the_next_prompt_starts_afresh() {
     pty.send("\x04");
     assert_eq!(pty.wait_exit(20), 0);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn always_for_the_project_saves_the_rule_and_it_applies_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let bash = |cmd: &str| Reply::tool_call("bash", json!({"command": cmd}));
+    let scenario = Scenario::new()
+        .reply(bash("git status --short"))
+        .reply(Reply::text("Looked."))
+        .reply(bash("git status"))
+        .reply(Reply::text("Looked again."));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let mut pty = open(dir.path(), &mock, &["--trust-project"]);
+    pty.wait_for("/help for commands", 20);
+    pty.line("status please");
+    let screen = pty.wait_for("allow?", 20);
+    assert!(
+        screen.contains("p = always, saving `bash(git status*)` to .crow/config.toml"),
+        "{screen}"
+    );
+    pty.line("p");
+    pty.wait_for("Looked.", 20);
+    let saved = std::fs::read_to_string(dir.path().join(".crow/config.toml")).unwrap();
+    assert!(saved.contains("bash(git status*)"), "{saved}");
+    pty.line("again");
+    let screen = pty.wait_for("Looked again.", 20);
+    assert_eq!(screen.matches("allow?").count(), 1, "{screen}");
+    pty.send("\x04");
+    assert_eq!(pty.wait_exit(20), 0);
+}

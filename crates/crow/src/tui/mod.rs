@@ -117,6 +117,11 @@ pub async fn run(args: Args) -> Result<ExitCode> {
     }
     let composer = assembled.composer;
     let store = assembled.store;
+    if assembled.loaded.trusted
+        && let Ok(mut state) = gate_state.lock()
+    {
+        state.project_root = Some(composer.project_root.clone());
+    }
     composer.set_history_sink(Arc::clone(&store) as Arc<dyn crow_core::HistorySink>);
     if let Some(info) = &assembled.resumed {
         composer.set_stored_prompts(sessions::stored_prompts(&store, &info.id)?);
@@ -408,7 +413,11 @@ impl App {
             Input::Line(line) => {
                 self.armed_exit = false;
                 if let Some(question) = self.questions.front() {
-                    match gate::parse_answer(&line, question.key.is_some()) {
+                    match gate::parse_answer(
+                        &line,
+                        question.key.is_some(),
+                        question.project_rule.is_some(),
+                    ) {
                         Some(answer) => self.answer(answer),
                         None => self.view.info("answer y, n, a reason, or a for always"),
                     }
@@ -611,6 +620,23 @@ impl App {
         let Some(question) = self.questions.pop_front() else {
             return;
         };
+        if answer == gate::Answer::Project
+            && let Some(rule) = &question.project_rule
+        {
+            match crate::permissions::save_rule(&self.composer.project_root, rule) {
+                Ok(saved) => {
+                    if let Ok(mut state) = self.gate.lock() {
+                        state.saved.push(rule.clone());
+                    }
+                    self.view.info(&format!(
+                        "  saved `{}` to {}",
+                        gate::rule_text(rule),
+                        saved.path.display()
+                    ));
+                }
+                Err(e) => self.view.error(&format!("{e:#}")),
+            }
+        }
         if answer == gate::Answer::Always
             && let Some(key) = &question.key
         {
@@ -625,6 +651,7 @@ impl App {
                 "allowed; {} is allowed for the rest of this session",
                 question.key.as_deref().unwrap_or("it")
             ),
+            gate::Answer::Project => "allowed".to_owned(),
             gate::Answer::Reject(reason) => match reason {
                 Some(reason) => format!("rejected: {reason}"),
                 None => "rejected".to_owned(),
