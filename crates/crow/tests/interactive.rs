@@ -461,3 +461,32 @@ async fn always_for_the_project_saves_the_rule_and_it_applies_at_once() {
     pty.send("\x04");
     assert_eq!(pty.wait_exit(20), 0);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rules_allow_and_deny_without_asking_in_the_terminal_too() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join(".crow")).unwrap();
+    std::fs::write(
+        dir.path().join(".crow/config.toml"),
+        "[permissions]\nallow = [\"bash(echo *)\"]\ndeny = [\"bash(rm *)\"]\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("keep.txt"), "keep\n").unwrap();
+    let scenario = Scenario::new()
+        .reply(
+            Reply::tool_call("bash", json!({"command": "echo allowed-ran"}))
+                .with_tool_call("bash", json!({"command": "rm keep.txt"})),
+        )
+        .reply(Reply::text("Both tried."));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let mut pty = open(dir.path(), &mock, &["--trust-project"]);
+    pty.wait_for("/help for commands", 20);
+    pty.line("try both");
+    let screen = pty.wait_for("Both tried.", 20);
+    assert!(!screen.contains("allow?"), "nothing asked: {screen}");
+    assert!(screen.contains("allowed-ran"), "{screen}");
+    assert!(screen.contains("permission denied"), "{screen}");
+    assert!(dir.path().join("keep.txt").exists());
+    pty.send("\x04");
+    assert_eq!(pty.wait_exit(20), 0);
+}
