@@ -369,6 +369,10 @@ impl Policy {
             _ => true,
         };
         let action = match (mode, kind.mutates()) {
+            // A fetch sends a URL (and whatever it carries) off the machine: only full-auto
+            // or a rule lets it go without asking.
+            (Mode::FullAuto, _) if kind == ToolKind::Fetch => Action::Allow,
+            (_, false) if kind == ToolKind::Fetch => Action::Ask,
             (_, false) => Action::Allow,
             (Mode::FullAuto, true) => Action::Allow,
             (Mode::ReadOnly, true) => Action::Deny,

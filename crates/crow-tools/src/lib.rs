@@ -24,6 +24,7 @@ mod simple;
 mod skill;
 mod todo;
 mod walk;
+mod web_fetch;
 mod write;
 
 #[cfg(test)]
@@ -45,6 +46,7 @@ pub use skill::{
     discover as discover_skills, index as skill_index, standard_roots as skill_roots,
 };
 pub use todo::{Todo, TodoList, TodoReadTool, TodoStatus, TodoWriteTool};
+pub use web_fetch::{WebFetchOptions, WebFetchTool};
 pub use write::WriteFileTool;
 
 /// Limits shared by the built-in tools.
@@ -61,6 +63,8 @@ pub struct ToolOptions {
     pub env: EnvPolicy,
     /// The OS sandbox `bash` commands run in; `None` runs them unconfined (`mode = "off"`).
     pub sandbox: Option<SandboxSpec>,
+    /// `web_fetch`'s limits; `None` leaves the tool out.
+    pub web_fetch: Option<WebFetchOptions>,
 }
 
 impl Default for ToolOptions {
@@ -71,6 +75,7 @@ impl Default for ToolOptions {
             max_read_bytes: 256 * 1024,
             env: EnvPolicy::default(),
             sandbox: None,
+            web_fetch: Some(WebFetchOptions::default()),
         }
     }
 }
@@ -90,6 +95,12 @@ pub fn builtin_tools(options: &ToolOptions) -> ToolRegistry {
     registry.register(Arc::new(TodoWriteTool::new(todos.clone())));
     registry.register(Arc::new(TodoReadTool::new(todos)));
     registry.register(Arc::new(ThinkTool));
+    if let Some(web) = &options.web_fetch {
+        registry.register(Arc::new(WebFetchTool::new(WebFetchOptions {
+            max_output_bytes: options.max_output_bytes,
+            ..web.clone()
+        })));
+    }
     registry.register(Arc::new(TaskCompleteTool));
     registry
 }
@@ -113,6 +124,7 @@ mod tests {
             ("think", ToolKind::Think),
             ("todo_read", ToolKind::Think),
             ("todo_write", ToolKind::Think),
+            ("web_fetch", ToolKind::Fetch),
             ("write_file", ToolKind::Edit),
         ];
         assert_eq!(reg.len(), expected.len());

@@ -68,6 +68,12 @@ pub struct ToolsConfig {
     /// their tools are offered from the start (a tool list that changes mid-run breaks the
     /// provider's prompt cache).
     pub mcp_startup_wait_ms: Option<u64>,
+    /// Offer `web_fetch` (HTTP(S) GET of a URL, HTML as markdown). Default true.
+    pub web_fetch: Option<bool>,
+    /// Let `web_fetch` reach loopback and private-network addresses (a local dev server);
+    /// off by default so a prompt cannot read your router or cloud metadata. User config,
+    /// or a trusted project's.
+    pub web_fetch_allow_private: Option<bool>,
 }
 
 /// `[shell_environment]`: see [`crow_core::env`] for the order of the rules.

@@ -13,6 +13,8 @@ use std::path::{Path, PathBuf};
 const GUARDED_PROVIDER_KEYS: &[&str] = &["base_url", "headers", "api_key_env", "api_key_file"];
 const GUARDED_STORE_KEYS: &[&str] = &["path", "data_dir"];
 const GUARDED_SECTIONS: &[&str] = &["mcp_servers", "shell_environment", "sandbox"];
+/// `[tools]` keys that would let a fetch reach the user's own network.
+const GUARDED_TOOLS_KEYS: &[&str] = &["web_fetch_allow_private"];
 
 /// Removes the guarded keys from a project layer; returns their dotted names. `projects`
 /// (the trust list itself) is removed too: a project cannot vouch for itself.
@@ -33,6 +35,13 @@ pub fn strip_guarded(layer: &mut toml::Table) -> Vec<String> {
         for key in GUARDED_STORE_KEYS {
             if store.remove(*key).is_some() {
                 removed.push(format!("store.{key}"));
+            }
+        }
+    }
+    if let Some(toml::Value::Table(tools)) = layer.get_mut("tools") {
+        for key in GUARDED_TOOLS_KEYS {
+            if tools.remove(*key).is_some() {
+                removed.push(format!("tools.{key}"));
             }
         }
     }

@@ -258,6 +258,11 @@ pub fn tool_options(config: &config::Config) -> crow_tools::ToolOptions {
     }
     options.env = config::env_policy(config);
     options.sandbox = sandbox_spec(config);
+    options.web_fetch =
+        (config.tools.web_fetch != Some(false)).then(|| crow_tools::WebFetchOptions {
+            allow_private: config.tools.web_fetch_allow_private == Some(true),
+            ..crow_tools::WebFetchOptions::default()
+        });
     options
 }
 

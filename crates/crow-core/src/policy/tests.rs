@@ -340,3 +340,29 @@ fn the_suggested_rule_is_the_narrowest_sensible_one() {
         Some("allow mcp__x__y")
     );
 }
+
+#[test]
+fn a_fetch_leaves_the_machine_so_it_asks_unless_full_auto_or_a_rule_allows_it() {
+    let fetch = CallFacts {
+        tool: "web_fetch".into(),
+        kind: Some(ToolKind::Fetch),
+        ..CallFacts::default()
+    };
+    for mode in [Mode::ReadOnly, Mode::Ask, Mode::AutoEdit] {
+        assert_eq!(
+            policy(mode, &[]).decide(&fetch, None).action,
+            Action::Ask,
+            "{mode:?}"
+        );
+    }
+    assert_eq!(
+        policy(Mode::FullAuto, &[]).decide(&fetch, None).action,
+        Action::Allow
+    );
+    assert_eq!(
+        policy(Mode::Ask, &[(Action::Allow, "web_fetch")])
+            .decide(&fetch, None)
+            .action,
+        Action::Allow
+    );
+}
