@@ -4,6 +4,7 @@
 
 pub mod acp;
 pub mod child;
+pub mod limits;
 pub mod long;
 pub mod prefix;
 pub mod sandbox;
@@ -39,6 +40,11 @@ pub struct Config {
     pub parallel_runs: usize,
     /// Iterations of the long session in a small window.
     pub long_iterations: usize,
+    /// Length of the session whose request interval is compared early and late.
+    pub growth_steps: usize,
+    pub growth_runs: usize,
+    /// One-step `crow run`s through a shell, each with a fresh HOME.
+    pub cold_runs: usize,
 }
 
 impl Config {
@@ -56,6 +62,9 @@ impl Config {
             parallel_sleep_secs: 1.0,
             parallel_runs: 3,
             long_iterations: 300,
+            growth_steps: 200,
+            growth_runs: 5,
+            cold_runs: 31,
         }
     }
 
@@ -68,6 +77,8 @@ impl Config {
             tree_files: 10_000,
             search_runs: 3,
             parallel_runs: 1,
+            growth_runs: 2,
+            cold_runs: 11,
             ..Self::full()
         }
     }
@@ -86,6 +97,9 @@ impl Config {
             parallel_sleep_secs: 0.2,
             parallel_runs: 1,
             long_iterations: 40,
+            growth_steps: 20,
+            growth_runs: 1,
+            cold_runs: 2,
         }
     }
 }
@@ -136,8 +150,10 @@ impl Bench {
         let long = long::measure(self, self.config.long_iterations)?;
         progress("command sandbox");
         let sandbox = sandbox::measure(self)?;
+        let limits = limits::measure(self, progress)?;
         Ok(vec![
             overhead, walls, startup, requests, streaming, store, search, parallel, long, sandbox,
+            limits,
         ])
     }
 }
