@@ -54,7 +54,7 @@ impl Config {
             runs: 21,
             iterations: [1, 10, 30],
             version_runs: 51,
-            stream_deltas: 60,
+            stream_deltas: 200,
             stream_runs: 5,
             tree_files: 50_000,
             search_runs: 7,

@@ -469,6 +469,7 @@ async fn run(args: RunArgs) -> Result<ExitCode> {
         loaded = config::load(&root, &flags)?;
     }
     loaded.require_trust(&root)?;
+    prefetch_sandbox_support(&loaded.config);
     let store = sessions::open(&loaded.config)?;
     let resume = match (args.continue_last, args.resume) {
         (_, Some(id)) => Some(sessions::Resume::Id(id)),
@@ -682,19 +683,13 @@ pub(crate) fn tool_options(config: &config::Config) -> crow_tools::ToolOptions {
     options
 }
 
-/// The sandbox of commands from `[sandbox]`, or `None` for `mode = "off"`. The first call
-/// probes the machine and says once what is missing.
-pub(crate) fn sandbox_spec(config: &config::Config) -> Option<crow_tools::SandboxSpec> {
-    use crow_tools::{SandboxMode, SandboxSupport};
+/// crow's own executable and what the machine's sandbox support is, probed once (a child
+/// process: `crow __sandbox --probe`).
+fn sandbox_support() -> &'static (std::path::PathBuf, crow_tools::SandboxSupport) {
+    use crow_tools::SandboxSupport;
     static SUPPORT: std::sync::OnceLock<(std::path::PathBuf, SandboxSupport)> =
         std::sync::OnceLock::new();
-    static WARNED: std::sync::Once = std::sync::Once::new();
-    let section = &config.sandbox;
-    let mode = section.mode.unwrap_or_default();
-    if mode == SandboxMode::Off {
-        return None;
-    }
-    let (launcher, support) = SUPPORT.get_or_init(|| match std::env::current_exe() {
+    SUPPORT.get_or_init(|| match std::env::current_exe() {
         Ok(exe) => {
             let support = SandboxSupport::probe_with(&exe);
             (exe, support)
@@ -703,7 +698,31 @@ pub(crate) fn sandbox_spec(config: &config::Config) -> Option<crow_tools::Sandbo
             std::path::PathBuf::from("crow"),
             SandboxSupport::none(format!("cannot find crow's own executable: {e}")),
         ),
-    });
+    })
+}
+
+/// Starts the sandbox probe on a thread of its own, so its process runs while the store
+/// opens (a cold start otherwise waits for both in turn); the first `sandbox_spec` waits
+/// for it.
+fn prefetch_sandbox_support(config: &config::Config) {
+    if config.sandbox.mode.unwrap_or_default() != crow_tools::SandboxMode::Off {
+        std::thread::spawn(|| {
+            sandbox_support();
+        });
+    }
+}
+
+/// The sandbox of commands from `[sandbox]`, or `None` for `mode = "off"`. The first call
+/// probes the machine and says once what is missing.
+pub(crate) fn sandbox_spec(config: &config::Config) -> Option<crow_tools::SandboxSpec> {
+    use crow_tools::SandboxMode;
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    let section = &config.sandbox;
+    let mode = section.mode.unwrap_or_default();
+    if mode == SandboxMode::Off {
+        return None;
+    }
+    let (launcher, support) = sandbox_support();
     let home = dirs::home_dir();
     let writable_roots = section
         .writable_roots
