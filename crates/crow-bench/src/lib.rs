@@ -4,6 +4,7 @@
 
 pub mod acp;
 pub mod child;
+pub mod limits;
 pub mod long;
 pub mod prefix;
 pub mod sandbox;
@@ -42,6 +43,11 @@ pub struct Config {
     pub long_iterations: usize,
     /// Turns of the interactive terminal's long session.
     pub terminal_turns: usize,
+    /// Length of the session whose request interval is compared early and late.
+    pub growth_steps: usize,
+    pub growth_runs: usize,
+    /// One-step `crow run`s through a shell, each with a fresh HOME.
+    pub cold_runs: usize,
 }
 
 impl Config {
@@ -51,7 +57,7 @@ impl Config {
             runs: 21,
             iterations: [1, 10, 30],
             version_runs: 51,
-            stream_deltas: 60,
+            stream_deltas: 200,
             stream_runs: 5,
             tree_files: 50_000,
             search_runs: 7,
@@ -60,6 +66,9 @@ impl Config {
             parallel_runs: 3,
             long_iterations: 300,
             terminal_turns: 1000,
+            growth_steps: 200,
+            growth_runs: 5,
+            cold_runs: 31,
         }
     }
 
@@ -73,6 +82,8 @@ impl Config {
             search_runs: 3,
             parallel_runs: 1,
             terminal_turns: 200,
+            growth_runs: 2,
+            cold_runs: 11,
             ..Self::full()
         }
     }
@@ -92,6 +103,9 @@ impl Config {
             parallel_runs: 1,
             long_iterations: 40,
             terminal_turns: 5,
+            growth_steps: 20,
+            growth_runs: 1,
+            cold_runs: 2,
         }
     }
 }
@@ -142,11 +156,12 @@ impl Bench {
         let long = long::measure(self, self.config.long_iterations)?;
         progress("command sandbox");
         let sandbox = sandbox::measure(self)?;
+        let limits = limits::measure(self, progress)?;
         progress("interactive terminal");
         let terminal = terminal::measure(self, self.config.terminal_turns)?;
         Ok(vec![
             overhead, walls, startup, requests, streaming, store, search, parallel, long, sandbox,
-            terminal,
+            limits, terminal,
         ])
     }
 }

@@ -103,21 +103,23 @@ pub fn crow_run(crow: &Path, dir: &Path, base_url: &str) -> Command {
     cmd
 }
 
-/// One session: a fresh mock serving `scenario`, one crow process, the mock's request log.
+/// One session: a fresh mock serving `scenario`, one crow process, the mock's request log
+/// and the TCP connections it accepted.
 pub fn session(
     bench: &Bench,
     dir: &Path,
     scenario: Scenario,
-) -> Result<(ChildRun, Vec<RecordedRequest>)> {
+) -> Result<(ChildRun, Vec<RecordedRequest>, u64)> {
     let mock = bench
         .rt
         .block_on(MockLlm::start(scenario))
         .context("cannot start the mock model")?;
     let run = bench.spawn(&crow_run(&bench.crow, dir, &mock.openai_base_url()))?;
     let requests = mock.requests();
+    let connections = mock.connections();
     drop(mock);
     run.ensure_success("crow run")?;
-    Ok((run, requests))
+    Ok((run, requests, connections))
 }
 
 /// A session over the Anthropic Messages API (a project config selects it).
@@ -187,7 +189,7 @@ pub fn measure(bench: &Bench, progress: &mut dyn FnMut(&str)) -> Result<[Section
         // Interleaved, so slow spells of a shared machine hit every N alike.
         for work in [Work::Echo, Work::ReadFile] {
             for &n in &ns {
-                let (child, requests) = session(bench, dir.path(), scenario(work, n))?;
+                let (child, requests, _) = session(bench, dir.path(), scenario(work, n))?;
                 let ends = child.events("tool_call_end");
                 ensure!(
                     ends.len() == n && ends.iter().all(|(_, e)| e["result"]["status"] == "success"),
@@ -364,7 +366,7 @@ pub fn parallel(bench: &Bench) -> Result<Section> {
         let scenario = Scenario::new()
             .reply(reply.clone())
             .reply(Reply::text("done"));
-        let (run, _) = session(bench, dir.path(), scenario)?;
+        let (run, _, _) = session(bench, dir.path(), scenario)?;
         let starts = run.events("tool_call_start");
         let ends = run.events("tool_call_end");
         ensure!(

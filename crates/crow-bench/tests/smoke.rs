@@ -14,7 +14,7 @@ fn every_measurement_produces_numbers() {
     let wrapper = env!("CARGO_BIN_EXE_crow-bench").into();
     let bench = Bench::new(crow, wrapper, Config::smoke()).unwrap();
     let sections = bench.run(&mut |_| {}).unwrap();
-    assert_eq!(sections.len(), 11);
+    assert_eq!(sections.len(), 12);
     for section in &sections {
         for row in &section.rows {
             // rg may not be installed, nor the kernel offer a sandbox; every other row must

@@ -2,6 +2,7 @@
 //! stream (with the response timeout on its head, the idle timeout and deadline on its
 //! body), and the [`WireApi`] trait.
 
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -14,6 +15,7 @@ use crate::error::{
     CONNECT_TIMEOUT, ErrorContext, classify_status, classify_stream_error, classify_transport,
     response_timeout_error, truncate,
 };
+use crate::pool;
 use crate::sse::{self, EventParser, StreamLimits};
 use crate::{ProviderBuildError, RetryPolicy};
 
@@ -46,6 +48,28 @@ pub(crate) fn encode_body(body: &impl serde::Serialize) -> Result<Bytes, Provide
             format!("could not encode the request: {e}"),
         )
     })
+}
+
+/// The one HTTP client of the process. Its connection pool is what keeps a session on one
+/// connection per server: every provider, model and subagent shares it, where a client
+/// each would open (and on TLS, handshake) a connection each.
+fn shared_client() -> Result<reqwest::Client, ProviderBuildError> {
+    static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
+    if let Some(client) = CLIENT.get() {
+        return Ok(client.clone());
+    }
+    // No client-wide timeout: the response timeout, idle timeout and deadline of
+    // `post_sse` bound each phase of an attempt on their own. HTTP/2 is offered over TLS
+    // (ALPN), so one connection carries concurrent subagents' streams where the server
+    // speaks it; plain http:// stays HTTP/1.1 with keep-alive.
+    let client = reqwest::Client::builder()
+        .user_agent(USER_AGENT)
+        .connect_timeout(CONNECT_TIMEOUT)
+        .tcp_nodelay(true)
+        .connector_layer(pool::AwaitHandback)
+        .build()
+        .map_err(|e| ProviderBuildError::Client(e.to_string()))?;
+    Ok(CLIENT.get_or_init(|| client).clone())
 }
 
 /// Where and how a provider POSTs.
@@ -90,14 +114,7 @@ impl Endpoint {
             header_value.set_sensitive(true);
             map.append(header_name, header_value);
         }
-        // No client-wide timeout: the response timeout, idle timeout and deadline of
-        // `post_sse` bound each phase of an attempt on their own.
-        let client = reqwest::Client::builder()
-            .user_agent(USER_AGENT)
-            .connect_timeout(CONNECT_TIMEOUT)
-            .tcp_nodelay(true)
-            .build()
-            .map_err(|e| ProviderBuildError::Client(e.to_string()))?;
+        let client = shared_client()?;
         Ok(Self {
             client,
             url,
@@ -133,7 +150,14 @@ impl Endpoint {
             deadline_len: self.deadline,
         };
         let head_limit = self.response_timeout.min(self.deadline);
-        let response = match tokio::time::timeout(head_limit, request.send()).await {
+        let attempt = Arc::new(pool::Attempt::default());
+        let sent = pool::ATTEMPT.scope(
+            Arc::clone(&attempt),
+            tokio::time::timeout(head_limit, request.send()),
+        );
+        let sent = sent.await;
+        attempt.answered();
+        let response = match sent {
             Err(_) => return Err(response_timeout_error(&self.url, head_limit)),
             Ok(Err(e)) => return Err(classify_transport(&e, &self.ctx)),
             Ok(Ok(response)) => response,

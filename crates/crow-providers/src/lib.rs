@@ -18,6 +18,7 @@ mod error;
 mod http;
 pub mod key;
 pub mod openai;
+mod pool;
 pub mod retry;
 mod sse;
 

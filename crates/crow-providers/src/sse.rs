@@ -58,6 +58,10 @@ pub(crate) struct StreamLimits {
     pub deadline_len: Duration,
 }
 
+/// Longest wait for the rest of a body after its completion marker; a server still sending
+/// past it loses its connection instead.
+const DRAIN_LIMIT: Duration = Duration::from_millis(100);
+
 /// How much of the body's beginning is kept to quote when it turns out not to be SSE.
 const BODY_HEAD: usize = 200;
 
@@ -102,6 +106,7 @@ where
                 return Some((item, st));
             }
             if st.finished {
+                st.drain().await;
                 return None;
             }
             let mut out = Vec::new();
@@ -166,6 +171,27 @@ impl<P> Decoder<P> {
             Err(_) if until < idle_until => Err(deadline_error(self.limits.deadline_len)),
             Err(_) => Err(idle_error(self.limits.idle)),
         }
+    }
+
+    /// Reads what follows the completion marker (the end of the chunked body, usually
+    /// already buffered) so the connection goes back to the pool: hyper keeps a connection
+    /// only when its response was read to the end, and dropping it early costs the next
+    /// request a new connection (a TLS handshake on a real endpoint).
+    async fn drain(&mut self) {
+        let Some(mut events) = self.events.take() else {
+            return;
+        };
+        let until = tokio::time::Instant::now() + DRAIN_LIMIT;
+        loop {
+            match tokio::time::timeout_at(until, events.next()).await {
+                Ok(Some(Ok(_))) => {}
+                Ok(None) => break,
+                // Broken, or still sending: the connection is dropped, not pooled.
+                Ok(Some(Err(_))) | Err(_) => return,
+            }
+        }
+        drop(events);
+        crate::pool::handing_back();
     }
 
     fn head(&self) -> String {

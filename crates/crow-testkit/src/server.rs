@@ -2,6 +2,7 @@
 //! that answers it, and streams the answer in the wire format of the path it came in on.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
@@ -12,6 +13,7 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::serve::ListenerExt;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -79,6 +81,8 @@ struct Shared {
     inner: Mutex<Inner>,
     /// Cancelled on shutdown: stops accepting, and ends stalled or pausing bodies.
     shutdown: CancellationToken,
+    /// TCP connections accepted so far: a client that reuses its connection opens one.
+    connections: AtomicU64,
 }
 
 struct Inner {
@@ -122,6 +126,7 @@ impl MockLlm {
                 seq: 0,
             }),
             shutdown: CancellationToken::new(),
+            connections: AtomicU64::new(0),
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(openai_handler))
@@ -133,6 +138,10 @@ impl MockLlm {
             .layer(DefaultBodyLimit::max(BODY_LIMIT))
             .with_state(shared.clone());
         let stop = shared.shutdown.clone().cancelled_owned();
+        let counted = Arc::clone(&shared);
+        let listener = listener.tap_io(move |_| {
+            counted.connections.fetch_add(1, Ordering::Relaxed);
+        });
         let task = tokio::spawn(async move {
             // Errors here mean the listener died; nothing useful to report to a test.
             let _ = axum::serve(listener, app)
@@ -163,6 +172,12 @@ impl MockLlm {
     /// Every request received so far, in arrival order.
     pub fn requests(&self) -> Vec<RecordedRequest> {
         self.shared.lock().requests.clone()
+    }
+
+    /// TCP connections accepted since the server started (not reset by
+    /// [`MockLlm::set_scenario`]): how well clients reuse their connections.
+    pub fn connections(&self) -> u64 {
+        self.shared.connections.load(Ordering::Relaxed)
     }
 
     /// Steps not yet served.

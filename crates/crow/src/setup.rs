@@ -69,6 +69,8 @@ pub fn assemble(request: Request) -> Result<Assembled> {
         loaded = config::load(&root, &flags)?;
     }
     loaded.require_trust(&root)?;
+    // The probe's process runs while the store opens.
+    wiring::prefetch_sandbox_support(&loaded.config);
     let store = sessions::open(&loaded.config)?;
     let resumed = match &request.resume {
         Some(resume) => Some(sessions::find_resumed(&store, resume, &root)?),

@@ -266,26 +266,43 @@ pub fn tool_options(config: &config::Config) -> crow_tools::ToolOptions {
     options
 }
 
+/// The launcher (the small `crow-sandbox` beside crow when it is there, else crow itself)
+/// and the machine's sandbox support, probed once (a child process: `LAUNCHER --probe`).
+fn sandbox_support() -> &'static (std::path::PathBuf, crow_tools::SandboxSupport) {
+    use crow_tools::SandboxSupport;
+    static SUPPORT: std::sync::OnceLock<(std::path::PathBuf, SandboxSupport)> =
+        std::sync::OnceLock::new();
+    SUPPORT.get_or_init(|| match std::env::current_exe() {
+        Ok(exe) => crow_tools::sandbox::choose_launcher(&exe),
+        Err(e) => (
+            std::path::PathBuf::from("crow"),
+            SandboxSupport::none(format!("cannot find crow's own executable: {e}")),
+        ),
+    })
+}
+
+/// Starts the sandbox probe on a thread of its own, so its process runs while the store
+/// opens (a cold start otherwise waits for both in turn); the first `sandbox_spec` waits
+/// for it.
+pub fn prefetch_sandbox_support(config: &config::Config) {
+    if config.sandbox.mode.unwrap_or_default() != crow_tools::SandboxMode::Off {
+        std::thread::spawn(|| {
+            sandbox_support();
+        });
+    }
+}
+
 /// The sandbox of commands from `[sandbox]`, or `None` for `mode = "off"`. The first call
 /// probes the machine and says once what is missing.
 pub fn sandbox_spec(config: &config::Config) -> Option<crow_tools::SandboxSpec> {
-    use crow_tools::{SandboxMode, SandboxSupport};
-    static SUPPORT: std::sync::OnceLock<(std::path::PathBuf, SandboxSupport)> =
-        std::sync::OnceLock::new();
+    use crow_tools::SandboxMode;
     static WARNED: std::sync::Once = std::sync::Once::new();
     let section = &config.sandbox;
     let mode = section.mode.unwrap_or_default();
     if mode == SandboxMode::Off {
         return None;
     }
-    let (launcher, support) = SUPPORT.get_or_init(|| match std::env::current_exe() {
-        // The small launcher beside crow when it is there (faster per command), else crow.
-        Ok(exe) => crow_tools::sandbox::choose_launcher(&exe),
-        Err(e) => (
-            std::path::PathBuf::from("crow"),
-            SandboxSupport::none(format!("cannot find crow's own executable: {e}")),
-        ),
-    });
+    let (launcher, support) = sandbox_support();
     let home = dirs::home_dir();
     let writable_roots = section
         .writable_roots
