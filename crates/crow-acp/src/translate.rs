@@ -276,6 +276,19 @@ impl Translator {
                 let message = format!("{agent} stopped: loop detected ({description})");
                 out.push(notice(NoticeLevel::Warning, &message, self.notices));
             }
+            // Changes seen by snapshots (commands' too): edits already show as diffs, so
+            // this says what changed on disk in one line, and where to undo it.
+            AgentEvent::FilesChanged { agent, changes, .. } if !changes.is_empty() => {
+                let files: Vec<String> = changes
+                    .iter()
+                    .map(|c| format!("{} {}", c.kind.as_str(), c.path.display()))
+                    .collect();
+                let message = format!(
+                    "{agent} changed files: {} (/undo reverts)",
+                    files.join(", ")
+                );
+                out.push(notice(NoticeLevel::Info, &message, self.notices));
+            }
             AgentEvent::SubagentStart { subagent, task, .. } => {
                 out.push(thought_chunk(format!(
                     "\n{subagent} started: {}\n",

@@ -209,6 +209,11 @@ impl BaseAgent {
         &self.tools
     }
 
+    /// The working-tree snapshots this agent takes, if any (`with_snapshots`).
+    pub fn snapshots(&self) -> Option<&Arc<dyn crate::snapshot::Snapshotter>> {
+        self.snapshots.as_ref()
+    }
+
     pub fn system_prompt(&self) -> &str {
         &self.system_prompt
     }
