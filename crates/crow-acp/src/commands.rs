@@ -230,6 +230,6 @@ mod tests {
                 "model", "mode", "compact", "context", "undo", "redo", "help", "review"
             ]
         );
-        assert_eq!(offered[4].description, "What crow can do here");
+        assert_eq!(offered[6].description, "What crow can do here");
     }
 }

@@ -321,6 +321,39 @@ mod tests {
     use super::*;
 
     #[test]
+    fn changes_seen_by_snapshots_are_one_notice_and_tool_reports_none() {
+        let seen = AgentEvent::FilesChanged {
+            agent: "builder".into(),
+            files: vec!["/p/made.txt".into()],
+            changes: vec![crow_core::FileChange {
+                path: "made.txt".into(),
+                kind: crow_core::ChangeKind::Created,
+            }],
+            snapshot: Some("ab12".into()),
+        };
+        let shown = Translator::new(PathBuf::from("/p"), None)
+            .with_notices(true)
+            .translate(&seen);
+        let json = serde_json::to_value(&shown).unwrap();
+        assert_eq!(
+            json[0]["title"],
+            "builder changed files: created made.txt (/undo reverts)"
+        );
+        // Without snapshots the edit tools' own diffs are what the editor shows.
+        let reported = AgentEvent::FilesChanged {
+            agent: "builder".into(),
+            files: vec!["/p/a.rs".into()],
+            changes: Vec::new(),
+            snapshot: None,
+        };
+        assert!(
+            Translator::new(PathBuf::from("/p"), None)
+                .translate(&reported)
+                .is_empty()
+        );
+    }
+
+    #[test]
     fn notices_go_out_as_notices_where_the_client_shows_them() {
         let event = AgentEvent::Notice {
             agent: "crow".into(),

@@ -115,3 +115,7 @@ async fn take(snapshotter: &Arc<dyn Snapshotter>) -> Option<String> {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "snapshot_tests.rs"]
+mod tests;
