@@ -9,6 +9,7 @@ pub mod prefix;
 pub mod sandbox;
 pub mod search;
 pub mod sessions;
+pub mod snapshot;
 pub mod stats;
 pub mod store;
 pub mod stream;
@@ -39,6 +40,8 @@ pub struct Config {
     pub parallel_runs: usize,
     /// Iterations of the long session in a small window.
     pub long_iterations: usize,
+    /// Files of the generated tree that snapshots are measured on.
+    pub snapshot_files: usize,
 }
 
 impl Config {
@@ -56,6 +59,7 @@ impl Config {
             parallel_sleep_secs: 1.0,
             parallel_runs: 3,
             long_iterations: 300,
+            snapshot_files: 5_000,
         }
     }
 
@@ -86,6 +90,7 @@ impl Config {
             parallel_sleep_secs: 0.2,
             parallel_runs: 1,
             long_iterations: 40,
+            snapshot_files: 300,
         }
     }
 }
@@ -136,8 +141,10 @@ impl Bench {
         let long = long::measure(self, self.config.long_iterations)?;
         progress("command sandbox");
         let sandbox = sandbox::measure(self)?;
+        let snapshots = snapshot::measure(self, progress)?;
         Ok(vec![
             overhead, walls, startup, requests, streaming, store, search, parallel, long, sandbox,
+            snapshots,
         ])
     }
 }

@@ -34,6 +34,9 @@ struct Args {
     /// Only the long session in a small window (its iterations, default 300)
     #[arg(long, value_name = "ITERATIONS", num_args = 0..=1, default_missing_value = "300")]
     long_only: Option<usize>,
+    /// Only the snapshot section (section 11)
+    #[arg(long)]
+    snapshots_only: bool,
 }
 
 fn main() -> ExitCode {
@@ -103,6 +106,9 @@ fn run(args: Args) -> Result<()> {
     let bench = Bench::new(crow, wrapper, config)?;
     let sections = match args.long_only {
         Some(n) => vec![crow_bench::long::measure(&bench, n)?],
+        None if args.snapshots_only => vec![crow_bench::snapshot::measure(&bench, &mut |step| {
+            eprintln!("· {step}")
+        })?],
         None => bench.run(&mut |step| eprintln!("· {step}"))?,
     };
     println!("{header}\n");

@@ -91,7 +91,13 @@ struct State {
     /// `generation` as last read: a prune in any process changes it, and blobs then have to
     /// be found again.
     generation: String,
+    /// When this process last wrote the stat cache.
+    saved_at: Option<std::time::Instant>,
 }
+
+/// How often a session rewrites the stat cache (it is also written when the store closes):
+/// rewriting it after every step would cost more than the snapshot.
+const SAVE_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// This project's directory under the snapshot directory `base`.
 pub fn project_dir(base: &Path, project_root: &Path) -> PathBuf {
@@ -112,13 +118,16 @@ impl SnapshotStore {
             files::write_private(&root_file, root.to_string_lossy().as_bytes())
                 .map_err(io(&root_file))?;
         }
-        let cache = walk::StatCache::load(&dir.join("index.json"));
+        let generation = fs::read_to_string(dir.join("generation")).unwrap_or_default();
+        let (cache, blobs) = walk::StatCache::load(&dir.join("index.json"), &generation);
         Ok(Self {
             root,
             dir,
             options,
             state: Mutex::new(State {
                 cache,
+                blobs,
+                generation,
                 ..State::default()
             }),
         })
@@ -143,8 +152,10 @@ impl SnapshotStore {
         }
         let State { cache, blobs, .. } = &mut *state;
         let manifest = walk::walk(&self.root, &self.dir, &self.options, cache, blobs)?;
-        if state.cache.dirty {
-            state.cache.save(&self.dir.join("index.json"));
+        if state.cache.dirty && state.saved_at.is_none_or(|t| t.elapsed() >= SAVE_EVERY) {
+            let generation = state.generation.clone();
+            state.cache.save(&self.dir.join("index.json"), &generation);
+            state.saved_at = Some(std::time::Instant::now());
         }
         if let Some((id, last)) = &state.last
             && **last == manifest
@@ -209,6 +220,16 @@ impl SnapshotStore {
     /// snapshot being written is about to reference.
     fn lock(&self) -> Result<fs::File, Error> {
         prune::lock(&self.dir)
+    }
+}
+
+impl Drop for SnapshotStore {
+    fn drop(&mut self) {
+        let state = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
+        if state.cache.dirty {
+            let generation = state.generation.clone();
+            state.cache.save(&self.dir.join("index.json"), &generation);
+        }
     }
 }
 

@@ -40,21 +40,42 @@ pub(crate) struct StatCache {
     pub(crate) dirty: bool,
 }
 
+/// The cache on disk, with the store's `generation` when it was written: while that is
+/// unchanged no prune ran since, so every blob the cache names is still stored.
+#[derive(Serialize, Deserialize)]
+struct Saved<F> {
+    generation: String,
+    files: F,
+}
+
 impl StatCache {
-    /// The saved cache; a missing or unreadable one is an empty cache (it only costs time).
-    pub(crate) fn load(path: &Path) -> Self {
-        let files = fs::read(path)
+    /// The saved cache, and whether its blobs can be trusted to exist (no prune since); a
+    /// missing or unreadable one is an empty cache (it only costs time).
+    pub(crate) fn load(path: &Path, generation: &str) -> (Self, HashSet<String>) {
+        let saved: Option<Saved<HashMap<String, Cached>>> = fs::read(path)
             .ok()
-            .and_then(|bytes| serde_json::from_slice(&bytes).ok())
-            .unwrap_or_default();
-        Self {
-            files,
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok());
+        let Some(saved) = saved else {
+            return (Self::default(), HashSet::new());
+        };
+        let blobs = if saved.generation == generation {
+            saved.files.values().map(|c| c.hash.clone()).collect()
+        } else {
+            HashSet::new()
+        };
+        let cache = Self {
+            files: saved.files,
             dirty: false,
-        }
+        };
+        (cache, blobs)
     }
 
-    pub(crate) fn save(&mut self, path: &Path) {
-        match serde_json::to_vec(&self.files) {
+    pub(crate) fn save(&mut self, path: &Path, generation: &str) {
+        let saved = Saved {
+            generation: generation.to_owned(),
+            files: &self.files,
+        };
+        match serde_json::to_vec(&saved) {
             Ok(bytes) => match files::write_private(path, &bytes) {
                 Ok(()) => self.dirty = false,
                 Err(e) => tracing::debug!("stat cache not saved: {e}"),
@@ -75,7 +96,17 @@ fn now_ns() -> i128 {
         .unwrap_or_default()
 }
 
-/// Walks `root` into a manifest, storing new contents as blobs under `dir`.
+/// A file as the walk found it.
+struct Found {
+    rel: String,
+    stat: Stat,
+    link: bool,
+    /// The cached hash, when the stat cache can be trusted for it.
+    cached: Option<String>,
+}
+
+/// Walks `root` into a manifest, storing new contents as blobs under `dir`: first list and
+/// `lstat` everything (most of the cost), then read and hash what the cache cannot vouch for.
 pub(crate) fn walk(
     root: &Path,
     dir: &Path,
@@ -84,14 +115,13 @@ pub(crate) fn walk(
     blobs: &mut HashSet<String>,
 ) -> Result<Manifest, Error> {
     let now = now_ns();
-    let mut manifest = Manifest::default();
-    let mut seen = HashSet::new();
     // crow's data directory (sessions, these snapshots) when it lies inside the project.
     let data = dir
         .parent()
         .and_then(Path::parent)
         .filter(|data| *data != root && data.starts_with(root))
         .map(Path::to_path_buf);
+    // One thread: on a busy two-core machine ignore's parallel walker measured slower.
     let walker = ignore::WalkBuilder::new(root)
         .hidden(false)
         .require_git(false)
@@ -100,101 +130,135 @@ pub(crate) fn walk(
             e.file_name() != ".git" && data.as_ref().is_none_or(|d| !e.path().starts_with(d))
         })
         .build();
-    for item in walker {
-        let entry = match item {
-            Ok(entry) => entry,
-            Err(e) => {
-                tracing::debug!("snapshot walk: {e}");
-                continue;
-            }
-        };
-        let Some(kind) = entry.file_type() else {
-            continue;
-        };
-        if !(kind.is_file() || kind.is_symlink()) {
-            continue;
-        }
-        let Ok(rel) = entry.path().strip_prefix(root) else {
-            continue;
-        };
-        let Some(rel) = rel.to_str().map(str::to_owned) else {
-            tracing::debug!(
-                "snapshot walk: {} has a name that is not UTF-8",
-                rel.display()
-            );
-            continue;
-        };
-        let meta = match fs::symlink_metadata(entry.path()) {
-            Ok(meta) => meta,
-            Err(_) => continue, // gone since it was listed
-        };
-        let stat = Stat {
-            size: meta.len(),
-            mtime: nanos(meta.mtime(), meta.mtime_nsec()),
-            ctime: nanos(meta.ctime(), meta.ctime_nsec()),
-            ino: meta.ino(),
-            mode: meta.permissions().mode() & 0o7777,
-        };
-        let link = kind.is_symlink();
+    let mut found: Vec<Found> = walker
+        .filter_map(|item| visit(root, item, options, &cache.files))
+        .collect();
+    found.sort_unstable_by(|a, b| a.rel.cmp(&b.rel));
+
+    let mut hashed = 0;
+    let mut entries = Vec::with_capacity(found.len());
+    for f in found {
         let mut file = Entry {
             hash: None,
-            mode: stat.mode,
-            size: stat.size,
-            link,
+            mode: f.stat.mode,
+            size: f.stat.size,
+            link: f.link,
             skipped: None,
             mtime: None,
         };
-        seen.insert(rel.clone());
-        if !link && stat.size > options.max_file_bytes {
+        if !f.link && f.stat.size > options.max_file_bytes {
             file.skipped = Some(format!(
                 "larger than {} bytes ([snapshots] max_file_bytes)",
                 options.max_file_bytes
             ));
-            file.mtime = Some(stat.mtime);
-            manifest.files.insert(rel, file);
+            file.mtime = Some(f.stat.mtime);
+            entries.push((f.rel, file));
             continue;
         }
-        let settled = |c: &Cached| c.at - stat.mtime.max(stat.ctime) >= SETTLED_NS;
-        if let Some(cached) = cache.files.get(&rel)
-            && cached.stat == stat
-            && settled(cached)
-            && has_blob(dir, &cached.hash, blobs)
-        {
-            file.hash = Some(cached.hash.clone());
-            manifest.files.insert(rel, file);
+        if let Some(hash) = f.cached.filter(|h| has_blob(dir, h, blobs)) {
+            file.hash = Some(hash);
+            hashed += 1;
+            entries.push((f.rel, file));
             continue;
         }
-        let content = if link {
-            fs::read_link(entry.path()).map(|t| t.into_os_string().into_encoded_bytes())
+        let path = root.join(&f.rel);
+        let content = if f.link {
+            fs::read_link(&path).map(|t| t.into_os_string().into_encoded_bytes())
         } else {
-            fs::read(entry.path())
+            fs::read(&path)
         };
         match content {
             Ok(content) => {
                 let hash = sha256_hex(&content);
                 store_blob(dir, &hash, &content, blobs)?;
+                // Only a new stat or hash is worth saving: a new time alone costs a later
+                // process one more read of a few recent files.
+                let same = cache
+                    .files
+                    .get(&f.rel)
+                    .is_some_and(|old| old.stat == f.stat && old.hash == hash);
+                cache.dirty |= !same;
                 cache.files.insert(
-                    rel.clone(),
+                    f.rel.clone(),
                     Cached {
-                        stat,
+                        stat: f.stat,
                         hash: hash.clone(),
                         at: now,
                     },
                 );
-                cache.dirty = true;
                 file.hash = Some(hash);
+                hashed += 1;
             }
             Err(e) => {
                 file.skipped = Some(format!("unreadable: {e}"));
-                file.mtime = Some(stat.mtime);
+                file.mtime = Some(f.stat.mtime);
             }
         }
-        manifest.files.insert(rel, file);
+        entries.push((f.rel, file));
     }
-    let before = cache.files.len();
-    cache.files.retain(|path, _| seen.contains(path));
-    cache.dirty |= cache.files.len() != before;
+    // Sorted input: the map is built in one pass.
+    let manifest = Manifest {
+        files: entries.into_iter().collect(),
+    };
+    if cache.files.len() != hashed {
+        cache
+            .files
+            .retain(|path, _| manifest.files.get(path).is_some_and(|e| e.hash.is_some()));
+        cache.dirty = true;
+    }
     Ok(manifest)
+}
+
+/// One walk entry: a file or symlink, its stat, and its hash if the cache vouches for it.
+fn visit(
+    root: &Path,
+    item: Result<ignore::DirEntry, ignore::Error>,
+    options: &Options,
+    files: &HashMap<String, Cached>,
+) -> Option<Found> {
+    let entry = match item {
+        Ok(entry) => entry,
+        Err(e) => {
+            tracing::debug!("snapshot walk: {e}");
+            return None;
+        }
+    };
+    let kind = entry.file_type()?;
+    if !(kind.is_file() || kind.is_symlink()) {
+        return None;
+    }
+    let rel = entry.path().strip_prefix(root).ok()?;
+    let Some(rel) = rel.to_str() else {
+        tracing::debug!(
+            "snapshot walk: {} has a name that is not UTF-8",
+            rel.display()
+        );
+        return None;
+    };
+    // Gone since it was listed: not in the snapshot.
+    let meta = fs::symlink_metadata(entry.path()).ok()?;
+    let stat = Stat {
+        size: meta.len(),
+        mtime: nanos(meta.mtime(), meta.mtime_nsec()),
+        ctime: nanos(meta.ctime(), meta.ctime_nsec()),
+        ino: meta.ino(),
+        mode: meta.permissions().mode() & 0o7777,
+    };
+    let link = kind.is_symlink();
+    let cached = files
+        .get(rel)
+        .filter(|c| {
+            c.stat == stat
+                && c.at - stat.mtime.max(stat.ctime) >= SETTLED_NS
+                && (link || stat.size <= options.max_file_bytes)
+        })
+        .map(|c| c.hash.clone());
+    Some(Found {
+        rel: rel.to_owned(),
+        stat,
+        link,
+        cached,
+    })
 }
 
 fn has_blob(dir: &Path, hash: &str, blobs: &mut HashSet<String>) -> bool {
