@@ -277,8 +277,11 @@ impl Translator {
                 out.push(notice(NoticeLevel::Warning, &message, self.notices));
             }
             // Changes seen by snapshots (commands' too): edits already show as diffs, so
-            // this says what changed on disk in one line, and where to undo it.
-            AgentEvent::FilesChanged { agent, changes, .. } if !changes.is_empty() => {
+            // this says what changed on disk in one line, and where to undo it. Only to
+            // clients that show notices: as a thought it would read as the model's.
+            AgentEvent::FilesChanged { agent, changes, .. }
+                if !changes.is_empty() && self.notices =>
+            {
                 let files: Vec<String> = changes
                     .iter()
                     .map(|c| format!("{} {}", c.kind.as_str(), c.path.display()))
@@ -338,6 +341,12 @@ mod tests {
         assert_eq!(
             json[0]["title"],
             "builder changed files: created made.txt (/undo reverts)"
+        );
+        assert!(
+            Translator::new(PathBuf::from("/p"), None)
+                .translate(&seen)
+                .is_empty(),
+            "not a thought where notices are not shown"
         );
         // Without snapshots the edit tools' own diffs are what the editor shows.
         let reported = AgentEvent::FilesChanged {

@@ -258,3 +258,55 @@ fn walk_files(dir: &Path) -> Vec<String> {
     }
     out
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn undo_to_a_turn_reverts_every_later_turn_and_redo_goes_one_at_a_time() {
+    let (tmp, project) = workspace(false);
+    let start = tree(&project, false);
+    let write = |path: &str, content: &str| {
+        Scenario::new()
+            .reply(Reply::tool_call(
+                "bash",
+                json!({"command": format!("echo {content} > {path}")}),
+            ))
+            .reply(Reply::text("done"))
+    };
+    let mock = MockLlm::start(write("one.txt", "1")).await.unwrap();
+    let first = output(in_project(crow_run(tmp.path(), &mock, "one"), &project)).await;
+    assert_eq!(first.code, Some(0), "stderr: {}", first.stderr);
+    let after_one = tree(&project, false);
+    mock.set_scenario(write("a.txt", "two"));
+    let mut second = in_project(crow_run(tmp.path(), &mock, "two"), &project);
+    second.arg("--continue");
+    let second = output(second).await;
+    assert_eq!(second.code, Some(0), "stderr: {}", second.stderr);
+    let after_two = tree(&project, false);
+
+    let none = output(undo(tmp.path(), &project, &["--to", "3"])).await;
+    assert_eq!(none.code, Some(1));
+    assert!(none.stderr.contains("turns 1 to 2"), "{}", none.stderr);
+
+    let both = output(undo(tmp.path(), &project, &["--to", "1"])).await;
+    assert_eq!(both.code, Some(0), "stderr: {}", both.stderr);
+    assert!(both.stdout.contains("turns 1 to 2"), "{}", both.stdout);
+    assert_eq!(tree(&project, false), start);
+
+    let one = output(undo(tmp.path(), &project, &["--redo"])).await;
+    assert_eq!(one.code, Some(0), "stderr: {}", one.stderr);
+    assert_eq!(tree(&project, false), after_one, "the first turn comes back first");
+    let two = output(undo(tmp.path(), &project, &["--redo"])).await;
+    assert_eq!(two.code, Some(0), "stderr: {}", two.stderr);
+    assert_eq!(tree(&project, false), after_two);
+
+    // The timeline shows what changed and what was undone.
+    let id = only_session(tmp.path()).id;
+    let mut show = crow(tmp.path());
+    show.current_dir(&project).args(["sessions", "show", &id]);
+    let shown = output(show).await;
+    assert!(
+        shown.stdout.contains("files changed") && shown.stdout.contains("created one.txt"),
+        "{}",
+        shown.stdout
+    );
+    assert!(shown.stdout.contains("undone: a.txt"), "{}", shown.stdout);
+}
