@@ -293,7 +293,11 @@ async fn undo_to_a_turn_reverts_every_later_turn_and_redo_goes_one_at_a_time() {
 
     let one = output(undo(tmp.path(), &project, &["--redo"])).await;
     assert_eq!(one.code, Some(0), "stderr: {}", one.stderr);
-    assert_eq!(tree(&project, false), after_one, "the first turn comes back first");
+    assert_eq!(
+        tree(&project, false),
+        after_one,
+        "the first turn comes back first"
+    );
     let two = output(undo(tmp.path(), &project, &["--redo"])).await;
     assert_eq!(two.code, Some(0), "stderr: {}", two.stderr);
     assert_eq!(tree(&project, false), after_two);
