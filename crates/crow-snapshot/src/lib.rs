@@ -110,14 +110,6 @@ impl SnapshotStore {
     pub fn open(base: &Path, project_root: &Path, options: Options) -> Result<Self, Error> {
         let root = project_root.canonicalize().map_err(io(project_root))?;
         let dir = project_dir(base, &root);
-        for sub in ["blobs", "manifests"] {
-            files::private_dir(&dir.join(sub)).map_err(io(&dir))?;
-        }
-        let root_file = dir.join("root");
-        if !root_file.exists() {
-            files::write_private(&root_file, root.to_string_lossy().as_bytes())
-                .map_err(io(&root_file))?;
-        }
         let generation = fs::read_to_string(dir.join("generation")).unwrap_or_default();
         let (cache, blobs) = walk::StatCache::load(&dir.join("index.json"), &generation);
         Ok(Self {
@@ -141,8 +133,22 @@ impl SnapshotStore {
         &self.root
     }
 
+    /// Made at the first snapshot, so a session that changes nothing leaves nothing behind.
+    fn create_dirs(&self) -> Result<(), Error> {
+        if self.dir.join("manifests").is_dir() {
+            return Ok(());
+        }
+        for sub in ["blobs", "manifests"] {
+            files::private_dir(&self.dir.join(sub)).map_err(io(&self.dir))?;
+        }
+        let root_file = self.dir.join("root");
+        files::write_private(&root_file, self.root.to_string_lossy().as_bytes())
+            .map_err(io(&root_file))
+    }
+
     /// Snapshots the tree; returns the id and the manifest.
     pub fn snapshot(&self) -> Result<(String, Arc<Manifest>), Error> {
+        self.create_dirs()?;
         let _lock = self.lock()?;
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let generation = fs::read_to_string(self.dir.join("generation")).unwrap_or_default();
@@ -177,7 +183,7 @@ impl SnapshotStore {
             files::write_private(&path, &bytes).map_err(io(&path))?;
         }
         let manifest = Arc::new(manifest);
-        state.manifests.insert(id.clone(), Arc::clone(&manifest));
+        remember(&mut state.manifests, &id, &manifest);
         state.last = Some((id.clone(), Arc::clone(&manifest)));
         Ok((id, manifest))
     }
@@ -204,7 +210,7 @@ impl SnapshotStore {
             detail: e.to_string(),
         })?;
         let manifest = Arc::new(manifest);
-        state.manifests.insert(id.to_owned(), Arc::clone(&manifest));
+        remember(&mut state.manifests, id, &manifest);
         Ok(manifest)
     }
 
@@ -221,6 +227,16 @@ impl SnapshotStore {
     fn lock(&self) -> Result<fs::File, Error> {
         prune::lock(&self.dir)
     }
+}
+
+/// Keeps a few recent manifests in memory (a step compares the last two); a long session's
+/// hundreds would otherwise stay, each as large as the tree's file list.
+fn remember(manifests: &mut HashMap<String, Arc<Manifest>>, id: &str, manifest: &Arc<Manifest>) {
+    const KEPT: usize = 8;
+    if manifests.len() >= KEPT {
+        manifests.clear();
+    }
+    manifests.insert(id.to_owned(), Arc::clone(manifest));
 }
 
 impl Drop for SnapshotStore {

@@ -136,6 +136,9 @@ fn sweep(dir: &Path) -> Result<usize, Error> {
 
 /// Age pruning at most once a day per snapshot directory: the mark is `base/pruned`.
 pub fn prune_daily(base: &Path, max_age: Duration) {
+    if !base.is_dir() {
+        return; // no snapshot yet
+    }
     let mark = base.join("pruned");
     let recent = fs::metadata(&mark)
         .and_then(|m| m.modified())
