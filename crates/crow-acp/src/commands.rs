@@ -30,6 +30,18 @@ pub fn available(custom: &[crate::runner::CommandInfo]) -> Vec<acp::AvailableCom
             )),
         ),
         acp::AvailableCommand::new("context", "What the next request carries, by part"),
+        acp::AvailableCommand::new(
+            "undo",
+            "Revert the files the agent changed in its last turn (commands' changes too)",
+        )
+        .input(acp::AvailableCommandInput::Unstructured(
+            acp::UnstructuredCommandInput::new("force: overwrite files edited since (optional)"),
+        )),
+        acp::AvailableCommand::new("redo", "Re-apply the changes the last /undo reverted").input(
+            acp::AvailableCommandInput::Unstructured(acp::UnstructuredCommandInput::new(
+                "force: overwrite files edited since (optional)",
+            )),
+        ),
         acp::AvailableCommand::new("help", "What crow can do here"),
     ];
     for command in custom {
@@ -183,7 +195,9 @@ pub const HELP: &str = "crow is a coding agent: ask it to read, change and run c
 project. It asks before it edits files or runs commands (unless the mode allows them).\n\n\
 Commands:\n- `/model [id]` — list the models or switch\n- `/mode [id]` — list the modes or \
 switch\n- `/compact [focus]` — fold the conversation into a summary now\n- `/context` — what \
-the next request carries, against the model's window\n- `/help` — this text\n";
+the next request carries, against the model's window\n- `/undo [force]` — revert the files the \
+agent changed in its last turn, commands' changes included (again: the turn before)\n- \
+`/redo [force]` — re-apply what `/undo` reverted\n- `/help` — this text\n";
 
 #[cfg(test)]
 mod tests {
@@ -212,8 +226,10 @@ mod tests {
         let names: Vec<&str> = offered.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(
             names,
-            ["model", "mode", "compact", "context", "help", "review"]
+            [
+                "model", "mode", "compact", "context", "undo", "redo", "help", "review"
+            ]
         );
-        assert_eq!(offered[4].description, "What crow can do here");
+        assert_eq!(offered[6].description, "What crow can do here");
     }
 }

@@ -279,6 +279,22 @@ impl Translator {
                 let message = format!("{agent} stopped: loop detected ({description})");
                 out.push(notice(NoticeLevel::Warning, &message, self.notices));
             }
+            // Changes seen by snapshots (commands' too): edits already show as diffs, so
+            // this says what changed on disk in one line, and where to undo it. Only to
+            // clients that show notices: as a thought it would read as the model's.
+            AgentEvent::FilesChanged { agent, changes, .. }
+                if !changes.is_empty() && self.notices =>
+            {
+                let files: Vec<String> = changes
+                    .iter()
+                    .map(|c| format!("{} {}", c.kind.as_str(), c.path.display()))
+                    .collect();
+                let message = format!(
+                    "{agent} changed files: {} (/undo reverts)",
+                    files.join(", ")
+                );
+                out.push(notice(NoticeLevel::Info, &message, self.notices));
+            }
             AgentEvent::SubagentStart { subagent, task, .. } => {
                 out.push(thought_chunk(format!(
                     "\n{subagent} started: {}\n",
@@ -309,6 +325,45 @@ impl Translator {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn changes_seen_by_snapshots_are_one_notice_and_tool_reports_none() {
+        let seen = AgentEvent::FilesChanged {
+            agent: "builder".into(),
+            files: vec!["/p/made.txt".into()],
+            changes: vec![crow_core::FileChange {
+                path: "made.txt".into(),
+                kind: crow_core::ChangeKind::Created,
+            }],
+            snapshot: Some("ab12".into()),
+        };
+        let shown = Translator::new(PathBuf::from("/p"), None)
+            .with_notices(true)
+            .translate(&seen);
+        let json = serde_json::to_value(&shown).unwrap();
+        assert_eq!(
+            json[0]["title"],
+            "builder changed files: created made.txt (/undo reverts)"
+        );
+        assert!(
+            Translator::new(PathBuf::from("/p"), None)
+                .translate(&seen)
+                .is_empty(),
+            "not a thought where notices are not shown"
+        );
+        // Without snapshots the edit tools' own diffs are what the editor shows.
+        let reported = AgentEvent::FilesChanged {
+            agent: "builder".into(),
+            files: vec!["/p/a.rs".into()],
+            changes: Vec::new(),
+            snapshot: None,
+        };
+        assert!(
+            Translator::new(PathBuf::from("/p"), None)
+                .translate(&reported)
+                .is_empty()
+        );
+    }
 
     #[test]
     fn notices_go_out_as_notices_where_the_client_shows_them() {

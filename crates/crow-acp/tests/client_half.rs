@@ -387,6 +387,8 @@ async fn every_event_kind_translates() {
         AgentEvent::FilesChanged {
             agent: "builder".into(),
             files: vec!["/project/a.rs".into()],
+            changes: Vec::new(),
+            snapshot: None,
         },
         AgentEvent::CoagentStart {
             primary: "builder".into(),

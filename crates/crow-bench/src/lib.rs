@@ -10,6 +10,7 @@ pub mod prefix;
 pub mod sandbox;
 pub mod search;
 pub mod sessions;
+pub mod snapshot;
 pub mod stats;
 pub mod store;
 pub mod stream;
@@ -48,6 +49,8 @@ pub struct Config {
     pub growth_runs: usize,
     /// One-step `crow run`s through a shell, each with a fresh HOME.
     pub cold_runs: usize,
+    /// Files of the generated tree that snapshots are measured on.
+    pub snapshot_files: usize,
 }
 
 impl Config {
@@ -69,6 +72,7 @@ impl Config {
             growth_steps: 200,
             growth_runs: 5,
             cold_runs: 31,
+            snapshot_files: 5_000,
         }
     }
 
@@ -106,6 +110,7 @@ impl Config {
             growth_steps: 20,
             growth_runs: 1,
             cold_runs: 2,
+            snapshot_files: 300,
         }
     }
 }
@@ -157,11 +162,12 @@ impl Bench {
         progress("command sandbox");
         let sandbox = sandbox::measure(self)?;
         let limits = limits::measure(self, progress)?;
+        let snapshots = snapshot::measure(self, progress)?;
         progress("interactive terminal");
         let terminal = terminal::measure(self, self.config.terminal_turns)?;
         Ok(vec![
             overhead, walls, startup, requests, streaming, store, search, parallel, long, sandbox,
-            limits, terminal,
+            limits, snapshots, terminal,
         ])
     }
 }

@@ -37,6 +37,9 @@ struct Args {
     /// Only the interactive terminal's figures (its long session's turns, default 1000)
     #[arg(long, value_name = "TURNS", num_args = 0..=1, default_missing_value = "1000")]
     terminal_only: Option<usize>,
+    /// Only the snapshot section (section 11)
+    #[arg(long)]
+    snapshots_only: bool,
 }
 
 fn main() -> ExitCode {
@@ -107,6 +110,11 @@ fn run(args: Args) -> Result<()> {
     let sections = match (args.long_only, args.terminal_only) {
         (Some(n), _) => vec![crow_bench::long::measure(&bench, n)?],
         (None, Some(turns)) => vec![crow_bench::terminal::measure(&bench, turns)?],
+        (None, None) if args.snapshots_only => {
+            vec![crow_bench::snapshot::measure(&bench, &mut |step| {
+                eprintln!("· {step}")
+            })?]
+        }
         (None, None) => bench.run(&mut |step| eprintln!("· {step}"))?,
     };
     println!("{header}\n");

@@ -14,7 +14,7 @@ use crate::Bench;
 use crate::stats::{percentile, summarize};
 use crate::table::{Row, Section, Target, Unit};
 
-const TITLE: &str = "12. interactive terminal (`crow` in a pseudo-terminal, median over runs)";
+const TITLE: &str = "13. interactive terminal (`crow` in a pseudo-terminal, median over runs)";
 const LIMIT: Duration = Duration::from_secs(30);
 /// The prompt's indicator, on screen once the editor is ready.
 const READY: &str = "› ";

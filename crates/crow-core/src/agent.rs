@@ -129,6 +129,8 @@ pub struct BaseAgent {
     /// Consulted before every call (`run_tools`); `None`: only the tools' own questions.
     policy: Option<Arc<crate::policy::Policy>>,
     client: Option<Arc<dyn ClientBridge>>,
+    /// Snapshots of the working tree around changing calls (`agent/snapshots.rs`).
+    snapshots: Option<Arc<dyn crate::snapshot::Snapshotter>>,
     pub config: AgentConfig,
 }
 
@@ -164,6 +166,7 @@ impl BaseAgent {
             permission,
             policy: None,
             client: None,
+            snapshots: None,
             config,
         }
     }
@@ -185,6 +188,13 @@ impl BaseAgent {
         self
     }
 
+    /// Snapshots the working tree around calls that may change files: what changed (commands
+    /// included) is reported from the snapshots and recorded for undo.
+    pub fn with_snapshots(mut self, snapshots: Arc<dyn crate::snapshot::Snapshotter>) -> Self {
+        self.snapshots = Some(snapshots);
+        self
+    }
+
     /// Puts every call of this agent under `policy` (allow, ask or deny before it runs).
     pub fn with_policy(mut self, policy: Arc<crate::policy::Policy>) -> Self {
         self.policy = Some(policy);
@@ -197,6 +207,11 @@ impl BaseAgent {
 
     pub fn tools(&self) -> &ToolRegistry {
         &self.tools
+    }
+
+    /// The working-tree snapshots this agent takes, if any (`with_snapshots`).
+    pub fn snapshots(&self) -> Option<&Arc<dyn crate::snapshot::Snapshotter>> {
+        self.snapshots.as_ref()
     }
 
     pub fn system_prompt(&self) -> &str {
@@ -222,6 +237,7 @@ impl BaseAgent {
             doom_loop: None,
         };
         let mut loops = LoopDetector::new(self.config.doom_loop_threshold);
+        let mut snaps = snapshots::TurnSnapshots::default();
         self.emit(
             events,
             AgentEvent::TurnStart {
@@ -298,16 +314,25 @@ impl BaseAgent {
             }
 
             let truncated = response.finish == Some(FinishReason::MaxTokens);
+            let may_change = self.batch_may_change(&response.calls);
+            if may_change {
+                self.snapshot_before(&mut snaps).await;
+            }
             let mut executed = self
                 .run_tools(session, events, &cancel, response.calls, truncated)
                 .await;
             // Named point: after a batch of tool results, before they enter history.
             let repeating = loops.after_batch(&mut executed);
             self.record_results(session, events, &executed);
+            // From the snapshots when there are any; else what the tools reported.
+            let seen = match may_change {
+                true => self.snapshot_after(session, events, &mut snaps).await,
+                false => None,
+            };
             let mut changed = Vec::new();
             for call in &executed {
                 for file in &call.result.metadata.files_modified {
-                    if !changed.contains(file) {
+                    if seen.is_none() && !changed.contains(file) {
                         changed.push(file.clone());
                     }
                 }
@@ -322,12 +347,17 @@ impl BaseAgent {
                     AgentEvent::FilesChanged {
                         agent: self.name.clone(),
                         files: changed.clone(),
+                        changes: Vec::new(),
+                        snapshot: None,
                     },
                 );
-                for file in changed {
-                    if !turn.files_changed.contains(&file) {
-                        turn.files_changed.push(file);
-                    }
+            }
+            if let Some(seen) = seen {
+                changed = seen;
+            }
+            for file in changed {
+                if !turn.files_changed.contains(&file) {
+                    turn.files_changed.push(file);
                 }
             }
             turn.tool_calls.extend(executed);
@@ -715,6 +745,7 @@ impl Accumulator {
 }
 
 mod run_tools;
+mod snapshots;
 
 #[cfg(test)]
 #[path = "agent_tests.rs"]

@@ -62,7 +62,15 @@ pub enum AgentEvent {
     // File changes (one per model response that changed files)
     FilesChanged {
         agent: String,
+        /// Absolute paths.
         files: Vec<PathBuf>,
+        /// The same files (relative to the project root) with how each changed; empty when
+        /// no snapshotter compared the tree (then `files` is what the tools reported).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        changes: Vec<crate::snapshot::FileChange>,
+        /// The snapshot taken after the calls (`snapshot.rs`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        snapshot: Option<String>,
     },
 
     // Control flow (emitted by the composition layer, not by BaseAgent)

@@ -207,10 +207,35 @@ impl<'a> View<'a> {
 pub enum SystemEvent {
     SessionStart,
     Cancelled,
-    MaxIterationsReached { iterations: u32 },
-    TaskComplete { summary: String },
-    Error { message: String },
-    DoomLoopDetected { description: String },
+    MaxIterationsReached {
+        iterations: u32,
+    },
+    TaskComplete {
+        summary: String,
+    },
+    Error {
+        message: String,
+    },
+    DoomLoopDetected {
+        description: String,
+    },
+    /// A batch of tool calls changed files (seen by comparing snapshots, `snapshot.rs`):
+    /// `turn` is the snapshot taken before the turn's first change, `after` the one after
+    /// this batch.
+    Snapshot {
+        turn: String,
+        after: String,
+        changes: Vec<crate::snapshot::FileChange>,
+    },
+    /// The user undid (or redid) a turn's changes: the files that differ between snapshot
+    /// `from` and `to` were put back as in `to`. The model is sent `note`.
+    FilesRestored {
+        from: String,
+        to: String,
+        redo: bool,
+        files: Vec<crate::snapshot::FileChange>,
+        note: String,
+    },
 }
 
 /// Text given to the model for a tool call whose result was never recorded.
@@ -318,6 +343,16 @@ pub fn to_messages_in<'a>(entries: &'a [HistoryEntry], view: &View<'a>) -> Vec<M
                     name,
                     content: view.elided.get(&at).copied().unwrap_or(output),
                     is_error: *status != ToolStatus::Success,
+                });
+            }
+            // The one system event the model reads: its changes were reverted (or redone).
+            EntryKind::System {
+                event: SystemEvent::FilesRestored { note, .. },
+            } => {
+                flush(&mut out, &mut assistant, &mut results, &mut open_calls);
+                out.push(Message::User {
+                    text: note,
+                    images: Vec::new(),
                 });
             }
             EntryKind::Handoff { .. }

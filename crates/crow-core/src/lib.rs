@@ -12,6 +12,7 @@
 //! - [`budget`], [`compaction`]: token accounting and the compaction step before a request;
 //! - [`crew`]: the control-flow layer: a primary, an optional coagent, autonomy levels;
 //! - [`store`]: the [`SessionStore`] trait sessions are persisted through;
+//! - [`snapshot`]: [`Snapshotter`], snapshots of the working tree for change reports and undo;
 //! - [`env`]: [`EnvPolicy`], the environment of the commands tools and MCP servers start.
 
 pub mod agent;
@@ -29,6 +30,7 @@ pub mod policy;
 pub mod provider;
 mod schedule;
 pub mod session;
+pub mod snapshot;
 pub mod store;
 pub mod subagent;
 pub mod tool;
@@ -55,6 +57,9 @@ pub use provider::{
     DeltaStream, FinishReason, Provider, ProviderError, ProviderErrorKind, StreamDelta, Usage,
 };
 pub use session::{HistorySink, Session, Steering};
+pub use snapshot::{
+    ChangeKind, FileChange, Reverted, SnapshotError, Snapshotter, TurnChange, UndoStack, undo_stack,
+};
 pub use store::{
     NewSession, SessionFilter, SessionInfo, SessionSettings, SessionStatus, SessionStore,
     StoreError, StoredEntry, UsageRecord,

@@ -343,6 +343,21 @@ fn system_text(event: &SystemEvent) -> String {
         SystemEvent::DoomLoopDetected { description } => {
             format!("stopped, loop detected: {description}")
         }
+        SystemEvent::Snapshot { changes, after, .. } => {
+            let files: Vec<String> = changes
+                .iter()
+                .map(|c| format!("{} {}", c.kind.as_str(), c.path.display()))
+                .collect();
+            format!("files changed (snapshot {after}): {}", files.join(", "))
+        }
+        SystemEvent::FilesRestored { redo, files, .. } => {
+            let files: Vec<String> = files.iter().map(|c| c.path.display().to_string()).collect();
+            format!(
+                "{}: {}",
+                if *redo { "redone" } else { "undone" },
+                files.join(", ")
+            )
+        }
         // Variants added later still show up, if less prettily.
         #[allow(unreachable_patterns)]
         other => format!("{other:?}"),

@@ -655,7 +655,10 @@ impl SessionRunner for CrowRunner {
             let reply = crate::session_cmd::run(
                 &command,
                 crew.primary(),
-                &mut self.session.primary,
+                &mut self.session,
+                self.store
+                    .as_deref()
+                    .map(|s| s as &dyn crow_core::SessionStore),
                 events,
                 &cancel,
                 &self.composer.instructions,

@@ -33,6 +33,9 @@ pub struct Composer {
     pub trusted: bool,
     /// The editor's files and terminals (`crow acp`), handed to every agent's tools.
     pub client: Option<Arc<dyn ClientBridge>>,
+    /// The project's working-tree snapshots (`undo.rs`), given to the crew's agents (not to
+    /// subagents: their changes are the calling turn's).
+    pub snapshots: Option<Arc<dyn crow_core::Snapshotter>>,
     pub cwd: PathBuf,
     pub project_root: PathBuf,
     is_git: bool,
@@ -94,7 +97,9 @@ impl Composer {
                 crate::wiring::tool_options(&config).max_read_bytes,
             )));
         }
+        let snapshots = crate::undo::open_snapshots(&config, &project_root);
         Self {
+            snapshots,
             instructions,
             templates,
             template_error,
@@ -160,7 +165,12 @@ impl Composer {
             Some(parent) => format!("{parent}/{}", def.name),
             None => def.primary.clone(),
         };
-        let primary = self.agent(&def.primary, &primary_name)?;
+        let snapshots = self.snapshots.as_ref().filter(|_| parent.is_none());
+        let with_snapshots = |agent: BaseAgent| match snapshots {
+            Some(s) => agent.with_snapshots(Arc::clone(s)),
+            None => agent,
+        };
+        let primary = with_snapshots(self.agent(&def.primary, &primary_name)?);
         let coagent = match &def.coagent {
             Some(coagent) if def.flow.needs_coagent() => {
                 // Events are told apart by agent name, so two copies of one agent need two.
@@ -169,7 +179,7 @@ impl Composer {
                     None if *coagent == def.primary => format!("{coagent}-review"),
                     None => coagent.clone(),
                 };
-                Some(self.agent(coagent, &shown)?)
+                Some(with_snapshots(self.agent(coagent, &shown)?))
             }
             _ => None,
         };

@@ -30,6 +30,9 @@ pub struct Config {
     pub shell_environment: ShellEnvironmentConfig,
     #[serde(default)]
     pub store: StoreConfig,
+    /// Snapshots of the working tree for change reports and `/undo`.
+    #[serde(default)]
+    pub snapshots: SnapshotsConfig,
     /// The OS sandbox of commands.
     #[serde(default)]
     pub sandbox: SandboxConfig,
@@ -153,6 +156,19 @@ pub struct StoreConfig {
     pub max_size_mb: Option<u64>,
 }
 
+/// `[snapshots]`: the working tree is snapshotted around the agent's changing calls (beside
+/// the session database, in `snapshots/`), for what-changed reports and `/undo`.
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SnapshotsConfig {
+    /// Take snapshots (default true).
+    pub enabled: Option<bool>,
+    /// Larger files are not stored, only noted (default 4 MiB).
+    pub max_file_bytes: Option<u64>,
+    /// Snapshots not seen for this many days are removed (default 7).
+    pub max_age_days: Option<u64>,
+}
+
 #[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderConfig {
@@ -250,6 +266,11 @@ inherit = "all"
 mode = "workspace-write"
 network = false
 writable_roots = []
+
+[snapshots]
+enabled = true
+max_file_bytes = 4194304
+max_age_days = 7
 
 [providers.openai]
 type = "openai"

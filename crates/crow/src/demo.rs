@@ -74,8 +74,11 @@ pub async fn run(json: bool, dir: Option<PathBuf>) -> Result<ExitCode> {
         max_tokens: None,
         thinking_budget: None,
     };
+    // The demo's project is thrown away: no snapshots of it in the user's data directory.
+    let mut config = Config::default();
+    config.snapshots.enabled = Some(false);
     let composer = Composer::new(
-        Config::default(),
+        config,
         settings,
         load_catalog(None, &dir),
         crow_tools::builtin_tools(&crow_tools::ToolOptions::default()),

@@ -26,6 +26,7 @@ mod slash;
 mod templates;
 mod trust;
 mod tui;
+mod undo;
 mod wiring;
 
 use std::io::Read;
@@ -128,6 +129,22 @@ enum Command {
     Sessions {
         #[command(subcommand)]
         command: sessions::SessionsCommand,
+    },
+    /// Revert the files the agent changed in its last turn (commands' changes included), or
+    /// re-apply them with --redo; files edited by hand since are not overwritten without --force
+    Undo {
+        /// The session (id or prefix; default: the latest of this project)
+        #[arg(long)]
+        session: Option<String>,
+        /// Undo every turn from this one on (turns that changed files, numbered from 1)
+        #[arg(long, conflicts_with = "redo")]
+        to: Option<usize>,
+        /// Re-apply the last undone turn
+        #[arg(long)]
+        redo: bool,
+        /// Overwrite files changed by hand since the agent's turn
+        #[arg(long)]
+        force: bool,
     },
     /// List and show Agent Skills (SKILL.md folders in .crow/skills, .agents/skills, ~/.claude/skills, ...)
     Skills {
@@ -386,6 +403,18 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
             let (root, _) = wiring::find_project_root(&cwd);
             let loaded = config::load(&root, &Overrides::default())?;
             sessions::run(command, &loaded.config, &root)
+        }
+        Command::Undo {
+            session,
+            to,
+            redo,
+            force,
+        } => {
+            let cwd = std::env::current_dir().context("cannot read the current directory")?;
+            let (root, _) = wiring::find_project_root(&cwd);
+            let loaded = config::load(&root, &Overrides::default())?;
+            let request = undo::Request { redo, force, to };
+            undo::command(&loaded.config, &root, session.as_deref(), request)
         }
         Command::Mcp { command } => mcp::command(command).await,
         Command::Init { yes } => config_cmd::init(yes),

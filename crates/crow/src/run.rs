@@ -254,7 +254,8 @@ async fn session_command(
     let reply = crate::session_cmd::run(
         command,
         crew.primary(),
-        &mut session.primary,
+        session,
+        Some(store.as_ref() as &dyn crow_core::SessionStore),
         &tx,
         &cancel,
         instructions,

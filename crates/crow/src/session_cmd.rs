@@ -1,14 +1,21 @@
 //! Commands about the session itself, the same in every front end: `/compact [focus]` folds
 //! the history now (one side call to the model, no turn), `/context` shows what the next
-//! request would carry. `crow acp` answers them in the session; `crow run --continue` too.
+//! request would carry, `/undo [force]` and `/redo [force]` revert or re-apply the files of
+//! the agent's last turn (`undo.rs`). `crow acp` answers them in the session;
+//! `crow run --continue` too.
 
-use crow_core::{BaseAgent, EventSender, Session};
+use crow_core::{BaseAgent, CrewSession, EventSender, SessionStore};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SessionCommand {
     Compact(Option<String>),
     Context,
+    /// `/undo [force]`, `/redo [force]`.
+    Undo {
+        redo: bool,
+        force: bool,
+    },
 }
 
 /// `/compact [focus]` or `/context`; any other text is a prompt.
@@ -21,6 +28,12 @@ pub fn parse(text: &str) -> Option<SessionCommand> {
     match name {
         "compact" => Some(SessionCommand::Compact(arg)),
         "context" if arg.is_none() => Some(SessionCommand::Context),
+        "undo" | "redo" if arg.is_none() || arg.as_deref() == Some("force") => {
+            Some(SessionCommand::Undo {
+                redo: name == "redo",
+                force: arg.is_some(),
+            })
+        }
         _ => None,
     }
 }
@@ -29,12 +42,24 @@ pub fn parse(text: &str) -> Option<SessionCommand> {
 pub async fn run(
     command: &SessionCommand,
     agent: &BaseAgent,
-    session: &mut Session,
+    crew_session: &mut CrewSession,
+    store: Option<&dyn SessionStore>,
     events: &EventSender,
     cancel: &CancellationToken,
     instructions: &crate::instructions::Instructions,
 ) -> String {
+    let session = &mut crew_session.primary;
     match command {
+        SessionCommand::Undo { redo, force } => crate::undo::in_session(
+            store,
+            agent.snapshots().map(|s| s.as_ref()),
+            crew_session,
+            crate::undo::Request {
+                redo: *redo,
+                force: *force,
+                to: None,
+            },
+        ),
         SessionCommand::Context => {
             let mut text = agent.context_breakdown(session).to_string();
             // Part of the system prompt above: which files it came from.
@@ -80,6 +105,21 @@ mod tests {
         );
         assert_eq!(parse("/context please"), None);
         assert_eq!(parse("/compaction"), None);
+        assert_eq!(
+            parse("/undo"),
+            Some(SessionCommand::Undo {
+                redo: false,
+                force: false
+            })
+        );
+        assert_eq!(
+            parse("/redo force"),
+            Some(SessionCommand::Undo {
+                redo: true,
+                force: true
+            })
+        );
+        assert_eq!(parse("/undo everything"), None);
         assert_eq!(parse("compact"), None);
     }
 }

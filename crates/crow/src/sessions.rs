@@ -430,8 +430,10 @@ pub fn run(command: SessionsCommand, config: &Config, project_root: &Path) -> Re
         }
         SessionsCommand::Delete { id } => {
             let info = store.session(&id).map_err(store_error)?;
+            let snapshots = crate::undo::only_in(&store, &info);
             store.delete_session(&info.id).map_err(store_error)?;
             println!("deleted session {} ({})", info.id, info.title);
+            crate::undo::forget(config, &info, &snapshots);
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -490,3 +490,47 @@ async fn rules_allow_and_deny_without_asking_in_the_terminal_too() {
     pty.send("\x04");
     assert_eq!(pty.wait_exit(20), 0);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn undo_reverts_what_a_command_did_and_redo_brings_it_back() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("keep.txt"), "original\n").unwrap();
+    let scenario = Scenario::new()
+        .reply(Reply::tool_call(
+            "bash",
+            json!({"command": "echo changed > keep.txt && echo new > made.txt"}),
+        ))
+        .reply(Reply::text("Changed two files."));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let mut pty = open(dir.path(), &mock, &["--mode", "full-auto"]);
+    pty.wait_for("/help for commands", 20);
+    pty.line("change things");
+    let screen = pty.wait_for("Changed two files.", 20);
+    assert!(screen.contains("changed: "), "{screen}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("keep.txt")).unwrap(),
+        "changed\n"
+    );
+    pty.line("/undo");
+    pty.wait_until(
+        |_| !dir.path().join("made.txt").exists(),
+        20,
+        "made.txt removed by /undo",
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("keep.txt")).unwrap(),
+        "original\n"
+    );
+    pty.line("/redo");
+    pty.wait_until(
+        |_| dir.path().join("made.txt").exists(),
+        20,
+        "made.txt back",
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("keep.txt")).unwrap(),
+        "changed\n"
+    );
+    pty.send("\x04");
+    assert_eq!(pty.wait_exit(20), 0);
+}

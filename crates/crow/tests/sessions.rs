@@ -744,9 +744,11 @@ async fn sigterm_and_sighup_end_the_run_like_ctrl_c() {
         let info = only_session(dir.path());
         assert_eq!(info.status, SessionStatus::Cancelled, "{signal}");
         let history = store(dir.path()).load_history(&info.id, "builder").unwrap();
+        // The command wrote child.pid before it was killed: the snapshot after the
+        // cancelled call records it (for /undo), then the cancel.
         assert_eq!(
             kinds(&history),
-            ["user", "tool_call", "tool_result", "system"],
+            ["user", "tool_call", "tool_result", "system", "system"],
             "{signal}"
         );
         match &history[2].kind {
@@ -756,8 +758,19 @@ async fn sigterm_and_sighup_end_the_run_like_ctrl_c() {
             }
             other => panic!("{other:?}"),
         }
+        match &history[3].kind {
+            EntryKind::System {
+                event: SystemEvent::Snapshot { changes, .. },
+            } => assert!(
+                changes
+                    .iter()
+                    .any(|c| c.path == std::path::Path::new("child.pid")),
+                "{changes:?}"
+            ),
+            other => panic!("{other:?}"),
+        }
         assert!(matches!(
-            history[3].kind,
+            history[4].kind,
             EntryKind::System {
                 event: SystemEvent::Cancelled
             }

@@ -30,6 +30,11 @@ const BUILTIN: &[(&str, &str)] = &[
     ("/compact", "fold the history now: /compact [what to keep]"),
     ("/context", "what the next request carries"),
     (
+        "/undo",
+        "revert the files of the agent's last turn (again: the one before): /undo [force]",
+    ),
+    ("/redo", "re-apply what /undo reverted: /redo [force]"),
+    (
         "/expand",
         "a tool call's whole output or diff: /expand [N] (Ctrl-O: the last)",
     ),
@@ -95,7 +100,7 @@ pub async fn handle(app: &mut App, line: &str) -> bool {
         }
         "/sessions" => list_sessions(app),
         "/resume" => resume(app, arg),
-        "/compact" | "/context" => session_command(app, text).await,
+        "/compact" | "/context" | "/undo" | "/redo" => session_command(app, text).await,
         _ => {
             let commands = crate::slash::load(&app.composer.project_root);
             match crate::slash::expand_invocation(text, &commands) {
@@ -361,7 +366,9 @@ fn resume(app: &mut App, arg: &str) {
 /// `/compact` and `/context`, as every front end runs them.
 async fn session_command(app: &mut App, text: &str) {
     let Some(command) = crate::session_cmd::parse(text) else {
-        return app.view.error("usage: /compact [focus] or /context");
+        return app
+            .view
+            .error("usage: /compact [focus], /context, /undo [force] or /redo [force]");
     };
     let Some((_, session)) = app.session.as_mut() else {
         return app
@@ -372,7 +379,8 @@ async fn session_command(app: &mut App, text: &str) {
     let reply = crate::session_cmd::run(
         &command,
         app.crew.primary(),
-        &mut session.primary,
+        session,
+        Some(app.store.as_ref() as &dyn SessionStore),
         &app.events,
         &cancel,
         &app.composer.instructions,

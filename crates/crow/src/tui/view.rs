@@ -123,6 +123,23 @@ impl View {
                 }
             }
             AgentEvent::TurnStart { .. } => self.markdown.reset(),
+            // What the tree's snapshots saw change, commands included: one line.
+            AgentEvent::FilesChanged { changes, .. } if !changes.is_empty() => {
+                let mut shown: Vec<String> = changes
+                    .iter()
+                    .take(6)
+                    .map(|c| format!("{} ({})", c.path.display(), c.kind.as_str()))
+                    .collect();
+                if changes.len() > 6 {
+                    shown.push(format!("{} more", changes.len() - 6));
+                }
+                self.flush_open();
+                self.screen.line(self.style.dim(&format!(
+                    "  ≡ changed: {} · /undo reverts the turn",
+                    shown.join(", ")
+                )));
+                return;
+            }
             _ => {}
         }
         self.renderer

@@ -1,0 +1,209 @@
+//! The loop's snapshot step against an in-memory "disk" and snapshotter.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+use serde_json::json;
+use tokio::sync::mpsc;
+
+use super::*;
+use crate::snapshot::{ChangeKind, Reverted, SnapshotError};
+use crate::testing::{Scripted, act, say};
+use crate::tool::{AllowAll, Tool, ToolKind, ToolRegistry};
+
+type Disk = Arc<Mutex<BTreeMap<String, String>>>;
+
+/// Snapshots are copies of the disk, by number.
+#[derive(Default)]
+struct Memory {
+    disk: Disk,
+    taken: Mutex<Vec<BTreeMap<String, String>>>,
+}
+
+impl Snapshotter for Memory {
+    fn take(&self) -> Result<String, SnapshotError> {
+        let mut taken = self.taken.lock().unwrap();
+        taken.push(self.disk.lock().unwrap().clone());
+        Ok((taken.len() - 1).to_string())
+    }
+    fn diff(&self, from: &str, to: &str) -> Result<Vec<FileChange>, SnapshotError> {
+        let taken = self.taken.lock().unwrap();
+        let (a, b) = (
+            &taken[from.parse::<usize>().unwrap()],
+            &taken[to.parse::<usize>().unwrap()],
+        );
+        let mut out = Vec::new();
+        for (path, content) in a {
+            match b.get(path) {
+                None => out.push((path, ChangeKind::Deleted)),
+                Some(other) if other != content => out.push((path, ChangeKind::Modified)),
+                _ => {}
+            }
+        }
+        for path in b.keys().filter(|p| !a.contains_key(*p)) {
+            out.push((path, ChangeKind::Created));
+        }
+        let mut out: Vec<FileChange> = out
+            .into_iter()
+            .map(|(path, kind)| FileChange {
+                path: path.into(),
+                kind,
+            })
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+    fn revert(&self, _: &str, _: &str, _: bool) -> Result<Reverted, SnapshotError> {
+        Ok(Reverted::default())
+    }
+}
+
+/// A command: writes `{"write": {path: content}}` and removes `{"remove": [path]}`, and
+/// reports nothing in `files_modified` (as `bash` does not).
+struct Shell(Disk);
+
+#[async_trait]
+impl Tool for Shell {
+    fn name(&self) -> &str {
+        "shell"
+    }
+    fn description(&self) -> &str {
+        "changes the disk"
+    }
+    fn kind(&self) -> ToolKind {
+        ToolKind::Execute
+    }
+    fn parameters_schema(&self) -> serde_json::Value {
+        json!({"type": "object"})
+    }
+    async fn execute(&self, input: serde_json::Value, _ctx: &ToolContext) -> ToolResult {
+        let mut disk = self.0.lock().unwrap();
+        for (path, content) in input["write"].as_object().into_iter().flatten() {
+            disk.insert(
+                path.clone(),
+                content.as_str().unwrap_or_default().to_owned(),
+            );
+        }
+        for path in input["remove"].as_array().into_iter().flatten() {
+            disk.remove(path.as_str().unwrap_or_default());
+        }
+        ToolResult::success("ok")
+    }
+}
+
+struct Look;
+
+#[async_trait]
+impl Tool for Look {
+    fn name(&self) -> &str {
+        "look"
+    }
+    fn description(&self) -> &str {
+        "reads"
+    }
+    fn kind(&self) -> ToolKind {
+        ToolKind::Read
+    }
+    fn parameters_schema(&self) -> serde_json::Value {
+        json!({"type": "object"})
+    }
+    async fn execute(&self, _input: serde_json::Value, _ctx: &ToolContext) -> ToolResult {
+        ToolResult::success("nothing to see")
+    }
+}
+
+#[tokio::test]
+async fn changes_come_from_snapshots_and_read_only_batches_take_none() {
+    let memory = Arc::new(Memory::default());
+    memory
+        .disk
+        .lock()
+        .unwrap()
+        .insert("old.txt".into(), "old".into());
+    let provider = Scripted::new(vec![
+        act("r", "look", "{}"),
+        act(
+            "w1",
+            "shell",
+            r#"{"write": {"new.txt": "x", "old.txt": "changed"}}"#,
+        ),
+        act("w2", "shell", r#"{"remove": ["old.txt"]}"#),
+        say("done"),
+    ]);
+    let tools = ToolRegistry::new();
+    tools.register(Arc::new(Shell(Arc::clone(&memory.disk))));
+    tools.register(Arc::new(Look));
+    let agent = BaseAgent::new(
+        "builder",
+        provider,
+        tools,
+        "test",
+        Arc::new(AllowAll),
+        AgentConfig::default(),
+    )
+    .with_snapshots(Arc::clone(&memory) as Arc<dyn Snapshotter>);
+    let mut session = Session::new("s", "builder", "/p".into(), "/p".into());
+    session.add_user_message("go");
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let turn = agent
+        .execute_turn(&mut session, &tx, CancellationToken::new())
+        .await
+        .unwrap();
+
+    // One before the first changing batch, one after each: none for the read.
+    assert_eq!(memory.taken.lock().unwrap().len(), 3);
+    assert_eq!(
+        turn.files_changed,
+        [PathBuf::from("/p/new.txt"), PathBuf::from("/p/old.txt")]
+    );
+    let mut events = Vec::new();
+    while let Ok(event) = rx.try_recv() {
+        if let AgentEvent::FilesChanged {
+            changes, snapshot, ..
+        } = event
+        {
+            events.push((changes, snapshot));
+        }
+    }
+    let kinds: Vec<Vec<(String, ChangeKind)>> = events
+        .iter()
+        .map(|(c, _)| {
+            c.iter()
+                .map(|c| (c.path.display().to_string(), c.kind))
+                .collect()
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            vec![
+                ("new.txt".to_owned(), ChangeKind::Created),
+                ("old.txt".to_owned(), ChangeKind::Modified)
+            ],
+            vec![("old.txt".to_owned(), ChangeKind::Deleted)],
+        ]
+    );
+    assert_eq!(events[1].1.as_deref(), Some("2"));
+
+    // The history records one turn: before = snapshot 0, after = snapshot 2.
+    let stack = crate::snapshot::undo_stack(session.entries().iter().map(|e| ("builder", &e.kind)));
+    assert_eq!(stack.done.len(), 1);
+    assert_eq!(
+        (stack.done[0].before.as_str(), stack.done[0].after.as_str()),
+        ("0", "2")
+    );
+    assert_eq!(
+        stack.done[0].files,
+        [
+            FileChange {
+                path: "new.txt".into(),
+                kind: ChangeKind::Created
+            },
+            FileChange {
+                path: "old.txt".into(),
+                kind: ChangeKind::Deleted
+            }
+        ]
+    );
+}

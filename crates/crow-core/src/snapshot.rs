@@ -1,0 +1,246 @@
+//! [`Snapshotter`]: snapshots of the project's working tree, taken by the loop around tool
+//! calls that may change files, so what changed comes from the disk (commands included) and a
+//! turn can be undone. The implementation (crow-snapshot) is the front end's choice; without
+//! one the loop reports what tools say they changed (`files_modified`), as before.
+//!
+//! Also the undo bookkeeping every front end shares: [`undo_stack`] reads the session's
+//! timeline (the `Snapshot` and `FilesRestored` system entries) into turns done and undone.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::history::{EntryKind, SystemEvent};
+
+/// How a file differs between two snapshots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChangeKind {
+    Created,
+    Modified,
+    Deleted,
+}
+
+impl ChangeKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChangeKind::Created => "created",
+            ChangeKind::Modified => "modified",
+            ChangeKind::Deleted => "deleted",
+        }
+    }
+}
+
+/// One changed file; `path` is relative to the project root.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct FileChange {
+    pub path: PathBuf,
+    pub kind: ChangeKind,
+}
+
+/// What [`Snapshotter::revert`] did, or would not do.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reverted {
+    /// Files put back, with the change that was undone (or redone).
+    pub restored: Vec<FileChange>,
+    /// Files on disk that differ from the state the revert starts from (changed by hand
+    /// since). When not forced, nothing at all was written.
+    pub conflicts: Vec<PathBuf>,
+    /// Files that could not be restored and why (too large or unreadable when snapshotted).
+    pub unrestorable: Vec<(PathBuf, String)>,
+}
+
+/// A snapshot could not be taken, read or restored.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct SnapshotError(pub String);
+
+/// Snapshots of one project's working tree. Calls block (disk work); the loop runs them on
+/// tokio's blocking pool.
+pub trait Snapshotter: Send + Sync {
+    /// Snapshots the tree now; returns its id (equal trees give equal ids).
+    fn take(&self) -> Result<String, SnapshotError>;
+    /// Files that differ from snapshot `from` to snapshot `to`, sorted by path.
+    fn diff(&self, from: &str, to: &str) -> Result<Vec<FileChange>, SnapshotError>;
+    /// Puts the files that differ between `from` and `to` back as they are in `to`, after
+    /// checking that each is on disk as in `from` (a file that is not is a conflict: without
+    /// `force` nothing is written). Undo is `revert(after, before)`, redo the reverse.
+    fn revert(&self, from: &str, to: &str, force: bool) -> Result<Reverted, SnapshotError>;
+}
+
+/// One agent turn that changed files, as recorded in the timeline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TurnChange {
+    pub agent: String,
+    /// Snapshot before the turn's first change, and after its last one.
+    pub before: String,
+    pub after: String,
+    /// The turn's net changes.
+    pub files: Vec<FileChange>,
+}
+
+/// The timeline read as undo/redo stacks: `done` in order (the last is what `/undo`
+/// reverts), `undone` with the next to redo last.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UndoStack {
+    pub done: Vec<TurnChange>,
+    pub undone: Vec<TurnChange>,
+}
+
+/// Reads the stacks from a timeline of `(agent, entry)`: `Snapshot` entries of one agent with
+/// the same turn start, in a row, are one turn; `FilesRestored` moves a turn between stacks;
+/// a new turn clears what could be redone.
+pub fn undo_stack<'a>(timeline: impl IntoIterator<Item = (&'a str, &'a EntryKind)>) -> UndoStack {
+    let mut stack = UndoStack::default();
+    // Whether the last `done` turn may still grow (no undo or other turn came between).
+    let mut open = false;
+    for (agent, kind) in timeline {
+        let EntryKind::System { event } = kind else {
+            continue;
+        };
+        match event {
+            SystemEvent::Snapshot {
+                turn,
+                after,
+                changes,
+            } => {
+                if open
+                    && let Some(last) = stack.done.last_mut()
+                    && last.agent == agent
+                    && last.before == *turn
+                {
+                    last.after = after.clone();
+                    merge_changes(&mut last.files, changes);
+                    continue;
+                }
+                stack.undone.clear();
+                stack.done.push(TurnChange {
+                    agent: agent.to_owned(),
+                    before: turn.clone(),
+                    after: after.clone(),
+                    files: changes.clone(),
+                });
+                open = true;
+            }
+            SystemEvent::FilesRestored { redo, .. } => {
+                open = false;
+                if *redo {
+                    if let Some(turn) = stack.undone.pop() {
+                        stack.done.push(turn);
+                    }
+                } else if let Some(turn) = stack.done.pop() {
+                    stack.undone.push(turn);
+                }
+            }
+            _ => {}
+        }
+    }
+    stack
+}
+
+/// Adds a later batch's changes to a turn's: created then deleted is no change, created then
+/// modified stays created, deleted then created is modified.
+pub fn merge_changes(into: &mut Vec<FileChange>, later: &[FileChange]) {
+    use ChangeKind::{Created, Deleted, Modified};
+    for change in later {
+        match into.iter().position(|c| c.path == change.path) {
+            None => into.push(change.clone()),
+            Some(at) => match (into[at].kind, change.kind) {
+                (Created, Deleted) => {
+                    into.remove(at);
+                }
+                (Created, _) => {}
+                (Deleted, Created) => into[at].kind = Modified,
+                (_, kind) => into[at].kind = kind,
+            },
+        }
+    }
+    into.sort();
+}
+
+/// The text the model reads after an undo or redo (it is sent as a user message).
+pub fn restored_note(redo: bool, files: &[FileChange]) -> String {
+    let mut note = if redo {
+        "[crow] The user re-applied your reverted changes (/redo). These files are again as you left them:".to_owned()
+    } else {
+        "[crow] The user undid your changes of an earlier turn (/undo). These files were restored to how they were before it:".to_owned()
+    };
+    for file in files {
+        note.push_str(&format!(
+            "\n- {} (you had {} it)",
+            file.path.display(),
+            file.kind.as_str()
+        ));
+    }
+    note
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn change(path: &str, kind: ChangeKind) -> FileChange {
+        FileChange {
+            path: path.into(),
+            kind,
+        }
+    }
+
+    fn snap(turn: &str, after: &str, files: Vec<FileChange>) -> EntryKind {
+        EntryKind::System {
+            event: SystemEvent::Snapshot {
+                turn: turn.into(),
+                after: after.into(),
+                changes: files,
+            },
+        }
+    }
+
+    fn restored(redo: bool) -> EntryKind {
+        EntryKind::System {
+            event: SystemEvent::FilesRestored {
+                from: String::new(),
+                to: String::new(),
+                redo,
+                files: Vec::new(),
+                note: String::new(),
+            },
+        }
+    }
+
+    #[test]
+    fn batches_of_one_turn_merge_and_undo_redo_move_turns() {
+        use ChangeKind::*;
+        let entries = [
+            snap(
+                "s0",
+                "s1",
+                vec![change("a", Created), change("b", Modified)],
+            ),
+            snap("s0", "s2", vec![change("a", Deleted), change("c", Deleted)]),
+            snap("s2", "s3", vec![change("d", Created)]),
+            restored(false),
+        ];
+        let stack = undo_stack(entries.iter().map(|e| ("builder", e)));
+        assert_eq!(stack.done.len(), 1);
+        assert_eq!(stack.done[0].after, "s2");
+        assert_eq!(
+            stack.done[0].files,
+            vec![change("b", Modified), change("c", Deleted)]
+        );
+        assert_eq!(stack.undone.len(), 1);
+        assert_eq!(stack.undone[0].before, "s2");
+
+        let mut more = entries.to_vec();
+        more.push(restored(true));
+        let stack = undo_stack(more.iter().map(|e| ("builder", e)));
+        assert_eq!((stack.done.len(), stack.undone.len()), (2, 0));
+
+        // A new turn after an undo ends what could be redone.
+        let mut more = entries.to_vec();
+        more.push(snap("s2", "s4", vec![change("e", Created)]));
+        let stack = undo_stack(more.iter().map(|e| ("builder", e)));
+        assert_eq!((stack.done.len(), stack.undone.len()), (2, 0));
+        assert_eq!(stack.done[1].after, "s4");
+    }
+}

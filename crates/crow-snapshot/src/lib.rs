@@ -1,0 +1,266 @@
+//! crow-snapshot: snapshots of a project's working tree without git, for crow-core's
+//! [`Snapshotter`]: what a turn changed (commands included) and undo/redo.
+//!
+//! Layout, per project under the snapshot directory (`<data>/snapshots/<key>/`, key = a hash
+//! of the project root): `blobs/ab/cdef…` (file contents by SHA-256), `manifests/<id>.json`
+//! (one per distinct tree: the id is the manifest's own hash), `index.json` (the stat cache:
+//! a file whose size, times, inode and mode are unchanged is not read again), `lock`, and
+//! `root` (the project's path, for people). Directories 0700, files 0600.
+//!
+//! The walk is ripgrep's `ignore` (`.gitignore`, `.ignore` and git's excludes are respected,
+//! in plain directories too); `.git` itself is never entered, and nothing runs git.
+
+mod files;
+mod manifest;
+mod prune;
+mod revert;
+mod walk;
+
+use std::collections::{HashMap, HashSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use crow_core::{FileChange, Reverted, SnapshotError, Snapshotter};
+
+pub use manifest::{Entry, Manifest};
+pub use prune::{Pruned, prune_daily, prune_older_than, remove_snapshots};
+
+/// Files larger than this are not stored by default (4 MiB).
+pub const DEFAULT_MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Larger files are recorded as skipped, not stored.
+    pub max_file_bytes: u64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            max_file_bytes: DEFAULT_MAX_FILE_BYTES,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("snapshot store {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("snapshot {0} is not in the store (pruned?)")]
+    Missing(String),
+    #[error("snapshot store {path}: damaged: {detail}")]
+    Damaged { path: PathBuf, detail: String },
+}
+
+pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    move |source| Error::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+impl From<Error> for SnapshotError {
+    fn from(e: Error) -> Self {
+        SnapshotError(e.to_string())
+    }
+}
+
+/// The snapshot store of one project.
+pub struct SnapshotStore {
+    /// The project root (files are snapshotted beneath it).
+    root: PathBuf,
+    /// This project's directory in the store.
+    dir: PathBuf,
+    options: Options,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    cache: walk::StatCache,
+    /// Blobs known to be in the store.
+    blobs: HashSet<String>,
+    /// Manifests read or written by this process.
+    manifests: HashMap<String, Arc<Manifest>>,
+    /// The last snapshot taken: an equal tree returns its id without writing.
+    last: Option<(String, Arc<Manifest>)>,
+    /// `generation` as last read: a prune in any process changes it, and blobs then have to
+    /// be found again.
+    generation: String,
+    /// When this process last wrote the stat cache.
+    saved_at: Option<std::time::Instant>,
+}
+
+/// How often a session rewrites the stat cache (it is also written when the store closes):
+/// rewriting it after every step would cost more than the snapshot.
+const SAVE_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// This project's directory under the snapshot directory `base`.
+pub fn project_dir(base: &Path, project_root: &Path) -> PathBuf {
+    let text = project_root.to_string_lossy();
+    base.join(&manifest::sha256_hex(text.as_bytes())[..16])
+}
+
+impl SnapshotStore {
+    /// Opens (creating) the store of `project_root` under `base`, e.g. `<data>/snapshots`.
+    pub fn open(base: &Path, project_root: &Path, options: Options) -> Result<Self, Error> {
+        let root = project_root.canonicalize().map_err(io(project_root))?;
+        let dir = project_dir(base, &root);
+        let generation = fs::read_to_string(dir.join("generation")).unwrap_or_default();
+        let (cache, blobs) = walk::StatCache::load(&dir.join("index.json"), &generation);
+        Ok(Self {
+            root,
+            dir,
+            options,
+            state: Mutex::new(State {
+                cache,
+                blobs,
+                generation,
+                ..State::default()
+            }),
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Made at the first snapshot, so a session that changes nothing leaves nothing behind.
+    fn create_dirs(&self) -> Result<(), Error> {
+        if self.dir.join("manifests").is_dir() {
+            return Ok(());
+        }
+        for sub in ["blobs", "manifests"] {
+            files::private_dir(&self.dir.join(sub)).map_err(io(&self.dir))?;
+        }
+        let root_file = self.dir.join("root");
+        files::write_private(&root_file, self.root.to_string_lossy().as_bytes())
+            .map_err(io(&root_file))
+    }
+
+    /// Snapshots the tree; returns the id and the manifest.
+    pub fn snapshot(&self) -> Result<(String, Arc<Manifest>), Error> {
+        self.create_dirs()?;
+        let _lock = self.lock()?;
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let generation = fs::read_to_string(self.dir.join("generation")).unwrap_or_default();
+        if generation != state.generation {
+            state.blobs.clear();
+            state.generation = generation;
+        }
+        let State { cache, blobs, .. } = &mut *state;
+        let manifest = walk::walk(&self.root, &self.dir, &self.options, cache, blobs)?;
+        if state.cache.dirty && state.saved_at.is_none_or(|t| t.elapsed() >= SAVE_EVERY) {
+            let generation = state.generation.clone();
+            state.cache.save(&self.dir.join("index.json"), &generation);
+            state.saved_at = Some(std::time::Instant::now());
+        }
+        if let Some((id, last)) = &state.last
+            && **last == manifest
+            && self.manifest_path(id).exists()
+        {
+            return Ok((id.clone(), Arc::clone(last)));
+        }
+        let (id, bytes) = manifest.encode().map_err(|e| Error::Damaged {
+            path: self.dir.clone(),
+            detail: e.to_string(),
+        })?;
+        let path = self.manifest_path(&id);
+        if path.exists() {
+            // Kept longer: pruning by age goes by when a tree was last seen.
+            if let Ok(file) = fs::File::options().append(true).open(&path) {
+                let _ = file.set_modified(std::time::SystemTime::now());
+            }
+        } else {
+            files::write_private(&path, &bytes).map_err(io(&path))?;
+        }
+        let manifest = Arc::new(manifest);
+        remember(&mut state.manifests, &id, &manifest);
+        state.last = Some((id.clone(), Arc::clone(&manifest)));
+        Ok((id, manifest))
+    }
+
+    /// A snapshot's manifest.
+    pub fn manifest(&self, id: &str) -> Result<Arc<Manifest>, Error> {
+        if !manifest::valid_id(id) {
+            return Err(Error::Missing(id.to_owned()));
+        }
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(found) = state.manifests.get(id) {
+            return Ok(Arc::clone(found));
+        }
+        let path = self.manifest_path(id);
+        let bytes = match fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Error::Missing(id.to_owned()));
+            }
+            Err(e) => return Err(io(&path)(e)),
+        };
+        let manifest: Manifest = serde_json::from_slice(&bytes).map_err(|e| Error::Damaged {
+            path: path.clone(),
+            detail: e.to_string(),
+        })?;
+        let manifest = Arc::new(manifest);
+        remember(&mut state.manifests, id, &manifest);
+        Ok(manifest)
+    }
+
+    fn manifest_path(&self, id: &str) -> PathBuf {
+        self.dir.join("manifests").join(format!("{id}.json"))
+    }
+
+    pub(crate) fn blob_path(dir: &Path, hash: &str) -> PathBuf {
+        dir.join("blobs").join(&hash[..2]).join(&hash[2..])
+    }
+
+    /// Held while snapshotting, restoring or pruning: a prune must not remove a blob a
+    /// snapshot being written is about to reference.
+    fn lock(&self) -> Result<fs::File, Error> {
+        prune::lock(&self.dir)
+    }
+}
+
+/// Keeps a few recent manifests in memory (a step compares the last two); a long session's
+/// hundreds would otherwise stay, each as large as the tree's file list.
+fn remember(manifests: &mut HashMap<String, Arc<Manifest>>, id: &str, manifest: &Arc<Manifest>) {
+    const KEPT: usize = 8;
+    if manifests.len() >= KEPT {
+        manifests.clear();
+    }
+    manifests.insert(id.to_owned(), Arc::clone(manifest));
+}
+
+impl Drop for SnapshotStore {
+    fn drop(&mut self) {
+        let state = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
+        if state.cache.dirty {
+            let generation = state.generation.clone();
+            state.cache.save(&self.dir.join("index.json"), &generation);
+        }
+    }
+}
+
+impl Snapshotter for SnapshotStore {
+    fn take(&self) -> Result<String, SnapshotError> {
+        Ok(self.snapshot()?.0)
+    }
+
+    fn diff(&self, from: &str, to: &str) -> Result<Vec<FileChange>, SnapshotError> {
+        Ok(self.manifest(from)?.diff(&*self.manifest(to)?))
+    }
+
+    fn revert(&self, from: &str, to: &str, force: bool) -> Result<Reverted, SnapshotError> {
+        let (from, to) = (self.manifest(from)?, self.manifest(to)?);
+        let _lock = self.lock()?;
+        Ok(revert::revert(self, &from, &to, force)?)
+    }
+}

@@ -1,0 +1,150 @@
+//! Undo and redo on disk: put the files that differ between two snapshots back as in the
+//! target, after checking every one is still as in the source. Everything is checked and
+//! every blob read before the first write, so a conflict or a missing blob changes nothing.
+
+use std::fs;
+use std::os::unix::ffi::OsStringExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use crow_core::{FileChange, Reverted};
+
+use crate::manifest::{Entry, Manifest, sha256_hex};
+use crate::{Error, SnapshotStore, files, io};
+
+/// What to write for one path.
+enum Action {
+    Remove,
+    Write { content: Vec<u8>, mode: u32 },
+    Link { target: Vec<u8> },
+}
+
+pub(crate) fn revert(
+    store: &SnapshotStore,
+    from: &Manifest,
+    to: &Manifest,
+    force: bool,
+) -> Result<Reverted, Error> {
+    let mut out = Reverted::default();
+    let mut plan: Vec<(FileChange, PathBuf, Action)> = Vec::new();
+    for change in from.diff(to) {
+        let key = change.path.to_string_lossy().into_owned();
+        let path = store.root.join(&change.path);
+        if !on_disk_as(&path, from.files.get(&key)) {
+            out.conflicts.push(change.path.clone());
+        }
+        let action = match to.files.get(&key) {
+            None => Action::Remove,
+            Some(Entry {
+                skipped: Some(why), ..
+            }) => {
+                out.unrestorable.push((change.path.clone(), why.clone()));
+                continue;
+            }
+            Some(entry) => {
+                let Some(hash) = &entry.hash else {
+                    continue;
+                };
+                let blob = SnapshotStore::blob_path(&store.dir, hash);
+                let content = match fs::read(&blob) {
+                    Ok(content) if sha256_hex(&content) == *hash => content,
+                    Ok(_) => {
+                        out.unrestorable
+                            .push((change.path.clone(), "its stored copy is damaged".into()));
+                        continue;
+                    }
+                    Err(_) => {
+                        out.unrestorable
+                            .push((change.path.clone(), "its stored copy was pruned".into()));
+                        continue;
+                    }
+                };
+                if entry.link {
+                    Action::Link { target: content }
+                } else {
+                    Action::Write {
+                        content,
+                        mode: entry.mode,
+                    }
+                }
+            }
+        };
+        plan.push((change, path, action));
+    }
+    if !out.conflicts.is_empty() && !force {
+        return Ok(out);
+    }
+    for (change, path, action) in plan {
+        apply(&store.root, &path, action)?;
+        out.restored.push(change);
+    }
+    Ok(out)
+}
+
+/// Whether the file at `path` is as `expected` says (absent when `None`).
+fn on_disk_as(path: &Path, expected: Option<&Entry>) -> bool {
+    let meta = fs::symlink_metadata(path);
+    let Some(expected) = expected else {
+        return meta.is_err();
+    };
+    let Ok(meta) = meta else {
+        return false;
+    };
+    if meta.file_type().is_symlink() != expected.link {
+        return false;
+    }
+    match &expected.hash {
+        // Not stored: the size and time it had are all there is to compare.
+        None => {
+            let mtime = i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec());
+            meta.len() == expected.size && Some(mtime) == expected.mtime
+        }
+        Some(hash) => {
+            let content = if expected.link {
+                fs::read_link(path).map(|t| t.into_os_string().into_encoded_bytes())
+            } else {
+                fs::read(path)
+            };
+            content.is_ok_and(|c| sha256_hex(&c) == *hash)
+        }
+    }
+}
+
+fn apply(root: &Path, path: &Path, action: Action) -> Result<(), Error> {
+    match action {
+        Action::Remove => {
+            match fs::remove_file(path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io(path)(e)),
+            }
+            // Directories the change made and left empty go too.
+            let mut dir = path.parent();
+            while let Some(d) = dir {
+                if d == root || !d.starts_with(root) || fs::remove_dir(d).is_err() {
+                    break;
+                }
+                dir = d.parent();
+            }
+        }
+        Action::Write { content, mode } => {
+            if let Some(parent) = path.parent() {
+                fs::create_dir_all(parent).map_err(io(parent))?;
+            }
+            if fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
+                fs::remove_file(path).map_err(io(path))?;
+            }
+            files::write_private(path, &content).map_err(io(path))?;
+            fs::set_permissions(path, fs::Permissions::from_mode(mode)).map_err(io(path))?;
+        }
+        Action::Link { target } => {
+            if let Some(parent) = path.parent() {
+                fs::create_dir_all(parent).map_err(io(parent))?;
+            }
+            let _ = fs::remove_file(path);
+            let target = std::ffi::OsString::from_vec(target);
+            std::os::unix::fs::symlink(&target, path).map_err(io(path))?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,291 @@
+//! The walk that makes a manifest, with the stat cache that makes it cheap: a file whose
+//! size, mtime, ctime, inode and mode match the cache is taken to have the cached hash and is
+//! not read — unless it changed within a second of being hashed (a second write in the same
+//! timestamp tick would look unchanged), in which case it is hashed again.
+
+use std::collections::{HashMap, HashSet};
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use crate::manifest::{Entry, Manifest, sha256_hex};
+use crate::{Error, Options, SnapshotStore, files, io};
+
+/// How long after its last change a file's cached hash is trusted without reading it.
+const SETTLED_NS: i128 = 1_000_000_000;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Stat {
+    size: u64,
+    mtime: i128,
+    ctime: i128,
+    ino: u64,
+    mode: u32,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Cached {
+    stat: Stat,
+    hash: String,
+    /// When the hash was computed (ns since the epoch).
+    at: i128,
+}
+
+#[derive(Default)]
+pub(crate) struct StatCache {
+    files: HashMap<String, Cached>,
+    pub(crate) dirty: bool,
+}
+
+/// The cache on disk, with the store's `generation` when it was written: while that is
+/// unchanged no prune ran since, so every blob the cache names is still stored.
+#[derive(Serialize, Deserialize)]
+struct Saved<F> {
+    generation: String,
+    files: F,
+}
+
+impl StatCache {
+    /// The saved cache, and whether its blobs can be trusted to exist (no prune since); a
+    /// missing or unreadable one is an empty cache (it only costs time).
+    pub(crate) fn load(path: &Path, generation: &str) -> (Self, HashSet<String>) {
+        let saved: Option<Saved<HashMap<String, Cached>>> = fs::read(path)
+            .ok()
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok());
+        let Some(saved) = saved else {
+            return (Self::default(), HashSet::new());
+        };
+        let blobs = if saved.generation == generation {
+            saved.files.values().map(|c| c.hash.clone()).collect()
+        } else {
+            HashSet::new()
+        };
+        let cache = Self {
+            files: saved.files,
+            dirty: false,
+        };
+        (cache, blobs)
+    }
+
+    pub(crate) fn save(&mut self, path: &Path, generation: &str) {
+        let saved = Saved {
+            generation: generation.to_owned(),
+            files: &self.files,
+        };
+        match serde_json::to_vec(&saved) {
+            Ok(bytes) => match files::write_private(path, &bytes) {
+                Ok(()) => self.dirty = false,
+                Err(e) => tracing::debug!("stat cache not saved: {e}"),
+            },
+            Err(e) => tracing::debug!("stat cache not saved: {e}"),
+        }
+    }
+}
+
+fn nanos(secs: i64, nsec: i64) -> i128 {
+    i128::from(secs) * 1_000_000_000 + i128::from(nsec)
+}
+
+fn now_ns() -> i128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i128)
+        .unwrap_or_default()
+}
+
+/// A file as the walk found it.
+struct Found {
+    rel: String,
+    stat: Stat,
+    link: bool,
+    /// The cached hash, when the stat cache can be trusted for it.
+    cached: Option<String>,
+}
+
+/// Walks `root` into a manifest, storing new contents as blobs under `dir`: first list and
+/// `lstat` everything (most of the cost), then read and hash what the cache cannot vouch for.
+pub(crate) fn walk(
+    root: &Path,
+    dir: &Path,
+    options: &Options,
+    cache: &mut StatCache,
+    blobs: &mut HashSet<String>,
+) -> Result<Manifest, Error> {
+    let now = now_ns();
+    // crow's data directory (sessions, these snapshots) when it lies inside the project.
+    let data = dir
+        .parent()
+        .and_then(Path::parent)
+        .filter(|data| *data != root && data.starts_with(root))
+        .map(Path::to_path_buf);
+    // One thread: on a busy two-core machine ignore's parallel walker measured slower.
+    let walker = ignore::WalkBuilder::new(root)
+        .hidden(false)
+        .require_git(false)
+        .follow_links(false)
+        .filter_entry(move |e| {
+            e.file_name() != ".git" && data.as_ref().is_none_or(|d| !e.path().starts_with(d))
+        })
+        .build();
+    let mut found: Vec<Found> = walker
+        .filter_map(|item| visit(root, item, options, &cache.files))
+        .collect();
+    found.sort_unstable_by(|a, b| a.rel.cmp(&b.rel));
+
+    let mut hashed = 0;
+    let mut entries = Vec::with_capacity(found.len());
+    for f in found {
+        let mut file = Entry {
+            hash: None,
+            mode: f.stat.mode,
+            size: f.stat.size,
+            link: f.link,
+            skipped: None,
+            mtime: None,
+        };
+        if !f.link && f.stat.size > options.max_file_bytes {
+            file.skipped = Some(format!(
+                "larger than {} bytes ([snapshots] max_file_bytes)",
+                options.max_file_bytes
+            ));
+            file.mtime = Some(f.stat.mtime);
+            entries.push((f.rel, file));
+            continue;
+        }
+        if let Some(hash) = f.cached.filter(|h| has_blob(dir, h, blobs)) {
+            file.hash = Some(hash);
+            hashed += 1;
+            entries.push((f.rel, file));
+            continue;
+        }
+        let path = root.join(&f.rel);
+        let content = if f.link {
+            fs::read_link(&path).map(|t| t.into_os_string().into_encoded_bytes())
+        } else {
+            fs::read(&path)
+        };
+        match content {
+            Ok(content) => {
+                let hash = sha256_hex(&content);
+                store_blob(dir, &hash, &content, blobs)?;
+                // Only a new stat or hash is worth saving: a new time alone costs a later
+                // process one more read of a few recent files.
+                let same = cache
+                    .files
+                    .get(&f.rel)
+                    .is_some_and(|old| old.stat == f.stat && old.hash == hash);
+                cache.dirty |= !same;
+                cache.files.insert(
+                    f.rel.clone(),
+                    Cached {
+                        stat: f.stat,
+                        hash: hash.clone(),
+                        at: now,
+                    },
+                );
+                file.hash = Some(hash);
+                hashed += 1;
+            }
+            Err(e) => {
+                file.skipped = Some(format!("unreadable: {e}"));
+                file.mtime = Some(f.stat.mtime);
+            }
+        }
+        entries.push((f.rel, file));
+    }
+    // Sorted input: the map is built in one pass.
+    let manifest = Manifest {
+        files: entries.into_iter().collect(),
+    };
+    if cache.files.len() != hashed {
+        cache
+            .files
+            .retain(|path, _| manifest.files.get(path).is_some_and(|e| e.hash.is_some()));
+        cache.dirty = true;
+    }
+    Ok(manifest)
+}
+
+/// One walk entry: a file or symlink, its stat, and its hash if the cache vouches for it.
+fn visit(
+    root: &Path,
+    item: Result<ignore::DirEntry, ignore::Error>,
+    options: &Options,
+    files: &HashMap<String, Cached>,
+) -> Option<Found> {
+    let entry = match item {
+        Ok(entry) => entry,
+        Err(e) => {
+            tracing::debug!("snapshot walk: {e}");
+            return None;
+        }
+    };
+    let kind = entry.file_type()?;
+    if !(kind.is_file() || kind.is_symlink()) {
+        return None;
+    }
+    let rel = entry.path().strip_prefix(root).ok()?;
+    let Some(rel) = rel.to_str() else {
+        tracing::debug!(
+            "snapshot walk: {} has a name that is not UTF-8",
+            rel.display()
+        );
+        return None;
+    };
+    // Gone since it was listed: not in the snapshot.
+    let meta = fs::symlink_metadata(entry.path()).ok()?;
+    let stat = Stat {
+        size: meta.len(),
+        mtime: nanos(meta.mtime(), meta.mtime_nsec()),
+        ctime: nanos(meta.ctime(), meta.ctime_nsec()),
+        ino: meta.ino(),
+        mode: meta.permissions().mode() & 0o7777,
+    };
+    let link = kind.is_symlink();
+    let cached = files
+        .get(rel)
+        .filter(|c| {
+            c.stat == stat
+                && c.at - stat.mtime.max(stat.ctime) >= SETTLED_NS
+                && (link || stat.size <= options.max_file_bytes)
+        })
+        .map(|c| c.hash.clone());
+    Some(Found {
+        rel: rel.to_owned(),
+        stat,
+        link,
+        cached,
+    })
+}
+
+fn has_blob(dir: &Path, hash: &str, blobs: &mut HashSet<String>) -> bool {
+    if blobs.contains(hash) {
+        return true;
+    }
+    let found = SnapshotStore::blob_path(dir, hash).exists();
+    if found {
+        blobs.insert(hash.to_owned());
+    }
+    found
+}
+
+fn store_blob(
+    dir: &Path,
+    hash: &str,
+    content: &[u8],
+    blobs: &mut HashSet<String>,
+) -> Result<(), Error> {
+    if has_blob(dir, hash, blobs) {
+        return Ok(());
+    }
+    let path = SnapshotStore::blob_path(dir, hash);
+    if let Some(parent) = path.parent() {
+        files::private_dir(parent).map_err(io(parent))?;
+    }
+    files::write_private(&path, content).map_err(io(&path))?;
+    blobs.insert(hash.to_owned());
+    Ok(())
+}

@@ -1,0 +1,247 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::{BTreeMap, HashSet};
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use crow_core::{ChangeKind, FileChange, Snapshotter};
+use crow_snapshot::{Options, SnapshotStore, remove_snapshots};
+
+/// Every file and directory under `dir` (path, mode, content), as one comparable value.
+fn tree(dir: &Path) -> BTreeMap<String, (u32, Vec<u8>)> {
+    fn go(root: &Path, dir: &Path, out: &mut BTreeMap<String, (u32, Vec<u8>)>) {
+        for item in fs::read_dir(dir).unwrap() {
+            let item = item.unwrap();
+            let meta = fs::symlink_metadata(item.path()).unwrap();
+            let rel = item
+                .path()
+                .strip_prefix(root)
+                .unwrap()
+                .display()
+                .to_string();
+            let mode = meta.permissions().mode();
+            if meta.is_dir() {
+                out.insert(rel + "/", (mode, Vec::new()));
+                go(root, &item.path(), out);
+            } else if meta.file_type().is_symlink() {
+                let target = fs::read_link(item.path()).unwrap();
+                out.insert(rel, (mode, target.display().to_string().into_bytes()));
+            } else {
+                out.insert(rel, (mode, fs::read(item.path()).unwrap()));
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    go(dir, dir, &mut out);
+    out
+}
+
+fn change(path: &str, kind: ChangeKind) -> FileChange {
+    FileChange {
+        path: path.into(),
+        kind,
+    }
+}
+
+struct Fixture {
+    _tmp: tempfile::TempDir,
+    project: std::path::PathBuf,
+    base: std::path::PathBuf,
+}
+
+fn fixture() -> Fixture {
+    let tmp = tempfile::tempdir().unwrap();
+    let project = tmp.path().join("project");
+    let base = tmp.path().join("data/snapshots");
+    fs::create_dir_all(project.join("src")).unwrap();
+    fs::write(project.join("src/main.rs"), "fn main() {}\n").unwrap();
+    fs::write(project.join("README.md"), "hello\n").unwrap();
+    fs::write(project.join("gone.txt"), "soon deleted\n").unwrap();
+    fs::write(project.join("bin.dat"), [0u8, 159, 146, 150, 255, 0, 1]).unwrap();
+    fs::set_permissions(project.join("README.md"), fs::Permissions::from_mode(0o755)).unwrap();
+    Fixture {
+        project: project.canonicalize().unwrap(),
+        base,
+        _tmp: tmp,
+    }
+}
+
+#[test]
+fn undo_and_redo_restore_the_tree_byte_for_byte() {
+    let f = fixture();
+    let store = SnapshotStore::open(&f.base, &f.project, Options::default()).unwrap();
+    let original = tree(&f.project);
+    let before = store.take().unwrap();
+
+    // What an agent's turn might do: edit, create (in a new directory), delete, binary.
+    fs::write(
+        f.project.join("src/main.rs"),
+        "fn main() { println!(\"hi\"); }\n",
+    )
+    .unwrap();
+    fs::create_dir_all(f.project.join("new/deep")).unwrap();
+    fs::write(f.project.join("new/deep/file.txt"), "created\n").unwrap();
+    fs::remove_file(f.project.join("gone.txt")).unwrap();
+    fs::write(f.project.join("bin.dat"), [1u8, 2, 3, 0, 255]).unwrap();
+    let changed = tree(&f.project);
+    let after = store.take().unwrap();
+
+    assert_eq!(
+        store.diff(&before, &after).unwrap(),
+        vec![
+            change("bin.dat", ChangeKind::Modified),
+            change("gone.txt", ChangeKind::Deleted),
+            change("new/deep/file.txt", ChangeKind::Created),
+            change("src/main.rs", ChangeKind::Modified),
+        ]
+    );
+
+    let undone = store.revert(&after, &before, false).unwrap();
+    assert!(undone.conflicts.is_empty() && undone.unrestorable.is_empty());
+    assert_eq!(undone.restored.len(), 4);
+    assert_eq!(
+        tree(&f.project),
+        original,
+        "undo gives back the tree exactly"
+    );
+
+    let redone = store.revert(&before, &after, false).unwrap();
+    assert_eq!(redone.restored.len(), 4);
+    assert_eq!(tree(&f.project), changed, "redo brings the change back");
+}
+
+#[test]
+fn a_hand_edit_since_the_turn_is_a_conflict_and_nothing_is_written() {
+    let f = fixture();
+    let store = SnapshotStore::open(&f.base, &f.project, Options::default()).unwrap();
+    let before = store.take().unwrap();
+    fs::write(f.project.join("README.md"), "agent\n").unwrap();
+    fs::write(f.project.join("src/main.rs"), "agent\n").unwrap();
+    let after = store.take().unwrap();
+    // The user edits one of them by hand (same size: only the content tells).
+    fs::write(f.project.join("README.md"), "human\n").unwrap();
+    let edited = tree(&f.project);
+
+    let refused = store.revert(&after, &before, false).unwrap();
+    assert_eq!(
+        refused.conflicts,
+        vec![Path::new("README.md").to_path_buf()]
+    );
+    assert!(refused.restored.is_empty());
+    assert_eq!(tree(&f.project), edited, "not half applied");
+
+    let forced = store.revert(&after, &before, true).unwrap();
+    assert_eq!(forced.restored.len(), 2);
+    assert_eq!(
+        fs::read_to_string(f.project.join("README.md")).unwrap(),
+        "hello\n"
+    );
+}
+
+#[test]
+fn a_change_right_after_a_snapshot_is_seen_despite_the_stat_cache() {
+    let f = fixture();
+    let store = SnapshotStore::open(&f.base, &f.project, Options::default()).unwrap();
+    let first = store.take().unwrap();
+    // Same size, same second: only reading the file shows it changed.
+    fs::write(f.project.join("README.md"), "HELLO\n").unwrap();
+    let second = store.take().unwrap();
+    assert_ne!(first, second);
+    assert_eq!(
+        store.diff(&first, &second).unwrap(),
+        vec![change("README.md", ChangeKind::Modified)]
+    );
+    // Unchanged tree: the same id again.
+    assert_eq!(store.take().unwrap(), second);
+    // A new process (a fresh store on the same directory) finds the snapshots.
+    let again = SnapshotStore::open(&f.base, &f.project, Options::default()).unwrap();
+    assert_eq!(again.take().unwrap(), second);
+}
+
+#[test]
+fn ignored_large_and_git_files_are_handled_and_noted() {
+    let f = fixture();
+    fs::create_dir_all(f.project.join(".git/objects")).unwrap();
+    fs::write(f.project.join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
+    fs::write(f.project.join(".gitignore"), "target/\n").unwrap();
+    fs::create_dir_all(f.project.join("target")).unwrap();
+    fs::write(f.project.join("target/out.o"), "build output").unwrap();
+    fs::write(f.project.join("big.bin"), vec![7u8; 2000]).unwrap();
+    let store = SnapshotStore::open(
+        &f.base,
+        &f.project,
+        Options {
+            max_file_bytes: 1000,
+        },
+    )
+    .unwrap();
+    let (before, manifest) = store.snapshot().unwrap();
+    let paths: Vec<&str> = manifest.files.keys().map(String::as_str).collect();
+    assert_eq!(
+        paths,
+        [
+            ".gitignore",
+            "README.md",
+            "big.bin",
+            "bin.dat",
+            "gone.txt",
+            "src/main.rs"
+        ]
+    );
+    let big = &manifest.files["big.bin"];
+    assert!(big.hash.is_none());
+    assert!(big.skipped.as_deref().unwrap().contains("larger than 1000"));
+
+    fs::write(f.project.join("big.bin"), vec![8u8; 3000]).unwrap();
+    fs::write(f.project.join("target/out.o"), "rebuilt").unwrap();
+    let after = store.take().unwrap();
+    assert_eq!(
+        store.diff(&before, &after).unwrap(),
+        vec![change("big.bin", ChangeKind::Modified)],
+        "a large file's change is seen; an ignored one's is not"
+    );
+    let undone = store.revert(&after, &before, false).unwrap();
+    assert_eq!(undone.unrestorable.len(), 1);
+    assert_eq!(undone.unrestorable[0].0, Path::new("big.bin"));
+    assert_eq!(fs::read(f.project.join("big.bin")).unwrap().len(), 3000);
+}
+
+#[test]
+fn the_store_is_private_and_pruning_keeps_what_a_kept_snapshot_uses() {
+    let f = fixture();
+    let store = SnapshotStore::open(&f.base, &f.project, Options::default()).unwrap();
+    let one = store.take().unwrap();
+    fs::write(f.project.join("extra.txt"), "only in two\n").unwrap();
+    let two = store.take().unwrap();
+    let dir = store.dir().to_path_buf();
+    let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&dir.join("blobs")), 0o700);
+    assert_eq!(mode(&dir.join("manifests")), 0o700);
+    assert_eq!(mode(&dir.join(format!("manifests/{one}.json"))), 0o600);
+    let blob = |content: &str| {
+        let hash = sha(content.as_bytes());
+        dir.join("blobs").join(&hash[..2]).join(&hash[2..])
+    };
+    assert_eq!(mode(&blob("hello\n")), 0o600);
+
+    let pruned = remove_snapshots(&f.base, &f.project, &HashSet::from([two.clone()])).unwrap();
+    assert_eq!(pruned.manifests, 1);
+    assert_eq!(pruned.blobs, 1, "only the blob of extra.txt");
+    assert!(!blob("only in two\n").exists());
+    assert!(blob("hello\n").exists(), "kept: snapshot one uses it");
+    assert!(store.diff(&one, &two).is_err() || store.manifest(&two).is_ok());
+    // The store notices the prune: the next snapshot stores extra.txt's content again.
+    let three = store.take().unwrap();
+    assert_eq!(three, two);
+    assert!(blob("only in two\n").exists());
+}
+
+fn sha(data: &[u8]) -> String {
+    use std::fmt::Write as _;
+    let digest = <sha2::Sha256 as sha2::Digest>::digest(data);
+    digest.iter().fold(String::new(), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}

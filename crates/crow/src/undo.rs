@@ -1,0 +1,354 @@
+//! Undo and redo of the agent's file changes, the same in every front end: `/undo`,
+//! `/undo force`, `/redo` in a session (`crow acp`, `crow run --continue`) and
+//! `crow undo [--session ID] [--to TURN] [--redo] [--force]` from the shell. The turns come
+//! from the session's timeline (`Snapshot` entries, crow-core's `undo_stack`), the files
+//! from crow-snapshot; each undo or redo appends a `FilesRestored` entry the model reads.
+//! Also where the snapshot store is opened and pruned with its sessions.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use crow_core::{
+    CrewSession, EntryKind, FileChange, SessionFilter, SessionInfo, SessionStore, Snapshotter,
+    SystemEvent, TurnChange, undo_stack,
+};
+use crow_snapshot::SnapshotStore;
+
+use crate::config::Config;
+
+/// What was asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Request {
+    pub redo: bool,
+    pub force: bool,
+    /// Undo back to the state before this turn (numbered from 1 among the session's turns
+    /// that changed files); `None`: the last one.
+    pub to: Option<usize>,
+}
+
+/// What happened: the text for the user, the entries to append (to `agent`'s history), and
+/// whether it was done.
+#[derive(Debug)]
+pub struct Outcome {
+    pub text: String,
+    pub entries: Vec<(String, EntryKind)>,
+    pub done: bool,
+}
+
+/// The snapshot directory: `snapshots/` beside the session database.
+pub fn snapshot_base(config: &Config) -> Result<PathBuf> {
+    let db = crate::wiring::db_path(config)?;
+    Ok(db
+        .parent()
+        .map_or_else(|| PathBuf::from("snapshots"), |d| d.join("snapshots")))
+}
+
+/// The project's snapshot store, unless `[snapshots] enabled = false` or it cannot be
+/// opened (then the session goes on without snapshots, with a warning). Old snapshots are
+/// pruned here, once a day.
+pub fn open_snapshots(config: &Config, project_root: &Path) -> Option<Arc<dyn Snapshotter>> {
+    let settings = &config.snapshots;
+    if settings.enabled == Some(false) {
+        return None;
+    }
+    let base = match snapshot_base(config) {
+        Ok(base) => base,
+        Err(e) => {
+            tracing::warn!("no snapshots (undo is off): {e:#}");
+            return None;
+        }
+    };
+    let days = settings.max_age_days.unwrap_or(7);
+    crow_snapshot::prune_daily(&base, Duration::from_secs(days.saturating_mul(86_400)));
+    let options = crow_snapshot::Options {
+        max_file_bytes: settings
+            .max_file_bytes
+            .unwrap_or(crow_snapshot::DEFAULT_MAX_FILE_BYTES),
+    };
+    match SnapshotStore::open(&base, project_root, options) {
+        Ok(store) => Some(Arc::new(store)),
+        Err(e) => {
+            tracing::warn!("no snapshots (undo is off): {e}");
+            None
+        }
+    }
+}
+
+/// Undoes or redoes on the stored session `session_id`.
+pub fn apply(
+    store: &dyn SessionStore,
+    session_id: &str,
+    snapshots: &dyn Snapshotter,
+    request: Request,
+) -> Result<Outcome> {
+    let timeline = store
+        .timeline(session_id)
+        .map_err(crate::sessions::store_error)?;
+    let stack = undo_stack(timeline.iter().map(|e| (e.agent.as_str(), &e.entry.kind)));
+    let not_done = |text: String| Outcome {
+        text,
+        entries: Vec::new(),
+        done: false,
+    };
+    // The turns to move, in the order they are undone (or redone), and the two states.
+    let turns: Vec<&TurnChange> = if request.redo {
+        match stack.undone.last() {
+            Some(turn) => vec![turn],
+            None => return Ok(not_done("Nothing to redo in this session.".into())),
+        }
+    } else {
+        let count = stack.done.len();
+        if count == 0 {
+            return Ok(not_done(
+                "Nothing to undo: no turn of this session changed files (or all are undone)."
+                    .into(),
+            ));
+        }
+        let from_turn = request.to.unwrap_or(count);
+        if from_turn == 0 || from_turn > count {
+            return Ok(not_done(format!(
+                "No turn {from_turn} to undo: turns 1 to {count} of this session changed files."
+            )));
+        }
+        stack.done[from_turn - 1..].iter().rev().collect()
+    };
+    let (Some(first), Some(last)) = (turns.first(), turns.last()) else {
+        return Ok(not_done("Nothing to do.".into()));
+    };
+    let (from, to) = if request.redo {
+        (first.before.clone(), first.after.clone())
+    } else {
+        (first.after.clone(), last.before.clone())
+    };
+    let reverted = snapshots
+        .revert(&from, &to, request.force)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let verb = if request.redo { "redo" } else { "undo" };
+    if !reverted.conflicts.is_empty() && !request.force {
+        let mut text = format!(
+            "Nothing was changed: {} file(s) differ from how the agent left them (edited since?):",
+            reverted.conflicts.len()
+        );
+        for path in &reverted.conflicts {
+            text.push_str(&format!("\n  {}", path.display()));
+        }
+        text.push_str(&format!(
+            "\nTo {verb} anyway and overwrite them: `/{verb} force` in the session, or `crow undo{} --force`.",
+            if request.redo { " --redo" } else { "" }
+        ));
+        return Ok(not_done(text));
+    }
+
+    let mut text = if request.redo {
+        "Redone: the agent's changes are back.".to_owned()
+    } else if turns.len() == 1 {
+        format!("Undone: turn {} (by {}).", stack.done.len(), first.agent)
+    } else {
+        format!(
+            "Undone: turns {} to {}.",
+            stack.done.len() + 1 - turns.len(),
+            stack.done.len()
+        )
+    };
+    for change in &reverted.restored {
+        text.push_str(&format!("\n  {}", shown(change)));
+    }
+    let mut missed = String::new();
+    for (path, why) in &reverted.unrestorable {
+        missed.push_str(&format!("\n  {} ({why})", path.display()));
+    }
+    if !missed.is_empty() {
+        text.push_str("\nNot restored (no copy in the snapshot):");
+        text.push_str(&missed);
+    }
+    if request.force && !reverted.conflicts.is_empty() {
+        text.push_str(&format!(
+            "\nOverwritten (changed since the agent's turn): {}",
+            reverted
+                .conflicts
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    let entries = turns
+        .iter()
+        .map(|turn| {
+            let mut note = crow_core::snapshot::restored_note(request.redo, &turn.files);
+            if !missed.is_empty() {
+                note.push_str("\nThese could not be restored and are as they are now:");
+                note.push_str(&missed);
+            }
+            let (from, to) = if request.redo {
+                (turn.before.clone(), turn.after.clone())
+            } else {
+                (turn.after.clone(), turn.before.clone())
+            };
+            (
+                turn.agent.clone(),
+                EntryKind::System {
+                    event: SystemEvent::FilesRestored {
+                        from,
+                        to,
+                        redo: request.redo,
+                        files: turn.files.clone(),
+                        note,
+                    },
+                },
+            )
+        })
+        .collect();
+    Ok(Outcome {
+        text,
+        entries,
+        done: true,
+    })
+}
+
+fn shown(change: &FileChange) -> String {
+    // The kind is what the revert itself did to the file.
+    let what = match change.kind {
+        crow_core::ChangeKind::Created => "brought back",
+        crow_core::ChangeKind::Modified => "restored",
+        crow_core::ChangeKind::Deleted => "removed",
+    };
+    format!("{what} {}", change.path.display())
+}
+
+/// `/undo [force]`, `/redo [force]` in a running session: applied on the stored timeline,
+/// the entries pushed into the in-memory histories (which write them through to the store).
+pub fn in_session(
+    store: Option<&dyn SessionStore>,
+    snapshots: Option<&dyn Snapshotter>,
+    session: &mut CrewSession,
+    request: Request,
+) -> String {
+    let (Some(store), Some(snapshots)) = (store, snapshots) else {
+        return "Undo needs the session store and snapshots ([snapshots] enabled = true); this session has no snapshots.".into();
+    };
+    match apply(store, &session.primary.id.clone(), snapshots, request) {
+        Ok(outcome) => {
+            for (agent, entry) in outcome.entries {
+                match &mut session.coagent {
+                    Some(coagent) if coagent.agent == agent => coagent.push(entry),
+                    _ => session.primary.push(entry),
+                }
+            }
+            outcome.text
+        }
+        Err(e) => format!(
+            "Cannot {}: {e:#}",
+            if request.redo { "redo" } else { "undo" }
+        ),
+    }
+}
+
+/// `crow undo`: the latest session of this project unless `--session` names one.
+pub fn command(
+    config: &Config,
+    project_root: &Path,
+    session: Option<&str>,
+    request: Request,
+) -> Result<ExitCode> {
+    let store = crate::sessions::open(config)?;
+    let info = match session {
+        Some(id) => store.session(id).map_err(crate::sessions::store_error)?,
+        None => match store
+            .latest_session(project_root)
+            .map_err(crate::sessions::store_error)?
+        {
+            Some(info) => info,
+            None => bail!(
+                "no session in {} yet; name one with --session ID",
+                project_root.display()
+            ),
+        },
+    };
+    let Some(snapshots) = open_snapshots(config, &info.project_root) else {
+        bail!("snapshots are off ([snapshots] enabled = false): nothing to undo with");
+    };
+    let outcome = apply(store.as_ref(), &info.id, snapshots.as_ref(), request)?;
+    for (agent, entry) in &outcome.entries {
+        let entry = crow_core::HistoryEntry::now(entry.clone());
+        store
+            .append_entry(&info.id, agent, &entry)
+            .map_err(crate::sessions::store_error)
+            .context("the files were restored, but the session does not record it")?;
+    }
+    let out = format!("{}\n(session {})", outcome.text, info.id);
+    if outcome.done {
+        println!("{out}");
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!("{out}");
+        Ok(ExitCode::from(1))
+    }
+}
+
+/// The snapshot ids a session's timeline records.
+fn recorded(store: &dyn SessionStore, id: &str) -> HashSet<String> {
+    let mut ids = HashSet::new();
+    for entry in store.timeline(id).unwrap_or_default() {
+        if let EntryKind::System { event } = entry.entry.kind {
+            match event {
+                SystemEvent::Snapshot { turn, after, .. } => {
+                    ids.insert(turn);
+                    ids.insert(after);
+                }
+                SystemEvent::FilesRestored { from, to, .. } => {
+                    ids.insert(from);
+                    ids.insert(to);
+                }
+                _ => {}
+            }
+        }
+    }
+    ids
+}
+
+/// Before `crow sessions delete`: the snapshots only this session records (another session
+/// of the project may record the same tree).
+pub fn only_in(store: &dyn SessionStore, info: &SessionInfo) -> HashSet<String> {
+    let mut ids = recorded(store, &info.id);
+    if ids.is_empty() {
+        return ids;
+    }
+    let filter = SessionFilter {
+        project_root: Some(info.project_root.clone()),
+        limit: None,
+    };
+    for other in store.list_sessions(&filter).unwrap_or_default() {
+        if other.id != info.id {
+            for id in recorded(store, &other.id) {
+                ids.remove(&id);
+            }
+        }
+    }
+    ids
+}
+
+/// After `crow sessions delete`: removes its snapshots ([`only_in`]) and unused blobs.
+pub fn forget(config: &Config, info: &SessionInfo, ids: &HashSet<String>) {
+    let Ok(base) = snapshot_base(config) else {
+        return;
+    };
+    let root = info
+        .project_root
+        .canonicalize()
+        .unwrap_or_else(|_| info.project_root.clone());
+    match crow_snapshot::remove_snapshots(&base, &root, ids) {
+        Ok(p) if p.manifests > 0 => {
+            eprintln!(
+                "removed {} snapshot(s) and {} stored file(s) of it",
+                p.manifests, p.blobs
+            );
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!("the session's snapshots were not removed: {e}"),
+    }
+}
