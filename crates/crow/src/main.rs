@@ -22,6 +22,7 @@ mod session_cmd;
 mod sessions;
 mod setup;
 mod skills;
+mod stats;
 mod slash;
 mod templates;
 mod trust;
@@ -130,6 +131,8 @@ enum Command {
         #[command(subcommand)]
         command: sessions::SessionsCommand,
     },
+    /// Tokens, cache hits, calls and time per model and per agent, from the stored sessions
+    Stats(stats::StatsArgs),
     /// Revert the files the agent changed in its last turn (commands' changes included), or
     /// re-apply them with --redo; files edited by hand since are not overwritten without --force
     Undo {
@@ -398,6 +401,12 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
     match command {
         Command::Run(args) => run(args).await,
         Command::Demo { json, dir } => demo::run(json, dir).await,
+        Command::Stats(args) => {
+            let cwd = std::env::current_dir().context("cannot read the current directory")?;
+            let (root, _) = wiring::find_project_root(&cwd);
+            let loaded = config::load(&root, &Overrides::default())?;
+            stats::run(args, &loaded.config, &root)
+        }
         Command::Sessions { command } => {
             let cwd = std::env::current_dir().context("cannot read the current directory")?;
             let (root, _) = wiring::find_project_root(&cwd);

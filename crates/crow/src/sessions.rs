@@ -78,7 +78,7 @@ pub fn open(config: &Config) -> Result<Arc<SqliteStore>> {
 
 /// Opens the store to read: falls back to read-only access when the file cannot be written,
 /// and says so when there is no database yet.
-fn open_for_reading(config: &Config) -> Result<Option<SqliteStore>> {
+pub fn open_for_reading(config: &Config) -> Result<Option<SqliteStore>> {
     let path = crate::wiring::db_path(config)?;
     if !path.exists() {
         return Ok(None);

@@ -1,0 +1,185 @@
+//! `crow stats`: where the tokens and the time went — per model and per agent, from the usage
+//! rows every model call leaves in the session store (and the tool calls in the histories).
+//! This project's sessions unless `--all`; one with `--session ID`; `--since 2d` (or `12h`,
+//! `30m`, a date) for recent ones.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::{Result, anyhow, bail};
+use chrono::{DateTime, NaiveDate, Utc};
+use crow_core::{EntryKind, SessionFilter, SessionStore};
+
+use crate::config::Config;
+use crate::sessions::{open_for_reading, store_error};
+
+#[derive(clap::Args)]
+pub struct StatsArgs {
+    /// One session (id or unique prefix)
+    #[arg(long, value_name = "ID")]
+    session: Option<String>,
+    /// Sessions of every project
+    #[arg(long, conflicts_with = "session")]
+    all: bool,
+    /// Only sessions active since: `30m`, `12h`, `7d`, or a date (2026-11-01)
+    #[arg(long, value_name = "WHEN")]
+    since: Option<String>,
+}
+
+/// Totals of one group of model calls.
+#[derive(Default)]
+struct Sum {
+    calls: u64,
+    input: u64,
+    cached: u64,
+    output: u64,
+    reasoning: u64,
+    ms: u64,
+}
+
+impl Sum {
+    fn add(&mut self, u: &crow_core::UsageRecord) {
+        self.calls += 1;
+        self.input += u.usage.input_tokens;
+        self.cached += u.usage.cache_read_tokens;
+        self.output += u.usage.output_tokens;
+        self.reasoning += u.usage.reasoning_tokens;
+        self.ms += u.duration_ms;
+    }
+}
+
+pub fn run(args: StatsArgs, config: &Config, project_root: &Path) -> Result<ExitCode> {
+    let Some(store) = open_for_reading(config)? else {
+        println!("no sessions yet");
+        return Ok(ExitCode::SUCCESS);
+    };
+    let since = args.since.as_deref().map(parse_since).transpose()?;
+    let sessions = match &args.session {
+        Some(id) => vec![store.session(id).map_err(store_error)?],
+        None => store
+            .list_sessions(&SessionFilter {
+                project_root: (!args.all).then(|| project_root.to_path_buf()),
+                limit: None,
+            })
+            .map_err(store_error)?
+            .into_iter()
+            .filter(|s| since.is_none_or(|t| s.updated_at >= t))
+            .collect(),
+    };
+    let (mut by_model, mut by_agent, mut total) = (BTreeMap::new(), BTreeMap::new(), Sum::default());
+    let mut tools: BTreeMap<String, u64> = BTreeMap::new();
+    for session in &sessions {
+        for row in store.usage(&session.id).map_err(store_error)? {
+            by_model.entry(row.model.clone()).or_insert_with(Sum::default).add(&row);
+            by_agent.entry(row.agent.clone()).or_insert_with(Sum::default).add(&row);
+            total.add(&row);
+        }
+        for entry in store.timeline(&session.id).map_err(store_error)? {
+            if let EntryKind::ToolCall { name, .. } = &entry.entry.kind {
+                *tools.entry(name.clone()).or_default() += 1;
+            }
+        }
+    }
+    let scope = match (&args.session, args.all) {
+        (Some(id), _) => format!("session {id}"),
+        (None, true) => "every project".to_owned(),
+        (None, false) => project_root.display().to_string(),
+    };
+    println!(
+        "{} session{} · {scope}{}",
+        sessions.len(),
+        if sessions.len() == 1 { "" } else { "s" },
+        args.since.map(|s| format!(" · since {s}")).unwrap_or_default()
+    );
+    if total.calls == 0 {
+        println!("no model calls recorded");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let table = |title: &str, rows: &BTreeMap<String, Sum>| {
+        println!("\n{title:<28} {:>6} {:>10} {:>10} {:>7} {:>9} {:>9}", "calls", "input", "output", "cached", "reasoning", "time");
+        for (name, s) in rows {
+            row(name, s);
+        }
+    };
+    table("model", &by_model);
+    table("agent", &by_agent);
+    println!();
+    row("total", &total);
+    if !tools.is_empty() {
+        let mut counted: Vec<(String, u64)> = tools.into_iter().collect();
+        counted.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        let shown: Vec<String> = counted.iter().map(|(t, n)| format!("{t} {n}")).collect();
+        println!("\ntool calls: {}", shown.join(" · "));
+    }
+    println!("(cost is not shown: crow has no price table yet)");
+    Ok(ExitCode::SUCCESS)
+}
+
+fn row(name: &str, s: &Sum) {
+    let cached = if s.input > 0 {
+        format!("{}%", s.cached * 100 / (s.input + s.cached).max(1))
+    } else {
+        "-".to_owned()
+    };
+    println!(
+        "{:<28} {:>6} {:>10} {:>10} {:>7} {:>9} {:>8.1}s",
+        shorten(name, 28),
+        s.calls,
+        s.input,
+        s.output,
+        cached,
+        s.reasoning,
+        s.ms as f64 / 1000.0
+    );
+}
+
+fn shorten(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_owned();
+    }
+    let cut: String = text.chars().take(max - 1).collect();
+    format!("{cut}…")
+}
+
+/// `30m`, `12h`, `7d`, `2w`, or a date.
+fn parse_since(text: &str) -> Result<DateTime<Utc>> {
+    let text = text.trim();
+    if let Ok(date) = NaiveDate::parse_from_str(text, "%Y-%m-%d") {
+        return date
+            .and_hms_opt(0, 0, 0)
+            .map(|t| t.and_utc())
+            .ok_or_else(|| anyhow!("'{text}' is not a date"));
+    }
+    let split = text.len().saturating_sub(1);
+    let (number, unit) = text.split_at(split);
+    let n: i64 = number
+        .parse()
+        .map_err(|_| anyhow!("--since takes 30m, 12h, 7d, 2w or a date like 2026-11-01, not '{text}'"))?;
+    let span = match unit {
+        "m" => chrono::Duration::minutes(n),
+        "h" => chrono::Duration::hours(n),
+        "d" => chrono::Duration::days(n),
+        "w" => chrono::Duration::weeks(n),
+        _ => bail!("--since takes 30m, 12h, 7d, 2w or a date like 2026-11-01, not '{text}'"),
+    };
+    Ok(Utc::now() - span)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn since_reads_spans_and_dates_and_names_what_it_takes() {
+        let now = Utc::now();
+        let two_days = parse_since("2d").unwrap_or(now);
+        assert!((now - two_days - chrono::Duration::days(2)).num_seconds().abs() < 5);
+        assert_eq!(
+            parse_since("2026-11-01").ok().map(|t| t.to_rfc3339()),
+            Some("2026-11-01T00:00:00+00:00".to_owned())
+        );
+        let err = parse_since("soon").err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains("30m, 12h, 7d"), "{err}");
+    }
+}
