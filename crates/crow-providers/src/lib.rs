@@ -18,6 +18,8 @@ mod error;
 mod http;
 pub mod key;
 pub mod openai;
+#[cfg(test)]
+mod proptests;
 pub mod retry;
 mod sse;
 
