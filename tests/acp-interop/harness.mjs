@@ -159,12 +159,13 @@ export function crowCli(dir, args) {
 
 /**
  * Starts `crow acp` in `dir` and connects a client to it.
- * options: { fs: bool, terminal: bool, buffers: Map(path → text), permission: fn(params) → optionKind }
+ * options: { fs: bool, terminal: bool, buffers: Map(path → text), permission: fn(params) → optionKind
+ *   or optionId, env: extra environment }
  */
 export function startCrow(dir, options = {}) {
   const child = spawn(CROW_BIN, ["acp"], {
     cwd: dir,
-    env: crowEnv(dir),
+    env: { ...crowEnv(dir), ...(options.env ?? {}) },
     stdio: ["pipe", "pipe", "pipe"],
   });
   let stderr = "";
@@ -208,7 +209,8 @@ export function startCrow(dir, options = {}) {
       crow.log.push({ kind: "permission", params, at: performance.now() });
       const kind = await crow.permission(params);
       if (kind === "cancelled") return { outcome: { outcome: "cancelled" } };
-      const option = params.options.find((o) => o.kind === kind);
+      // An option kind, or an option id (two options may share a kind).
+      const option = params.options.find((o) => o.kind === kind) ?? params.options.find((o) => o.optionId === kind);
       return { outcome: { outcome: "selected", optionId: option.optionId } };
     });
   if (options.fs) {

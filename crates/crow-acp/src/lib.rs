@@ -30,8 +30,8 @@ use agent_client_protocol::{Agent, Client, ConnectTo, Error};
 
 pub use runner::{
     AgentFactory, Choice, CommandInfo, McpServerSpec, ModeInfo, ModelInfo, RestoredSession,
-    RunnerError, SessionRunner, SessionSpec, SessionSummary, SettingChange, SettingsSink, Stop,
-    TurnInput, TurnOutcome,
+    RuleSaver, RunnerError, SessionRunner, SessionSpec, SessionSummary, SettingChange,
+    SettingsSink, Stop, TurnInput, TurnOutcome,
 };
 pub use translate::{DEFAULT_CONTEXT_WINDOW, Translator};
 pub use transport::{EXCERPT_BYTES, serve};

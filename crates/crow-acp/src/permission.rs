@@ -10,7 +10,7 @@ use std::sync::Arc;
 use agent_client_protocol::v1::schema as acp;
 use async_trait::async_trait;
 use crow_core::{
-    Mode, PermissionDecision, PermissionGate, PermissionPreview, PermissionRequest, ToolKind,
+    Mode, PermissionDecision, PermissionGate, PermissionPreview, PermissionRequest, Rule, ToolKind,
 };
 
 use crate::runner::SettingChange;
@@ -21,6 +21,8 @@ const ALLOW_ONCE: &str = "allow_once";
 const ALLOW_ALWAYS: &str = "allow_always";
 const REJECT_ONCE: &str = "reject_once";
 const REJECT_ALWAYS: &str = "reject_always";
+/// "Always allow" kept in the project's config, not only the session.
+const ALLOW_PROJECT: &str = "allow_always_project";
 
 /// Asks the editor's user.
 pub struct AcpPermissionGate {
@@ -33,7 +35,9 @@ impl AcpPermissionGate {
     }
 }
 
-fn options(key: Option<&str>) -> Vec<acp::PermissionOption> {
+/// The answers offered; `project` is the rule an "always in this project" would save and
+/// where it goes, shown in the option before anything is saved.
+fn options(key: Option<&str>, project: Option<(&Rule, &str)>) -> Vec<acp::PermissionOption> {
     let mut options = vec![acp::PermissionOption::new(
         ALLOW_ONCE,
         "Allow",
@@ -43,6 +47,17 @@ fn options(key: Option<&str>) -> Vec<acp::PermissionOption> {
         options.push(acp::PermissionOption::new(
             ALLOW_ALWAYS,
             format!("Always allow {key} in this session"),
+            acp::PermissionOptionKind::AllowAlways,
+        ));
+    }
+    if let Some((rule, target)) = project {
+        let body = match &rule.pattern {
+            Some(p) => format!("{}({p})", rule.tool),
+            None => rule.tool.clone(),
+        };
+        options.push(acp::PermissionOption::new(
+            ALLOW_PROJECT,
+            format!("Always allow `{body}` in this project (saves to {target})"),
             acp::PermissionOptionKind::AllowAlways,
         ));
     }
@@ -123,7 +138,10 @@ impl AcpPermissionGate {
             return PermissionDecision::Allow;
         }
         let key = remembered_key(request);
-        let remembered = {
+        // Running a command unconfined is asked every time, whatever was answered before.
+        let remembered = if crow_core::policy::asks_to_run_unconfined(request) {
+            None
+        } else {
             let remembered = lock(&self.shared.remembered);
             // The tool-wide key: answers saved by an older crow, and tools with no finer key.
             key.as_ref()
@@ -143,10 +161,25 @@ impl AcpPermissionGate {
         }
         self.shared.wait_announced(&request.call_id).await;
 
+        // A rule for the project only where one can be saved, and never for a command that
+        // would run unconfined (that question is about this machine, not the command).
+        let saver = lock(&self.shared.rule_saver).clone();
+        let project = saver.as_ref().and_then(|saver| {
+            let unconfined = crow_core::policy::asks_to_run_unconfined(request);
+            let rule = (!unconfined)
+                .then(|| crow_core::policy::suggest_rule(request, saver.project_root()))
+                .flatten()?;
+            Some((rule, saver.target()))
+        });
         let ask = acp::RequestPermissionRequest::new(
             self.shared.id.clone(),
             asked_call(request),
-            options(key.as_deref()),
+            options(
+                key.as_deref(),
+                project
+                    .as_ref()
+                    .map(|(rule, target)| (rule, target.as_str())),
+            ),
         );
         let answer = match ask_client(self.shared.outbox.cx(), ask).await {
             Ok(answer) => answer,
@@ -184,6 +217,16 @@ impl AcpPermissionGate {
                     "the user rejected this and every further {label} call in this session"
                 ))
             }
+            ALLOW_PROJECT => {
+                if let (Some(saver), Some((rule, target))) = (saver, project) {
+                    match saver.save(&rule) {
+                        Ok(()) => lock(&self.shared.saved_rules).push(rule),
+                        // Allowed once all the same: the user said yes to this call.
+                        Err(e) => tracing::warn!(%e, "the rule is not saved to {target}"),
+                    }
+                }
+                PermissionDecision::Allow
+            }
             REJECT_ONCE => deny(format!("the user rejected this {} call", request.tool)),
             other => deny(format!("the editor chose an unknown option '{other}'")),
         }
@@ -211,6 +254,12 @@ impl PermissionGate for AcpPermissionGate {
 
     async fn allowed(&self, request: &PermissionRequest) {
         self.running(&request.call_id).await;
+    }
+
+    /// Rules the user kept for the project in this session: the policy judges with them
+    /// from the next call on (the file holds them for later sessions).
+    fn rules(&self) -> Vec<Rule> {
+        lock(&self.shared.saved_rules).clone()
     }
 
     async fn check(&self, request: PermissionRequest) -> PermissionDecision {

@@ -224,6 +224,17 @@ pub trait SettingsSink: Send + Sync {
     fn save(&self, change: &SettingChange) -> Result<(), RunnerError>;
 }
 
+/// Keeps a permission rule for the session's project (the binary: appended to its
+/// `.crow/config.toml`), when the user answers a question "always, in this project".
+pub trait RuleSaver: Send + Sync {
+    /// The project the rule is for: paths in the rule are relative to it.
+    fn project_root(&self) -> &std::path::Path;
+    /// Where the rule goes, as the option names it (`.crow/config.toml`).
+    fn target(&self) -> String;
+    /// Writes the rule; called from the permission question, so it does one short write.
+    fn save(&self, rule: &crow_core::Rule) -> Result<(), RunnerError>;
+}
+
 /// A stored session as session/list shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionSummary {
@@ -260,6 +271,12 @@ pub trait SessionRunner: Send {
     /// Custom commands offered in the editor's command list besides crow's own.
     fn commands(&self) -> Vec<CommandInfo> {
         Vec::new()
+    }
+
+    /// Where "always allow in this project" answers are kept; `None`: the option is not
+    /// offered.
+    fn rule_saver(&self) -> Option<Arc<dyn RuleSaver>> {
+        None
     }
 }
 

@@ -309,6 +309,7 @@ impl Server {
             }
         };
         shared.set_sink(runner.settings_sink());
+        *lock(&shared.rule_saver) = runner.rule_saver();
         if let Some((history, primary)) = history {
             let kind_of = |name: &str| runner.tool_kind(name);
             for update in replay(&history, &primary, &cwd, &kind_of) {

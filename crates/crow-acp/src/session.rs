@@ -13,7 +13,7 @@ use agent_client_protocol::v1::schema as acp;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::runner::{McpServerSpec, SessionRunner, SettingChange, SettingsSink};
+use crate::runner::{McpServerSpec, RuleSaver, SessionRunner, SettingChange, SettingsSink};
 
 /// Sends a request to the client and awaits its answer. Dropping the returned future (a
 /// cancelled tool) leaves the request to be answered: dropping the crate's request handle
@@ -79,6 +79,10 @@ pub struct Shared {
     sink: Mutex<Option<Arc<dyn SettingsSink>>>,
     /// The runner's own commands, announced with crow's.
     pub custom_commands: Mutex<Vec<crate::runner::CommandInfo>>,
+    /// Where "always allow in this project" answers go (set with the runner).
+    pub rule_saver: Mutex<Option<Arc<dyn RuleSaver>>>,
+    /// Rules the user kept for the project during this session: they apply at once.
+    pub saved_rules: Mutex<Vec<crow_core::Rule>>,
     announced: Mutex<HashSet<String>>,
     announcement: Notify,
 }
@@ -103,6 +107,8 @@ impl Shared {
             titled: std::sync::atomic::AtomicBool::new(false),
             sink: Mutex::new(None),
             custom_commands: Mutex::new(Vec::new()),
+            rule_saver: Mutex::new(None),
+            saved_rules: Mutex::new(Vec::new()),
             announced: Mutex::new(HashSet::new()),
             announcement: Notify::new(),
         }

@@ -5,7 +5,7 @@
 use std::process::Command;
 
 use anyhow::Result;
-use crow_tools::sandbox::{SandboxMode, SandboxSpec, Support};
+use crow_tools::sandbox::{SandboxMode, SandboxSpec};
 
 use crate::Bench;
 use crate::stats::summarize;
@@ -19,9 +19,10 @@ pub fn measure(bench: &Bench) -> Result<Section> {
     // A repository, so the policy has its read-only mounts (.git/hooks, .git/config).
     std::fs::create_dir_all(root.join(".git/hooks"))?;
     std::fs::write(root.join(".git/config"), "")?;
-    let support = Support::probe_with(&bench.crow);
+    // The launcher crow itself would use: the small one beside it, else crow.
+    let (launcher, support) = crow_tools::sandbox::choose_launcher(&bench.crow);
     let spec = |network: bool| SandboxSpec {
-        launcher: bench.crow.clone(),
+        launcher: launcher.clone(),
         mode: SandboxMode::WorkspaceWrite,
         writable_roots: Vec::new(),
         protected: Vec::new(),

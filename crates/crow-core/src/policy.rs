@@ -20,6 +20,12 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+mod paths;
+mod suggest;
+
+pub use paths::{NamedPath, command_paths};
+pub use suggest::suggest_rule;
+
 use crate::tool::{
     Footprint, PermissionDecision, PermissionGate, PermissionPreview, PermissionRequest, Tool,
     ToolContext, ToolKind, ToolResult,
@@ -102,6 +108,9 @@ pub struct Rule {
     pub pattern: Option<String>,
     /// Where the rule was written (file and line), shown when it decides.
     pub source: String,
+    /// A catch-all of a pattern map (opencode's `"*": "deny"` beside `"git *": "allow"`):
+    /// it competes on specificity even when it denies, so the map's own entries beat it.
+    pub fallback: bool,
 }
 
 /// A rule that does not parse.
@@ -161,6 +170,7 @@ impl Rule {
             tool: tool.to_owned(),
             pattern,
             source: source.into(),
+            fallback: false,
         })
     }
 
@@ -196,6 +206,9 @@ pub struct CallFacts {
     pub command: Option<String>,
     /// Files the call reads or writes (absolute, resolved).
     pub paths: Vec<PathBuf>,
+    /// Paths a command's words name, as written (made absolute) and resolved: only the
+    /// sensitive-place check reads them (rules match the command line).
+    pub command_paths: Vec<paths::NamedPath>,
 }
 
 /// The policy's answer, with why.
@@ -212,8 +225,12 @@ pub struct Policy {
     pub mode: Mode,
     pub rules: Vec<Rule>,
     pub project_root: PathBuf,
-    /// Directories whose contents always ask (crow's config and data, `~/.ssh`).
+    /// Directories (or single files) whose contents always ask (crow's config and data,
+    /// `~/.ssh`, the project's own policy files).
     pub sensitive_dirs: Vec<PathBuf>,
+    /// The strictest mode an agent definition sets: neither the configured mode nor a front
+    /// end's choice loosens it.
+    pub floor: Option<Mode>,
 }
 
 impl Policy {
@@ -228,14 +245,25 @@ impl Policy {
     /// The decision for a call, with `mode` standing for the configured one when a front end
     /// chose another (ACP's approve selector).
     pub fn decide(&self, facts: &CallFacts, mode: Option<Mode>) -> Verdict {
+        self.decide_with(facts, mode, &[])
+    }
+
+    /// [`Policy::decide`] with `extra` rules beside the configured ones: those the front end
+    /// learned while the session runs (an "always" answer saved to the project).
+    pub fn decide_with(&self, facts: &CallFacts, mode: Option<Mode>, extra: &[Rule]) -> Verdict {
         let mode = mode.unwrap_or(self.mode);
+        let mode = match self.floor {
+            Some(floor) if floor.strictness() > mode.strictness() => floor,
+            _ => mode,
+        };
+        let rules: Vec<&Rule> = self.rules.iter().chain(extra).collect();
         let kind = effective_kind(&facts.tool, facts.kind);
         let mut verdicts = Vec::new();
         if let Some(command) = &facts.command {
             let segments = split_command(command);
             let substitution = command.contains("$(") || command.contains('`');
             for segment in segments {
-                let mut v = self.judge(facts, kind, mode, Subject::Command(segment));
+                let mut v = self.judge(&rules, facts, kind, mode, Subject::Command(segment));
                 if substitution && v.action == Action::Allow && !self.mode_allows(kind, mode) {
                     v = Verdict {
                         action: Action::Ask,
@@ -248,10 +276,10 @@ impl Policy {
             }
         }
         for path in &facts.paths {
-            verdicts.push(self.judge(facts, kind, mode, Subject::Path(path)));
+            verdicts.push(self.judge(&rules, facts, kind, mode, Subject::Path(path)));
         }
         if verdicts.is_empty() {
-            verdicts.push(self.judge(facts, kind, mode, Subject::Nothing));
+            verdicts.push(self.judge(&rules, facts, kind, mode, Subject::Nothing));
         }
         // The strictest part decides; among equals the first (a rule before a mode default).
         let mut verdict = verdicts
@@ -276,7 +304,14 @@ impl Policy {
         mode == Mode::FullAuto || !kind.mutates()
     }
 
-    fn judge(&self, facts: &CallFacts, kind: ToolKind, mode: Mode, subject: Subject) -> Verdict {
+    fn judge(
+        &self,
+        rules: &[&Rule],
+        facts: &CallFacts,
+        kind: ToolKind,
+        mode: Mode,
+        subject: Subject,
+    ) -> Verdict {
         let relative = match subject {
             Subject::Path(p) => p
                 .strip_prefix(&self.project_root)
@@ -301,30 +336,28 @@ impl Policy {
                 (Some(_), Subject::Nothing) => false,
             }
         };
-        if let Some(rule) = self
-            .rules
+        if let Some(rule) = rules
             .iter()
-            .find(|r| r.action == Action::Deny && matches(r))
+            .find(|r| r.action == Action::Deny && !r.fallback && matches(r))
         {
             return Verdict {
                 action: Action::Deny,
                 reason: format!("denied by the rule {}", rule.describe()),
             };
         }
-        let best = self
-            .rules
+        let best = rules
             .iter()
-            .filter(|r| r.action != Action::Deny && matches(r))
+            .filter(|r| (r.action != Action::Deny || r.fallback) && matches(r))
             .max_by(|a, b| {
                 a.specificity()
                     .cmp(&b.specificity())
                     .then(a.action.cmp(&b.action))
             });
         if let Some(rule) = best {
-            let verb = if rule.action == Action::Allow {
-                "allowed"
-            } else {
-                "asks"
+            let verb = match rule.action {
+                Action::Allow => "allowed",
+                Action::Ask => "asks",
+                Action::Deny => "denied",
             };
             return Verdict {
                 action: rule.action,
@@ -372,7 +405,15 @@ impl Policy {
                 ));
             }
         }
-        // Commands are not parsed for paths; naming a sensitive place is enough to ask.
+        for named in &facts.command_paths {
+            if let Some(what) =
+                paths::sensitive_word(named, &self.project_root, &self.sensitive_dirs)
+            {
+                return Some(what);
+            }
+        }
+        // Words a shell expands (globs, variables) are not resolved: naming a sensitive place
+        // is enough to ask.
         if let Some(command) = &facts.command {
             if command.contains(".ssh") {
                 return Some("a command naming .ssh".into());
@@ -412,14 +453,19 @@ pub async fn consult(
         Footprint::Reads(paths) | Footprint::Writes(paths) => paths.clone(),
         Footprint::Nothing | Footprint::Anything => Vec::new(),
     };
+    let command_paths = command
+        .as_deref()
+        .map(|c| paths::command_paths(c, &ctx.cwd))
+        .unwrap_or_default();
     let facts = CallFacts {
         tool: tool.name().to_owned(),
         kind: Some(kind),
         command,
         paths,
+        command_paths,
     };
     let inner = Arc::clone(&ctx.permission);
-    let verdict = policy.decide(&facts, inner.mode());
+    let verdict = policy.decide_with(&facts, inner.mode(), &inner.rules());
     tracing::debug!(tool = %facts.tool, action = verdict.action.name(), reason = %verdict.reason, "policy");
     match verdict.action {
         Action::Deny => Err(ToolResult::error(format!(
@@ -453,7 +499,8 @@ pub async fn consult(
     }
 }
 
-/// The policy allowed the call: the tool's own question is answered without asking.
+/// The policy allowed the call: the tool's own question is answered without asking, unless
+/// the tool insists (`PermissionRequest.policy` set: it would run unconfined).
 struct PreApproved {
     inner: Arc<dyn PermissionGate>,
 }
@@ -461,12 +508,19 @@ struct PreApproved {
 #[async_trait]
 impl PermissionGate for PreApproved {
     async fn check(&self, request: PermissionRequest) -> PermissionDecision {
+        if request.policy.is_some() {
+            return self.inner.check(request).await;
+        }
         self.inner.allowed(&request).await;
         PermissionDecision::Allow
     }
 
     fn mode(&self) -> Option<Mode> {
         self.inner.mode()
+    }
+
+    fn rules(&self) -> Vec<Rule> {
+        self.inner.rules()
     }
 }
 
@@ -480,12 +534,18 @@ struct PolicyAsks {
 #[async_trait]
 impl PermissionGate for PolicyAsks {
     async fn check(&self, mut request: PermissionRequest) -> PermissionDecision {
-        request.policy = Some(self.reason.clone());
+        if request.policy.is_none() {
+            request.policy = Some(self.reason.clone());
+        }
         self.inner.check(request).await
     }
 
     fn mode(&self) -> Option<Mode> {
         self.inner.mode()
+    }
+
+    fn rules(&self) -> Vec<Rule> {
+        self.inner.rules()
     }
 
     async fn allowed(&self, request: &PermissionRequest) {
@@ -565,6 +625,15 @@ fn matches_at(p: &[char], t: &[char], path: bool) -> bool {
     }
 }
 
+/// Whether `request` asks to run a command without the sandbox (the kernel offers none):
+/// a question about this machine that no "always" or saved rule should answer.
+pub fn asks_to_run_unconfined(request: &PermissionRequest) -> bool {
+    request
+        .policy
+        .as_deref()
+        .is_some_and(|p| p.contains("sandbox is unavailable"))
+}
+
 /// What an "always" answer covers: `bash(PROGRAM)` for a simple command, `TOOL(PATH)` for an
 /// edit, else the tool; `None` for a command "always" must not cover (compound, or running
 /// another command's output), which is asked about every time.
@@ -599,203 +668,4 @@ pub fn always_key(request: &PermissionRequest) -> Option<String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn rule(action: Action, text: &str) -> Rule {
-        Rule::parse(action, text, "").unwrap()
-    }
-
-    fn policy(mode: Mode, rules: &[(Action, &str)]) -> Policy {
-        Policy {
-            mode,
-            rules: rules.iter().map(|(a, t)| rule(*a, t)).collect(),
-            project_root: PathBuf::from("/p"),
-            sensitive_dirs: vec![PathBuf::from("/home/u/.config/crow")],
-        }
-    }
-
-    fn bash(command: &str) -> CallFacts {
-        CallFacts {
-            tool: "bash".into(),
-            kind: Some(ToolKind::Execute),
-            command: Some(command.into()),
-            paths: vec![],
-        }
-    }
-
-    fn write(path: &str) -> CallFacts {
-        CallFacts {
-            tool: "write_file".into(),
-            kind: Some(ToolKind::Edit),
-            command: None,
-            paths: vec![PathBuf::from(path)],
-        }
-    }
-
-    #[test]
-    fn wildcards_for_commands_and_paths() {
-        assert!(wildcard("git status*", "git status --short", false));
-        assert!(wildcard("rm -rf *", "rm -rf /tmp/x", false));
-        assert!(!wildcard("git status*", "git push", false));
-        assert!(wildcard("mcp__srv__*", "mcp__srv__delete", false));
-        assert!(wildcard("src/**", "src/a/b.rs", true));
-        assert!(wildcard("src/*.rs", "src/a.rs", true));
-        assert!(!wildcard("src/*.rs", "src/a/b.rs", true));
-        assert!(wildcard("**/*.lock", "Cargo.lock", true));
-        assert!(wildcard("**/*.lock", "a/b/Cargo.lock", true));
-        assert!(wildcard("?.txt", "a.txt", true));
-    }
-
-    #[test]
-    fn rules_parse_claude_code_syntax_and_refuse_garbage() {
-        let r = rule(Action::Allow, "Bash(npm run test:*)");
-        assert_eq!(r.tool, "bash");
-        assert_eq!(r.pattern.as_deref(), Some("npm run test*"));
-        assert_eq!(rule(Action::Deny, "mcp__x__*").pattern, None);
-        assert!(Rule::parse(Action::Allow, "bash(git", "").is_err());
-        assert!(Rule::parse(Action::Allow, "bash()", "").is_err());
-        assert!(Rule::parse(Action::Allow, "", "").is_err());
-        assert!(Rule::parse(Action::Allow, "ba sh", "").is_err());
-    }
-
-    #[test]
-    fn modes_decide_by_kind() {
-        let read = CallFacts {
-            tool: "read_file".into(),
-            kind: Some(ToolKind::Read),
-            ..CallFacts::default()
-        };
-        let cases = [
-            (Mode::ReadOnly, Action::Allow, Action::Deny, Action::Deny),
-            (Mode::Ask, Action::Allow, Action::Ask, Action::Ask),
-            (Mode::AutoEdit, Action::Allow, Action::Allow, Action::Ask),
-            (Mode::FullAuto, Action::Allow, Action::Allow, Action::Allow),
-        ];
-        for (mode, r, w, b) in cases {
-            let p = policy(mode, &[]);
-            assert_eq!(p.decide(&read, None).action, r, "{mode:?} read");
-            assert_eq!(
-                p.decide(&write("/p/a.rs"), None).action,
-                w,
-                "{mode:?} write"
-            );
-            assert_eq!(p.decide(&bash("ls"), None).action, b, "{mode:?} bash");
-        }
-        // auto-edit: an edit outside the project asks.
-        let p = policy(Mode::AutoEdit, &[]);
-        assert_eq!(p.decide(&write("/elsewhere/a"), None).action, Action::Ask);
-        // The front end's mode stands for the configured one.
-        assert_eq!(
-            p.decide(&bash("ls"), Some(Mode::FullAuto)).action,
-            Action::Allow
-        );
-    }
-
-    #[test]
-    fn deny_beats_allow_and_names_the_rule() {
-        let p = policy(
-            Mode::FullAuto,
-            &[
-                (Action::Allow, "bash(rm -rf /tmp/x)"),
-                (Action::Deny, "bash(rm -rf *)"),
-            ],
-        );
-        let v = p.decide(&bash("rm -rf /tmp/x"), None);
-        assert_eq!(v.action, Action::Deny);
-        assert!(v.reason.contains("deny bash(rm -rf *)"), "{}", v.reason);
-        assert_eq!(p.decide(&bash("ls"), None).action, Action::Allow);
-    }
-
-    #[test]
-    fn the_most_specific_rule_wins_and_ask_wins_a_tie() {
-        let p = policy(
-            Mode::Ask,
-            &[
-                (Action::Ask, "bash"),
-                (Action::Allow, "bash(git *)"),
-                (Action::Ask, "bash(git push*)"),
-            ],
-        );
-        assert_eq!(p.decide(&bash("git status"), None).action, Action::Allow);
-        assert_eq!(p.decide(&bash("git push origin"), None).action, Action::Ask);
-        assert_eq!(p.decide(&bash("make"), None).action, Action::Ask);
-        let tie = policy(
-            Mode::FullAuto,
-            &[(Action::Allow, "bash(ls*)"), (Action::Ask, "bash(ls*)")],
-        );
-        assert_eq!(tie.decide(&bash("ls"), None).action, Action::Ask);
-    }
-
-    #[test]
-    fn compound_commands_are_judged_segment_by_segment() {
-        let p = policy(
-            Mode::Ask,
-            &[
-                (Action::Allow, "bash(git status*)"),
-                (Action::Deny, "bash(rm -rf *)"),
-            ],
-        );
-        assert_eq!(p.decide(&bash("git status"), None).action, Action::Allow);
-        assert_eq!(
-            p.decide(&bash("git status && make"), None).action,
-            Action::Ask
-        );
-        assert_eq!(
-            p.decide(&bash("git status; rm -rf /"), None).action,
-            Action::Deny
-        );
-        assert_eq!(
-            p.decide(&bash("git status $(curl x)"), None).action,
-            Action::Ask
-        );
-    }
-
-    #[test]
-    fn path_rules_and_mcp_globs() {
-        let p = policy(
-            Mode::Ask,
-            &[
-                (Action::Allow, "write_file(src/**)"),
-                (Action::Deny, "mcp__danger__*"),
-            ],
-        );
-        assert_eq!(
-            p.decide(&write("/p/src/a/b.rs"), None).action,
-            Action::Allow
-        );
-        assert_eq!(p.decide(&write("/p/README.md"), None).action, Action::Ask);
-        let mcp = CallFacts {
-            tool: "mcp__danger__drop".into(),
-            kind: Some(ToolKind::Other),
-            ..CallFacts::default()
-        };
-        assert_eq!(p.decide(&mcp, None).action, Action::Deny);
-        // An unannotated MCP tool counts as a command: it asks in ask mode.
-        let other = CallFacts {
-            tool: "mcp__time__now".into(),
-            kind: Some(ToolKind::Other),
-            ..CallFacts::default()
-        };
-        assert_eq!(p.decide(&other, None).action, Action::Ask);
-    }
-
-    #[test]
-    fn sensitive_paths_ask_even_under_allow_rules() {
-        let p = policy(Mode::FullAuto, &[(Action::Allow, "write_file")]);
-        let v = p.decide(&write("/home/u/.config/crow/config.toml"), None);
-        assert_eq!(v.action, Action::Ask, "{}", v.reason);
-        assert_eq!(p.decide(&write("/home/u/.env"), None).action, Action::Ask);
-        assert_eq!(p.decide(&write("/p/.env"), None).action, Action::Allow);
-        assert_eq!(
-            p.decide(&bash("cat ~/.ssh/id_ed25519"), None).action,
-            Action::Ask
-        );
-        // A deny stays a deny.
-        let d = policy(Mode::FullAuto, &[(Action::Deny, "write_file")]);
-        assert_eq!(
-            d.decide(&write("/home/u/.config/crow/x"), None).action,
-            Action::Deny
-        );
-    }
-}
+mod tests;

@@ -245,6 +245,12 @@ pub trait PermissionGate: Send + Sync {
         None
     }
 
+    /// Rules the front end learned while the session runs (an "always" the user saved to
+    /// the project), judged with the configured ones.
+    fn rules(&self) -> Vec<crate::policy::Rule> {
+        Vec::new()
+    }
+
     /// Told when a tool asks about a call the policy already allowed (the question is not
     /// put to the user): front ends that show calls as waiting mark them running.
     async fn allowed(&self, _request: &PermissionRequest) {}

@@ -13,8 +13,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use crow_core::{
-    BridgeError, ClientBridge, CommandEnding, CommandRequest, EnvPolicy, PermissionPreview, Tool,
-    ToolContext, ToolKind, ToolMetadata, ToolResult, ToolStatus,
+    BridgeError, ClientBridge, CommandEnding, CommandRequest, EnvPolicy, PermissionDecision,
+    PermissionPreview, PermissionRequest, Tool, ToolContext, ToolKind, ToolMetadata, ToolResult,
+    ToolStatus,
 };
 use nix::errno::Errno;
 use nix::sys::signal::{Signal, killpg};
@@ -103,27 +104,54 @@ impl Tool for BashTool {
             command: args.command.clone(),
             cwd: ctx.cwd.clone(),
         };
-        if let Err(denied) =
-            require_permission(ctx, self.name(), self.kind(), title, &input, preview).await
-        {
-            return denied;
-        }
-        if let Some(reason) = self
+        let unavailable = self
             .options
             .sandbox
             .as_ref()
-            .and_then(SandboxSpec::unavailable)
-        {
+            .and_then(SandboxSpec::unavailable);
+        let Some(reason) = unavailable else {
+            if let Err(denied) =
+                require_permission(ctx, self.name(), self.kind(), title, &input, preview).await
+            {
+                return denied;
+            }
+            if let Some(client) = ctx.client_terminal() {
+                return run_in_client(client.as_ref(), &args.command, ctx, timeout, &self.options)
+                    .await;
+            }
+            return run(&args.command, ctx, timeout, &self.options).await;
+        };
+        // The kernel lacks what the sandbox needs: never unconfined without a yes. The question
+        // carries a policy reason, so neither an allow rule nor an approval level answers it.
+        let request = PermissionRequest {
+            session_id: ctx.session_id.clone(),
+            agent: ctx.agent.clone(),
+            call_id: ctx.call_id.clone(),
+            tool: self.name().to_owned(),
+            kind: self.kind(),
+            title: format!("{title} WITHOUT the sandbox"),
+            input: input.clone(),
+            preview: Some(preview),
+            policy: Some(format!(
+                "the sandbox is unavailable on this machine ({reason}): the command would run \
+                 unconfined, with the user's full rights"
+            )),
+        };
+        if let PermissionDecision::Deny { reason: denied } = ctx.permission.check(request).await {
             return ToolResult::error(format!(
-                "the sandbox is unavailable on this machine: {reason}; the command did not run. \
-                 Set [sandbox] mode = \"off\" in crow's config to run commands unconfined"
+                "the sandbox is unavailable on this machine: {reason}; the command did not run \
+                 ({denied}). Set [sandbox] mode = \"off\" in crow's config to run commands \
+                 unconfined"
             ));
         }
+        let unconfined = ToolOptions {
+            sandbox: None,
+            ..self.options.clone()
+        };
         if let Some(client) = ctx.client_terminal() {
-            return run_in_client(client.as_ref(), &args.command, ctx, timeout, &self.options)
-                .await;
+            return run_in_client(client.as_ref(), &args.command, ctx, timeout, &unconfined).await;
         }
-        run(&args.command, ctx, timeout, &self.options).await
+        run(&args.command, ctx, timeout, &unconfined).await
     }
 }
 

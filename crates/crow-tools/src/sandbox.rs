@@ -9,8 +9,9 @@
 //! What the launcher enforces:
 //! - **writes** only beneath the writable paths (Landlock: the write rights are handled and
 //!   granted under those paths alone; reading and executing stay free);
-//! - **read-only carve-outs** inside them (the project's `.git/hooks` and `.git/config`,
-//!   crow's own config and data): bind-mounted read-only in a private mount namespace, since
+//! - **read-only carve-outs** inside them (the project's `.git/hooks` and `.git/config`, its
+//!   permission files — `.crow/`, `.claude/settings*.json`, `opencode.json` … —, crow's own
+//!   config and data): bind-mounted read-only in a private mount namespace, since
 //!   Landlock can only add rights, never take them back beneath a granted directory;
 //! - **no network**: a new, empty network namespace (every protocol), and Landlock's TCP
 //!   bind/connect rules where the kernel has them (ABI 4, Linux 6.7).
@@ -26,6 +27,14 @@ use serde::{Deserialize, Serialize};
 
 /// The first argument that turns crow into the launcher.
 pub const LAUNCHER_ARG: &str = "__sandbox";
+
+/// The small launcher's file name, beside crow's executable (`crates/crow/src/bin`): it
+/// starts in a fraction of the time crow's own large executable takes.
+pub const LAUNCHER_BIN: &str = "crow-sandbox";
+
+/// The launcher's protocol (its arguments and policy JSON), said by `--probe`: a launcher
+/// answering another one (a stale build beside a newer crow) is not used.
+pub const PROTOCOL: u32 = 1;
 
 /// Set (non-empty) to make crow behave as on a machine without any sandbox support: tests
 /// and users can see the refusal without such a machine.
@@ -83,18 +92,43 @@ impl Support {
         if std::env::var_os(FORCE_UNSUPPORTED_ENV).is_some_and(|v| !v.is_empty()) {
             return Self::none(format!("{FORCE_UNSUPPORTED_ENV} is set"));
         }
-        let output = std::process::Command::new(launcher)
-            .args([LAUNCHER_ARG, "--probe"])
-            .stdin(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .output();
-        match output {
-            Ok(out) if out.status.success() => serde_json::from_slice(&out.stdout)
-                .unwrap_or_else(|e| Self::none(format!("the sandbox probe answered oddly: {e}"))),
-            Ok(out) => Self::none(format!("the sandbox probe failed ({})", out.status)),
-            Err(e) => Self::none(format!("cannot run the sandbox probe: {e}")),
+        probe_protocol(launcher).map_or_else(Self::none, |(support, _)| support)
+    }
+}
+
+/// What `launcher --probe` found and the protocol it speaks.
+fn probe_protocol(launcher: &Path) -> Result<(Support, u32), String> {
+    let out = std::process::Command::new(launcher)
+        .args([LAUNCHER_ARG, "--probe"])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run the sandbox probe: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("the sandbox probe failed ({})", out.status));
+    }
+    let odd = |e: serde_json::Error| format!("the sandbox probe answered oddly: {e}");
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(odd)?;
+    let protocol = value
+        .get("protocol")
+        .and_then(serde_json::Value::as_u64)
+        .and_then(|p| u32::try_from(p).ok())
+        .unwrap_or(0);
+    Ok((serde_json::from_value(value).map_err(odd)?, protocol))
+}
+
+/// The launcher to use and what it found: the small one beside `own_exe` when it is there
+/// and speaks [`PROTOCOL`], else `own_exe` itself (`crow __sandbox`).
+pub fn choose_launcher(own_exe: &Path) -> (PathBuf, Support) {
+    if std::env::var_os(FORCE_UNSUPPORTED_ENV).is_none_or(|v| v.is_empty()) {
+        let small = own_exe.with_file_name(LAUNCHER_BIN);
+        if small.is_file()
+            && let Ok((support, PROTOCOL)) = probe_protocol(&small)
+        {
+            return (small, support);
         }
     }
+    (own_exe.to_path_buf(), Support::probe_with(own_exe))
 }
 
 /// The sandbox of `bash` commands, as configured (the project root comes with each call).
@@ -190,6 +224,9 @@ impl SandboxSpec {
         }
         let writable = canonical_existing(writable);
         let mut candidates = git_protected(project_root);
+        // The project's own permission rules and agent definitions: a command must not loosen
+        // the policy it runs under (those that exist; a missing one asks through the policy).
+        candidates.extend(PROJECT_POLICY.iter().map(|p| project_root.join(p)));
         // A protected directory holding the project (a store kept in the project's
         // parent) would make the whole project read-only: the project wins.
         candidates.extend(
@@ -270,8 +307,9 @@ impl SandboxSpec {
             format!("off ({})", how.join(" + "))
         };
         let mut text = format!(
-            "sandbox: {}\nwritable: {}\nread-only inside them: {}\nnetwork: {network}\n",
+            "sandbox: {} (launcher {})\nwritable: {}\nread-only inside them: {}\nnetwork: {network}\n",
             self.mode.as_str(),
+            self.launcher.display(),
             list(&policy.writable),
             if policy.read_only.is_empty() {
                 "nothing".to_owned()
@@ -287,6 +325,18 @@ impl SandboxSpec {
         text
     }
 }
+
+/// The project's files that hold crow's (and Claude Code's, opencode's) permission rules
+/// and agent definitions; the permission policy asks before a call touches them, too.
+pub const PROJECT_POLICY: [&str; 7] = [
+    ".crow",
+    ".claude/settings.json",
+    ".claude/settings.local.json",
+    ".claude/agents",
+    ".opencode",
+    "opencode.json",
+    "opencode.jsonc",
+];
 
 /// The paths through which a command could make git run code later: hooks, and the config
 /// that can point `core.hooksPath` or `core.fsmonitor` elsewhere.
@@ -389,7 +439,10 @@ pub fn launch(args: Vec<OsString>) -> Result<(), SandboxError> {
     let mut args = args.into_iter();
     match args.next().as_deref().and_then(OsStr::to_str) {
         Some("--probe") => {
-            let support = imp::probe();
+            let mut support = serde_json::to_value(imp::probe())?;
+            if let Some(object) = support.as_object_mut() {
+                object.insert("protocol".into(), PROTOCOL.into());
+            }
             let mut out = std::io::stdout().lock();
             let _ = serde_json::to_writer(&mut out, &support);
             Ok(())

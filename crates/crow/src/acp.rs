@@ -542,6 +542,18 @@ fn start_mcp(spec: &SessionSpec, loaded: &LoadedConfig, tools: &ToolRegistry) ->
         },
     );
     let notices = spec.notices.clone();
+    // Where the kernel has no sandbox, the editor's user is told once per session why each
+    // command asks before it runs.
+    if let Some(reason) = options.sandbox.as_ref().and_then(|s| s.unavailable()) {
+        let _ = notices.send(crow_core::AgentEvent::Notice {
+            agent: "crow".into(),
+            level: crow_core::NoticeLevel::Warning,
+            message: format!(
+                "the sandbox is unavailable on this machine: {reason}; each command asks before \
+                 it runs unconfined"
+            ),
+        });
+    }
     tokio::spawn(async move {
         while let Some(event) = events.recv().await {
             if let Some(warning) = event.warning() {
@@ -600,6 +612,7 @@ fn compose(
         None,
         crow_core::Mode::Ask,
     )));
+    composer.trusted = loaded.trusted;
     composer.client = spec.client.clone();
     Ok(with_subagents(composer))
 }
@@ -750,6 +763,17 @@ impl SessionRunner for CrowRunner {
             id: self.spec.session_id.clone(),
             loaded: Arc::clone(&self.loaded),
         }))
+    }
+
+    fn rule_saver(&self) -> Option<Arc<dyn crow_acp::RuleSaver>> {
+        // An allow rule in an untrusted project's config would make its next session refuse
+        // to start (a project may only tighten): offered in trusted projects only.
+        if !self.loaded.trusted {
+            return None;
+        }
+        Some(Arc::new(crate::permissions::ProjectRules::new(
+            &self.composer.project_root,
+        )))
     }
 
     fn commands(&self) -> Vec<crow_acp::CommandInfo> {

@@ -8,8 +8,10 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use crow_core::{CoagentTools, ControlFlow, Handoff};
+use crow_core::{Action, CoagentTools, ControlFlow, Handoff, Rule};
 use serde::Deserialize;
+
+mod rules;
 
 /// Where a definition came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,6 +54,16 @@ pub struct AgentDef {
     /// Allowed tools (crow names, `*` suffix wildcards); `None` = all.
     pub tools: Option<Vec<String>>,
     pub disallowed_tools: Vec<String>,
+    /// Permission rules of this agent, on top of the session's (`agents/rules.rs`).
+    pub rules: Vec<Rule>,
+    /// The strictest mode this agent runs in (`permissions.mode`, `permissionMode`).
+    pub permission_mode: Option<crow_core::Mode>,
+    /// Read from the project's `.crow/agents/`: its allow rules count only in a trusted
+    /// project.
+    pub from_project: bool,
+    /// Why the file's permission rules could not be read: the agent refuses to run rather
+    /// than run without them.
+    pub policy_error: Option<String>,
     /// The agent's role prompt; the environment section is appended when rendered.
     pub prompt: String,
     pub source: DefSource,
@@ -208,13 +220,14 @@ pub fn load_catalog(user_dir: Option<&Path>, project_dir: &Path) -> Catalog {
     for def in builtin_compositions() {
         catalog.compositions.insert(def.name.clone(), def);
     }
-    for dir in user_dir.into_iter().chain([project_dir]) {
-        load_dir(&dir.join("agents"), &mut catalog);
+    if let Some(dir) = user_dir {
+        load_dir(&dir.join("agents"), &mut catalog, false);
     }
+    load_dir(&project_dir.join("agents"), &mut catalog, true);
     catalog
 }
 
-fn load_dir(dir: &Path, catalog: &mut Catalog) {
+fn load_dir(dir: &Path, catalog: &mut Catalog, from_project: bool) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
@@ -241,7 +254,15 @@ fn load_dir(dir: &Path, catalog: &mut Catalog) {
             parse_toml(&text, &path, source)
         };
         match parsed {
-            Ok(Def::Agent(def)) => {
+            Ok(Def::Agent(mut def)) => {
+                def.from_project = from_project;
+                if let Some(e) = &def.policy_error {
+                    catalog.problems.push(format!(
+                        "{}: {e}; agent '{}' refuses to run until it is fixed",
+                        path.display(),
+                        def.name
+                    ));
+                }
                 let unknown = unknown_tools(&def);
                 if !unknown.is_empty() {
                     catalog.warnings.push(format!(
@@ -293,6 +314,13 @@ struct Frontmatter {
     tools: Option<ToolsSpec>,
     #[serde(alias = "disallowedTools")]
     disallowed_tools: Option<ToolsSpec>,
+    /// crow's rules: `{mode, allow, ask, deny}`.
+    permissions: Option<serde_json::Value>,
+    /// opencode's `permission` map.
+    permission: Option<serde_json::Value>,
+    /// Claude Code's `permissionMode`.
+    #[serde(alias = "permissionMode")]
+    permission_mode: Option<String>,
 }
 
 fn parse_markdown(text: &str, path: &Path, source: DefSource) -> Result<AgentDef, String> {
@@ -318,7 +346,12 @@ fn parse_markdown(text: &str, path: &Path, source: DefSource) -> Result<AgentDef
     } else {
         serde_yaml_ng::from_str(front).map_err(|e| format!("frontmatter: {e}"))?
     };
-    let (tools, disallowed) = tool_lists(meta.tools, meta.disallowed_tools);
+    let permissions = rules::RawPermissions {
+        own: meta.permissions,
+        opencode: meta.permission,
+        claude_mode: meta.permission_mode,
+    };
+    let checked = tools_and_rules(meta.tools, meta.disallowed_tools, permissions, path, text);
     Ok(AgentDef {
         name: meta.name.unwrap_or_else(|| stem(path)),
         description: meta.description.unwrap_or_default(),
@@ -328,8 +361,12 @@ fn parse_markdown(text: &str, path: &Path, source: DefSource) -> Result<AgentDef
         max_tokens: meta.max_tokens,
         max_iterations: meta.max_iterations,
         doom_loop_threshold: meta.doom_loop_threshold,
-        tools,
-        disallowed_tools: disallowed,
+        tools: checked.tools,
+        disallowed_tools: checked.disallowed,
+        rules: checked.rules,
+        permission_mode: checked.mode,
+        from_project: false,
+        policy_error: checked.error,
         prompt: body.trim().to_owned(),
         source,
     })
@@ -348,6 +385,9 @@ struct TomlAgent {
     doom_loop_threshold: Option<u32>,
     tools: Option<ToolsSpec>,
     disallowed_tools: Option<ToolsSpec>,
+    permissions: Option<toml::Value>,
+    permission: Option<toml::Value>,
+    permission_mode: Option<String>,
     prompt: Option<String>,
 }
 
@@ -432,7 +472,13 @@ fn parse_toml(text: &str, path: &Path, source: DefSource) -> Result<Def, String>
         let raw: TomlAgent = toml::Value::Table(table)
             .try_into()
             .map_err(|e: toml::de::Error| flat(&e.to_string()))?;
-        let (tools, disallowed) = tool_lists(raw.tools, raw.disallowed_tools);
+        let json = |v: Option<toml::Value>| v.and_then(|v| serde_json::to_value(v).ok());
+        let permissions = rules::RawPermissions {
+            own: json(raw.permissions),
+            opencode: json(raw.permission),
+            claude_mode: raw.permission_mode,
+        };
+        let checked = tools_and_rules(raw.tools, raw.disallowed_tools, permissions, path, text);
         Ok(Def::Agent(AgentDef {
             name: raw.name.unwrap_or_else(|| stem(path)),
             description: raw.description.unwrap_or_default(),
@@ -442,8 +488,12 @@ fn parse_toml(text: &str, path: &Path, source: DefSource) -> Result<Def, String>
             max_tokens: raw.max_tokens,
             max_iterations: raw.max_iterations,
             doom_loop_threshold: raw.doom_loop_threshold,
-            tools,
-            disallowed_tools: disallowed,
+            tools: checked.tools,
+            disallowed_tools: checked.disallowed,
+            rules: checked.rules,
+            permission_mode: checked.mode,
+            from_project: false,
+            policy_error: checked.error,
             prompt: raw
                 .prompt
                 .ok_or("prompt: missing (the agent's system prompt)")?,
@@ -486,6 +536,49 @@ fn flow_of(raw: &TomlComposition) -> Result<ControlFlow, String> {
                 "flow: unknown '{other}' (expected hitl, loop, static, generated, chat, judge, smart or coagent)"
             ));
         }
+    })
+}
+
+/// An agent's tool set and permission rules, checked together: pattern entries of its tool
+/// lists are rules, not tools.
+struct Checked {
+    tools: Option<Vec<String>>,
+    disallowed: Vec<String>,
+    rules: Vec<Rule>,
+    mode: Option<crow_core::Mode>,
+    error: Option<String>,
+}
+
+fn tools_and_rules(
+    tools: Option<ToolsSpec>,
+    disallowed: Option<ToolsSpec>,
+    permissions: rules::RawPermissions,
+    path: &Path,
+    text: &str,
+) -> Checked {
+    let source = path.display().to_string();
+    let checked = (|| {
+        let (tools, mut found) = rules::split_patterns(tools, Action::Allow, true, &source, text)?;
+        let (disallowed, deny) =
+            rules::split_patterns(disallowed, Action::Deny, false, &source, text)?;
+        found.extend(deny);
+        let parsed = rules::parse(permissions, &source, text)?;
+        found.extend(parsed.rules);
+        let (tools, disallowed) = tool_lists(tools, disallowed);
+        Ok::<_, String>(Checked {
+            tools,
+            disallowed,
+            rules: found,
+            mode: parsed.mode,
+            error: None,
+        })
+    })();
+    checked.unwrap_or_else(|error| Checked {
+        tools: Some(Vec::new()),
+        disallowed: Vec::new(),
+        rules: Vec::new(),
+        mode: None,
+        error: Some(error),
     })
 }
 

@@ -29,6 +29,8 @@ pub struct Composer {
     /// The permission policy every agent's calls go through (`None`: the tools' own
     /// questions only).
     pub policy: Option<Arc<crow_core::Policy>>,
+    /// The project is trusted: allow rules in its agent files count.
+    pub trusted: bool,
     /// The editor's files and terminals (`crow acp`), handed to every agent's tools.
     pub client: Option<Arc<dyn ClientBridge>>,
     pub cwd: PathBuf,
@@ -103,6 +105,7 @@ impl Composer {
             tools,
             permission: Arc::new(AllowAll),
             policy: None,
+            trusted: false,
             client: None,
             cwd,
             project_root,
@@ -296,12 +299,34 @@ impl Composer {
             config,
         );
         let agent = match &self.policy {
-            Some(policy) => agent.with_policy(Arc::clone(policy)),
+            Some(policy) => {
+                // A subagent is shown under its callers (`planner/explore`): theirs count too.
+                let ancestors: Vec<&AgentDef> = shown
+                    .split('/')
+                    .rev()
+                    .skip(1)
+                    .filter_map(|name| self.ancestor(name))
+                    .collect();
+                agent.with_policy(crate::permissions::for_agent(
+                    policy,
+                    def,
+                    &ancestors,
+                    self.trusted,
+                )?)
+            }
             None => agent,
         };
         Ok(match &self.client {
             Some(client) => agent.with_client(Arc::clone(client)),
             None => agent,
+        })
+    }
+
+    /// The agent a segment of a shown name stands for: an agent, or a composition's primary.
+    fn ancestor(&self, name: &str) -> Option<&AgentDef> {
+        self.catalog.agents.get(name).or_else(|| {
+            let primary = &self.catalog.compositions.get(name)?.primary;
+            self.catalog.agents.get(primary)
         })
     }
 

@@ -286,6 +286,8 @@ pub struct LoadedConfig {
     pub untrusted: Vec<String>,
     /// `[permissions]` rules of every layer, in layer order (they add up, never replace).
     pub rules: Vec<crow_core::Rule>,
+    /// The project's own config counts in full (`crow trust`, `--trust-project`).
+    pub trusted: bool,
 }
 
 impl LoadedConfig {
@@ -447,7 +449,8 @@ pub fn load(project_root: &Path, flags: &Overrides) -> Result<LoadedConfig> {
     let mut merged = toml::Table::new();
     let mut sources = BTreeMap::new();
     // Claude Code's project rules first: crow's own files, read after, add to them.
-    let mut rules = crate::permissions::claude_rules(project_root, trusted)?;
+    let mut rules = crate::permissions::opencode_rules(project_root, trusted)?;
+    rules.extend(crate::permissions::claude_rules(project_root, trusted)?);
     for (table, source) in layers {
         rules.extend(crate::permissions::layer_rules(&table, &source)?);
         flatten("", &table, &source, &mut sources);
@@ -462,6 +465,7 @@ pub fn load(project_root: &Path, flags: &Overrides) -> Result<LoadedConfig> {
         base_url_override: flags.base_url.clone(),
         untrusted,
         rules,
+        trusted,
     })
 }
 
@@ -656,7 +660,12 @@ pub fn render_show(loaded: &LoadedConfig) -> String {
     if !loaded.rules.is_empty() {
         out.push_str("\n# permission rules (deny wins; then the most specific; then the mode):\n");
         for rule in &loaded.rules {
-            out.push_str(&format!("#   {}\n", rule.describe()));
+            let default = if rule.fallback {
+                " [the tool's default: its own patterns beat it]"
+            } else {
+                ""
+            };
+            out.push_str(&format!("#   {}{default}\n", rule.describe()));
         }
     }
     out

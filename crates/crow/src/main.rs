@@ -212,6 +212,11 @@ struct RunArgs {
     /// in the sandbox). No one is asked in `crow run`: what would ask is refused.
     #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(crow_core::Mode::NAMES))]
     mode: Option<String>,
+    /// Answer every permission question yes (no one is there to ask): calls that would ask
+    /// run, also commands that would run unconfined where the kernel has no sandbox. Deny
+    /// rules still deny.
+    #[arg(long)]
+    approve: bool,
 }
 
 #[derive(Args, Clone, Default)]
@@ -514,7 +519,7 @@ async fn run(args: RunArgs) -> Result<ExitCode> {
         resume: resume_of(args.continue_last, args.resume),
         mode: args.mode.as_deref().and_then(crow_core::Mode::parse),
         default_mode: crow_core::Mode::FullAuto,
-        gate: permissions::headless(),
+        gate: permissions::headless(args.approve),
     })?;
     for note in &assembled.notes {
         eprintln!("note: {note}");

@@ -17,6 +17,14 @@ use serde::Deserialize;
 
 use crate::config::Source;
 
+pub mod opencode;
+mod save;
+
+pub use save::ProjectRules;
+// The API the interactive terminal calls when the user keeps an "always" for the project.
+#[allow(unused_imports)]
+pub use save::{SavedRule, save_rule};
+
 /// `[permissions]` in config.toml. The rule lists are declared so each file is checked
 /// against the schema; `layer_rules` reads them per layer (they add up, merging would replace).
 #[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
@@ -150,6 +158,38 @@ pub fn claude_rules(project_root: &Path, trusted: bool) -> Result<Vec<Rule>> {
     Ok(rules)
 }
 
+/// opencode's `permission` rules: the user's (`~/.config/opencode/opencode.json`, or
+/// `.jsonc`), then the project's (`opencode.json`, `opencode.jsonc` in its root). A project's
+/// allow rules count only when it is trusted (skipped with a note otherwise); a file that does
+/// not parse stops the session, naming file, line and column.
+pub fn opencode_rules(project_root: &Path, trusted: bool) -> Result<Vec<Rule>> {
+    let mut rules = Vec::new();
+    let user_dir = dirs::config_dir().map(|d| d.join("opencode"));
+    for dir in user_dir.iter() {
+        for name in ["opencode.json", "opencode.jsonc"] {
+            rules.extend(opencode::file_rules(&dir.join(name))?.unwrap_or_default());
+        }
+    }
+    for name in ["opencode.json", "opencode.jsonc"] {
+        let path = project_root.join(name);
+        let Some(found) = opencode::file_rules(&path)? else {
+            continue;
+        };
+        let (allow, other): (Vec<Rule>, Vec<Rule>) =
+            found.into_iter().partition(|r| r.action == Action::Allow);
+        if !trusted && !allow.is_empty() {
+            tracing::info!(
+                "{}: permission allow entries are not used until you trust this project (crow trust)",
+                path.display()
+            );
+        } else {
+            rules.extend(allow);
+        }
+        rules.extend(other);
+    }
+    Ok(rules)
+}
+
 /// The 1-based line of the first occurrence of `rule` quoted in `text`.
 fn line_of(text: &str, rule: &str) -> Option<usize> {
     let quoted = [format!("\"{rule}\""), format!("'{rule}'")];
@@ -173,7 +213,22 @@ pub fn sensitive_dirs(config: &crate::config::Config, project_root: &Path) -> Ve
         dirs.push(home.join(".ssh"));
     }
     dirs.retain(|d| !project_root.starts_with(d));
-    dirs
+    // The project's own policy: a call that could loosen the rules it runs under asks.
+    for file in crow_tools::sandbox::PROJECT_POLICY {
+        dirs.push(project_root.join(file));
+    }
+    dirs.into_iter().map(|d| canonical(&d)).collect()
+}
+
+/// A path with its existing part resolved (tools and commands report resolved paths).
+pub(crate) fn canonical(path: &Path) -> PathBuf {
+    if let Ok(real) = std::fs::canonicalize(path) {
+        return real;
+    }
+    match (path.parent(), path.file_name()) {
+        (Some(parent), Some(name)) => canonical(parent).join(name),
+        _ => path.to_path_buf(),
+    }
 }
 
 /// The session's policy: `mode` if a flag chose one, else the configured one, else `default`.
@@ -183,23 +238,89 @@ pub fn policy(
     mode: Option<Mode>,
     default: Mode,
 ) -> Policy {
+    let project_root = canonical(project_root);
     Policy {
         mode: mode
             .or(loaded.config.permissions.mode.map(Mode::from))
             .unwrap_or(default),
         rules: loaded.rules.clone(),
-        project_root: project_root.to_path_buf(),
-        sensitive_dirs: sensitive_dirs(&loaded.config, project_root),
+        sensitive_dirs: sensitive_dirs(&loaded.config, &project_root),
+        project_root,
+        floor: None,
+    }
+}
+
+/// The policy of one agent: the session's, plus the rules and mode its definition carries.
+/// A project's agent files may only tighten unless the project is trusted (their allow rules
+/// are skipped with a note). A definition whose rules did not parse refuses to run.
+///
+/// `ancestors` are the agents that started this one as a subagent: their mode floors and
+/// ask/deny rules hold for it too, so a read-only agent cannot get an edit done through a
+/// subagent.
+pub fn for_agent(
+    base: &Arc<Policy>,
+    def: &crate::agents::AgentDef,
+    ancestors: &[&crate::agents::AgentDef],
+    trusted: bool,
+) -> Result<Arc<Policy>> {
+    if let Some(e) = &def.policy_error {
+        bail!("agent '{}' ({}) cannot run: {e}", def.name, def.source);
+    }
+    let inherited = ancestors
+        .iter()
+        .any(|a| a.permission_mode.is_some() || a.rules.iter().any(|r| r.action != Action::Allow));
+    if def.rules.is_empty() && def.permission_mode.is_none() && !inherited {
+        return Ok(Arc::clone(base));
+    }
+    let mut policy = Policy::clone(base);
+    for ancestor in ancestors {
+        policy.rules.extend(
+            ancestor
+                .rules
+                .iter()
+                .filter(|r| r.action != Action::Allow)
+                .cloned(),
+        );
+        policy.floor = stricter(policy.floor, ancestor.permission_mode);
+    }
+    for rule in &def.rules {
+        if rule.action == Action::Allow && def.from_project && !trusted {
+            tracing::info!(
+                "{}: agent '{}' allow rule {} is not used until you trust this project (crow trust)",
+                rule.source,
+                def.name,
+                rule.describe()
+            );
+            continue;
+        }
+        policy.rules.push(rule.clone());
+    }
+    policy.floor = stricter(policy.floor, def.permission_mode);
+    Ok(Arc::new(policy))
+}
+
+fn stricter(a: Option<Mode>, b: Option<Mode>) -> Option<Mode> {
+    match (a, b) {
+        (Some(a), Some(b)) if b.strictness() > a.strictness() => Some(b),
+        (None, b) => b,
+        (a, _) => a,
     }
 }
 
 /// `crow run`'s gate: nobody is there to answer, so a question is a refusal the model reads,
-/// saying how the user can allow it.
-pub struct Headless;
+/// saying how the user can allow it; with `--approve` (`approve`), every question is
+/// answered yes (deny rules still deny: they never ask).
+pub struct Headless {
+    pub approve: bool,
+}
 
 #[async_trait]
 impl PermissionGate for Headless {
     async fn check(&self, request: PermissionRequest) -> PermissionDecision {
+        if self.approve {
+            tracing::info!(tool = %request.tool, "approved by --approve: {}", request.title);
+            return PermissionDecision::Allow;
+        }
         let why = request
             .policy
             .as_deref()
@@ -208,17 +329,18 @@ impl PermissionGate for Headless {
         PermissionDecision::Deny {
             reason: format!(
                 "needs approval: {}{why}, and `crow run` has no one to ask; the user can allow \
-                 it with a rule in [permissions] allow (e.g. \"{}\") or `crow run --mode \
-                 full-auto`. Do not retry it.",
+                 it with a rule in [permissions] allow (e.g. \"{}\"), `crow run --mode \
+                 full-auto`, or `crow run --approve` (every question answered yes). Do not \
+                 retry it.",
                 request.title, request.tool
             ),
         }
     }
 }
 
-/// The gate of a front end with no human, shared.
-pub fn headless() -> Arc<dyn PermissionGate> {
-    Arc::new(Headless)
+/// The gate of a front end with no human, shared; `approve`: `--approve`.
+pub fn headless(approve: bool) -> Arc<dyn PermissionGate> {
+    Arc::new(Headless { approve })
 }
 
 #[cfg(test)]

@@ -106,6 +106,7 @@ pub fn assemble(request: Request) -> Result<Assembled> {
     );
     composer.permission = request.gate;
     composer.policy = Some(Arc::new(policy));
+    composer.trusted = loaded.trusted;
     Ok(Assembled {
         loaded,
         composer: compose::with_subagents(composer),

@@ -274,10 +274,8 @@ pub fn sandbox_spec(config: &config::Config) -> Option<crow_tools::SandboxSpec> 
         return None;
     }
     let (launcher, support) = SUPPORT.get_or_init(|| match std::env::current_exe() {
-        Ok(exe) => {
-            let support = SandboxSupport::probe_with(&exe);
-            (exe, support)
-        }
+        // The small launcher beside crow when it is there (faster per command), else crow.
+        Ok(exe) => crow_tools::sandbox::choose_launcher(&exe),
         Err(e) => (
             std::path::PathBuf::from("crow"),
             SandboxSupport::none(format!("cannot find crow's own executable: {e}")),
@@ -311,8 +309,9 @@ pub fn sandbox_spec(config: &config::Config) -> Option<crow_tools::SandboxSpec> 
     WARNED.call_once(|| {
         if let Some(reason) = spec.unavailable() {
             tracing::warn!(
-                "the sandbox is unavailable on this machine: {reason}; commands will be refused \
-                 (set [sandbox] mode = \"off\" to run them unconfined)"
+                "the sandbox is unavailable on this machine: {reason}; each command asks \
+                 before it runs unconfined (crow run: refused unless --approve; set [sandbox] \
+                 mode = \"off\" to run them unconfined without asking)"
             );
         }
         for note in spec.weaker() {

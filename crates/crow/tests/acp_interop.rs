@@ -35,8 +35,14 @@ async fn typescript_sdk_client_drives_crow_acp() {
         dir.display()
     );
     let mock = MockLlm::start(Scenario::new()).await.unwrap();
+    // CROW_ACP_TEST_PATTERN runs only the tests whose names match (while working on some).
+    let pattern = std::env::var("CROW_ACP_TEST_PATTERN")
+        .ok()
+        .map(|p| format!("--test-name-pattern={p}"));
     let output = tokio::process::Command::new("node")
-        .args(["--test", "--test-concurrency=1", "interop.test.mjs"])
+        .args(["--test", "--test-concurrency=1"])
+        .args(pattern)
+        .args(["interop.test.mjs", "policy.test.mjs"])
         .current_dir(&dir)
         .env("CROW_BIN", env!("CARGO_BIN_EXE_crow"))
         .env("MOCK_URL", mock.base_url())
@@ -55,6 +61,10 @@ async fn typescript_sdk_client_drives_crow_acp() {
         "ACP interop tests failed:\n{stdout}\n{stderr}"
     );
     assert!(stdout.contains("# fail 0"), "{stdout}");
+    assert!(!stdout.contains("# pass 0"), "no test ran: {stdout}");
+    if std::env::var_os("CROW_ACP_TEST_VERBOSE").is_some() {
+        eprintln!("{stdout}");
+    }
 }
 
 /// What an editor's agent log shows of crow: no colour codes when stderr is not a terminal,

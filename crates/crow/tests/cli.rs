@@ -343,7 +343,8 @@ fn readme_says_what_is_true() {
         .and_then(|rest| rest.split("```").next())
         .unwrap();
     assert_eq!(block.trim().lines().count(), 2, "{block}");
-    // Only the file tools are confined to the project root; bash is not (yet).
+    // The file tools are confined to the project root; bash to the OS sandbox, said as such.
     assert!(!readme.contains("its tools may read, write and run commands,\nbut only within"));
-    assert!(readme.contains("`bash` is **not** confined"));
+    assert!(!readme.contains("`bash` is **not** confined"));
+    assert!(readme.contains("`bash` runs in an OS sandbox where the kernel\noffers one"));
 }

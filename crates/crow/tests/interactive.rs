@@ -407,3 +407,86 @@ async fn esc_cancels_a_turn_and_ctrl_c_twice_at_an_idle_prompt_leaves() {
     pty.send("\x03");
     assert_eq!(pty.wait_exit(20), 0);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_provider_error_is_shown_and_the_next_prompt_starts_afresh() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = Scenario::new()
+        .fault(crow_testkit::Fault::Status {
+            code: 401,
+            retry_after_secs: None,
+            body: Some("invalid api key".into()),
+        })
+        .reply(Reply::text("Working now."));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let mut pty = open(dir.path(), &mock, &[]);
+    pty.wait_for("/help for commands", 20);
+    pty.line("first try");
+    let screen = pty.wait_for("error:", 20);
+    assert!(screen.contains("invalid api key"), "{screen}");
+    pty.line("second try");
+    pty.wait_for("Working now.", 20);
+    // The failed first prompt left no session behind: the model sees the second alone.
+    let users = user_texts(&mock.requests().last().unwrap().body);
+    assert_eq!(users, ["second try"]);
+    pty.send("\x04");
+    assert_eq!(pty.wait_exit(20), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn always_for_the_project_saves_the_rule_and_it_applies_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let bash = |cmd: &str| Reply::tool_call("bash", json!({"command": cmd}));
+    let scenario = Scenario::new()
+        .reply(bash("git status --short"))
+        .reply(Reply::text("Looked."))
+        .reply(bash("git status"))
+        .reply(Reply::text("Looked again."));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let mut pty = open(dir.path(), &mock, &["--trust-project"]);
+    pty.wait_for("/help for commands", 20);
+    pty.line("status please");
+    let screen = pty.wait_for("allow?", 20);
+    assert!(
+        screen.contains("p = always, saving `bash(git status*)` to .crow/config.toml"),
+        "{screen}"
+    );
+    pty.line("p");
+    pty.wait_for("Looked.", 20);
+    let saved = std::fs::read_to_string(dir.path().join(".crow/config.toml")).unwrap();
+    assert!(saved.contains("bash(git status*)"), "{saved}");
+    pty.line("again");
+    let screen = pty.wait_for("Looked again.", 20);
+    assert_eq!(screen.matches("allow?").count(), 1, "{screen}");
+    pty.send("\x04");
+    assert_eq!(pty.wait_exit(20), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rules_allow_and_deny_without_asking_in_the_terminal_too() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join(".crow")).unwrap();
+    std::fs::write(
+        dir.path().join(".crow/config.toml"),
+        "[permissions]\nallow = [\"bash(echo *)\"]\ndeny = [\"bash(rm *)\"]\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("keep.txt"), "keep\n").unwrap();
+    let scenario = Scenario::new()
+        .reply(
+            Reply::tool_call("bash", json!({"command": "echo allowed-ran"}))
+                .with_tool_call("bash", json!({"command": "rm keep.txt"})),
+        )
+        .reply(Reply::text("Both tried."));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let mut pty = open(dir.path(), &mock, &["--trust-project"]);
+    pty.wait_for("/help for commands", 20);
+    pty.line("try both");
+    let screen = pty.wait_for("Both tried.", 20);
+    assert!(!screen.contains("allow?"), "nothing asked: {screen}");
+    assert!(screen.contains("allowed-ran"), "{screen}");
+    assert!(screen.contains("permission denied"), "{screen}");
+    assert!(dir.path().join("keep.txt").exists());
+    pty.send("\x04");
+    assert_eq!(pty.wait_exit(20), 0);
+}

@@ -182,7 +182,7 @@ async fn mode_off_runs_commands_unconfined() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn without_sandbox_support_commands_are_refused_with_the_way_out() {
+async fn without_sandbox_support_commands_need_approval_and_never_run_unconfined_silently() {
     let repo = git_repo();
     let dir = repo.path();
     let out_dir = outside();
@@ -208,6 +208,8 @@ async fn without_sandbox_support_commands_are_refused_with_the_way_out() {
         assert!(
             text.contains("the sandbox is unavailable on this machine")
                 && text.contains("CROW_SANDBOX_UNSUPPORTED")
+                && text.contains("needs approval")
+                && text.contains("--approve")
                 && text.contains("mode = \"off\""),
             "{text}"
         );
@@ -220,6 +222,45 @@ async fn without_sandbox_support_commands_are_refused_with_the_way_out() {
         "{}",
         out.stderr
     );
+
+    // Even a full-auto run and an allow rule for the command do not skip the question.
+    write_project_config(dir, "[permissions]\nallow = [\"bash(echo *)\"]\n");
+    trust_project(dir);
+    let scenario = Scenario::new()
+        .reply(Reply::tool_call("bash", json!({ "command": command })))
+        .reply(Reply::tool_call(
+            "task_complete",
+            json!({"summary": "done"}),
+        ));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let mut cmd = crow_run(dir, &mock, "run it");
+    cmd.args(["--mode", "full-auto"])
+        .env_remove("CROW_SANDBOX_MODE")
+        .env("CROW_SANDBOX_UNSUPPORTED", "1");
+    let out = output(cmd).await;
+    let end = out.of_type("tool_call_end")[0].clone();
+    assert_eq!(end["result"]["status"], "error", "{end}");
+    assert!(!target.exists());
+
+    // `--approve` is the answer of a user who is not there: the command runs, unconfined.
+    let scenario = Scenario::new()
+        .reply(Reply::tool_call("bash", json!({ "command": command })))
+        .reply(Reply::tool_call(
+            "task_complete",
+            json!({"summary": "done"}),
+        ));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let mut cmd = crow_run(dir, &mock, "run it");
+    cmd.arg("--approve")
+        .env_remove("CROW_SANDBOX_MODE")
+        .env("CROW_SANDBOX_UNSUPPORTED", "1");
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let end = out.of_type("tool_call_end")[0].clone();
+    assert_eq!(end["result"]["status"], "success", "{end}");
+    assert!(target.exists());
+    std::fs::remove_file(&target).unwrap();
+    std::fs::remove_dir_all(dir.join(".crow")).unwrap();
 
     // `mode = "off"` is the user's way out.
     user_config(dir, "[sandbox]\nmode = \"off\"\n");
@@ -315,4 +356,107 @@ async fn config_show_lists_the_sandbox_with_sources() {
     assert!(line("sandbox.network ").contains("true  # "));
     assert!(line("sandbox.network ").contains("config.toml"));
     assert!(line("sandbox.writable_roots ").contains("[]"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_small_launcher_beside_crow_is_used_and_a_stale_one_is_not() {
+    require!("a usable sandbox", sandbox_usable());
+    let repo = git_repo();
+    let dir = repo.path();
+    // cargo builds crow-sandbox beside crow; commands start through it.
+    let out = output(crow_sandbox(dir, "echo inside > made.txt")).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let small = env!("CARGO_BIN_EXE_crow-sandbox");
+    assert!(
+        out.stderr.contains(&format!("(launcher {small})")),
+        "{}",
+        out.stderr
+    );
+    assert!(dir.join("made.txt").exists());
+
+    // A launcher speaking another protocol (a stale build) is not used: crow launches itself.
+    let bin = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let crow_copy = bin.path().join("crow");
+    std::fs::hard_link(env!("CARGO_BIN_EXE_crow"), &crow_copy)
+        .or_else(|_| std::fs::copy(env!("CARGO_BIN_EXE_crow"), &crow_copy).map(|_| ()))
+        .unwrap();
+    let stale = bin.path().join("crow-sandbox");
+    std::fs::write(
+        &stale,
+        "#!/bin/sh\necho '{\"landlock_fs\":true,\"landlock_net\":true,\"namespaces\":true,\"protocol\":0}'\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&stale, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let home = dir.join(".home");
+    let run = tokio::process::Command::new(&crow_copy)
+        .args(["sandbox", "--", "echo again > again.txt"])
+        .current_dir(dir)
+        .env("HOME", &home)
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .env("XDG_DATA_HOME", home.join(".local/share"))
+        .env_remove("CROW_CONFIG_DIR")
+        .env_remove("CROW_SANDBOX_MODE")
+        .env_remove("CROW_SANDBOX_UNSUPPORTED")
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("(launcher {})", crow_copy.display())),
+        "{stderr}"
+    );
+    assert!(dir.join("again.txt").exists());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_projects_permission_files_are_read_only_to_commands() {
+    require!("Landlock and user namespaces", full_sandbox());
+    let repo = git_repo();
+    let dir = repo.path();
+    write_project_config(dir, "[permissions]\ndeny = [\"bash(rm -rf *)\"]\n");
+    std::fs::write(dir.join("opencode.json"), "{}\n").unwrap();
+    let scenario = Scenario::new()
+        .reply(Reply::tool_call(
+            "bash",
+            json!({"command": "echo 'allow = [\"bash\"]' >> .crow/config.toml"}),
+        ))
+        .reply(Reply::tool_call(
+            "bash",
+            json!({"command": "echo '{}' > opencode.json; echo ok > fine.txt"}),
+        ))
+        .reply(Reply::tool_call(
+            "task_complete",
+            json!({"summary": "done"}),
+        ));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    // --approve gets past the policy's question: the sandbox is what stops the write.
+    let mut cmd = crow_run(dir, &mock, "loosen it");
+    cmd.arg("--approve");
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let results: Vec<Value> = out
+        .of_type("tool_call_end")
+        .iter()
+        .filter(|e| e["tool"] == "bash")
+        .map(|e| e["result"].clone())
+        .collect();
+    assert_eq!(results[0]["status"], "error", "{}", results[0]);
+    assert!(
+        results[0]["output"].as_str().unwrap().contains("Read-only"),
+        "{}",
+        results[0]
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join(".crow/config.toml")).unwrap(),
+        "[permissions]\ndeny = [\"bash(rm -rf *)\"]\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("opencode.json")).unwrap(),
+        "{}\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("fine.txt")).unwrap(),
+        "ok\n"
+    );
 }

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
+use crow_core::policy::Rule;
 use crow_core::{Mode, PermissionDecision, PermissionGate, PermissionPreview, PermissionRequest};
 use tokio::sync::{mpsc, oneshot};
 
@@ -20,6 +21,8 @@ use crate::render::Style;
 pub enum Answer {
     Once,
     Always,
+    /// Always, and the rule saved to the project's config.
+    Project,
     Reject(Option<String>),
 }
 
@@ -28,6 +31,8 @@ pub struct Question {
     pub request: PermissionRequest,
     /// What "always" would cover; `None`: it is asked every time.
     pub key: Option<String>,
+    /// The rule "always for this project" would save (trusted projects only).
+    pub project_rule: Option<Rule>,
     pub reply: oneshot::Sender<Answer>,
 }
 
@@ -38,6 +43,11 @@ pub struct GateState {
     pub mode: Option<Mode>,
     /// "Always" answers by key: `true` allow, `false` reject.
     pub always: HashMap<String, bool>,
+    /// Where "always for this project" saves rules; `None`: not offered (an untrusted
+    /// project would refuse its own allow rules at the next start).
+    pub project_root: Option<std::path::PathBuf>,
+    /// Rules saved to the project during this session, judged from the next call on.
+    pub saved: Vec<Rule>,
 }
 
 pub struct TerminalGate {
@@ -59,12 +69,19 @@ impl PermissionGate for TerminalGate {
     async fn check(&self, request: PermissionRequest) -> PermissionDecision {
         let key = crow_core::policy::always_key(&request);
         // As in `crow acp`: an "always" answer for this key (or the whole tool) stands.
-        let remembered = self.state.lock().ok().and_then(|s| {
-            key.as_ref()
-                .and_then(|k| s.always.get(k))
-                .or_else(|| s.always.get(&request.tool))
-                .copied()
-        });
+        // Never for running unconfined: that is asked every time.
+        let unconfined = crow_core::policy::asks_to_run_unconfined(&request);
+        let remembered = self
+            .state
+            .lock()
+            .ok()
+            .filter(|_| !unconfined)
+            .and_then(|s| {
+                key.as_ref()
+                    .and_then(|k| s.always.get(k))
+                    .or_else(|| s.always.get(&request.tool))
+                    .copied()
+            });
         if let Some(allowed) = remembered {
             let label = key.as_deref().unwrap_or(&request.tool);
             return if allowed {
@@ -77,10 +94,20 @@ impl PermissionGate for TerminalGate {
                 }
             };
         }
+        // Never for a command that would run unconfined: that question is about this
+        // machine, not the command.
+        let project_rule = self
+            .state
+            .lock()
+            .ok()
+            .and_then(|s| s.project_root.clone())
+            .filter(|_| !crow_core::policy::asks_to_run_unconfined(&request))
+            .and_then(|root| crow_core::policy::suggest_rule(&request, &root));
         let (reply, answer) = oneshot::channel();
         let asked = Question {
             request,
             key,
+            project_rule,
             reply,
         };
         if self.questions.send(asked).is_err() {
@@ -89,7 +116,7 @@ impl PermissionGate for TerminalGate {
             };
         }
         match answer.await {
-            Ok(Answer::Once | Answer::Always) => PermissionDecision::Allow,
+            Ok(Answer::Once | Answer::Always | Answer::Project) => PermissionDecision::Allow,
             Ok(Answer::Reject(Some(reason))) => PermissionDecision::Deny {
                 reason: format!("the user rejected this call: {reason}"),
             },
@@ -106,17 +133,25 @@ impl PermissionGate for TerminalGate {
     fn mode(&self) -> Option<Mode> {
         self.state.lock().ok().and_then(|s| s.mode)
     }
+
+    fn rules(&self) -> Vec<Rule> {
+        self.state
+            .lock()
+            .map(|s| s.saved.clone())
+            .unwrap_or_default()
+    }
 }
 
 /// Reads a typed line as an answer: `y`/`yes`, `a`/`always`, `n`/`no` (with a reason after
 /// it, or not), or any other text as a rejection with that reason. An empty line answers
 /// nothing (asked again).
-pub fn parse_answer(line: &str, always_offered: bool) -> Option<Answer> {
+pub fn parse_answer(line: &str, always_offered: bool, project_offered: bool) -> Option<Answer> {
     let text = line.trim();
     match text.to_lowercase().as_str() {
         "" => None,
         "y" | "yes" | "allow" => Some(Answer::Once),
         "a" | "always" if always_offered => Some(Answer::Always),
+        "p" | "project" if project_offered => Some(Answer::Project),
         "n" | "no" | "reject" => Some(Answer::Reject(None)),
         _ => {
             // "n, use git mv" and "no: later" carry their reason after the no.
@@ -179,11 +214,26 @@ pub fn render_question(question: &Question, style: Style, root: &std::path::Path
         Some(key) => format!(" · a = always {key} this session"),
         None => String::new(),
     };
+    let project = match &question.project_rule {
+        Some(rule) => format!(
+            " · p = always, saving `{}` to .crow/config.toml",
+            rule_text(rule)
+        ),
+        None => String::new(),
+    };
     lines.push(format!(
-        "  {} y = allow{always} · n = reject · or type why not",
+        "  {} y = allow{always}{project} · n = reject · or type why not",
         style.yellow("allow?")
     ));
     lines.join("\n")
+}
+
+/// `bash(git status*)`: a rule as config writes it.
+pub fn rule_text(rule: &Rule) -> String {
+    match &rule.pattern {
+        Some(pattern) => format!("{}({pattern})", rule.tool),
+        None => rule.tool.clone(),
+    }
 }
 
 /// A path as the user knows it: relative to the project root when inside it.
@@ -210,24 +260,29 @@ mod tests {
 
     #[test]
     fn answers_parse_and_other_text_is_a_reason() {
-        assert_eq!(parse_answer(" y ", true), Some(Answer::Once));
-        assert_eq!(parse_answer("always", true), Some(Answer::Always));
+        assert_eq!(parse_answer(" y ", true, false), Some(Answer::Once));
+        assert_eq!(parse_answer("always", true, false), Some(Answer::Always));
         assert_eq!(
-            parse_answer("a", false),
+            parse_answer("a", false, false),
             Some(Answer::Reject(Some("a".into())))
         );
-        assert_eq!(parse_answer("no", true), Some(Answer::Reject(None)));
+        assert_eq!(parse_answer("p", true, true), Some(Answer::Project));
         assert_eq!(
-            parse_answer("use git mv instead", true),
+            parse_answer("p", true, false),
+            Some(Answer::Reject(Some("p".into())))
+        );
+        assert_eq!(parse_answer("no", true, false), Some(Answer::Reject(None)));
+        assert_eq!(
+            parse_answer("use git mv instead", true, false),
             Some(Answer::Reject(Some("use git mv instead".into())))
         );
-        assert_eq!(parse_answer("   ", true), None);
+        assert_eq!(parse_answer("   ", true, false), None);
         assert_eq!(
-            parse_answer("n, not now", true),
+            parse_answer("n, not now", true, false),
             Some(Answer::Reject(Some("not now".into())))
         );
         assert_eq!(
-            parse_answer("nothing like that", true),
+            parse_answer("nothing like that", true, false),
             Some(Answer::Reject(Some("nothing like that".into())))
         );
     }

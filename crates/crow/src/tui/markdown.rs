@@ -1,19 +1,71 @@
 //! Markdown for a terminal, one line at a time (answers stream in; a line is styled once it
 //! is complete): headings bold, list bullets, quotes dimmed, `inline code` and **bold**, and
-//! fenced code blocks set apart in their own colour with the fence's language shown.
+//! fenced code blocks set apart with the fence's language shown, their lines highlighted by
+//! syntect when the language is known and the terminal shows 24-bit colour (else in one
+//! colour).
+
+use std::sync::OnceLock;
+
+use syntect::easy::HighlightLines;
+use syntect::highlighting::{Theme, ThemeSet};
+use syntect::parsing::SyntaxSet;
 
 use crate::render::Style;
+
+/// Syntaxes and a theme, loaded once (tens of milliseconds): [`warm_up`] does it off the
+/// input path at start.
+fn syntaxes() -> &'static (SyntaxSet, Theme) {
+    static LOADED: OnceLock<(SyntaxSet, Theme)> = OnceLock::new();
+    LOADED.get_or_init(|| {
+        let mut themes = ThemeSet::load_defaults();
+        let theme = themes
+            .themes
+            .remove("base16-ocean.dark")
+            .unwrap_or_default();
+        (SyntaxSet::load_defaults_newlines(), theme)
+    })
+}
+
+/// Loads the syntaxes in the background, so the first code block does not wait for them.
+pub fn warm_up() {
+    std::thread::spawn(|| {
+        syntaxes();
+    });
+}
+
+/// Whether the terminal shows 24-bit colour (syntect's escapes need it).
+fn truecolor() -> bool {
+    static TRUECOLOR: OnceLock<bool> = OnceLock::new();
+    *TRUECOLOR
+        .get_or_init(|| std::env::var("COLORTERM").is_ok_and(|v| v == "truecolor" || v == "24bit"))
+}
 
 #[derive(Default)]
 pub struct Markdown {
     /// Inside a fenced code block (its fence).
     fence: Option<String>,
+    /// The highlighter of the open block, when its language is known.
+    highlighter: Option<HighlightLines<'static>>,
 }
 
 impl Markdown {
     /// A new answer starts outside any code block.
     pub fn reset(&mut self) {
         self.fence = None;
+        self.highlighter = None;
+    }
+
+    /// A code line, highlighted when it can be.
+    fn code(&mut self, line: &str, style: Style) -> String {
+        if let Some(highlighter) = &mut self.highlighter {
+            let (syntaxes, _) = syntaxes();
+            let text = format!("{line}\n");
+            if let Ok(ranges) = highlighter.highlight_line(&text, syntaxes) {
+                let escaped = syntect::util::as_24_bit_terminal_escaped(&ranges, false);
+                return format!("  {}\x1b[0m", escaped.trim_end_matches('\n'));
+            }
+        }
+        format!("  {}", style.paint("36", line))
     }
 
     pub fn line(&mut self, line: &str, style: Style) -> String {
@@ -21,9 +73,10 @@ impl Markdown {
         if let Some(fence) = &self.fence {
             if trimmed.starts_with(fence.as_str()) && trimmed.trim_end() == fence {
                 self.fence = None;
+                self.highlighter = None;
                 return style.dim("  └──");
             }
-            return format!("  {}", style.paint("36", line));
+            return self.code(line, style);
         }
         if let Some(rest) = trimmed
             .strip_prefix("```")
@@ -31,6 +84,12 @@ impl Markdown {
         {
             self.fence = Some(trimmed[..3].to_owned());
             let lang = rest.trim();
+            if style.is_on() && truecolor() && !lang.is_empty() {
+                let (syntaxes, theme) = syntaxes();
+                self.highlighter = syntaxes
+                    .find_syntax_by_token(lang)
+                    .map(|syntax| HighlightLines::new(syntax, theme));
+            }
             return style.dim(format!("  ┌── {lang}").trim_end());
         }
         let hashes = trimmed.chars().take_while(|&c| c == '#').count();
@@ -91,6 +150,7 @@ fn inline(text: &str, style: Style) -> String {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     fn plain(lines: &[&str]) -> Vec<String> {
@@ -121,6 +181,22 @@ mod tests {
                 "│ quoted"
             ]
         );
+    }
+
+    #[test]
+    fn a_known_language_is_highlighted_in_24_bit_colour() {
+        let (syntaxes, theme) = syntaxes();
+        let rust = syntaxes.find_syntax_by_token("rust").unwrap();
+        let mut md = Markdown {
+            fence: Some("```".into()),
+            highlighter: Some(HighlightLines::new(rust, theme)),
+        };
+        let line = md.line("fn main() {}", Style::new(true));
+        assert!(line.contains("\x1b[38;2;"), "{line:?}");
+        assert!(line.contains("main"), "{line:?}");
+        // The fence closes the block and its highlighter.
+        assert_eq!(md.line("```", Style::new(false)), "  └──");
+        assert!(md.highlighter.is_none());
     }
 
     #[test]

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use crow_core::{
-    AgentError, AgentEvent, Crew, CrewSession, Mode, RunResult, SessionInfo, Steering,
+    AgentError, AgentEvent, Crew, CrewSession, Mode, RunResult, SessionInfo, SessionStore, Steering,
 };
 use crow_store::SqliteStore;
 use tokio::sync::mpsc;
@@ -89,6 +89,8 @@ pub struct App {
     quit: bool,
     /// Leave once the running turn has ended.
     quit_pending: bool,
+    /// No provider was configured: crow tried a local Ollama here (said with its errors).
+    ollama_fallback: Option<String>,
     mcp_wait: Duration,
     mcp_waited: bool,
     mcp: Option<Arc<mcp::Session>>,
@@ -115,6 +117,11 @@ pub async fn run(args: Args) -> Result<ExitCode> {
     }
     let composer = assembled.composer;
     let store = assembled.store;
+    if assembled.loaded.trusted
+        && let Ok(mut state) = gate_state.lock()
+    {
+        state.project_root = Some(composer.project_root.clone());
+    }
     composer.set_history_sink(Arc::clone(&store) as Arc<dyn crow_core::HistorySink>);
     if let Some(info) = &assembled.resumed {
         composer.set_stored_prompts(sessions::stored_prompts(&store, &info.id)?);
@@ -131,6 +138,9 @@ pub async fn run(args: Args) -> Result<ExitCode> {
 
     let interactive = std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
     let colour = interactive && std::env::var_os("NO_COLOR").is_none();
+    if colour {
+        markdown::warm_up();
+    }
     let (editor, screen) = if interactive {
         let history = crate::wiring::db_path(&assembled.loaded.config)
             .ok()
@@ -180,6 +190,7 @@ pub async fn run(args: Args) -> Result<ExitCode> {
         context_tokens: 0,
         quit: false,
         quit_pending: false,
+        ollama_fallback: assembled.ollama_fallback.clone(),
         mcp_waited: false,
         mcp: Some(Arc::new(mcp)),
     };
@@ -402,7 +413,11 @@ impl App {
             Input::Line(line) => {
                 self.armed_exit = false;
                 if let Some(question) = self.questions.front() {
-                    match gate::parse_answer(&line, question.key.is_some()) {
+                    match gate::parse_answer(
+                        &line,
+                        question.key.is_some(),
+                        question.project_rule.is_some(),
+                    ) {
                         Some(answer) => self.answer(answer),
                         None => self.view.info("answer y, n, a reason, or a for always"),
                     }
@@ -562,10 +577,27 @@ impl App {
                     self.view.warn(&note);
                 }
             }
-            Err(e) => self.view.error(&e.to_string()),
+            Err(e) => {
+                let mut text = e.to_string();
+                if let Some(url) = &self.ollama_fallback {
+                    text.push_str(&format!(
+                        " — no provider and no API key are configured, so crow tried the built-in `ollama` provider at {url}; set OPENAI_API_KEY or ANTHROPIC_API_KEY, or pass --provider"
+                    ));
+                }
+                self.view.error(&text);
+            }
         }
         session.primary.steering = None;
-        self.session = Some((info, session));
+        // A new session whose first model call failed holds the prompt alone: nothing to
+        // continue (and `--continue` would pick it); the next prompt starts afresh.
+        if outcome.is_err() && sessions::only_prompt(&session) {
+            if let Err(e) = self.store.delete_session(&info.id) {
+                tracing::warn!("cannot delete the failed session: {e}");
+            }
+            self.id = None;
+        } else {
+            self.session = Some((info, session));
+        }
         self.refresh_status();
         let queued = self.steering.take();
         if self.quit_pending {
@@ -588,6 +620,23 @@ impl App {
         let Some(question) = self.questions.pop_front() else {
             return;
         };
+        if answer == gate::Answer::Project
+            && let Some(rule) = &question.project_rule
+        {
+            match crate::permissions::save_rule(&self.composer.project_root, rule) {
+                Ok(saved) => {
+                    if let Ok(mut state) = self.gate.lock() {
+                        state.saved.push(rule.clone());
+                    }
+                    self.view.info(&format!(
+                        "  saved `{}` to {}",
+                        gate::rule_text(rule),
+                        saved.path.display()
+                    ));
+                }
+                Err(e) => self.view.error(&format!("{e:#}")),
+            }
+        }
         if answer == gate::Answer::Always
             && let Some(key) = &question.key
         {
@@ -602,6 +651,7 @@ impl App {
                 "allowed; {} is allowed for the rest of this session",
                 question.key.as_deref().unwrap_or("it")
             ),
+            gate::Answer::Project => "allowed".to_owned(),
             gate::Answer::Reject(reason) => match reason {
                 Some(reason) => format!("rejected: {reason}"),
                 None => "rejected".to_owned(),

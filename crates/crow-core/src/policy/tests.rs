@@ -1,0 +1,342 @@
+use super::*;
+
+fn rule(action: Action, text: &str) -> Rule {
+    Rule::parse(action, text, "").unwrap()
+}
+
+fn policy(mode: Mode, rules: &[(Action, &str)]) -> Policy {
+    Policy {
+        mode,
+        rules: rules.iter().map(|(a, t)| rule(*a, t)).collect(),
+        project_root: PathBuf::from("/p"),
+        sensitive_dirs: vec![PathBuf::from("/home/u/.config/crow")],
+        floor: None,
+    }
+}
+
+fn bash(command: &str) -> CallFacts {
+    CallFacts {
+        tool: "bash".into(),
+        kind: Some(ToolKind::Execute),
+        command: Some(command.into()),
+        ..CallFacts::default()
+    }
+}
+
+fn write(path: &str) -> CallFacts {
+    CallFacts {
+        tool: "write_file".into(),
+        kind: Some(ToolKind::Edit),
+        paths: vec![PathBuf::from(path)],
+        ..CallFacts::default()
+    }
+}
+
+#[test]
+fn wildcards_for_commands_and_paths() {
+    assert!(wildcard("git status*", "git status --short", false));
+    assert!(wildcard("rm -rf *", "rm -rf /tmp/x", false));
+    assert!(!wildcard("git status*", "git push", false));
+    assert!(wildcard("mcp__srv__*", "mcp__srv__delete", false));
+    assert!(wildcard("src/**", "src/a/b.rs", true));
+    assert!(wildcard("src/*.rs", "src/a.rs", true));
+    assert!(!wildcard("src/*.rs", "src/a/b.rs", true));
+    assert!(wildcard("**/*.lock", "Cargo.lock", true));
+    assert!(wildcard("**/*.lock", "a/b/Cargo.lock", true));
+    assert!(wildcard("?.txt", "a.txt", true));
+}
+
+#[test]
+fn rules_parse_claude_code_syntax_and_refuse_garbage() {
+    let r = rule(Action::Allow, "Bash(npm run test:*)");
+    assert_eq!(r.tool, "bash");
+    assert_eq!(r.pattern.as_deref(), Some("npm run test*"));
+    assert_eq!(rule(Action::Deny, "mcp__x__*").pattern, None);
+    assert!(Rule::parse(Action::Allow, "bash(git", "").is_err());
+    assert!(Rule::parse(Action::Allow, "bash()", "").is_err());
+    assert!(Rule::parse(Action::Allow, "", "").is_err());
+    assert!(Rule::parse(Action::Allow, "ba sh", "").is_err());
+}
+
+#[test]
+fn modes_decide_by_kind() {
+    let read = CallFacts {
+        tool: "read_file".into(),
+        kind: Some(ToolKind::Read),
+        ..CallFacts::default()
+    };
+    let cases = [
+        (Mode::ReadOnly, Action::Allow, Action::Deny, Action::Deny),
+        (Mode::Ask, Action::Allow, Action::Ask, Action::Ask),
+        (Mode::AutoEdit, Action::Allow, Action::Allow, Action::Ask),
+        (Mode::FullAuto, Action::Allow, Action::Allow, Action::Allow),
+    ];
+    for (mode, r, w, b) in cases {
+        let p = policy(mode, &[]);
+        assert_eq!(p.decide(&read, None).action, r, "{mode:?} read");
+        assert_eq!(
+            p.decide(&write("/p/a.rs"), None).action,
+            w,
+            "{mode:?} write"
+        );
+        assert_eq!(p.decide(&bash("ls"), None).action, b, "{mode:?} bash");
+    }
+    // auto-edit: an edit outside the project asks.
+    let p = policy(Mode::AutoEdit, &[]);
+    assert_eq!(p.decide(&write("/elsewhere/a"), None).action, Action::Ask);
+    // The front end's mode stands for the configured one.
+    assert_eq!(
+        p.decide(&bash("ls"), Some(Mode::FullAuto)).action,
+        Action::Allow
+    );
+}
+
+#[test]
+fn deny_beats_allow_and_names_the_rule() {
+    let p = policy(
+        Mode::FullAuto,
+        &[
+            (Action::Allow, "bash(rm -rf /tmp/x)"),
+            (Action::Deny, "bash(rm -rf *)"),
+        ],
+    );
+    let v = p.decide(&bash("rm -rf /tmp/x"), None);
+    assert_eq!(v.action, Action::Deny);
+    assert!(v.reason.contains("deny bash(rm -rf *)"), "{}", v.reason);
+    assert_eq!(p.decide(&bash("ls"), None).action, Action::Allow);
+}
+
+#[test]
+fn the_most_specific_rule_wins_and_ask_wins_a_tie() {
+    let p = policy(
+        Mode::Ask,
+        &[
+            (Action::Ask, "bash"),
+            (Action::Allow, "bash(git *)"),
+            (Action::Ask, "bash(git push*)"),
+        ],
+    );
+    assert_eq!(p.decide(&bash("git status"), None).action, Action::Allow);
+    assert_eq!(p.decide(&bash("git push origin"), None).action, Action::Ask);
+    assert_eq!(p.decide(&bash("make"), None).action, Action::Ask);
+    let tie = policy(
+        Mode::FullAuto,
+        &[(Action::Allow, "bash(ls*)"), (Action::Ask, "bash(ls*)")],
+    );
+    assert_eq!(tie.decide(&bash("ls"), None).action, Action::Ask);
+}
+
+#[test]
+fn compound_commands_are_judged_segment_by_segment() {
+    let p = policy(
+        Mode::Ask,
+        &[
+            (Action::Allow, "bash(git status*)"),
+            (Action::Deny, "bash(rm -rf *)"),
+        ],
+    );
+    assert_eq!(p.decide(&bash("git status"), None).action, Action::Allow);
+    assert_eq!(
+        p.decide(&bash("git status && make"), None).action,
+        Action::Ask
+    );
+    assert_eq!(
+        p.decide(&bash("git status; rm -rf /"), None).action,
+        Action::Deny
+    );
+    assert_eq!(
+        p.decide(&bash("git status $(curl x)"), None).action,
+        Action::Ask
+    );
+}
+
+#[test]
+fn path_rules_and_mcp_globs() {
+    let p = policy(
+        Mode::Ask,
+        &[
+            (Action::Allow, "write_file(src/**)"),
+            (Action::Deny, "mcp__danger__*"),
+        ],
+    );
+    assert_eq!(
+        p.decide(&write("/p/src/a/b.rs"), None).action,
+        Action::Allow
+    );
+    assert_eq!(p.decide(&write("/p/README.md"), None).action, Action::Ask);
+    let mcp = CallFacts {
+        tool: "mcp__danger__drop".into(),
+        kind: Some(ToolKind::Other),
+        ..CallFacts::default()
+    };
+    assert_eq!(p.decide(&mcp, None).action, Action::Deny);
+    // An unannotated MCP tool counts as a command: it asks in ask mode.
+    let other = CallFacts {
+        tool: "mcp__time__now".into(),
+        kind: Some(ToolKind::Other),
+        ..CallFacts::default()
+    };
+    assert_eq!(p.decide(&other, None).action, Action::Ask);
+}
+
+#[test]
+fn sensitive_paths_ask_even_under_allow_rules() {
+    let p = policy(Mode::FullAuto, &[(Action::Allow, "write_file")]);
+    let v = p.decide(&write("/home/u/.config/crow/config.toml"), None);
+    assert_eq!(v.action, Action::Ask, "{}", v.reason);
+    assert_eq!(p.decide(&write("/home/u/.env"), None).action, Action::Ask);
+    assert_eq!(p.decide(&write("/p/.env"), None).action, Action::Allow);
+    assert_eq!(
+        p.decide(&bash("cat ~/.ssh/id_ed25519"), None).action,
+        Action::Ask
+    );
+    // A deny stays a deny.
+    let d = policy(Mode::FullAuto, &[(Action::Deny, "write_file")]);
+    assert_eq!(
+        d.decide(&write("/home/u/.config/crow/x"), None).action,
+        Action::Deny
+    );
+}
+
+#[test]
+fn a_fallback_deny_loses_to_the_maps_own_entries_but_a_plain_deny_does_not() {
+    let mut catch_all = rule(Action::Deny, "bash");
+    catch_all.fallback = true;
+    let mut p = policy(Mode::FullAuto, &[(Action::Allow, "bash(git *)")]);
+    p.rules.push(catch_all);
+    assert_eq!(p.decide(&bash("git status"), None).action, Action::Allow);
+    let v = p.decide(&bash("make"), None);
+    assert_eq!(v.action, Action::Deny, "{}", v.reason);
+    assert_eq!(
+        p.decide(&bash("git status && make"), None).action,
+        Action::Deny
+    );
+    let plain = policy(
+        Mode::FullAuto,
+        &[(Action::Allow, "bash(git *)"), (Action::Deny, "bash")],
+    );
+    assert_eq!(plain.decide(&bash("git status"), None).action, Action::Deny);
+}
+
+#[test]
+fn an_agents_floor_is_never_loosened_and_extra_rules_count() {
+    let mut p = policy(Mode::FullAuto, &[]);
+    p.floor = Some(Mode::ReadOnly);
+    assert_eq!(p.decide(&bash("ls"), None).action, Action::Deny);
+    assert_eq!(
+        p.decide(&bash("ls"), Some(Mode::FullAuto)).action,
+        Action::Deny
+    );
+    p.floor = Some(Mode::Ask);
+    assert_eq!(p.decide(&bash("ls"), None).action, Action::Ask);
+    // A floor looser than the mode changes nothing.
+    p.floor = Some(Mode::FullAuto);
+    assert_eq!(p.decide(&bash("ls"), Some(Mode::Ask)).action, Action::Ask);
+    let extra = [rule(Action::Allow, "bash(ls*)")];
+    assert_eq!(
+        p.decide_with(&bash("ls -l"), Some(Mode::Ask), &extra)
+            .action,
+        Action::Allow
+    );
+    // A deny still beats a rule learned in the session.
+    let d = policy(Mode::Ask, &[(Action::Deny, "bash(ls*)")]);
+    assert_eq!(
+        d.decide_with(&bash("ls"), None, &extra).action,
+        Action::Deny
+    );
+}
+
+#[test]
+fn paths_a_command_names_are_checked_for_sensitive_places() {
+    let dir = tempfile_dir();
+    let project = dir.join("project");
+    let outside = dir.join("outside");
+    std::fs::create_dir_all(project.join("src")).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join(".env"), "KEY=1").unwrap();
+    std::fs::write(project.join(".env"), "KEY=1").unwrap();
+    std::os::unix::fs::symlink(&outside, project.join("link")).unwrap();
+    let p = Policy {
+        mode: Mode::FullAuto,
+        project_root: project.clone(),
+        sensitive_dirs: vec![project.join(".crow")],
+        ..Policy::default()
+    };
+    let run = |command: &str| {
+        let facts = CallFacts {
+            command_paths: command_paths(command, &project),
+            ..bash(command)
+        };
+        p.decide(&facts, None)
+    };
+    for command in [
+        "cat ../outside/.env",
+        &format!("cat {}", outside.join(".env").display()),
+        "cat link/notes.txt",
+        "cp x link",
+        "echo x >.crow/config.toml",
+        "sed -i s/a/b/ ./.crow/agents/builder.md",
+    ] {
+        let v = run(command);
+        assert_eq!(v.action, Action::Ask, "{command}: {}", v.reason);
+    }
+    for command in ["cat .env", "ls src", "cargo test -p x", "echo ../outside"] {
+        let v = run(command);
+        // `echo ../outside` names a directory outside, which is not sensitive.
+        assert_eq!(v.action, Action::Allow, "{command}: {}", v.reason);
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn tempfile_dir() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("crow-policy-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::canonicalize(&dir).unwrap()
+}
+
+#[test]
+fn the_suggested_rule_is_the_narrowest_sensible_one() {
+    let request = |tool: &str, kind: ToolKind, input: serde_json::Value| PermissionRequest {
+        session_id: "s".into(),
+        agent: "a".into(),
+        call_id: "c".into(),
+        tool: tool.into(),
+        kind,
+        title: String::new(),
+        input,
+        preview: None,
+        policy: None,
+    };
+    let bash = |c: &str| request("bash", ToolKind::Execute, serde_json::json!({"command": c}));
+    let root = Path::new("/p");
+    let shown = |r: Option<Rule>| r.map(|r| r.describe());
+    assert_eq!(
+        shown(suggest_rule(&bash("git status --short"), root)).as_deref(),
+        Some("allow bash(git status*)")
+    );
+    assert_eq!(
+        shown(suggest_rule(&bash("ls -la src"), root)).as_deref(),
+        Some("allow bash(ls*)")
+    );
+    assert_eq!(
+        shown(suggest_rule(&bash("npm run test:unit"), root)).as_deref(),
+        Some("allow bash(npm run*)")
+    );
+    assert!(suggest_rule(&bash("git status && rm -rf x"), root).is_none());
+    assert!(suggest_rule(&bash("echo $(id)"), root).is_none());
+    let write = request(
+        "write_file",
+        ToolKind::Edit,
+        serde_json::json!({"path": "/p/src/a.rs"}),
+    );
+    assert_eq!(
+        shown(suggest_rule(&write, root)).as_deref(),
+        Some("allow write_file(src/a.rs)")
+    );
+    let mcp = request("mcp__x__y", ToolKind::Other, serde_json::json!({}));
+    assert_eq!(
+        shown(suggest_rule(&mcp, root)).as_deref(),
+        Some("allow mcp__x__y")
+    );
+}
