@@ -218,7 +218,7 @@ impl Translator {
             } => {
                 // Input counts the whole prompt (cached parts included); the answer joins
                 // the context for the next call.
-                let used = input_tokens + output_tokens;
+                let used = input_tokens.saturating_add(*output_tokens);
                 let update = match self.context_window {
                     Some(size) => acp::UsageUpdate::new(used, size),
                     None => acp::UsageUpdate::new(used, DEFAULT_CONTEXT_WINDOW).meta(

@@ -41,7 +41,7 @@ fn turn_usage(usage: &Usage) -> Option<acp::Usage> {
     let nonzero = |n: u64| (n > 0).then_some(n);
     Some(
         acp::Usage::new(
-            usage.input_tokens + usage.output_tokens,
+            usage.input_tokens.saturating_add(usage.output_tokens),
             usage.input_tokens,
             usage.output_tokens,
         )

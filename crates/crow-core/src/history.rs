@@ -253,7 +253,7 @@ pub fn to_messages_in<'a>(entries: &'a [HistoryEntry], view: &View<'a>) -> Vec<M
     let mut out = Vec::with_capacity(entries.len() / 2 + 1);
     let mut assistant: Vec<AssistantPart<'_>> = Vec::new();
     let mut results: Vec<ToolResultMessage<'_>> = Vec::new();
-    // Calls of the last assistant message, to answer any left without a result.
+    // Calls of the last assistant message: the results sent answer exactly these.
     let mut open_calls: Vec<(&str, &str)> = Vec::new();
 
     for (at, entry) in entries.iter().enumerate() {
@@ -337,7 +337,14 @@ pub fn to_messages_in<'a>(entries: &'a [HistoryEntry], view: &View<'a>) -> Vec<M
                 ..
             } => {
                 flush_assistant(&mut out, &mut assistant);
-                open_calls.retain(|(id, _)| *id != call_id);
+                // A result that answers no call of the last assistant message (its call
+                // was compacted away, a second result for one call, a stored session out of
+                // order) is left out: the APIs reject a request that sends it.
+                let known = open_calls.iter().any(|(id, _)| id == call_id);
+                if !known || results.iter().any(|r| r.call_id == call_id) {
+                    tracing::debug!(call_id = %call_id, "tool result without its call left out");
+                    continue;
+                }
                 results.push(ToolResultMessage {
                     call_id,
                     name,
@@ -402,20 +409,27 @@ fn flush_results<'a>(
     results: &mut Vec<ToolResultMessage<'a>>,
     open_calls: &mut Vec<(&'a str, &'a str)>,
 ) {
-    // An assistant message with calls must be followed by one result per call.
-    for (call_id, name) in open_calls.drain(..) {
-        results.push(ToolResultMessage {
-            call_id,
-            name,
-            content: MISSING_RESULT,
-            is_error: true,
-        });
+    // An assistant message with calls must be followed by one result per call, in call
+    // order; a call left without one (a crash, a cancellation) gets a placeholder.
+    if open_calls.is_empty() {
+        return;
     }
-    if !results.is_empty() {
-        out.push(Message::ToolResults {
-            results: std::mem::take(results),
-        });
-    }
+    let mut recorded = std::mem::take(results);
+    let ordered = open_calls
+        .drain(..)
+        .map(
+            |(call_id, name)| match recorded.iter().position(|r| r.call_id == call_id) {
+                Some(at) => recorded.swap_remove(at),
+                None => ToolResultMessage {
+                    call_id,
+                    name,
+                    content: MISSING_RESULT,
+                    is_error: true,
+                },
+            },
+        )
+        .collect();
+    out.push(Message::ToolResults { results: ordered });
 }
 
 #[cfg(test)]

@@ -25,6 +25,8 @@ pub mod env;
 pub mod event;
 mod flow;
 pub mod history;
+#[cfg(test)]
+mod history_proptests;
 pub mod message;
 pub mod policy;
 pub mod provider;

@@ -114,12 +114,14 @@ pub struct Usage {
 impl Usage {
     /// Adds another report. Providers that stream several usage frames send cumulative or
     /// partial counts; [`Usage::merge_max`] is for those, this is for summing calls.
+    /// Saturating: the counts come from a server, and a wild one must not panic.
     pub fn add(&mut self, other: &Usage) {
-        self.input_tokens += other.input_tokens;
-        self.output_tokens += other.output_tokens;
-        self.reasoning_tokens += other.reasoning_tokens;
-        self.cache_read_tokens += other.cache_read_tokens;
-        self.cache_write_tokens += other.cache_write_tokens;
+        let add = |a: &mut u64, b: u64| *a = a.saturating_add(b);
+        add(&mut self.input_tokens, other.input_tokens);
+        add(&mut self.output_tokens, other.output_tokens);
+        add(&mut self.reasoning_tokens, other.reasoning_tokens);
+        add(&mut self.cache_read_tokens, other.cache_read_tokens);
+        add(&mut self.cache_write_tokens, other.cache_write_tokens);
     }
 
     /// Field-wise maximum: folds several usage frames of one call into one figure.

@@ -19,6 +19,8 @@ mod http;
 pub mod key;
 pub mod openai;
 mod pool;
+#[cfg(test)]
+mod proptests;
 pub mod retry;
 mod sse;
 

@@ -127,11 +127,7 @@ impl Tool for EditFileTool {
         };
 
         // Computed before asking, so the user approves the very text that is written.
-        let on_disk = if plan.crlf {
-            plan.new_lf.replace('\n', "\r\n")
-        } else {
-            plan.new_lf.clone()
-        };
+        let on_disk = plan.on_disk.clone();
         if let Err(denied) = require_permission(
             ctx,
             self.name(),
@@ -210,7 +206,8 @@ async fn read_bytes(ctx: &ToolContext, path: &std::path::Path) -> std::io::Resul
 struct Plan {
     old_lf: String,
     new_lf: String,
-    crlf: bool,
+    /// The file as written: the original with only the matched ranges replaced.
+    on_disk: String,
     strategy: Strategy,
     lines: Vec<usize>,
     min_score: f32,
@@ -237,9 +234,8 @@ fn plan_edit(original: &str, args: &Args, display: &str) -> Result<Plan, String>
         ));
     }
     let content_lines = line_spans(&content);
-    let mut new_content = content.clone();
-    // Back to front so earlier byte ranges stay valid.
-    for m in matches.iter().rev() {
+    let mut replacements = Vec::with_capacity(matches.len());
+    for m in &matches {
         let replacement = if strategy == Strategy::Exact {
             new.clone()
         } else {
@@ -254,13 +250,23 @@ fn plan_edit(original: &str, args: &Args, display: &str) -> Result<Plan, String>
             }
             r
         };
-        new_content.replace_range(m.range.clone(), &replacement);
+        replacements.push(replacement);
     }
+    let mut new_content = content.clone();
+    // Back to front so earlier byte ranges stay valid.
+    for (m, replacement) in matches.iter().zip(&replacements).rev() {
+        new_content.replace_range(m.range.clone(), replacement);
+    }
+    let on_disk = if crlf {
+        splice_original(original, &matches, &replacements)
+    } else {
+        new_content.clone()
+    };
     let min_score = matches.iter().map(|m| m.score).fold(1.0, f32::min);
     Ok(Plan {
         old_lf: content,
         new_lf: new_content,
-        crlf,
+        on_disk,
         strategy,
         lines: matches.iter().map(|m: &Found| m.line).collect(),
         min_score,
@@ -269,6 +275,29 @@ fn plan_edit(original: &str, args: &Args, display: &str) -> Result<Plan, String>
 
 /// When the match ignored indentation, shift `new` by the same amount the file's block is
 /// shifted relative to `old`, so the replacement lands at the file's indentation.
+/// Replaces the matched ranges (offsets into the `\r\n`→`\n` normalised text) in the
+/// original, so every byte outside them stays as it was: a file with mixed line endings
+/// keeps its lone `\n`s. Replacements take `\r\n` like the file.
+fn splice_original(original: &str, matches: &[Found], replacements: &[String]) -> String {
+    // The normalised offset of each `\r\n`'s `\n`: the k-th pair sits k bytes earlier.
+    let pairs: Vec<usize> = original
+        .match_indices("\r\n")
+        .enumerate()
+        .map(|(k, (at, _))| at - k)
+        .collect();
+    let to_original = |at: usize| at + pairs.partition_point(|&p| p < at);
+    let mut out = String::with_capacity(original.len());
+    let mut last = 0;
+    for (m, replacement) in matches.iter().zip(replacements) {
+        let start = to_original(m.range.start);
+        out.push_str(&original[last..start]);
+        out.push_str(&replacement.replace('\n', "\r\n"));
+        last = to_original(m.range.end);
+    }
+    out.push_str(&original[last..]);
+    out
+}
+
 fn reindent(old: &str, block: &str, new: &str) -> String {
     fn first_non_blank(s: &str) -> Option<&str> {
         s.lines().find(|l| !l.trim().is_empty()).map(indent_of)
@@ -436,6 +465,17 @@ mod tests {
         let r = edit(&env, args("w.txt", "two\nthree", "2\n3")).await;
         assert!(r.is_success(), "{}", r.output);
         assert_eq!(env.read("w.txt"), "one\r\n2\r\n3\r\n");
+    }
+
+    /// Found by the property tests: a file with mixed endings had every lone `\n` turned
+    /// into `\r\n`, lines far from the edit included.
+    #[tokio::test]
+    async fn mixed_line_endings_outside_the_edit_stay_as_they_were() {
+        let env = TestEnv::new();
+        env.write("m.txt", "\u{feff}}\r\n}\n  x\nlast");
+        let r = edit(&env, args("m.txt", "  x", "y\nz")).await;
+        assert!(r.is_success(), "{}", r.output);
+        assert_eq!(env.read("m.txt"), "\u{feff}}\r\n}\ny\r\nz\nlast");
     }
 
     #[tokio::test]

@@ -30,6 +30,8 @@ mod write;
 #[cfg(test)]
 mod client_tests;
 #[cfg(test)]
+mod proptests;
+#[cfg(test)]
 mod test_support;
 
 pub use bash::{BashTool, shell_command};

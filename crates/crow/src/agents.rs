@@ -669,6 +669,9 @@ fn flat(message: &str) -> String {
 }
 
 #[cfg(test)]
+mod proptests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

@@ -699,6 +699,9 @@ pub fn render_show(loaded: &LoadedConfig) -> String {
 }
 
 #[cfg(test)]
+mod proptests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

@@ -41,11 +41,11 @@ struct Sum {
 impl Sum {
     fn add(&mut self, u: &crow_core::UsageRecord) {
         self.calls += 1;
-        self.input += u.usage.input_tokens;
-        self.cached += u.usage.cache_read_tokens;
-        self.output += u.usage.output_tokens;
-        self.reasoning += u.usage.reasoning_tokens;
-        self.ms += u.duration_ms;
+        self.input = self.input.saturating_add(u.usage.input_tokens);
+        self.cached = self.cached.saturating_add(u.usage.cache_read_tokens);
+        self.output = self.output.saturating_add(u.usage.output_tokens);
+        self.reasoning = self.reasoning.saturating_add(u.usage.reasoning_tokens);
+        self.ms = self.ms.saturating_add(u.duration_ms);
     }
 }
 
@@ -67,12 +67,19 @@ pub fn run(args: StatsArgs, config: &Config, project_root: &Path) -> Result<Exit
             .filter(|s| since.is_none_or(|t| s.updated_at >= t))
             .collect(),
     };
-    let (mut by_model, mut by_agent, mut total) = (BTreeMap::new(), BTreeMap::new(), Sum::default());
+    let (mut by_model, mut by_agent, mut total) =
+        (BTreeMap::new(), BTreeMap::new(), Sum::default());
     let mut tools: BTreeMap<String, u64> = BTreeMap::new();
     for session in &sessions {
         for row in store.usage(&session.id).map_err(store_error)? {
-            by_model.entry(row.model.clone()).or_insert_with(Sum::default).add(&row);
-            by_agent.entry(row.agent.clone()).or_insert_with(Sum::default).add(&row);
+            by_model
+                .entry(row.model.clone())
+                .or_insert_with(Sum::default)
+                .add(&row);
+            by_agent
+                .entry(row.agent.clone())
+                .or_insert_with(Sum::default)
+                .add(&row);
             total.add(&row);
         }
         for entry in store.timeline(&session.id).map_err(store_error)? {
@@ -90,14 +97,19 @@ pub fn run(args: StatsArgs, config: &Config, project_root: &Path) -> Result<Exit
         "{} session{} · {scope}{}",
         sessions.len(),
         if sessions.len() == 1 { "" } else { "s" },
-        args.since.map(|s| format!(" · since {s}")).unwrap_or_default()
+        args.since
+            .map(|s| format!(" · since {s}"))
+            .unwrap_or_default()
     );
     if total.calls == 0 {
         println!("no model calls recorded");
         return Ok(ExitCode::SUCCESS);
     }
     let table = |title: &str, rows: &BTreeMap<String, Sum>| {
-        println!("\n{title:<28} {:>6} {:>10} {:>10} {:>7} {:>9} {:>9}", "calls", "input", "output", "cached", "reasoning", "time");
+        println!(
+            "\n{title:<28} {:>6} {:>10} {:>10} {:>7} {:>9} {:>9}",
+            "calls", "input", "output", "cached", "reasoning", "time"
+        );
         for (name, s) in rows {
             row(name, s);
         }
@@ -118,7 +130,8 @@ pub fn run(args: StatsArgs, config: &Config, project_root: &Path) -> Result<Exit
 
 fn row(name: &str, s: &Sum) {
     let cached = if s.input > 0 {
-        format!("{}%", s.cached * 100 / (s.input + s.cached).max(1))
+        let all = s.input.saturating_add(s.cached).max(1);
+        format!("{}%", s.cached.saturating_mul(100) / all)
     } else {
         "-".to_owned()
     };
@@ -153,9 +166,9 @@ fn parse_since(text: &str) -> Result<DateTime<Utc>> {
     }
     let split = text.len().saturating_sub(1);
     let (number, unit) = text.split_at(split);
-    let n: i64 = number
-        .parse()
-        .map_err(|_| anyhow!("--since takes 30m, 12h, 7d, 2w or a date like 2026-11-01, not '{text}'"))?;
+    let n: i64 = number.parse().map_err(|_| {
+        anyhow!("--since takes 30m, 12h, 7d, 2w or a date like 2026-11-01, not '{text}'")
+    })?;
     let span = match unit {
         "m" => chrono::Duration::minutes(n),
         "h" => chrono::Duration::hours(n),
@@ -174,12 +187,20 @@ mod tests {
     fn since_reads_spans_and_dates_and_names_what_it_takes() {
         let now = Utc::now();
         let two_days = parse_since("2d").unwrap_or(now);
-        assert!((now - two_days - chrono::Duration::days(2)).num_seconds().abs() < 5);
+        assert!(
+            (now - two_days - chrono::Duration::days(2))
+                .num_seconds()
+                .abs()
+                < 5
+        );
         assert_eq!(
             parse_since("2026-11-01").ok().map(|t| t.to_rfc3339()),
             Some("2026-11-01T00:00:00+00:00".to_owned())
         );
-        let err = parse_since("soon").err().map(|e| e.to_string()).unwrap_or_default();
+        let err = parse_since("soon")
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
         assert!(err.contains("30m, 12h, 7d"), "{err}");
     }
 }

@@ -296,3 +296,44 @@ async fn a_run_whose_first_model_call_fails_keeps_no_session_and_no_hint() {
         .unwrap();
     assert!(sessions.is_empty(), "{sessions:?}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stats_sums_the_model_calls_of_the_projects_sessions() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = crow_testkit::Scenario::new()
+        .reply(crow_testkit::Reply::tool_call(
+            "read_file",
+            serde_json::json!({"path": "a.txt"}),
+        ))
+        .reply(crow_testkit::Reply::text("Read it."));
+    std::fs::write(dir.path().join("a.txt"), "hello\n").unwrap();
+    let mock = crow_testkit::MockLlm::start(scenario).await.unwrap();
+    let out = output(crow_run(dir.path(), &mock, "read a.txt")).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let mut cmd = crow(dir.path());
+    cmd.arg("stats");
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(out.stdout.starts_with("1 session · "), "{}", out.stdout);
+    let model_row = out
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("mock-model"))
+        .unwrap_or_else(|| panic!("no model row: {}", out.stdout));
+    // Two model calls in the session.
+    assert_eq!(
+        model_row.split_whitespace().nth(1),
+        Some("2"),
+        "{model_row}"
+    );
+    assert!(
+        out.stdout.contains("tool calls: read_file 1"),
+        "{}",
+        out.stdout
+    );
+    let mut cmd = crow(dir.path());
+    cmd.args(["stats", "--since", "soon"]);
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(1));
+    assert!(out.stderr.contains("--since takes"), "{}", out.stderr);
+}

@@ -131,7 +131,10 @@ impl AnthropicParser {
         let read = wire.cache_read_input_tokens.unwrap_or(0);
         let write = wire.cache_creation_input_tokens.unwrap_or(0);
         let frame = Usage {
-            input_tokens: wire.input_tokens.map_or(0, |i| i + read + write),
+            // Saturating: the counts are the server's word, and a wild one must not panic.
+            input_tokens: wire
+                .input_tokens
+                .map_or(0, |i| i.saturating_add(read).saturating_add(write)),
             output_tokens: wire.output_tokens.unwrap_or(0),
             reasoning_tokens: 0,
             cache_read_tokens: read,

@@ -194,7 +194,13 @@ impl OpenAiParser {
                 .iter()
                 .find(|(_, c)| c.id.as_deref() == Some(id))
                 .map(|(i, _)| *i)
-                .unwrap_or_else(|| self.calls.keys().next_back().map_or(0, |i| i + 1)),
+                // Saturating: a server may have sent `usize::MAX` as an index.
+                .unwrap_or_else(|| {
+                    self.calls
+                        .keys()
+                        .next_back()
+                        .map_or(0, |i| i.saturating_add(1))
+                }),
             None if position == 0 => self.last_index.unwrap_or(0),
             None => position,
         }

@@ -323,7 +323,10 @@ impl App {
         } = event
             && *agent == self.crew.primary().name
         {
-            self.context_tokens = input_tokens + cache_read_tokens + cache_write_tokens;
+            // Server-reported counts: saturating, a bogus one must not panic.
+            self.context_tokens = input_tokens
+                .saturating_add(*cache_read_tokens)
+                .saturating_add(*cache_write_tokens);
         }
         self.view.event(event);
         if matches!(event, AgentEvent::Usage { .. }) {
@@ -368,14 +371,14 @@ impl App {
         {
             parts.push(format!(
                 "ctx {}%",
-                (self.context_tokens * 100 / window.max(1)).min(100)
+                (self.context_tokens.saturating_mul(100) / window.max(1)).min(100)
             ));
         }
         let usage = &self.view.totals.usage;
-        if usage.input_tokens + usage.output_tokens > 0 {
+        if usage.input_tokens.saturating_add(usage.output_tokens) > 0 {
             parts.push(format!(
                 "{}↑ {}↓",
-                short(usage.input_tokens + usage.cache_read_tokens),
+                short(usage.input_tokens.saturating_add(usage.cache_read_tokens)),
                 short(usage.output_tokens)
             ));
         }
