@@ -96,6 +96,10 @@ pub async fn handle(app: &mut App, line: &str) -> bool {
             app.session = None;
             app.id = None;
             app.context_tokens = 0;
+            // "Always" was for that session; the mode chosen here stays.
+            if let Ok(mut gate) = app.gate.lock() {
+                gate.always.clear();
+            }
             app.view.info("new session: the next prompt starts it");
         }
         "/sessions" => list_sessions(app),
@@ -392,6 +396,9 @@ async fn session_command(app: &mut App, text: &str) {
 /// A stored session's "always" answers and mode, back in the gate.
 pub fn restore_answers(gate: &Arc<Mutex<GateState>>, info: &SessionInfo) {
     let Ok(mut state) = gate.lock() else { return };
+    // Another session's answers do not carry over.
+    state.always.clear();
+    state.mode = None;
     for (key, value) in &info.settings.options {
         if let Some(what) = key.strip_prefix(ALWAYS_PREFIX) {
             state.always.insert(what.to_owned(), value == "allow");
