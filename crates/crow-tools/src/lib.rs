@@ -25,6 +25,7 @@ mod skill;
 mod todo;
 mod walk;
 mod web_fetch;
+mod web_search;
 mod write;
 
 #[cfg(test)]
@@ -49,6 +50,7 @@ pub use skill::{
 };
 pub use todo::{Todo, TodoList, TodoReadTool, TodoStatus, TodoWriteTool};
 pub use web_fetch::{WebFetchOptions, WebFetchTool};
+pub use web_search::{SearchBackend, WebSearchOptions, WebSearchTool};
 pub use write::WriteFileTool;
 
 /// Limits shared by the built-in tools.
@@ -67,6 +69,8 @@ pub struct ToolOptions {
     pub sandbox: Option<SandboxSpec>,
     /// `web_fetch`'s limits; `None` leaves the tool out.
     pub web_fetch: Option<WebFetchOptions>,
+    /// The search API `web_search` asks; `None` (the default) leaves the tool out.
+    pub web_search: Option<WebSearchOptions>,
 }
 
 impl Default for ToolOptions {
@@ -78,6 +82,7 @@ impl Default for ToolOptions {
             env: EnvPolicy::default(),
             sandbox: None,
             web_fetch: Some(WebFetchOptions::default()),
+            web_search: None,
         }
     }
 }
@@ -97,6 +102,9 @@ pub fn builtin_tools(options: &ToolOptions) -> ToolRegistry {
     registry.register(Arc::new(TodoWriteTool::new(todos.clone())));
     registry.register(Arc::new(TodoReadTool::new(todos)));
     registry.register(Arc::new(ThinkTool));
+    if let Some(search) = &options.web_search {
+        registry.register(Arc::new(WebSearchTool::new(search.clone())));
+    }
     if let Some(web) = &options.web_fetch {
         registry.register(Arc::new(WebFetchTool::new(WebFetchOptions {
             max_output_bytes: options.max_output_bytes,

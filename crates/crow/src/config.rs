@@ -77,6 +77,22 @@ pub struct ToolsConfig {
     /// off by default so a prompt cannot read your router or cloud metadata. User config,
     /// or a trusted project's.
     pub web_fetch_allow_private: Option<bool>,
+    /// `web_search`: offered only when a search API is configured here.
+    pub web_search: Option<WebSearchConfig>,
+}
+
+/// `[tools.web_search]`: the search API queries go to, with your key. User config, or a
+/// trusted project's.
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WebSearchConfig {
+    /// "brave", "tavily" or "searxng".
+    pub provider: String,
+    /// The variable holding the key (default BRAVE_API_KEY / TAVILY_API_KEY; SearXNG needs none).
+    pub api_key_env: Option<String>,
+    /// The API's base URL: your SearXNG instance (required for it); the hosted APIs' own by
+    /// default.
+    pub base_url: Option<String>,
 }
 
 /// `[shell_environment]`: see [`crow_core::env`] for the order of the rules.

@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 const GUARDED_PROVIDER_KEYS: &[&str] = &["base_url", "headers", "api_key_env", "api_key_file"];
 const GUARDED_STORE_KEYS: &[&str] = &["path", "data_dir"];
 const GUARDED_SECTIONS: &[&str] = &["mcp_servers", "shell_environment", "sandbox"];
-/// `[tools]` keys that would let a fetch reach the user's own network.
-const GUARDED_TOOLS_KEYS: &[&str] = &["web_fetch_allow_private"];
+/// `[tools]` keys that would let a fetch reach the user's own network, and where searches (with the user's key) go.
+const GUARDED_TOOLS_KEYS: &[&str] = &["web_fetch_allow_private", "web_search"];
 
 /// Removes the guarded keys from a project layer; returns their dotted names. `projects`
 /// (the trust list itself) is removed too: a project cannot vouch for itself.

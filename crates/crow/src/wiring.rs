@@ -258,6 +258,7 @@ pub fn tool_options(config: &config::Config) -> crow_tools::ToolOptions {
     }
     options.env = config::env_policy(config);
     options.sandbox = sandbox_spec(config);
+    options.web_search = config.tools.web_search.as_ref().and_then(web_search);
     options.web_fetch =
         (config.tools.web_fetch != Some(false)).then(|| crow_tools::WebFetchOptions {
             allow_private: config.tools.web_fetch_allow_private == Some(true),
@@ -290,6 +291,51 @@ pub fn prefetch_sandbox_support(config: &config::Config) {
             sandbox_support();
         });
     }
+}
+
+/// `[tools.web_search]` as the tool's options; a problem (unknown provider, missing key or
+/// URL) is said once and leaves the tool out.
+fn web_search(section: &config::WebSearchConfig) -> Option<crow_tools::WebSearchOptions> {
+    use crow_tools::SearchBackend;
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    let warn = |text: String| WARNED.call_once(|| tracing::warn!("web_search is off: {text}"));
+    let Some(backend) = SearchBackend::parse(&section.provider) else {
+        warn(format!(
+            "tools.web_search.provider \"{}\" is none of brave, tavily, searxng",
+            section.provider
+        ));
+        return None;
+    };
+    let Some(base_url) = section
+        .base_url
+        .clone()
+        .or_else(|| backend.default_base_url().map(str::to_owned))
+    else {
+        warn("tools.web_search.base_url must name your SearXNG instance".into());
+        return None;
+    };
+    let var = section.api_key_env.clone().or(match backend {
+        SearchBackend::Brave => Some("BRAVE_API_KEY".to_owned()),
+        SearchBackend::Tavily => Some("TAVILY_API_KEY".to_owned()),
+        SearchBackend::Searxng => None,
+    });
+    let api_key = var
+        .as_deref()
+        .and_then(|v| std::env::var(v).ok())
+        .filter(|k| !k.trim().is_empty());
+    if backend != SearchBackend::Searxng && api_key.is_none() {
+        warn(format!(
+            "{} is not set (the key of the {} search API)",
+            var.as_deref().unwrap_or("its key variable"),
+            backend.name()
+        ));
+        return None;
+    }
+    Some(crow_tools::WebSearchOptions {
+        backend,
+        base_url,
+        api_key,
+    })
 }
 
 /// The sandbox of commands from `[sandbox]`, or `None` for `mode = "off"`. The first call
