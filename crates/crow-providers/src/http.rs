@@ -72,6 +72,11 @@ fn shared_client() -> Result<reqwest::Client, ProviderBuildError> {
     Ok(CLIENT.get_or_init(|| client).clone())
 }
 
+/// The shared client, for requests that are not a model call (listing models).
+pub(crate) fn client() -> Result<reqwest::Client, ProviderBuildError> {
+    shared_client()
+}
+
 /// Where and how a provider POSTs.
 #[derive(Debug)]
 pub(crate) struct Endpoint {

@@ -17,6 +17,7 @@ pub mod catalog;
 mod error;
 mod http;
 pub mod key;
+mod models;
 pub mod openai;
 mod pool;
 #[cfg(test)]
@@ -34,6 +35,7 @@ pub use anthropic::{ANTHROPIC_API_KEY_ENV, AnthropicProvider};
 pub use catalog::context_window;
 pub use http::WireApi;
 pub use key::{ApiKey, KeyError, KeySource, resolve_api_key};
+pub use models::{ListedModel, list_models};
 pub use openai::{OPENAI_API_KEY_ENV, OpenAiProvider};
 pub use retry::{MAX_RETRY_AFTER, RetryPolicy, Retrying};
 

@@ -132,6 +132,8 @@ impl MockLlm {
             .route("/v1/chat/completions", post(openai_handler))
             .route("/chat/completions", post(openai_handler))
             .route("/v1/messages", post(anthropic_handler))
+            .route("/v1/models", get(models_handler))
+            .route("/models", get(models_handler))
             .route("/_mock/requests", get(requests_handler))
             .route("/_mock/scenario", post(scenario_handler))
             .fallback(not_found)
@@ -239,6 +241,19 @@ async fn anthropic_handler(
     body: Bytes,
 ) -> Response {
     handle(&shared, Api::Anthropic, uri.path(), &headers, body)
+}
+
+/// The models the mock serves, in a shape both an OpenAI-compatible client (`data[].id`,
+/// OpenRouter's `context_length`) and an Anthropic one (`data[].id`, `type`) read.
+async fn models_handler() -> Json<serde_json::Value> {
+    Json(serde_json::json!({
+        "object": "list",
+        "data": [
+            {"id": "mock-model", "type": "model", "display_name": "Mock", "context_length": 32768},
+            {"id": "mock-small", "type": "model", "display_name": "Mock small"}
+        ],
+        "has_more": false
+    }))
 }
 
 async fn requests_handler(State(shared): State<Arc<Shared>>) -> Json<Vec<RecordedRequest>> {

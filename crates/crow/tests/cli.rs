@@ -348,3 +348,42 @@ fn readme_says_what_is_true() {
     assert!(!readme.contains("`bash` is **not** confined"));
     assert!(readme.contains("`bash` runs in an OS sandbox where the kernel\noffers one"));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn models_lists_what_the_provider_serves_with_the_sessions_model_marked() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = crow_testkit::MockLlm::start(crow_testkit::Scenario::new())
+        .await
+        .unwrap();
+    let mut cmd = crow(dir.path());
+    cmd.args(["models", "--provider", "openai"])
+        .env("OPENAI_API_KEY", "sk-test")
+        .env("OPENAI_BASE_URL", mock.openai_base_url())
+        .env("CROW_MODEL", "mock-model");
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("● mock-model"), "{}", out.stdout);
+    assert!(out.stdout.contains("32k context"), "{}", out.stdout);
+    assert!(out.stdout.contains("  mock-small"), "{}", out.stdout);
+    // The key went as a header, and nowhere on screen.
+    let asked = mock.requests();
+    assert!(asked.is_empty() || !out.stdout.contains("sk-test"));
+
+    let mut cmd = crow(dir.path());
+    cmd.args(["models", "--provider", "anthropic"])
+        .env("ANTHROPIC_API_KEY", "sk-ant-test");
+    // Anthropic at the mock's base URL, through config.
+    let config = dir.path().join(".home/.config/crow");
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::write(
+        config.join("config.toml"),
+        format!(
+            "[providers.anthropic]\nbase_url = \"{}\"\n",
+            mock.base_url()
+        ),
+    )
+    .unwrap();
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("mock-small"), "{}", out.stdout);
+}

@@ -1,0 +1,92 @@
+//! The models a provider serves: `GET /models` of an OpenAI-compatible server (vLLM,
+//! llama.cpp, LiteLLM, OpenRouter, Ollama's `/v1`) or Anthropic's `GET /v1/models`, with the
+//! context window where the answer or crow's catalog knows it. For `crow models`.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::{ProviderKind, ProviderSettings, catalog};
+
+/// One model a provider lists.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedModel {
+    pub id: String,
+    /// Tokens, from the server's answer (OpenRouter, vLLM) or the catalog.
+    pub context_window: Option<u64>,
+}
+
+/// Asks the provider which models it serves. The error is one line naming the URL (never
+/// the key) and, for a refused key, the setting to check.
+pub async fn list_models(settings: &ProviderSettings) -> Result<Vec<ListedModel>, String> {
+    let base = settings.base_url.trim_end_matches('/');
+    let client = crate::http::client().map_err(|e| e.to_string())?;
+    let (url, mut request) = match settings.kind {
+        ProviderKind::OpenAi => {
+            let url = format!("{base}/models");
+            let mut request = client.get(&url);
+            if let Some(key) = &settings.api_key {
+                request = request.bearer_auth(key.expose());
+            }
+            (url, request)
+        }
+        ProviderKind::Anthropic => {
+            let base = base.strip_suffix("/v1").unwrap_or(base);
+            let url = format!("{base}/v1/models?limit=1000");
+            let mut request = client
+                .get(&url)
+                .header("anthropic-version", crate::anthropic::ANTHROPIC_VERSION);
+            if let Some(key) = &settings.api_key {
+                request = request.header("x-api-key", key.expose());
+            }
+            (url, request)
+        }
+    };
+    for (name, value) in &settings.headers {
+        request = request.header(name, value);
+    }
+    let response = request
+        .timeout(Duration::from_secs(30))
+        .send()
+        .await
+        .map_err(|e| format!("cannot list the models at {url}: {}", e.without_url()))?;
+    let status = response.status();
+    let body: Value = response
+        .json()
+        .await
+        .map_err(|e| format!("{url} answered {status} without a JSON model list: {e}"))?;
+    if !status.is_success() {
+        let detail = body
+            .pointer("/error/message")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let hint = if matches!(status.as_u16(), 401 | 403) {
+            " (check the provider's key)"
+        } else {
+            ""
+        };
+        return Err(format!("{url} answered {status}: {detail}{hint}"));
+    }
+    let mut models: Vec<ListedModel> = body["data"]
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|item| {
+                    let id = item["id"].as_str()?.to_owned();
+                    // OpenRouter says `context_length`, vLLM `max_model_len`.
+                    let window = ["context_length", "max_model_len", "context_window"]
+                        .iter()
+                        .find_map(|k| item[*k].as_u64())
+                        .or_else(|| catalog::context_window(&id));
+                    Some(ListedModel {
+                        id,
+                        context_window: window,
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    models.sort_by(|a, b| a.id.cmp(&b.id));
+    Ok(models)
+}
