@@ -383,7 +383,9 @@ pub struct CrowRunner {
     /// Whether its row has a title (a session is named after its first prompt).
     titled: bool,
     /// Kept for the session's life: dropping it stops the servers.
-    _mcp: McpManager,
+    mcp: McpManager,
+    /// The first prompt waited for servers still starting (`[tools] mcp_startup_wait_ms`).
+    mcp_waited: bool,
 }
 
 impl CrowRunner {
@@ -440,7 +442,8 @@ impl CrowRunner {
             store,
             stored,
             titled: false,
-            _mcp: mcp,
+            mcp,
+            mcp_waited: false,
         })
     }
 
@@ -478,7 +481,8 @@ impl CrowRunner {
             store: Some(store),
             stored: true,
             titled: title.is_some(),
-            _mcp: mcp,
+            mcp,
+            mcp_waited: false,
         };
         Ok(RestoredSession {
             runner: Box::new(runner),
@@ -737,6 +741,19 @@ impl SessionRunner for CrowRunner {
             stop.cancelled().await;
             turn_cancel.cancel();
         });
+        // As in `crow run`: servers still starting get their time before the first model
+        // call, so their tools are offered from the start (a tool list that changes mid-
+        // session breaks the provider's prompt cache).
+        if !self.mcp_waited {
+            self.mcp_waited = true;
+            let limit = std::time::Duration::from_millis(
+                self.loaded.config.tools.mcp_startup_wait_ms.unwrap_or(3000),
+            );
+            tokio::select! {
+                () = self.mcp.wait_settled(limit) => {}
+                () = cancel.cancelled() => {}
+            }
+        }
         let outcome = crew.run(&mut self.session, sender, cancel).await;
         on_stop.abort();
         drop(tx);

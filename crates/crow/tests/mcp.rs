@@ -308,3 +308,79 @@ async fn the_first_request_already_offers_the_tools_of_a_server_that_starts_in_t
     let end = out.of_type("tool_call_end")[0];
     assert_eq!(end["result"]["output"], "ping", "{end}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn crow_acp_also_offers_a_starting_servers_tools_in_its_first_request() {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let server = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp_echo.py");
+    let mock = MockLlm::start(Scenario::new().reply(Reply::text("hello")))
+        .await
+        .unwrap();
+    write_project_config(
+        dir.path(),
+        &format!(
+            "provider = \"mock\"\n[providers.mock]\ntype = \"openai\"\nbase_url = \"{}\"\nmodel = \"mock-model\"\n[tools]\nmcp_startup_wait_ms = 30000\n[mcp_servers.echo]\ncommand = \"python3\"\nargs = [\"{}\"]\n",
+            mock.openai_base_url(),
+            server.display()
+        ),
+    );
+    trust_project(dir.path());
+    let mut child = crow(dir.path())
+        .arg("acp")
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let cwd = dir.path().display().to_string();
+    // Each request once the one before is answered (initialize must complete first).
+    let mut answers = Vec::new();
+    for msg in [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": 1, "clientCapabilities": {}}}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "session/new",
+            "params": {"cwd": cwd, "mcpServers": []}}),
+    ] {
+        let id = msg["id"].clone();
+        stdin
+            .write_all(format!("{msg}\n").as_bytes())
+            .await
+            .unwrap();
+        loop {
+            let line = lines.next_line().await.unwrap().unwrap();
+            let value: serde_json::Value = serde_json::from_str(&line).unwrap();
+            if value["id"] == id {
+                answers.push(value);
+                break;
+            }
+        }
+    }
+    let session = answers[1]["result"]["sessionId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{}", answers[1]))
+        .to_owned();
+    let prompt = json!({"jsonrpc": "2.0", "id": 3, "method": "session/prompt",
+        "params": {"sessionId": session, "prompt": [{"type": "text", "text": "hi"}]}});
+    stdin
+        .write_all(format!("{prompt}\n").as_bytes())
+        .await
+        .unwrap();
+    loop {
+        let line = lines.next_line().await.unwrap().unwrap();
+        let value: serde_json::Value = serde_json::from_str(&line).unwrap();
+        if value["id"] == 3 {
+            assert_eq!(value["result"]["stopReason"], "end_turn", "{value}");
+            break;
+        }
+    }
+    let tools: Vec<String> = mock.requests()[0].body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(tools.contains(&"mcp__echo__echo".to_owned()), "{tools:?}");
+    drop(stdin);
+    let _ = child.wait().await;
+}
