@@ -789,6 +789,15 @@ fn agents_command(command: AgentsCommand) -> Result<ExitCode> {
                 if !a.disallowed_tools.is_empty() {
                     println!("disallowed:  {}", a.disallowed_tools.join(", "));
                 }
+                if let Some(mode) = a.permission_mode {
+                    println!("permission mode: {} (at most)", mode.name());
+                }
+                for rule in &a.rules {
+                    println!("rule:        {}", rule.describe());
+                }
+                if let Some(problem) = &a.policy_error {
+                    println!("broken rules (the agent refuses to run): {problem}");
+                }
                 println!("\n{}", a.prompt);
             } else {
                 bail!("unknown agent '{name}': crow agents list shows what exists");

@@ -200,6 +200,16 @@ async fn an_agent_files_claude_code_deny_pattern_applies_to_that_agent() {
     assert!(output.contains("deny bash(touch*)"), "{output}");
     assert!(output.contains("careful.md:5"), "{output}");
     assert!(!dir.path().join("made.txt").exists());
+    // `crow agents show` lists the agent's rules with their source.
+    let mut show = crow(dir.path());
+    show.args(["agents", "show", "careful"]);
+    let shown = common::output(show).await;
+    assert!(
+        shown.stdout.contains("rule:        deny bash(touch*)")
+            && shown.stdout.contains("careful.md:5"),
+        "{}",
+        shown.stdout
+    );
     // The same command under the built-in builder runs: the rule is the agent's alone.
     let (_, result) = one_call(
         dir.path(),
