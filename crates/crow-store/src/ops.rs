@@ -11,7 +11,7 @@ use crow_core::{
 use rusqlite::{OptionalExtension, Row, TransactionBehavior, params};
 use sha2::{Digest, Sha256};
 
-use crate::pending::EntryRow;
+use crate::pending::{self, EntryRow};
 use crate::sqlite::SqliteStore;
 
 /// Fixed-width RFC 3339 with nanoseconds: sorts as text and round-trips exactly.
@@ -257,7 +257,7 @@ impl SessionStore for SqliteStore {
         agent: &str,
         entry: &HistoryEntry,
     ) -> Result<u64, StoreError> {
-        let row = EntryRow::new(session_id, agent, entry)?;
+        let row = pending::Row::Entry(EntryRow::new(session_id, agent, entry)?);
         let mut conn = self.conn()?;
         let seq = self.write_row(&mut conn, &row)?;
         drop(conn);
@@ -369,37 +369,8 @@ impl SessionStore for SqliteStore {
     }
 
     fn record_usage(&self, session_id: &str, usage: &UsageRecord) -> Result<(), StoreError> {
-        let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-        let conn = self.conn()?;
-        conn.prepare_cached(
-            "INSERT INTO usage (session_id, agent, model, input_tokens, output_tokens, reasoning_tokens,
-                                cache_read_tokens, cache_write_tokens, duration_ms, ts)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-        )
-        .and_then(|mut st| {
-            st.execute(params![
-                session_id,
-                usage.agent,
-                usage.model,
-                n(usage.usage.input_tokens),
-                n(usage.usage.output_tokens),
-                n(usage.usage.reasoning_tokens),
-                n(usage.usage.cache_read_tokens),
-                n(usage.usage.cache_write_tokens),
-                n(usage.duration_ms),
-                ts(&usage.timestamp),
-            ])
-        })
-        .map_err(|e| match e.sqlite_error_code() {
-            Some(rusqlite::ErrorCode::ConstraintViolation) => {
-                StoreError::NotFound(session_id.to_owned())
-            }
-            _ => self.err(e),
-        })?;
-        // Not under the connection's lock: a log restart takes it.
-        drop(conn);
-        self.committed();
-        Ok(())
+        // Through the pending queue: a busy database delays the row, it does not lose it.
+        self.append_usage(crate::pending::UsageRow::new(session_id, usage))
     }
 
     fn usage(&self, session_id: &str) -> Result<Vec<UsageRecord>, StoreError> {
@@ -631,7 +602,7 @@ impl SqliteStore {
 impl HistorySink for SqliteStore {
     fn append(&self, session_id: &str, agent: &str, entry: &HistoryEntry) {
         match EntryRow::new(session_id, agent, entry) {
-            Ok(row) => self.sink_append(row),
+            Ok(row) => self.sink_append(pending::Row::Entry(row)),
             Err(e) => self.count_failure(e),
         }
     }

@@ -3,7 +3,8 @@
 //! lock, the disk is full) waits in an ordered queue that is retried before every later
 //! entry and once more when the store closes; what is still pending then is written to a
 //! recovery file beside the database, which the next open imports. The rowid order of
-//! `entries` is the session's timeline, so nothing overtakes a pending entry.
+//! `entries` is the session's timeline, so nothing overtakes a pending entry. Usage rows (a
+//! model call's tokens) take the same queue: a busy database loses neither.
 
 use std::collections::VecDeque;
 use std::io::Write;
@@ -99,6 +100,123 @@ impl EntryRow {
     }
 }
 
+/// One `usage` row (a model call's tokens and time), encoded like an [`EntryRow`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct UsageRow {
+    pub session_id: String,
+    pub agent: String,
+    pub model: String,
+    /// input, output, reasoning, cache read, cache write tokens, duration in ms.
+    pub counts: [i64; 6],
+    pub ts: String,
+}
+
+impl UsageRow {
+    pub(crate) fn new(session_id: &str, usage: &crow_core::UsageRecord) -> Self {
+        let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        let u = &usage.usage;
+        Self {
+            session_id: session_id.to_owned(),
+            agent: usage.agent.clone(),
+            model: usage.model.clone(),
+            counts: [
+                n(u.input_tokens),
+                n(u.output_tokens),
+                n(u.reasoning_tokens),
+                n(u.cache_read_tokens),
+                n(u.cache_write_tokens),
+                n(usage.duration_ms),
+            ],
+            ts: ts(&usage.timestamp),
+        }
+    }
+
+    fn insert(&self, conn: &Connection) -> Result<i64, InsertError> {
+        let c = &self.counts;
+        conn.prepare_cached(
+            "INSERT INTO usage (session_id, agent, model, input_tokens, output_tokens, reasoning_tokens,
+                                cache_read_tokens, cache_write_tokens, duration_ms, ts)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+        )
+        .and_then(|mut st| {
+            st.execute(params![
+                self.session_id,
+                self.agent,
+                self.model,
+                c[0],
+                c[1],
+                c[2],
+                c[3],
+                c[4],
+                c[5],
+                self.ts
+            ])
+        })
+        .map(|_| conn.last_insert_rowid())
+        .map_err(|e| match e.sqlite_error_code() {
+            Some(rusqlite::ErrorCode::ConstraintViolation) => InsertError::NoSession,
+            _ => InsertError::Sql(e),
+        })
+    }
+
+    fn stored(&self, conn: &Connection) -> rusqlite::Result<bool> {
+        let c = &self.counts;
+        conn.prepare_cached(
+            "SELECT 1 FROM usage WHERE session_id = ?1 AND agent = ?2 AND model = ?3 AND ts = ?4
+               AND input_tokens = ?5 AND output_tokens = ?6 AND duration_ms = ?7",
+        )
+        .and_then(|mut st| {
+            st.query_row(
+                params![
+                    self.session_id,
+                    self.agent,
+                    self.model,
+                    self.ts,
+                    c[0],
+                    c[1],
+                    c[5]
+                ],
+                |_| Ok(()),
+            )
+            .optional()
+        })
+        .map(|found| found.is_some())
+    }
+}
+
+/// What the queue and the recovery file hold. Untagged: a recovery file written before
+/// usage rows were queued holds entry rows only, and still reads.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum Row {
+    Entry(EntryRow),
+    Usage(UsageRow),
+}
+
+impl Row {
+    pub(crate) fn session_id(&self) -> &str {
+        match self {
+            Row::Entry(row) => &row.session_id,
+            Row::Usage(row) => &row.session_id,
+        }
+    }
+
+    /// Inserts the row; an entry's seq, a usage row's rowid.
+    pub(crate) fn insert(&self, conn: &Connection) -> Result<i64, InsertError> {
+        match self {
+            Row::Entry(row) => row.insert(conn),
+            Row::Usage(row) => row.insert(conn),
+        }
+    }
+
+    fn stored(&self, conn: &Connection) -> rusqlite::Result<bool> {
+        match self {
+            Row::Entry(row) => row.stored(conn),
+            Row::Usage(row) => row.stored(conn),
+        }
+    }
+}
+
 pub(crate) enum InsertError {
     NoSession,
     Sql(rusqlite::Error),
@@ -113,7 +231,7 @@ impl From<rusqlite::Error> for InsertError {
 /// The queue, and the last reason it could not be written.
 #[derive(Default)]
 pub(crate) struct Pending {
-    pub rows: VecDeque<EntryRow>,
+    pub rows: VecDeque<Row>,
     pub cause: Option<StoreError>,
 }
 
@@ -160,7 +278,7 @@ pub(crate) fn recovery_file(db: &Path) -> PathBuf {
 
 /// Appends `rows` to the recovery file (created 0600) in one write, and syncs it: it is the
 /// last copy of these entries.
-pub(crate) fn save(db: &Path, rows: &VecDeque<EntryRow>) -> Result<PathBuf, StoreError> {
+pub(crate) fn save(db: &Path, rows: &VecDeque<Row>) -> Result<PathBuf, StoreError> {
     let file = recovery_file(db);
     let fail = |e: std::io::Error| {
         StoreError::Other(format!(
@@ -207,7 +325,7 @@ pub(crate) fn import(conn: &Connection, db: &Path) -> Result<usize, ImportError>
             Err(e) => return Err(ImportError::Io(claimed, e)),
         };
         let mut unreadable = 0usize;
-        let rows: Vec<EntryRow> = text
+        let rows: Vec<Row> = text
             .lines()
             .filter(|line| !line.trim().is_empty())
             .filter_map(|line| serde_json::from_str(line).map_err(|_| unreadable += 1).ok())

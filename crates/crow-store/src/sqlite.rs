@@ -10,7 +10,7 @@ use rusqlite::config::DbConfig;
 use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior};
 
 use crate::files;
-use crate::pending::{self, EntryRow, ImportError, InsertError, PROBE, Pending, Unsaved};
+use crate::pending::{self, ImportError, InsertError, PROBE, Pending, Row, Unsaved};
 use crate::schema::{APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION};
 
 /// How to open a store.
@@ -322,7 +322,7 @@ impl SqliteStore {
     /// With nothing pending it waits for a busy database as long as any write does; with
     /// entries pending (the database is known to be held) it only tries, so the agent loop
     /// is not held up once per entry.
-    pub(crate) fn sink_append(&self, row: EntryRow) {
+    pub(crate) fn sink_append(&self, row: Row) {
         let mut pending = self.lock_pending();
         pending.rows.push_back(row);
         let wait = (pending.rows.len() > 1).then_some(PROBE);
@@ -370,16 +370,12 @@ impl SqliteStore {
 
     /// Inserts one row in its own IMMEDIATE transaction (the write lock up front, so a busy
     /// database is waited for instead of failing on a read-to-write upgrade).
-    pub(crate) fn write_row(
-        &self,
-        conn: &mut Connection,
-        row: &EntryRow,
-    ) -> Result<i64, StoreError> {
+    pub(crate) fn write_row(&self, conn: &mut Connection, row: &Row) -> Result<i64, StoreError> {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(|e| self.err(e))?;
         let seq = row.insert(&tx).map_err(|e| match e {
-            InsertError::NoSession => StoreError::NotFound(row.session_id.clone()),
+            InsertError::NoSession => StoreError::NotFound(row.session_id().to_owned()),
             InsertError::Sql(e) => self.err(e),
         })?;
         tx.commit().map_err(|e| self.err(e))?;
@@ -409,6 +405,33 @@ impl SqliteStore {
     /// How many completed entries wait for the database (it was busy or failing).
     pub fn pending_entries(&self) -> usize {
         self.lock_pending().rows.len()
+    }
+
+    /// A usage row through the queue: written at once when nothing is pending (an unknown
+    /// session is `NotFound`), else — or when the database is busy — queued behind the rest.
+    pub(crate) fn append_usage(&self, row: pending::UsageRow) -> Result<(), StoreError> {
+        let mut pending = self.lock_pending();
+        let row = Row::Usage(row);
+        if pending.rows.is_empty() {
+            let mut conn = self.conn()?;
+            match self.write_row(&mut conn, &row) {
+                Ok(_) => {
+                    drop(conn);
+                    self.committed();
+                    return Ok(());
+                }
+                Err(e @ StoreError::NotFound(_)) => return Err(e),
+                Err(e) => {
+                    tracing::debug!("usage row pending: {e}");
+                    pending.cause = Some(e);
+                    pending.rows.push_back(row);
+                    return Ok(());
+                }
+            }
+        }
+        pending.rows.push_back(row);
+        self.flush(&mut pending, Some(PROBE));
+        Ok(())
     }
 
     /// Writes the pending entries, waiting for a busy database as long as the busy timeout
