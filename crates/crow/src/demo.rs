@@ -111,6 +111,10 @@ pub async fn run(json: bool, dir: Option<PathBuf>) -> Result<ExitCode> {
             dir.join(name).display(),
             now.trim_end()
         );
+        errln!(
+            "next: `crow` in your project opens an interactive session (with OPENAI_API_KEY or \
+             ANTHROPIC_API_KEY set, or a local model: see README's \"Use it\")"
+        );
     }
     Ok(code)
 }
