@@ -227,7 +227,15 @@ pub async fn run(args: Args) -> Result<ExitCode> {
             biased;
             Some(event) = events_rx.recv() => app.on_event(&event),
             Some(done) = done_rx.recv() => app.finished(done),
-            Some(question) = questions_rx.recv() => app.ask(question),
+            Some(question) = questions_rx.recv() => {
+                // The call's start line travels through the usage recorder, the question
+                // straight here: give the line a moment so it is shown above its question.
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                while let Ok(event) = events_rx.try_recv() {
+                    app.on_event(&event);
+                }
+                app.ask(question);
+            }
             // Line mode takes the next line when idle, or as the answer to a question.
             got = input.recv(), if input_open && app.takes_input() => match got {
                 Some(got) => app.on_input(got).await,

@@ -67,9 +67,15 @@ impl Screen {
         Self { lines: tx }
     }
 
-    /// Prints one line (or several separated by `\n`).
+    /// Prints one line (or several separated by `\n`). An empty line is sent as a space:
+    /// the editor's printer splits messages with `str::lines`, which drops a lone empty one,
+    /// and answers need their blank lines between paragraphs.
     pub fn line(&self, text: impl Into<String>) {
-        let _ = self.lines.send(Item::Line(text.into()));
+        let mut text = text.into();
+        if text.is_empty() {
+            text.push(' ');
+        }
+        let _ = self.lines.send(Item::Line(text));
     }
 
     /// Returns once every line printed so far has been handed to the terminal side.
