@@ -69,7 +69,8 @@ pub fn run(args: StatsArgs, config: &Config, project_root: &Path) -> Result<Exit
     };
     let (mut by_model, mut by_agent, mut total) =
         (BTreeMap::new(), BTreeMap::new(), Sum::default());
-    let mut tools: BTreeMap<String, u64> = BTreeMap::new();
+    // Per tool: calls, and the time their results record.
+    let mut tools: BTreeMap<String, (u64, u64)> = BTreeMap::new();
     for session in &sessions {
         for row in store.usage(&session.id).map_err(store_error)? {
             by_model
@@ -83,8 +84,13 @@ pub fn run(args: StatsArgs, config: &Config, project_root: &Path) -> Result<Exit
             total.add(&row);
         }
         for entry in store.timeline(&session.id).map_err(store_error)? {
-            if let EntryKind::ToolCall { name, .. } = &entry.entry.kind {
-                *tools.entry(name.clone()).or_default() += 1;
+            match &entry.entry.kind {
+                EntryKind::ToolCall { name, .. } => tools.entry(name.clone()).or_default().0 += 1,
+                EntryKind::ToolResult { name, metadata, .. } => {
+                    let spent = &mut tools.entry(name.clone()).or_default().1;
+                    *spent = spent.saturating_add(metadata.duration_ms);
+                }
+                _ => {}
             }
         }
     }
@@ -119,9 +125,12 @@ pub fn run(args: StatsArgs, config: &Config, project_root: &Path) -> Result<Exit
     println!();
     row("total", &total);
     if !tools.is_empty() {
-        let mut counted: Vec<(String, u64)> = tools.into_iter().collect();
-        counted.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-        let shown: Vec<String> = counted.iter().map(|(t, n)| format!("{t} {n}")).collect();
+        let mut counted: Vec<(String, (u64, u64))> = tools.into_iter().collect();
+        counted.sort_by(|a, b| b.1.0.cmp(&a.1.0).then(a.0.cmp(&b.0)));
+        let shown: Vec<String> = counted
+            .iter()
+            .map(|(t, (n, ms))| format!("{t} {n} ({:.1}s)", *ms as f64 / 1000.0))
+            .collect();
         println!("\ntool calls: {}", shown.join(" · "));
     }
     println!("(cost is not shown: crow has no price table yet)");
