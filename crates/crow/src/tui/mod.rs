@@ -229,10 +229,16 @@ pub async fn run(args: Args) -> Result<ExitCode> {
             Some(done) = done_rx.recv() => app.finished(done),
             Some(question) = questions_rx.recv() => {
                 // The call's start line travels through the usage recorder, the question
-                // straight here: give the line a moment so it is shown above its question.
-                tokio::time::sleep(Duration::from_millis(2)).await;
-                while let Ok(event) = events_rx.try_recv() {
-                    app.on_event(&event);
+                // straight here: take events until that line is shown, so it stands above
+                // its question (bounded, should a tool ask outside a call's events).
+                let deadline = tokio::time::Instant::now() + Duration::from_millis(50);
+                while !app.view.shown_call(&question.request.call_id)
+                    && tokio::time::Instant::now() < deadline
+                {
+                    match tokio::time::timeout_at(deadline, events_rx.recv()).await {
+                        Ok(Some(event)) => app.on_event(&event),
+                        _ => break,
+                    }
                 }
                 app.ask(question);
             }
@@ -516,22 +522,13 @@ impl App {
         if self.editor.is_none() || echo {
             self.view.user(&text);
         }
-        let sees_images = crew.primary().provider().accepts_images();
-        let mut message = mention.text;
-        if !mention.images.is_empty() && !sees_images {
-            message.push_str(&format!(
-                "\n\n(The user attached {} image(s), but model {} does not read images, so they are not shown.)",
-                mention.images.len(),
-                crew.primary().provider().model()
-            ));
-        }
         session.primary.steering = Some(self.steering.clone());
-        session.primary.add_user_message(message);
-        if sees_images {
-            for (mime, data) in mention.images {
-                session.primary.add_image(mime, data);
-            }
-        }
+        sessions::add_prompt(
+            &mut session.primary,
+            crew.primary().provider().as_ref(),
+            mention.text,
+            mention.images,
+        );
         let cancel = CancellationToken::new();
         let (tx, rx) = mpsc::unbounded_channel();
         let recorder = tokio::spawn(sessions::record_usage(

@@ -19,6 +19,7 @@ const EXPAND_LINES: usize = 400;
 /// A tool call as it can be expanded later.
 struct Call {
     number: u32,
+    call_id: String,
     title: String,
     result: Option<ToolResult>,
 }
@@ -97,12 +98,11 @@ impl View {
                 }
                 return;
             }
-            AgentEvent::ToolCallStart {
-                call_id: _, tool, ..
-            } if tool != crow_core::TASK_COMPLETE => {
+            AgentEvent::ToolCallStart { call_id, tool, .. } if tool != crow_core::TASK_COMPLETE => {
                 self.next_number += 1;
                 self.calls.push(Call {
                     number: self.next_number,
+                    call_id: call_id.clone(),
                     title: tool.clone(),
                     result: None,
                 });
@@ -110,15 +110,10 @@ impl View {
                     self.calls.remove(0);
                 }
             }
-            AgentEvent::ToolCallEnd { tool, result, .. } if tool != crow_core::TASK_COMPLETE => {
-                // Calls of one response may end in any order: the latest unfinished of
-                // that tool is this one's closest match without an id map.
-                if let Some(call) = self
-                    .calls
-                    .iter_mut()
-                    .rev()
-                    .find(|c| c.result.is_none() && c.title == *tool)
-                {
+            AgentEvent::ToolCallEnd {
+                call_id, result, ..
+            } => {
+                if let Some(call) = self.calls.iter_mut().rev().find(|c| c.call_id == *call_id) {
                     call.result = Some(result.clone());
                 }
             }
@@ -168,6 +163,11 @@ impl View {
         for line in self.other.lines.drain(..) {
             self.screen.line(line);
         }
+    }
+
+    /// Whether the start line of call `call_id` has been shown.
+    pub fn shown_call(&self, call_id: &str) -> bool {
+        self.calls.iter().rev().any(|c| c.call_id == call_id)
     }
 
     /// Returns once everything shown so far is on its way to the terminal.
