@@ -34,9 +34,6 @@ const DEFAULT_MODE: &str = "build";
 
 /// The session settings option holding the approval level (`ask`, `edits`, `all`).
 const APPROVE_OPTION: &str = "approve";
-/// Prefix of the session settings options holding "always" answers: `always.TOOL` =
-/// `allow` or `reject`.
-const ALWAYS_PREFIX: &str = "always.";
 
 /// How long a stop waits for cancelled turns to save before crow exits anyway.
 const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
@@ -228,11 +225,9 @@ impl SettingsSink for StoreSink {
             SettingChange::Approve(level) => self.update(|s| {
                 s.options.insert(APPROVE_OPTION.to_owned(), level.clone());
             }),
-            SettingChange::Remember { tool, allow } => self.update(|s| {
-                let answer = if *allow { "allow" } else { "reject" };
-                s.options
-                    .insert(format!("{ALWAYS_PREFIX}{tool}"), answer.to_owned());
-            }),
+            SettingChange::Remember { tool, allow } => {
+                self.update(|s| sessions::remember_always(s, tool, *allow))
+            }
         }
         .map_err(failed)
     }
@@ -240,19 +235,10 @@ impl SettingsSink for StoreSink {
 
 /// The approval level and "always" answers stored with a session.
 fn stored_answers(info: &SessionInfo) -> (Option<String>, BTreeMap<String, bool>) {
-    let options = &info.settings.options;
-    let remembered = options
-        .iter()
-        .filter_map(|(key, answer)| {
-            let tool = key.strip_prefix(ALWAYS_PREFIX)?;
-            match answer.as_str() {
-                "allow" => Some((tool.to_owned(), true)),
-                "reject" => Some((tool.to_owned(), false)),
-                _ => None,
-            }
-        })
-        .collect();
-    (options.get(APPROVE_OPTION).cloned(), remembered)
+    (
+        info.settings.options.get(APPROVE_OPTION).cloned(),
+        sessions::stored_always(&info.settings),
+    )
 }
 
 /// How many timeline entries hold a session's first `turns` prompts and what answered them:
@@ -705,21 +691,12 @@ impl SessionRunner for CrowRunner {
                 }
             }
         }
-        let sees_images = crew.primary().provider().accepts_images();
-        let mut text = input.text;
-        if !input.images.is_empty() && !sees_images {
-            text.push_str(&format!(
-                "\n\n(The user attached {} image(s), but model {} does not read images, so they are not shown.)",
-                input.images.len(),
-                crew.primary().provider().model()
-            ));
-        }
-        self.session.primary.add_user_message(text);
-        if sees_images {
-            for (mime_type, data) in input.images {
-                self.session.primary.add_image(mime_type, data);
-            }
-        }
+        sessions::add_prompt(
+            &mut self.session.primary,
+            crew.primary().provider().as_ref(),
+            input.text,
+            input.images,
+        );
 
         // Usage rows go to the store on the way to the editor.
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();

@@ -22,6 +22,59 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use crate::compose::Composer;
 use crate::config::Config;
 
+/// Session settings options holding "always" answers: `always.KEY` = `allow` or `reject`,
+/// the same in every front end (a session answered in the terminal keeps its answers in an
+/// editor and back).
+const ALWAYS_PREFIX: &str = "always.";
+
+/// The "always" answers stored with a session, by key (`true`: allow).
+pub fn stored_always(settings: &crow_core::SessionSettings) -> BTreeMap<String, bool> {
+    settings
+        .options
+        .iter()
+        .filter_map(|(key, answer)| {
+            let key = key.strip_prefix(ALWAYS_PREFIX)?;
+            match answer.as_str() {
+                "allow" => Some((key.to_owned(), true)),
+                "reject" => Some((key.to_owned(), false)),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// Records an "always" answer in a session's settings.
+pub fn remember_always(settings: &mut crow_core::SessionSettings, key: &str, allow: bool) {
+    let answer = if allow { "allow" } else { "reject" };
+    settings
+        .options
+        .insert(format!("{ALWAYS_PREFIX}{key}"), answer.to_owned());
+}
+
+/// The user's prompt into the primary's history, with its images when the model reads them
+/// and a note saying they were left out when it does not.
+pub fn add_prompt(
+    session: &mut Session,
+    provider: &dyn crow_core::Provider,
+    mut text: String,
+    images: Vec<(String, String)>,
+) {
+    let sees_images = provider.accepts_images();
+    if !images.is_empty() && !sees_images {
+        text.push_str(&format!(
+            "\n\n(The user attached {} image(s), but model {} does not read images, so they are not shown.)",
+            images.len(),
+            provider.model()
+        ));
+    }
+    session.add_user_message(text);
+    if sees_images {
+        for (mime_type, data) in images {
+            session.add_image(mime_type, data);
+        }
+    }
+}
+
 #[derive(Subcommand)]
 pub enum SessionsCommand {
     /// List sessions, newest first (this project's unless --all)

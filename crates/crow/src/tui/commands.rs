@@ -46,8 +46,6 @@ const BUILTIN: &[(&str, &str)] = &[
     ("/exit", "leave (the session is saved)"),
 ];
 
-/// Prefix of the session settings options holding "always" answers (shared with `crow acp`).
-const ALWAYS_PREFIX: &str = "always.";
 const MODE_OPTION: &str = "mode";
 
 /// Everything `/` completes to: the built-ins, then the project's and user's commands.
@@ -399,11 +397,7 @@ pub fn restore_answers(gate: &Arc<Mutex<GateState>>, info: &SessionInfo) {
     // Another session's answers do not carry over.
     state.always.clear();
     state.mode = None;
-    for (key, value) in &info.settings.options {
-        if let Some(what) = key.strip_prefix(ALWAYS_PREFIX) {
-            state.always.insert(what.to_owned(), value == "allow");
-        }
-    }
+    state.always.extend(sessions::stored_always(&info.settings));
     if let Some(mode) = info.settings.options.get(MODE_OPTION) {
         state.mode = Mode::parse(mode);
     }
@@ -417,10 +411,7 @@ pub fn save_answers(app: &mut App) {
     };
     if let Ok(state) = app.gate.lock() {
         for (key, allowed) in &state.always {
-            let value = if *allowed { "allow" } else { "reject" };
-            info.settings
-                .options
-                .insert(format!("{ALWAYS_PREFIX}{key}"), value.to_owned());
+            sessions::remember_always(&mut info.settings, key, *allowed);
         }
         if let Some(mode) = state.mode {
             info.settings
