@@ -559,6 +559,45 @@ pub fn set_trust(project_root: &Path, trusted: bool) -> Result<PathBuf> {
     Ok(file)
 }
 
+/// `crow config show`: every effective value with its origin, secrets redacted.
+pub fn render_show(loaded: &crate::config::LoadedConfig) -> String {
+    let mut out = String::new();
+    let width = loaded.sources.keys().map(String::len).max().unwrap_or(0);
+    for (key, (value, source)) in &loaded.sources {
+        let shown = if crate::config::is_secret(key) {
+            "\"[redacted]\"".to_owned()
+        } else {
+            value.to_string()
+        };
+        out.push_str(&format!("{key:<width$} = {shown}  # {source}\n"));
+    }
+    // Names only: which of this process's variables commands will not see.
+    let policy = crate::config::env_policy(&loaded.config);
+    let removed = policy.removed_names();
+    out.push_str(&format!(
+        "\n# commands (bash, MCP servers) inherit {} of the environment; hidden from them: {}\n",
+        policy.inherit.as_str(),
+        if removed.is_empty() {
+            "nothing".to_owned()
+        } else {
+            removed.join(", ")
+        }
+    ));
+    // Rules add up across files, so the merged keys above show only the last file's lists.
+    if !loaded.rules.is_empty() {
+        out.push_str("\n# permission rules (deny wins; then the most specific; then the mode):\n");
+        for rule in &loaded.rules {
+            let default = if rule.fallback {
+                " [the tool's default: its own patterns beat it]"
+            } else {
+                ""
+            };
+            out.push_str(&format!("#   {}{default}\n", rule.describe()));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
