@@ -63,6 +63,18 @@ pub fn project() -> Result<tempfile::TempDir> {
     Ok(dir)
 }
 
+/// What a measured `crow` must not inherit: the user's config, keys and model choices.
+pub const UNSET: &[&str] = &[
+    "CROW_CONFIG_DIR",
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "ANTHROPIC_API_KEY",
+    "CROW_PROVIDER",
+    "CROW_MODEL",
+    "CROW_LOG",
+    "CROW_HOME",
+];
+
 /// `crow` in `dir` with HOME and XDG dirs inside it, so no user config or key leaks in.
 pub fn crow_command(crow: &Path, dir: &Path) -> Command {
     let mut cmd = Command::new(crow);
@@ -72,16 +84,7 @@ pub fn crow_command(crow: &Path, dir: &Path) -> Command {
         .env("XDG_CONFIG_HOME", home.join(".config"))
         .env("XDG_DATA_HOME", home.join(".local/share"))
         .env("NO_COLOR", "1");
-    for var in [
-        "CROW_CONFIG_DIR",
-        "OPENAI_API_KEY",
-        "OPENAI_BASE_URL",
-        "ANTHROPIC_API_KEY",
-        "CROW_PROVIDER",
-        "CROW_MODEL",
-        "CROW_LOG",
-        "CROW_HOME",
-    ] {
+    for var in UNSET {
         cmd.env_remove(var);
     }
     cmd

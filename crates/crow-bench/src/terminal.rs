@@ -96,14 +96,7 @@ fn open(bench: &Bench, dir: &Path, mock: &MockLlm) -> Result<Pty> {
             // The sandbox's cost is section 9's; here only the terminal's.
             ("CROW_SANDBOX_MODE", "off".as_ref()),
         ],
-        &[
-            "CROW_CONFIG_DIR",
-            "CROW_HOME",
-            "OPENAI_API_KEY",
-            "OPENAI_BASE_URL",
-            "ANTHROPIC_API_KEY",
-            "CROW_LOG",
-        ],
+        crate::sessions::UNSET,
         40,
         120,
     )

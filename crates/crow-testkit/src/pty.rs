@@ -154,9 +154,7 @@ impl Pty {
 
     /// Types a line and presses Enter.
     pub fn line(&self, text: &str) {
-        self.send(text);
-        std::thread::sleep(Duration::from_millis(50));
-        self.send("\r");
+        self.send(&format!("{text}\r"));
     }
 
     pub fn resize(&self, rows: u16, cols: u16) {

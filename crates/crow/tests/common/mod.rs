@@ -12,6 +12,19 @@ use crow_testkit::MockLlm;
 use serde_json::Value;
 use tokio::process::Command;
 
+/// What a test's `crow` must not inherit from the machine: config, keys, model choices, logs.
+pub const UNSET: &[&str] = &[
+    "CROW_CONFIG_DIR",
+    "CROW_HOME",
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "ANTHROPIC_API_KEY",
+    "CROW_PROVIDER",
+    "CROW_MODEL",
+    "CROW_LOG",
+    "CROW_SANDBOX_UNSUPPORTED",
+];
+
 /// A `crow` command in `dir`, with HOME and XDG dirs pointing into `dir` so no real config
 /// or key leaks in.
 pub fn crow(dir: &Path) -> Command {
@@ -21,20 +34,14 @@ pub fn crow(dir: &Path) -> Command {
         .env("HOME", &home)
         .env("XDG_CONFIG_HOME", home.join(".config"))
         .env("XDG_DATA_HOME", home.join(".local/share"))
-        .env_remove("CROW_CONFIG_DIR")
-        .env_remove("CROW_HOME")
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("OPENAI_BASE_URL")
-        .env_remove("ANTHROPIC_API_KEY")
-        .env_remove("CROW_PROVIDER")
-        .env_remove("CROW_MODEL")
-        .env_remove("CROW_LOG")
-        .env_remove("CROW_SANDBOX_UNSUPPORTED")
         .env("NO_COLOR", "1")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
+    for var in UNSET {
+        cmd.env_remove(var);
+    }
     // Commands run sandboxed where the kernel allows it; elsewhere tests that are not about
     // the sandbox still run their commands (tests/sandbox.rs skips or removes this).
     if sandbox_usable() {

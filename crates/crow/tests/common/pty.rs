@@ -23,17 +23,7 @@ pub fn spawn(dir: &Path, args: &[&str], rows: u16, cols: u16) -> Pty {
         args,
         dir,
         &env,
-        &[
-            "CROW_CONFIG_DIR",
-            "CROW_HOME",
-            "OPENAI_API_KEY",
-            "OPENAI_BASE_URL",
-            "ANTHROPIC_API_KEY",
-            "CROW_PROVIDER",
-            "CROW_MODEL",
-            "CROW_LOG",
-            "CROW_SANDBOX_UNSUPPORTED",
-        ],
+        super::UNSET,
         rows,
         cols,
     )
