@@ -23,6 +23,7 @@
 
 mod export;
 mod files;
+mod memory;
 mod ops;
 mod pending;
 pub mod sample;
@@ -33,6 +34,7 @@ pub mod timing;
 use std::path::PathBuf;
 
 pub use export::{ExportFormat, SessionDump};
+pub use memory::{Added, EntryHit, Learning, LearningFilter, LearningHit, NewLearning, fts_query};
 pub use ops::prompt_hash;
 pub use pending::Unsaved;
 pub use schema::{APPLICATION_ID, SCHEMA_VERSION};

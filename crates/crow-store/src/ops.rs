@@ -19,7 +19,7 @@ pub(crate) fn ts(t: &DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::Nanos, true)
 }
 
-fn parse_ts(text: &str) -> Result<DateTime<Utc>, StoreError> {
+pub(crate) fn parse_ts(text: &str) -> Result<DateTime<Utc>, StoreError> {
     DateTime::parse_from_rfc3339(text)
         .map(|t| t.with_timezone(&Utc))
         .map_err(|e| StoreError::Corrupt(format!("unreadable timestamp '{text}' ({e})")))
@@ -101,7 +101,11 @@ fn path_text(path: &Path) -> String {
 /// know) reads as `EntryKind::Unknown`: history grows forward-compatibly, so it neither makes
 /// the session unreadable nor shifts the positions compactions refer to. Anything else that
 /// does not parse is damage.
-fn decode(session_id: &str, payload: &str, ts_text: &str) -> Result<HistoryEntry, StoreError> {
+pub(crate) fn decode(
+    session_id: &str,
+    payload: &str,
+    ts_text: &str,
+) -> Result<HistoryEntry, StoreError> {
     let kind: EntryKind = match serde_json::from_str(payload) {
         Ok(kind) => kind,
         // Kept in place as `Unknown` (never sent to a model): positions in the history, which
@@ -550,6 +554,9 @@ impl SessionStore for SqliteStore {
             "DELETE FROM entries WHERE session_id = ?1",
             "DELETE FROM usage WHERE session_id = ?1",
             "DELETE FROM session_agents WHERE session_id = ?1",
+            "DELETE FROM memory_runs WHERE session_id = ?1",
+            // What was learned stays; it no longer points at a session.
+            "UPDATE learnings SET session_id = NULL WHERE session_id = ?1",
         ] {
             tx.execute(sql, [session_id]).map_err(|e| self.err(e))?;
         }

@@ -84,6 +84,78 @@ pub const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE sessions ADD COLUMN parent_id TEXT;
     "#,
+    // 5: memory — learnings the finish step extracts, and full-text search (FTS5, BM25) over
+    // learnings and over every session's entries. The entries index reads its text through a
+    // view, so no conversation text is stored twice; triggers keep both indexes current.
+    r#"
+    CREATE TABLE learnings (
+        id            INTEGER PRIMARY KEY,
+        project_root  TEXT NOT NULL,
+        global        INTEGER NOT NULL DEFAULT 0,
+        session_id    TEXT,
+        kind          TEXT NOT NULL,
+        text          TEXT NOT NULL,
+        files         TEXT NOT NULL DEFAULT '[]',
+        first_entry   INTEGER,
+        last_entry    INTEGER,
+        source        TEXT NOT NULL DEFAULT 'finish',
+        superseded_by INTEGER,
+        created_at    TEXT NOT NULL,
+        updated_at    TEXT NOT NULL
+    );
+    CREATE INDEX learnings_by_project ON learnings (project_root, superseded_by);
+    CREATE INDEX learnings_by_session ON learnings (session_id);
+    CREATE VIRTUAL TABLE learnings_fts USING fts5 (
+        text, files, content = 'learnings', content_rowid = 'id',
+        tokenize = 'unicode61 remove_diacritics 2'
+    );
+    CREATE TRIGGER learnings_fts_insert AFTER INSERT ON learnings BEGIN
+        INSERT INTO learnings_fts (rowid, text, files) VALUES (new.id, new.text, new.files);
+    END;
+    CREATE TRIGGER learnings_fts_delete AFTER DELETE ON learnings BEGIN
+        INSERT INTO learnings_fts (learnings_fts, rowid, text, files)
+        VALUES ('delete', old.id, old.text, old.files);
+    END;
+    CREATE TRIGGER learnings_fts_update AFTER UPDATE OF text, files ON learnings BEGIN
+        INSERT INTO learnings_fts (learnings_fts, rowid, text, files)
+        VALUES ('delete', old.id, old.text, old.files);
+        INSERT INTO learnings_fts (rowid, text, files) VALUES (new.id, new.text, new.files);
+    END;
+
+    -- One row per finish step: which entries it read, how it ended, what it said.
+    CREATE TABLE memory_runs (
+        id          INTEGER PRIMARY KEY,
+        session_id  TEXT NOT NULL,
+        last_entry  INTEGER NOT NULL,
+        status      TEXT NOT NULL,
+        detail      TEXT NOT NULL DEFAULT '',
+        ts          TEXT NOT NULL
+    );
+    CREATE INDEX memory_runs_by_session ON memory_runs (session_id, last_entry);
+
+    CREATE VIEW entry_text (id, text) AS
+    SELECT id, CASE kind
+        WHEN 'user' THEN json_extract(payload, '$.content')
+        WHEN 'assistant_text' THEN json_extract(payload, '$.content')
+        WHEN 'tool_call' THEN json_extract(payload, '$.name') || ' ' || json_extract(payload, '$.arguments')
+        WHEN 'tool_result' THEN json_extract(payload, '$.output')
+        WHEN 'handoff' THEN json_extract(payload, '$.prompt')
+    END FROM entries;
+    CREATE VIRTUAL TABLE entries_fts USING fts5 (
+        text, content = 'entry_text', content_rowid = 'id',
+        tokenize = 'unicode61 remove_diacritics 2'
+    );
+    CREATE TRIGGER entries_fts_insert AFTER INSERT ON entries
+    WHEN new.kind IN ('user', 'assistant_text', 'tool_call', 'tool_result', 'handoff') BEGIN
+        INSERT INTO entries_fts (rowid, text) SELECT id, text FROM entry_text WHERE id = new.id;
+    END;
+    CREATE TRIGGER entries_fts_delete BEFORE DELETE ON entries
+    WHEN old.kind IN ('user', 'assistant_text', 'tool_call', 'tool_result', 'handoff') BEGIN
+        INSERT INTO entries_fts (entries_fts, rowid, text)
+        SELECT 'delete', id, text FROM entry_text WHERE id = old.id;
+    END;
+    INSERT INTO entries_fts (rowid, text) SELECT id, text FROM entry_text WHERE text IS NOT NULL;
+    "#,
 ];
 
 /// The schema version this crow writes.

@@ -551,7 +551,10 @@ fn an_older_schema_is_migrated_in_place_keeping_its_sessions() {
         let conn = rusqlite::Connection::open(&path).unwrap();
         conn.execute_batch(
             "ALTER TABLE sessions DROP COLUMN level; ALTER TABLE sessions DROP COLUMN settings; \
-             ALTER TABLE sessions DROP COLUMN parent_id; PRAGMA user_version = 1;",
+             ALTER TABLE sessions DROP COLUMN parent_id; \
+             DROP TRIGGER entries_fts_insert; DROP TRIGGER entries_fts_delete; \
+             DROP TABLE entries_fts; DROP VIEW entry_text; DROP TABLE memory_runs; \
+             DROP TABLE learnings_fts; DROP TABLE learnings; PRAGMA user_version = 1;",
         )
         .unwrap();
     }
@@ -571,6 +574,10 @@ fn an_older_schema_is_migrated_in_place_keeping_its_sessions() {
     );
     // Rows from before forks have no parent.
     assert_eq!(store.session("old").unwrap().parent_id, None);
+    // Entries from before the search index are found by it.
+    let hits = store.search_entries("before", None, 5).unwrap();
+    assert_eq!(hits.len(), 1);
+    assert_eq!(hits[0].session_id, "old");
 }
 
 #[test]

@@ -1,0 +1,603 @@
+//! Memory: learnings the finish step extracted from sessions, and full-text search (SQLite
+//! FTS5, ranked by BM25) over learnings and over every session's entries. No extra service:
+//! the indexes live in the session database and triggers keep them current (schema 5).
+
+use std::path::{Path, PathBuf};
+
+use chrono::{DateTime, Utc};
+use crow_core::{StoreError, StoredEntry};
+use rusqlite::{OptionalExtension, Row, TransactionBehavior, params};
+use serde::Serialize;
+
+use crate::ops::{decode, parse_ts, ts};
+use crate::sqlite::SqliteStore;
+
+/// One stored learning.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Learning {
+    pub id: i64,
+    pub project_root: PathBuf,
+    /// Offered in every project, not only its own.
+    pub global: bool,
+    /// The session it came from (`None` once that session is deleted, or added by hand).
+    pub session_id: Option<String>,
+    /// convention, pitfall, fix, decision — or summary (a finish step's account of a session).
+    pub kind: String,
+    pub text: String,
+    pub files: Vec<String>,
+    /// The entries (database row ids, inclusive) it was drawn from.
+    pub first_entry: Option<i64>,
+    pub last_entry: Option<i64>,
+    /// `finish` (the finish step) or `user`.
+    pub source: String,
+    /// A newer learning that replaces this one; superseded learnings are kept but not offered.
+    pub superseded_by: Option<i64>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// A learning to store.
+#[derive(Debug, Clone, Default)]
+pub struct NewLearning {
+    pub project_root: PathBuf,
+    pub global: bool,
+    pub session_id: Option<String>,
+    pub kind: String,
+    pub text: String,
+    pub files: Vec<String>,
+    pub first_entry: Option<i64>,
+    pub last_entry: Option<i64>,
+    pub source: String,
+    /// Ids of older learnings this one replaces (only those of the same project, or global).
+    pub supersedes: Vec<i64>,
+}
+
+/// What storing a learning did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Added {
+    New(i64),
+    /// The same text was already known (and current) here: its time was refreshed.
+    Existing(i64),
+}
+
+impl Added {
+    pub fn id(self) -> i64 {
+        match self {
+            Added::New(id) | Added::Existing(id) => id,
+        }
+    }
+}
+
+/// Which learnings to list.
+#[derive(Debug, Clone, Default)]
+pub struct LearningFilter {
+    /// This project's learnings (and the global ones); `None`: every project's.
+    pub project_root: Option<PathBuf>,
+    pub kind: Option<String>,
+    pub include_superseded: bool,
+    pub limit: Option<usize>,
+}
+
+/// A learning found by a search, best first.
+#[derive(Debug, Clone, Serialize)]
+pub struct LearningHit {
+    pub learning: Learning,
+    /// BM25 score (lower is better, as SQLite reports it).
+    pub rank: f64,
+}
+
+/// An entry of some session found by a search, with the text around the match.
+#[derive(Debug, Clone, Serialize)]
+pub struct EntryHit {
+    /// The entry's row id.
+    pub entry_id: i64,
+    pub session_id: String,
+    pub session_title: String,
+    pub project_root: PathBuf,
+    pub agent: String,
+    pub kind: String,
+    pub ts: DateTime<Utc>,
+    /// The text around the match, the matched words between `[` and `]`.
+    pub snippet: String,
+    pub rank: f64,
+}
+
+/// Turns free text (a prompt, a user's query) into an FTS5 query: its words, each quoted so
+/// no FTS syntax leaks in, joined with OR so BM25 ranks by how many and how rare they are.
+/// Short words and common English words are left out; `None` when nothing is left.
+pub fn fts_query(text: &str) -> Option<String> {
+    let mut words: Vec<String> = Vec::new();
+    for word in text
+        .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .map(str::to_lowercase)
+    {
+        if word.chars().count() < 3 || STOP_WORDS.contains(&word.as_str()) {
+            continue;
+        }
+        if !words.contains(&word) {
+            words.push(word);
+        }
+        if words.len() == 32 {
+            break;
+        }
+    }
+    if words.is_empty() {
+        return None;
+    }
+    Some(
+        words
+            .iter()
+            .map(|w| format!("\"{w}\""))
+            .collect::<Vec<_>>()
+            .join(" OR "),
+    )
+}
+
+const STOP_WORDS: &[&str] = &[
+    "the", "and", "for", "are", "but", "not", "you", "all", "any", "can", "had", "her", "was",
+    "one", "our", "out", "has", "have", "this", "that", "with", "from", "they", "will", "would",
+    "there", "their", "what", "about", "which", "when", "make", "like", "into", "than", "then",
+    "them", "these", "some", "could", "should", "please", "does", "did", "how", "why", "where",
+    "who", "its", "also", "just", "now", "use", "using", "get", "let", "see", "want", "need",
+];
+
+fn learning_row(r: &Row<'_>) -> rusqlite::Result<RawLearning> {
+    Ok(RawLearning {
+        id: r.get(0)?,
+        project_root: r.get(1)?,
+        global: r.get(2)?,
+        session_id: r.get(3)?,
+        kind: r.get(4)?,
+        text: r.get(5)?,
+        files: r.get(6)?,
+        first_entry: r.get(7)?,
+        last_entry: r.get(8)?,
+        source: r.get(9)?,
+        superseded_by: r.get(10)?,
+        created_at: r.get(11)?,
+        updated_at: r.get(12)?,
+    })
+}
+
+const COLUMNS: &str = "l.id, l.project_root, l.global, l.session_id, l.kind, l.text, l.files, \
+     l.first_entry, l.last_entry, l.source, l.superseded_by, l.created_at, l.updated_at";
+
+struct RawLearning {
+    id: i64,
+    project_root: String,
+    global: bool,
+    session_id: Option<String>,
+    kind: String,
+    text: String,
+    files: String,
+    first_entry: Option<i64>,
+    last_entry: Option<i64>,
+    source: String,
+    superseded_by: Option<i64>,
+    created_at: String,
+    updated_at: String,
+}
+
+impl RawLearning {
+    fn into_learning(self) -> Result<Learning, StoreError> {
+        Ok(Learning {
+            id: self.id,
+            project_root: PathBuf::from(self.project_root),
+            global: self.global,
+            session_id: self.session_id,
+            kind: self.kind,
+            text: self.text,
+            // A files column another writer left unreadable is shown as no files.
+            files: serde_json::from_str(&self.files).unwrap_or_default(),
+            first_entry: self.first_entry,
+            last_entry: self.last_entry,
+            source: self.source,
+            superseded_by: self.superseded_by,
+            created_at: parse_ts(&self.created_at)?,
+            updated_at: parse_ts(&self.updated_at)?,
+        })
+    }
+}
+
+/// Text compared for duplicates: lower case, words separated by single spaces, no final dot.
+fn normalized(text: &str) -> String {
+    text.split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .trim_end_matches('.')
+        .to_lowercase()
+}
+
+fn path_text(path: &Path) -> String {
+    path.to_string_lossy().into_owned()
+}
+
+impl SqliteStore {
+    /// Stores a learning, unless the same text is already current in its project (then that
+    /// one's time is refreshed), and marks the learnings it replaces as superseded.
+    pub fn add_learning(&self, new: &NewLearning) -> Result<Added, StoreError> {
+        let now = ts(&Utc::now());
+        let project = path_text(&new.project_root);
+        let wanted = normalized(&new.text);
+        let mut conn = self.conn()?;
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| self.err(e))?;
+        let current: Vec<(i64, String)> = {
+            let mut st = tx
+                .prepare_cached(
+                    "SELECT id, text FROM learnings
+                     WHERE (project_root = ?1 OR global = 1) AND superseded_by IS NULL AND kind = ?2",
+                )
+                .map_err(|e| self.err(e))?;
+            st.query_map(params![project, new.kind], |r| Ok((r.get(0)?, r.get(1)?)))
+                .and_then(|rows| rows.collect::<rusqlite::Result<_>>())
+                .map_err(|e| self.err(e))?
+        };
+        if let Some((id, _)) = current.iter().find(|(_, text)| normalized(text) == wanted) {
+            tx.execute(
+                "UPDATE learnings SET updated_at = ?2 WHERE id = ?1",
+                params![id, now],
+            )
+            .map_err(|e| self.err(e))?;
+            tx.commit().map_err(|e| self.err(e))?;
+            return Ok(Added::Existing(*id));
+        }
+        let files =
+            serde_json::to_string(&new.files).map_err(|e| StoreError::Other(e.to_string()))?;
+        let source = if new.source.is_empty() {
+            "finish"
+        } else {
+            new.source.as_str()
+        };
+        let id: i64 = tx
+            .query_row(
+                "INSERT INTO learnings (project_root, global, session_id, kind, text, files,
+                     first_entry, last_entry, source, created_at, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10) RETURNING id",
+                params![
+                    project,
+                    new.global,
+                    new.session_id,
+                    new.kind,
+                    new.text,
+                    files,
+                    new.first_entry,
+                    new.last_entry,
+                    source,
+                    now
+                ],
+                |r| r.get(0),
+            )
+            .map_err(|e| self.err(e))?;
+        for old in &new.supersedes {
+            tx.execute(
+                "UPDATE learnings SET superseded_by = ?2, updated_at = ?4
+                 WHERE id = ?1 AND id != ?2 AND superseded_by IS NULL
+                   AND (project_root = ?3 OR global = 1)",
+                params![old, id, project, now],
+            )
+            .map_err(|e| self.err(e))?;
+        }
+        tx.commit().map_err(|e| self.err(e))?;
+        Ok(Added::New(id))
+    }
+
+    /// Learnings, newest first.
+    pub fn learnings(&self, filter: &LearningFilter) -> Result<Vec<Learning>, StoreError> {
+        let project = filter.project_root.as_deref().map(path_text);
+        let limit = filter
+            .limit
+            .and_then(|n| i64::try_from(n).ok())
+            .unwrap_or(-1);
+        let sql = format!(
+            "SELECT {COLUMNS} FROM learnings l
+             WHERE (?1 IS NULL OR l.project_root = ?1 OR l.global = 1)
+               AND (?2 IS NULL OR l.kind = ?2)
+               AND (?3 OR l.superseded_by IS NULL)
+             ORDER BY l.updated_at DESC, l.id DESC LIMIT ?4"
+        );
+        let rows: Vec<RawLearning> = {
+            let conn = self.conn()?;
+            let mut st = conn.prepare_cached(&sql).map_err(|e| self.err(e))?;
+            st.query_map(
+                params![project, filter.kind, filter.include_superseded, limit],
+                learning_row,
+            )
+            .and_then(|rows| rows.collect::<rusqlite::Result<_>>())
+            .map_err(|e| self.err(e))?
+        };
+        rows.into_iter().map(RawLearning::into_learning).collect()
+    }
+
+    /// One learning by id.
+    pub fn learning(&self, id: i64) -> Result<Learning, StoreError> {
+        let sql = format!("SELECT {COLUMNS} FROM learnings l WHERE l.id = ?1");
+        let raw = {
+            let conn = self.conn()?;
+            conn.query_row(&sql, [id], learning_row)
+                .optional()
+                .map_err(|e| self.err(e))?
+        };
+        raw.ok_or_else(|| StoreError::NotFound(format!("learning {id}")))?
+            .into_learning()
+    }
+
+    /// Current learnings of a project (and global ones) matching free `text`, best first.
+    /// Summaries are left out unless `summaries` is set.
+    pub fn search_learnings(
+        &self,
+        text: &str,
+        project_root: Option<&Path>,
+        summaries: bool,
+        limit: usize,
+    ) -> Result<Vec<LearningHit>, StoreError> {
+        let Some(query) = fts_query(text) else {
+            return Ok(Vec::new());
+        };
+        let project = project_root.map(path_text);
+        let sql = format!(
+            "SELECT {COLUMNS}, bm25(learnings_fts) AS rank
+             FROM learnings_fts JOIN learnings l ON l.id = learnings_fts.rowid
+             WHERE learnings_fts MATCH ?1
+               AND l.superseded_by IS NULL
+               AND (?2 IS NULL OR l.project_root = ?2 OR l.global = 1)
+               AND (?3 OR l.kind != 'summary')
+             ORDER BY rank LIMIT ?4"
+        );
+        let rows: Vec<(RawLearning, f64)> = {
+            let conn = self.conn()?;
+            let mut st = conn.prepare_cached(&sql).map_err(|e| self.err(e))?;
+            st.query_map(
+                params![
+                    query,
+                    project,
+                    summaries,
+                    i64::try_from(limit).unwrap_or(i64::MAX)
+                ],
+                |r| Ok((learning_row(r)?, r.get(13)?)),
+            )
+            .and_then(|rows| rows.collect::<rusqlite::Result<_>>())
+            .map_err(|e| self.err(e))?
+        };
+        rows.into_iter()
+            .map(|(raw, rank)| {
+                Ok(LearningHit {
+                    learning: raw.into_learning()?,
+                    rank,
+                })
+            })
+            .collect()
+    }
+
+    /// Changes a learning's text and/or whether it is offered in every project.
+    pub fn update_learning(
+        &self,
+        id: i64,
+        text: Option<&str>,
+        global: Option<bool>,
+    ) -> Result<(), StoreError> {
+        let conn = self.conn()?;
+        let n = conn
+            .execute(
+                "UPDATE learnings SET text = coalesce(?2, text), global = coalesce(?3, global),
+                     source = CASE WHEN ?2 IS NULL THEN source ELSE 'user' END, updated_at = ?4
+                 WHERE id = ?1",
+                params![id, text, global, ts(&Utc::now())],
+            )
+            .map_err(|e| self.err(e))?;
+        if n == 0 {
+            return Err(StoreError::NotFound(format!("learning {id}")));
+        }
+        Ok(())
+    }
+
+    /// Deletes a learning (and its place in the index); learnings it had superseded become
+    /// current again.
+    pub fn forget_learning(&self, id: i64) -> Result<(), StoreError> {
+        let mut conn = self.conn()?;
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| self.err(e))?;
+        let n = tx
+            .execute("DELETE FROM learnings WHERE id = ?1", [id])
+            .map_err(|e| self.err(e))?;
+        if n == 0 {
+            return Err(StoreError::NotFound(format!("learning {id}")));
+        }
+        tx.execute(
+            "UPDATE learnings SET superseded_by = NULL WHERE superseded_by = ?1",
+            [id],
+        )
+        .map_err(|e| self.err(e))?;
+        tx.commit().map_err(|e| self.err(e))
+    }
+
+    /// Entries of every session (or one project's) matching free `text`, best first, each
+    /// with a snippet around the match.
+    pub fn search_entries(
+        &self,
+        text: &str,
+        project_root: Option<&Path>,
+        limit: usize,
+    ) -> Result<Vec<EntryHit>, StoreError> {
+        let Some(query) = fts_query(text) else {
+            return Ok(Vec::new());
+        };
+        let project = project_root.map(path_text);
+        type Raw = (
+            i64,
+            String,
+            String,
+            String,
+            String,
+            String,
+            String,
+            String,
+            f64,
+        );
+        let rows: Vec<Raw> = {
+            let conn = self.conn()?;
+            let mut st = conn
+                .prepare_cached(
+                    "SELECT e.id, e.session_id, s.title, s.project_root, e.agent, e.kind, e.ts,
+                            snippet(entries_fts, 0, '[', ']', '…', 16), bm25(entries_fts) AS rank
+                     FROM entries_fts
+                     JOIN entries e ON e.id = entries_fts.rowid
+                     JOIN sessions s ON s.id = e.session_id
+                     WHERE entries_fts MATCH ?1 AND (?2 IS NULL OR s.project_root = ?2)
+                     ORDER BY rank LIMIT ?3",
+                )
+                .map_err(|e| self.err(e))?;
+            st.query_map(
+                params![query, project, i64::try_from(limit).unwrap_or(i64::MAX)],
+                |r| {
+                    Ok((
+                        r.get(0)?,
+                        r.get(1)?,
+                        r.get(2)?,
+                        r.get(3)?,
+                        r.get(4)?,
+                        r.get(5)?,
+                        r.get(6)?,
+                        r.get::<_, Option<String>>(7)?.unwrap_or_default(),
+                        r.get(8)?,
+                    ))
+                },
+            )
+            .and_then(|rows| rows.collect::<rusqlite::Result<_>>())
+            .map_err(|e| self.err(e))?
+        };
+        rows.into_iter()
+            .map(
+                |(entry_id, session_id, session_title, root, agent, kind, when, snippet, rank)| {
+                    Ok(EntryHit {
+                        entry_id,
+                        session_id,
+                        session_title,
+                        project_root: PathBuf::from(root),
+                        agent,
+                        kind,
+                        ts: parse_ts(&when)?,
+                        snippet: snippet.split_whitespace().collect::<Vec<_>>().join(" "),
+                        rank,
+                    })
+                },
+            )
+            .collect()
+    }
+
+    /// A session's entries after row id `after` (all of them for `None`), with their row ids,
+    /// in timeline order.
+    pub fn entries_after(
+        &self,
+        session_id: &str,
+        after: Option<i64>,
+    ) -> Result<Vec<(i64, StoredEntry)>, StoreError> {
+        let rows: Vec<(i64, String, i64, String, String)> = {
+            let conn = self.conn()?;
+            let mut st = conn
+                .prepare_cached(
+                    "SELECT id, agent, seq, payload, ts FROM entries
+                     WHERE session_id = ?1 AND id > ?2 ORDER BY id",
+                )
+                .map_err(|e| self.err(e))?;
+            st.query_map(params![session_id, after.unwrap_or(0)], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            })
+            .and_then(|rows| rows.collect::<rusqlite::Result<_>>())
+            .map_err(|e| self.err(e))?
+        };
+        rows.into_iter()
+            .map(|(id, agent, seq, payload, when)| {
+                Ok((
+                    id,
+                    StoredEntry {
+                        entry: decode(session_id, &payload, &when)?,
+                        agent,
+                        seq: u64::try_from(seq).unwrap_or(0),
+                    },
+                ))
+            })
+            .collect()
+    }
+
+    /// The last entry a successful finish step of this session read.
+    pub fn last_memory_run(&self, session_id: &str) -> Result<Option<i64>, StoreError> {
+        let conn = self.conn()?;
+        conn.query_row(
+            "SELECT max(last_entry) FROM memory_runs WHERE session_id = ?1 AND status = 'ok'",
+            [session_id],
+            |r| r.get(0),
+        )
+        .map_err(|e| self.err(e))
+    }
+
+    /// Records a finish step: the last entry it read, `ok` or `failed`, and what it said.
+    pub fn record_memory_run(
+        &self,
+        session_id: &str,
+        last_entry: i64,
+        status: &str,
+        detail: &str,
+    ) -> Result<(), StoreError> {
+        let conn = self.conn()?;
+        conn.execute(
+            "INSERT INTO memory_runs (session_id, last_entry, status, detail, ts)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![session_id, last_entry, status, detail, ts(&Utc::now())],
+        )
+        .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// The latest finish steps, newest first: session, status, detail, time.
+    pub fn memory_runs(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<(String, String, String, DateTime<Utc>)>, StoreError> {
+        let rows: Vec<(String, String, String, String)> = {
+            let conn = self.conn()?;
+            let mut st = conn
+                .prepare_cached(
+                    "SELECT session_id, status, detail, ts FROM memory_runs ORDER BY id DESC LIMIT ?1",
+                )
+                .map_err(|e| self.err(e))?;
+            st.query_map([i64::try_from(limit).unwrap_or(i64::MAX)], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            })
+            .and_then(|rows| rows.collect::<rusqlite::Result<_>>())
+            .map_err(|e| self.err(e))?
+        };
+        rows.into_iter()
+            .map(|(s, status, detail, when)| Ok((s, status, detail, parse_ts(&when)?)))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queries_quote_words_and_drop_noise() {
+        assert_eq!(
+            fts_query("How do I run the tests? cargo-nextest").as_deref(),
+            Some("\"run\" OR \"tests\" OR \"cargo\" OR \"nextest\"")
+        );
+        // FTS syntax in the input is only words.
+        assert_eq!(
+            fts_query("NEAR(\"a\" b) AND x* OR").as_deref(),
+            Some("\"near\"")
+        );
+        assert_eq!(fts_query("a an of to"), None);
+    }
+
+    #[test]
+    fn duplicates_compare_without_case_or_spacing() {
+        assert_eq!(
+            normalized("Use  cargo nextest."),
+            normalized("use cargo nextest")
+        );
+    }
+}
