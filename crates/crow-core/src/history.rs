@@ -201,7 +201,7 @@ impl<'a> View<'a> {
     }
 }
 
-/// Events in the timeline that the model does not see.
+/// Events in the timeline; the model sees only the `note` of `FilesRestored` and `Memory`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum SystemEvent {
@@ -236,6 +236,10 @@ pub enum SystemEvent {
         files: Vec<crate::snapshot::FileChange>,
         note: String,
     },
+    /// Learnings from earlier sessions (ids in the memory store), given to the model as a
+    /// user message before the first prompt: `note` is what it is sent. Kept out of the
+    /// system prompt, which stays byte-stable for the provider's cache.
+    Memory { learnings: Vec<i64>, note: String },
 }
 
 /// Text given to the model for a tool call whose result was never recorded.
@@ -354,7 +358,8 @@ pub fn to_messages_in<'a>(entries: &'a [HistoryEntry], view: &View<'a>) -> Vec<M
             }
             // The one system event the model reads: its changes were reverted (or redone).
             EntryKind::System {
-                event: SystemEvent::FilesRestored { note, .. },
+                event:
+                    SystemEvent::FilesRestored { note, .. } | SystemEvent::Memory { note, .. },
             } => {
                 flush(&mut out, &mut assistant, &mut results, &mut open_calls);
                 out.push(Message::User {

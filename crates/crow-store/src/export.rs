@@ -350,6 +350,11 @@ fn system_text(event: &SystemEvent) -> String {
                 .collect();
             format!("files changed (snapshot {after}): {}", files.join(", "))
         }
+        SystemEvent::Memory { learnings, .. } => format!(
+            "memory: {} learning{} from earlier sessions",
+            learnings.len(),
+            if learnings.len() == 1 { "" } else { "s" }
+        ),
         SystemEvent::FilesRestored { redo, files, .. } => {
             let files: Vec<String> = files.iter().map(|c| c.path.display().to_string()).collect();
             format!(

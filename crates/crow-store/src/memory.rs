@@ -522,30 +522,64 @@ impl SqliteStore {
             .collect()
     }
 
-    /// The last entry a successful finish step of this session read.
+    /// The last entry a finish step of this session read and finished with (a failed one
+    /// does not count: its entries are read again next time).
     pub fn last_memory_run(&self, session_id: &str) -> Result<Option<i64>, StoreError> {
         let conn = self.conn()?;
         conn.query_row(
-            "SELECT max(last_entry) FROM memory_runs WHERE session_id = ?1 AND status = 'ok'",
+            "SELECT max(last_entry) FROM memory_runs
+             WHERE session_id = ?1 AND status IN ('ok', 'skipped')",
             [session_id],
             |r| r.get(0),
         )
         .map_err(|e| self.err(e))
     }
 
-    /// Records a finish step: the last entry it read, `ok` or `failed`, and what it said.
-    pub fn record_memory_run(
+    /// Starts a finish step over a session's entries up to `last_entry`; `None` when another
+    /// one for this session started less than `stale_secs` ago and has not ended (two
+    /// processes must not extract the same learnings twice).
+    pub fn begin_memory_run(
         &self,
         session_id: &str,
         last_entry: i64,
-        status: &str,
-        detail: &str,
-    ) -> Result<(), StoreError> {
+        stale_secs: i64,
+    ) -> Result<Option<i64>, StoreError> {
+        let now = Utc::now();
+        let cutoff = ts(&(now - chrono::Duration::seconds(stale_secs)));
+        let mut conn = self.conn()?;
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| self.err(e))?;
+        let busy: Option<i64> = tx
+            .query_row(
+                "SELECT id FROM memory_runs
+                 WHERE session_id = ?1 AND status = 'running' AND ts > ?2 LIMIT 1",
+                params![session_id, cutoff],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(|e| self.err(e))?;
+        if busy.is_some() {
+            return Ok(None);
+        }
+        let id = tx
+            .query_row(
+                "INSERT INTO memory_runs (session_id, last_entry, status, ts)
+                 VALUES (?1, ?2, 'running', ?3) RETURNING id",
+                params![session_id, last_entry, ts(&now)],
+                |r| r.get(0),
+            )
+            .map_err(|e| self.err(e))?;
+        tx.commit().map_err(|e| self.err(e))?;
+        Ok(Some(id))
+    }
+
+    /// Ends a finish step: `ok`, `skipped` or `failed`, and what it said.
+    pub fn end_memory_run(&self, run: i64, status: &str, detail: &str) -> Result<(), StoreError> {
         let conn = self.conn()?;
         conn.execute(
-            "INSERT INTO memory_runs (session_id, last_entry, status, detail, ts)
-             VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![session_id, last_entry, status, detail, ts(&Utc::now())],
+            "UPDATE memory_runs SET status = ?2, detail = ?3, ts = ?4 WHERE id = ?1",
+            params![run, status, detail, ts(&Utc::now())],
         )
         .map_err(|e| self.err(e))?;
         Ok(())

@@ -390,6 +390,13 @@ impl CrowRunner {
         };
         if let Some(store) = &store {
             composer.set_history_sink(Arc::clone(store) as Arc<dyn HistorySink>);
+            crate::memory::register_tool(
+                &tools,
+                store,
+                &loaded.config.memory,
+                &composer.project_root,
+                Some(&spec.session_id),
+            );
         }
         let mut session = CrewSession {
             primary: crow_core::Session::new(
@@ -450,6 +457,13 @@ impl CrowRunner {
         let composer = compose(&spec, &loaded, &tools, &spec.model)?;
         composer.set_stored_prompts(sessions::stored_prompts(&store, &info.id)?);
         composer.set_history_sink(Arc::clone(&store) as Arc<dyn HistorySink>);
+        crate::memory::register_tool(
+            &tools,
+            &store,
+            &loaded.config.memory,
+            &composer.project_root,
+            Some(&info.id),
+        );
         let mode = known_mode(&composer, &info.agent).to_owned();
         let crew = composer.crew(&mode, None)?;
         let primary = crew.primary().name.clone();
@@ -691,6 +705,14 @@ impl SessionRunner for CrowRunner {
                 }
             }
         }
+        if let Some(store) = &self.store {
+            crate::memory::recall(
+                store,
+                &self.loaded.config.memory,
+                &mut self.session.primary,
+                &input.text,
+            );
+        }
         sessions::add_prompt(
             &mut self.session.primary,
             crew.primary().provider().as_ref(),
@@ -739,6 +761,13 @@ impl SessionRunner for CrowRunner {
         }
         if let Some(store) = &self.store {
             sessions::finish(store, &self.spec.session_id, &outcome);
+            crate::memory::after_run(
+                &self.loaded.config.memory,
+                &self.composer.project_root,
+                self.composer.trusted,
+                &self.spec.session_id,
+                &outcome,
+            );
         }
         let run = outcome.map_err(failed)?;
         Ok(TurnOutcome {

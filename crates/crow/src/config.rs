@@ -42,6 +42,12 @@ pub struct Config {
     /// Project instruction files (AGENTS.md, CLAUDE.md, ...).
     #[serde(default)]
     pub instructions: crate::instructions::InstructionsConfig,
+    /// Learnings across sessions: the finish step, recall, `memory_search`.
+    #[serde(default)]
+    pub memory: memory::MemoryConfig,
+    /// Models for side jobs (`small`).
+    #[serde(default)]
+    pub models: memory::ModelsConfig,
     #[serde(default)]
     pub providers: BTreeMap<String, ProviderConfig>,
     /// MCP servers whose tools crow offers (`[mcp_servers.NAME]`; also read from `.mcp.json`).
@@ -675,6 +681,7 @@ pub fn is_secret(key: &str) -> bool {
             && (last.contains("auth") || last.contains("key") || last.contains("token")))
 }
 
+pub mod memory;
 #[cfg(test)]
 mod proptests;
 

@@ -14,6 +14,7 @@ mod config_cmd;
 mod demo;
 mod instructions;
 mod mcp;
+mod memory;
 mod models;
 mod permissions;
 mod prompt;
@@ -131,6 +132,11 @@ enum Command {
     Sessions {
         #[command(subcommand)]
         command: sessions::SessionsCommand,
+    },
+    /// What crow learned from finished sessions: list, search, show, add, edit, forget
+    Memory {
+        #[command(subcommand)]
+        command: memory::MemoryCommand,
     },
     /// Tokens, cache hits, calls and time per model and per agent, from the stored sessions
     Stats(stats::StatsArgs),
@@ -440,6 +446,7 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
             let request = undo::Request { redo, force, to };
             undo::command(&loaded.config, &root, session.as_deref(), request)
         }
+        Command::Memory { command } => memory::command(command).await,
         Command::Mcp { command } => mcp::command(command).await,
         Command::Init { yes } => config_cmd::init(yes),
         Command::Prompts { command } => prompts_command(command),

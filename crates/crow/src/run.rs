@@ -102,6 +102,15 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
         )
         .await;
     }
+    let recalled = crate::memory::recall(
+        &store,
+        &spec.composer.config.memory,
+        &mut session.primary,
+        &spec.prompt,
+    );
+    if recalled > 0 && !spec.json {
+        errln!("{}", crate::memory::recalled_line(recalled));
+    }
     session.primary.add_user_message(spec.prompt);
 
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
@@ -158,6 +167,14 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
     if !kept && let Err(e) = store.delete_session(&info.id) {
         tracing::warn!("cannot delete the failed session: {e}");
     }
+    // After the answer is out: nothing here waits for it.
+    crate::memory::after_run(
+        &spec.composer.config.memory,
+        &spec.composer.project_root,
+        spec.composer.trusted,
+        &info.id,
+        &outcome,
+    );
     // A second signal still exits at once until here; from now on crow is only closing.
     signals.abort();
     // Nobody reads the rest: end quietly (the session is saved).

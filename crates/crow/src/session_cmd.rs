@@ -70,6 +70,21 @@ pub async fn run(
                     file.text.len()
                 ));
             }
+            // Learnings recalled at the session's start (a user message of their own).
+            for entry in session.entries() {
+                if let crow_core::EntryKind::System {
+                    event: crow_core::SystemEvent::Memory { learnings, note },
+                } = &entry.kind
+                {
+                    let ids: Vec<String> = learnings.iter().map(|id| format!("#{id}")).collect();
+                    text.push_str(&format!(
+                        "
+learnings recalled from memory: {} ({} bytes; crow memory show ID)",
+                        ids.join(" "),
+                        note.len()
+                    ));
+                }
+            }
             text
         }
         SessionCommand::Compact(focus) => {

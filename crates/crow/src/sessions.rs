@@ -96,6 +96,17 @@ pub enum SessionsCommand {
     },
     /// Delete a session with its history and usage
     Delete { id: String },
+    /// Full-text search over every session's prompts, answers, commands and outputs (this
+    /// project's unless --all), best match first, with the id to resume
+    Search {
+        query: String,
+        /// Sessions of every project
+        #[arg(long)]
+        all: bool,
+        /// Most matches shown
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+    },
 }
 
 /// Which stored session `crow run` continues.
@@ -488,8 +499,41 @@ pub fn run(command: SessionsCommand, config: &Config, project_root: &Path) -> Re
             println!("deleted session {} ({})", info.id, info.title);
             crate::undo::forget(config, &info, &snapshots);
         }
+        SessionsCommand::Search { query, all, limit } => {
+            let project = (!all).then_some(project_root);
+            let found = search(&store, &query, project, limit)?;
+            if found.is_empty() {
+                eprintln!(
+                    "nothing matches{}",
+                    if all { "" } else { " in this project's sessions (--all searches every project's)" }
+                );
+            }
+            print!("{found}");
+        }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Matches as lines: session id, time, kind, title, then the text around the match.
+fn search(store: &SqliteStore, query: &str, project: Option<&Path>, limit: usize) -> Result<String> {
+    if crow_store::fts_query(query).is_none() {
+        bail!("nothing to search for: give words of three letters or more");
+    }
+    let hits = store
+        .search_entries(query, project, limit)
+        .map_err(store_error)?;
+    let mut out = String::new();
+    for h in hits {
+        out.push_str(&format!(
+            "{}  {}  {:<14} {}\n    {}\n",
+            h.session_id,
+            h.ts.with_timezone(&chrono::Local).format("%Y-%m-%d %H:%M"),
+            h.kind,
+            h.session_title,
+            h.snippet
+        ));
+    }
+    Ok(out)
 }
 
 fn list_table(sessions: &[SessionInfo], all: bool) -> String {

@@ -16,7 +16,7 @@ use crow_store::SqliteStore;
 
 use crate::compose::{self, Composer};
 use crate::config::{self, LoadedConfig, Overrides};
-use crate::{mcp, permissions, sessions, wiring};
+use crate::{mcp, memory, permissions, sessions, wiring};
 
 /// What a front end asks for.
 pub struct Request {
@@ -91,6 +91,8 @@ pub fn assemble(request: Request) -> Result<Assembled> {
     let mcp_servers = mcp::servers(&loaded.config);
     let catalog = wiring::load_agents(&root);
     let tools = crow_tools::builtin_tools(&wiring::tool_options(&loaded.config));
+    let current = resumed.as_ref().map(|info| info.id.as_str());
+    memory::register_tool(&tools, &store, &loaded.config.memory, &root, current);
     let max_iterations = loaded.config.max_iterations.unwrap_or(50);
     let policy = permissions::policy(&loaded, &root, request.mode, request.default_mode);
     tracing::debug!(

@@ -34,6 +34,12 @@ const BUILTIN: &[(&str, &str, u32, &str)] = &[
         crow_core::compaction::TEMPLATE_VERSION,
         "the summary request of a compaction: task, previous_summary, transcript, omitted, focus",
     ),
+    (
+        "finish",
+        crate::memory::FINISH_TEMPLATE,
+        1,
+        "the finish step's request after a completed task: project_root, transcript, omitted, known, max_learnings",
+    ),
 ];
 
 /// Where a template came from.

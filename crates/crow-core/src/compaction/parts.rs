@@ -1,7 +1,7 @@
 //! The pure parts of compaction: exchange boundaries, elision, the summary transcript and
 //! prompt, the texts that stand in for replaced spans.
 
-use crate::history::{Compaction, EntryKind, HistoryEntry, Replaced, View};
+use crate::history::{Compaction, EntryKind, HistoryEntry, Replaced, SystemEvent, View};
 
 /// Said once in a replaced span's text when exchanges went without a summary.
 pub(super) const DROP_NOTE: &str = "[Some exchanges of this session were dropped without a summary \
@@ -103,6 +103,9 @@ pub(super) fn entry_chars(entries: &[HistoryEntry], view: &View<'_>, at: usize) 
         EntryKind::ToolResult { output, .. } => {
             view.elided.get(&at).map_or(output.len(), |o| o.len())
         }
+        EntryKind::System {
+            event: SystemEvent::FilesRestored { note, .. } | SystemEvent::Memory { note, .. },
+        } => note.len(),
         _ => 0,
     };
     n as u64

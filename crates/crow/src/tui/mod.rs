@@ -523,6 +523,15 @@ impl App {
             self.view.user(&text);
         }
         session.primary.steering = Some(self.steering.clone());
+        let recalled = crate::memory::recall(
+            &self.store,
+            &self.composer.config.memory,
+            &mut session.primary,
+            &mention.text,
+        );
+        if recalled > 0 {
+            self.view.info(&crate::memory::recalled_line(recalled));
+        }
         sessions::add_prompt(
             &mut session.primary,
             crew.primary().provider().as_ref(),
@@ -575,6 +584,13 @@ impl App {
         self.questions.clear();
         self.view.flush_open();
         sessions::finish(&self.store, &info.id, &outcome);
+        crate::memory::after_run(
+            &self.composer.config.memory,
+            &self.composer.project_root,
+            self.composer.trusted,
+            &info.id,
+            &outcome,
+        );
         match &outcome {
             Ok(result) => {
                 if result.stop == crow_core::RunStop::Cancelled {
