@@ -83,7 +83,10 @@ pub fn crow_command(crow: &Path, dir: &Path) -> Command {
         .env("HOME", &home)
         .env("XDG_CONFIG_HOME", home.join(".config"))
         .env("XDG_DATA_HOME", home.join(".local/share"))
-        .env("NO_COLOR", "1");
+        .env("NO_COLOR", "1")
+        // The finish step runs detached after a completed task; the memory section measures
+        // it on purpose, the others must not count its request.
+        .env("CROW_MEMORY_FINISH", "off");
     for var in UNSET {
         cmd.env_remove(var);
     }

@@ -95,6 +95,7 @@ fn open(bench: &Bench, dir: &Path, mock: &MockLlm) -> Result<Pty> {
             ("NO_COLOR", "1".as_ref()),
             // The sandbox's cost is section 9's; here only the terminal's.
             ("CROW_SANDBOX_MODE", "off".as_ref()),
+            ("CROW_MEMORY_FINISH", "off".as_ref()),
         ],
         crate::sessions::UNSET,
         40,

@@ -239,7 +239,10 @@ pub enum SystemEvent {
     /// Learnings from earlier sessions (ids in the memory store), given to the model as a
     /// user message before the first prompt: `note` is what it is sent. Kept out of the
     /// system prompt, which stays byte-stable for the provider's cache.
-    Memory { learnings: Vec<i64>, note: String },
+    Memory {
+        learnings: Vec<i64>,
+        note: String,
+    },
 }
 
 /// Text given to the model for a tool call whose result was never recorded.
@@ -358,8 +361,7 @@ pub fn to_messages_in<'a>(entries: &'a [HistoryEntry], view: &View<'a>) -> Vec<M
             }
             // The one system event the model reads: its changes were reverted (or redone).
             EntryKind::System {
-                event:
-                    SystemEvent::FilesRestored { note, .. } | SystemEvent::Memory { note, .. },
+                event: SystemEvent::FilesRestored { note, .. } | SystemEvent::Memory { note, .. },
             } => {
                 flush(&mut out, &mut assistant, &mut results, &mut open_calls);
                 out.push(Message::User {

@@ -262,11 +262,17 @@ fn finish_steps_remember_where_they_stopped() {
     let all = store.entries_after("s1", None).unwrap();
     assert_eq!(all.len(), 3);
     assert_eq!(store.last_memory_run("s1").unwrap(), None);
-    let run = store.begin_memory_run("s1", all[1].0, 600).unwrap().unwrap();
+    let run = store
+        .begin_memory_run("s1", all[1].0, 600)
+        .unwrap()
+        .unwrap();
     // A second finish step of the same session waits its turn.
     assert_eq!(store.begin_memory_run("s1", all[2].0, 600).unwrap(), None);
     store.end_memory_run(run, "ok", "2 learnings").unwrap();
-    let failed = store.begin_memory_run("s1", all[2].0, 600).unwrap().unwrap();
+    let failed = store
+        .begin_memory_run("s1", all[2].0, 600)
+        .unwrap()
+        .unwrap();
     store.end_memory_run(failed, "failed", "timeout").unwrap();
     let last = store.last_memory_run("s1").unwrap();
     assert_eq!(last, Some(all[1].0));

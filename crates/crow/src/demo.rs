@@ -77,6 +77,8 @@ pub async fn run(json: bool, dir: Option<PathBuf>) -> Result<ExitCode> {
     // The demo's project is thrown away: no snapshots of it in the user's data directory.
     let mut config = Config::default();
     config.snapshots.enabled = Some(false);
+    // The demo's model is gone when it ends: no finish step to send it anything.
+    config.memory.finish = Some(crate::memory::FinishWhen::Off);
     let composer = Composer::new(
         config,
         settings,

@@ -505,7 +505,11 @@ pub fn run(command: SessionsCommand, config: &Config, project_root: &Path) -> Re
             if found.is_empty() {
                 eprintln!(
                     "nothing matches{}",
-                    if all { "" } else { " in this project's sessions (--all searches every project's)" }
+                    if all {
+                        ""
+                    } else {
+                        " in this project's sessions (--all searches every project's)"
+                    }
                 );
             }
             print!("{found}");
@@ -515,7 +519,12 @@ pub fn run(command: SessionsCommand, config: &Config, project_root: &Path) -> Re
 }
 
 /// Matches as lines: session id, time, kind, title, then the text around the match.
-fn search(store: &SqliteStore, query: &str, project: Option<&Path>, limit: usize) -> Result<String> {
+fn search(
+    store: &SqliteStore,
+    query: &str,
+    project: Option<&Path>,
+    limit: usize,
+) -> Result<String> {
     if crow_store::fts_query(query).is_none() {
         bail!("nothing to search for: give words of three letters or more");
     }

@@ -46,6 +46,7 @@ async fn typescript_sdk_client_drives_crow_acp() {
         .current_dir(&dir)
         .env("CROW_BIN", env!("CARGO_BIN_EXE_crow"))
         .env("MOCK_URL", mock.base_url())
+        .env("CROW_MEMORY_FINISH", "off")
         // Where the kernel offers no sandbox, commands run unconfined, as in the other tests.
         .envs((!common::sandbox_usable()).then_some(("CROW_SANDBOX_MODE", "off")))
         .envs(mcp_time_pythonpath().map(|p| ("MCP_TIME_PYTHONPATH", p)))

@@ -235,8 +235,7 @@ async fn finish_command(
     let loaded = config::load(root, &kept)?;
     let selection = wiring::select_provider(&loaded)?;
     let provider = crow_providers::build(selection.settings).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let templates =
-        crate::templates::Templates::load(config::user_config_dir().as_deref(), root)?;
+    let templates = crate::templates::Templates::load(config::user_config_dir().as_deref(), root)?;
     let outcome = finish::run(finish::Step {
         store: &store,
         provider: provider.as_ref(),
@@ -288,7 +287,9 @@ fn table(learnings: &[Learning], all: bool) -> String {
             out,
             "#{:<5} {} {:<10}{scope} {}{superseded}",
             l.id,
-            l.updated_at.with_timezone(&chrono::Local).format("%Y-%m-%d"),
+            l.updated_at
+                .with_timezone(&chrono::Local)
+                .format("%Y-%m-%d"),
             l.kind,
             first_line(&l.text),
         );
@@ -316,7 +317,11 @@ fn show(store: &SqliteStore, l: &Learning) -> String {
         out,
         "project:  {}{}",
         l.project_root.display(),
-        if l.global { " (offered in every project)" } else { "" }
+        if l.global {
+            " (offered in every project)"
+        } else {
+            ""
+        }
     );
     if !l.files.is_empty() {
         let _ = writeln!(out, "files:    {}", l.files.join(", "));
@@ -329,7 +334,9 @@ fn show(store: &SqliteStore, l: &Learning) -> String {
     let _ = writeln!(
         out,
         "updated:  {}",
-        l.updated_at.with_timezone(&chrono::Local).format("%Y-%m-%d %H:%M")
+        l.updated_at
+            .with_timezone(&chrono::Local)
+            .format("%Y-%m-%d %H:%M")
     );
     if let Some(by) = l.superseded_by {
         let _ = writeln!(out, "replaced: by #{by}");

@@ -11,8 +11,8 @@ use anyhow::{Context, Result, anyhow, bail};
 use chrono::Utc;
 use crow_core::history::SystemEvent;
 use crow_core::{
-    ChatRequest, EntryKind, Message, Provider, SessionInfo, SessionStore, StoredEntry,
-    StreamDelta, ToolStatus, Usage, UsageRecord,
+    ChatRequest, EntryKind, Message, Provider, SessionInfo, SessionStore, StoredEntry, StreamDelta,
+    ToolStatus, Usage, UsageRecord,
 };
 use crow_store::{NewLearning, SqliteStore};
 use futures::StreamExt as _;
@@ -110,15 +110,19 @@ pub async fn run(step: Step<'_>) -> Result<Outcome> {
     let when = if force {
         FinishWhen::On
     } else {
-        config.finish.unwrap_or_default()
+        super::finish_when(config)
     };
     if when == FinishWhen::Off {
-        return Ok(Outcome::Skipped("the finish step is off ([memory] finish)".into()));
+        return Ok(Outcome::Skipped(
+            "the finish step is off ([memory] finish)".into(),
+        ));
     }
     let since = store.last_memory_run(&info.id)?;
     let entries = store.entries_after(&info.id, since)?;
     let Some(&(last, _)) = entries.last() else {
-        return Ok(Outcome::Skipped("nothing new since the last finish step".into()));
+        return Ok(Outcome::Skipped(
+            "nothing new since the last finish step".into(),
+        ));
     };
     if when == FinishWhen::Changes && !changed_files(&entries) {
         return Ok(Outcome::Skipped(
@@ -192,7 +196,12 @@ async fn extract(
     let started = Instant::now();
     let (text, usage) = tokio::time::timeout(CALL_TIMEOUT, call(provider, &prompt, &info.id))
         .await
-        .map_err(|_| anyhow!("the model did not answer within {}s", CALL_TIMEOUT.as_secs()))??;
+        .map_err(|_| {
+            anyhow!(
+                "the model did not answer within {}s",
+                CALL_TIMEOUT.as_secs()
+            )
+        })??;
     if !usage.is_empty() {
         let record = UsageRecord {
             agent: AGENT.into(),
@@ -223,7 +232,12 @@ async fn extract(
     let (mut new, mut known) = (0, 0);
     let summary = report.summary.trim();
     if !summary.is_empty() {
-        store.add_learning(&learning("summary", &cut(summary, 2000), Vec::new(), Vec::new()))?;
+        store.add_learning(&learning(
+            "summary",
+            &cut(summary, 2000),
+            Vec::new(),
+            Vec::new(),
+        ))?;
     }
     for l in report.learnings.into_iter().take(MAX_LEARNINGS) {
         let text = l.text.trim();
@@ -240,7 +254,12 @@ async fn extract(
             .filter(|f| !f.is_empty())
             .take(10)
             .collect();
-        match store.add_learning(&learning(kind, &cut(text, MAX_LEARNING_CHARS), files, l.supersedes))? {
+        match store.add_learning(&learning(
+            kind,
+            &cut(text, MAX_LEARNING_CHARS),
+            files,
+            l.supersedes,
+        ))? {
             crow_store::Added::New(_) => new += 1,
             crow_store::Added::Existing(_) => known += 1,
         }
@@ -372,15 +391,21 @@ fn transcript(entries: &[(i64, StoredEntry)]) -> (String, usize) {
                 elide(output, 600, 300)
             ),
             EntryKind::Handoff { from, to, prompt } => {
-                writeln!(out, "[handoff {from} → {to}]\n{}\n", elide(prompt, 1500, 500))
+                writeln!(
+                    out,
+                    "[handoff {from} → {to}]\n{}\n",
+                    elide(prompt, 1500, 500)
+                )
             }
             EntryKind::System { event } => match event {
                 SystemEvent::TaskComplete { summary } => {
                     writeln!(out, "[task complete{who}] {summary}\n")
                 }
                 SystemEvent::Snapshot { changes, .. } if !changes.is_empty() => {
-                    let files: Vec<String> =
-                        changes.iter().map(|c| c.path.display().to_string()).collect();
+                    let files: Vec<String> = changes
+                        .iter()
+                        .map(|c| c.path.display().to_string())
+                        .collect();
                     writeln!(out, "[files changed] {}\n", files.join(", "))
                 }
                 SystemEvent::Error { message } => writeln!(out, "[error] {message}\n"),

@@ -146,12 +146,29 @@ pub fn after_run(
     outcome: &Result<RunResult, AgentError>,
 ) {
     let Ok(run) = outcome else { return };
-    if !matches!(run.stop, RunStop::Complete { .. }) || config.finish == Some(FinishWhen::Off) {
+    if !matches!(run.stop, RunStop::Complete { .. }) || finish_when(config) == FinishWhen::Off {
         return;
     }
     if let Err(e) = spawn_finish(project_root, trusted, session_id) {
         tracing::warn!("the finish step did not start: {e}");
     }
+}
+
+/// When the finish step runs: `CROW_MEMORY_FINISH` (on, off, changes; for scripts and CI
+/// that want it off for a batch of runs), else `[memory] finish`, else "changes".
+pub fn finish_when(config: &MemoryConfig) -> FinishWhen {
+    let from_env = std::env::var("CROW_MEMORY_FINISH").ok().and_then(|v| {
+        match v.trim().to_ascii_lowercase().as_str() {
+            "on" => Some(FinishWhen::On),
+            "off" => Some(FinishWhen::Off),
+            "changes" => Some(FinishWhen::Changes),
+            other => {
+                tracing::warn!("CROW_MEMORY_FINISH={other} is not on, off or changes; ignored");
+                None
+            }
+        }
+    });
+    from_env.or(config.finish).unwrap_or_default()
 }
 
 fn spawn_finish(project_root: &Path, trusted: bool, session_id: &str) -> std::io::Result<()> {

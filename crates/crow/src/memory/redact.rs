@@ -91,12 +91,18 @@ mod tests {
         let out = secrets("ghp_0123456789abcdefghijABCDEFGHIJ and AKIAABCDEFGHIJKLMNOP");
         assert_eq!(out, "[redacted] and [redacted]");
         let key = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3Blbn\n-----END OPENSSH PRIVATE KEY-----";
-        assert_eq!(secrets(&format!("key:\n{key}\nend")), "key:\n[redacted]\nend");
+        assert_eq!(
+            secrets(&format!("key:\n{key}\nend")),
+            "key:\n[redacted]\nend"
+        );
         // Ordinary prose with the word "token" is not touched when no value follows.
         assert_eq!(
             secrets("the token counting lives in budget.rs"),
             "the token counting lives in budget.rs"
         );
-        assert_eq!(secrets("gh auth --token abcdefgh1234"), "gh auth --token [redacted]");
+        assert_eq!(
+            secrets("gh auth --token abcdefgh1234"),
+            "gh auth --token [redacted]"
+        );
     }
 }

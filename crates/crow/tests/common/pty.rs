@@ -14,6 +14,7 @@ pub fn spawn(dir: &Path, args: &[&str], rows: u16, cols: u16) -> Pty {
         ("XDG_CONFIG_HOME", config.as_os_str()),
         ("XDG_DATA_HOME", data.as_os_str()),
         ("NO_COLOR", "1".as_ref()),
+        ("CROW_MEMORY_FINISH", "off".as_ref()),
     ];
     if !super::sandbox_usable() {
         env.push(("CROW_SANDBOX_MODE", "off".as_ref()));

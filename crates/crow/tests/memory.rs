@@ -1,0 +1,337 @@
+//! Memory end to end: the real binary's finish step (a detached `crow memory finish`) against
+//! the mock model, recall in the next session's first request, `memory_search`, the memory
+//! and session-search commands, and a failing finish step that leaves the session intact.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::*;
+use crow_store::{LearningFilter, SqliteStore};
+use crow_testkit::{Fault, MockLlm, Reply, Scenario};
+use serde_json::json;
+
+/// What the finish step's request is recognised by (its system prompt).
+const FINISH: &str = "durable knowledge";
+
+fn finish_reply() -> Reply {
+    let report = json!({
+        "summary": "Renamed the greeting and ran the checks.",
+        "learnings": [
+            {"kind": "convention", "text": "Run the project's checks with make check-all, not cargo test",
+             "files": ["Makefile"]},
+            {"kind": "pitfall", "text": "The deploy script needs the staging VPN up",
+             "files": ["deploy.sh"]},
+            {"kind": "bogus", "text": "dropped: not a known kind"}
+        ],
+        "skills": {"used": [], "missing": ["release checklist"], "draft": {
+            "name": "Release Checklist", "description": "Steps to cut a release",
+            "body": "1. make check-all\n2. tag"}}
+    });
+    Reply::text(format!("```json\n{report}\n```")).matching_system(FINISH)
+}
+
+/// A session that edits a file and completes.
+fn editing_session(scenario: Scenario) -> Scenario {
+    scenario
+        .reply(Reply::tool_call(
+            "write_file",
+            json!({"path": "greeting.txt", "content": "hello\n"}),
+        ))
+        .reply(Reply::tool_call(
+            "task_complete",
+            json!({"summary": "greeting written"}),
+        ))
+}
+
+fn learnings(dir: &Path) -> Vec<crow_store::Learning> {
+    SqliteStore::open(db(dir))
+        .unwrap()
+        .learnings(&LearningFilter::default())
+        .unwrap()
+}
+
+/// Waits for the detached finish step to leave something in the store.
+async fn wait_for(dir: &Path, what: impl Fn(&SqliteStore) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if db(dir).exists() && what(&SqliteStore::open(db(dir)).unwrap()) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the finish step left nothing within 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn finish_runs(store: &SqliteStore) -> Vec<(String, String, String)> {
+    store
+        .memory_runs(10)
+        .unwrap()
+        .into_iter()
+        .map(|(s, status, detail, _)| (s, status, detail))
+        .collect()
+}
+
+fn with_finish(mut cmd: tokio::process::Command) -> tokio::process::Command {
+    cmd.env_remove("CROW_MEMORY_FINISH");
+    cmd
+}
+
+fn user_texts(body: &serde_json::Value) -> Vec<String> {
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .map(|m| {
+            m["content"]
+                .as_str()
+                .map_or_else(|| m["content"].to_string(), str::to_owned)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_completed_task_leaves_learnings_the_next_session_is_given() {
+    let repo = git_repo();
+    let dir = repo.path();
+    // The finish reply streams slowly (about 3 s): crow run must be gone long before.
+    let slow = finish_reply().with_chunk_size(20).with_chunk_delay(60);
+    let mock = MockLlm::start(editing_session(Scenario::new()).reply(slow))
+        .await
+        .unwrap();
+    let out = output(with_finish(crow_run(dir, &mock, "write the greeting file"))).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    // The answer was out and crow gone before the step's call ended: nothing stored yet.
+    assert!(
+        learnings(dir).is_empty(),
+        "crow run waited for the finish step"
+    );
+    wait_for(dir, |s| {
+        !s.learnings(&LearningFilter::default()).unwrap().is_empty()
+    })
+    .await;
+    wait_for(dir, |s| finish_runs(s).first().is_some_and(|r| r.1 == "ok")).await;
+
+    let first = only_session(dir);
+    let stored = learnings(dir);
+    let texts: Vec<&str> = stored.iter().map(|l| l.text.as_str()).collect();
+    assert!(texts.contains(&"Run the project's checks with make check-all, not cargo test"));
+    assert!(texts.contains(&"The deploy script needs the staging VPN up"));
+    assert!(
+        texts.contains(&"Renamed the greeting and ran the checks."),
+        "{texts:?}"
+    );
+    assert!(!texts.iter().any(|t| t.contains("dropped")));
+    assert!(
+        stored
+            .iter()
+            .all(|l| l.session_id.as_deref() == Some(first.id.as_str()))
+    );
+    // The finish request carried the session's transcript; its usage is counted.
+    let finish_request = mock
+        .requests()
+        .into_iter()
+        .find(|r| String::from_utf8_lossy(&r.raw_body).contains(FINISH))
+        .expect("a finish request");
+    let sent = String::from_utf8_lossy(&finish_request.raw_body).into_owned();
+    assert!(sent.contains("write the greeting file"), "{sent}");
+    assert!(sent.contains("greeting written"));
+    // A draft skill for review, not an active one.
+    let draft = dir.join(".crow/skills/drafts/release-checklist/SKILL.md");
+    let text = std::fs::read_to_string(&draft).unwrap();
+    assert!(text.starts_with("---\nname: release-checklist\n"), "{text}");
+
+    // The next session: its first request carries the relevant learning, not the other;
+    // the model looks further with memory_search and finds the old session's words.
+    mock.set_scenario(
+        Scenario::new()
+            .reply(Reply::tool_call(
+                "memory_search",
+                json!({"query": "greeting file", "scope": "sessions"}),
+            ))
+            .reply(Reply::text("Use make check-all.")),
+    );
+    let before = mock.requests().len();
+    let out = output(crow_run(
+        dir,
+        &mock,
+        "how do I run the checks for this project?",
+    ))
+    .await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    let requests = mock.requests();
+    let first_request = &requests[before];
+    let users = user_texts(&first_request.body);
+    assert_eq!(users.len(), 2, "{users:?}");
+    assert!(
+        users[0].contains("<memory>") && users[0].contains("make check-all"),
+        "{users:?}"
+    );
+    assert!(
+        !users[0].contains("VPN"),
+        "an unrelated learning was recalled: {users:?}"
+    );
+    assert!(users[1].contains("how do I run the checks"));
+    // The system prompt is the same as without memory (it stays cacheable).
+    assert!(
+        !first_request.body["messages"][0]["content"]
+            .to_string()
+            .contains("make check-all")
+    );
+    let tools: Vec<&str> = first_request.body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert!(tools.contains(&"memory_search"));
+    let result = requests[before + 1].raw_body.clone();
+    let result = String::from_utf8_lossy(&result);
+    assert!(
+        result.contains(&first.id[..8]),
+        "memory_search did not find the old session: {result}"
+    );
+    assert!(result.contains("[greeting]"), "{result}");
+
+    // The user's side: list, search, forget.
+    let list = output({
+        let mut c = crow(dir);
+        c.args(["memory", "list"]);
+        c
+    })
+    .await;
+    assert_eq!(list.code, Some(0), "{}", list.stderr);
+    assert!(list.stdout.contains("make check-all"));
+    let id = stored
+        .iter()
+        .find(|l| l.text.contains("check-all"))
+        .unwrap()
+        .id;
+    let forget = output({
+        let mut c = crow(dir);
+        c.args(["memory", "forget", &id.to_string()]);
+        c
+    })
+    .await;
+    assert_eq!(forget.code, Some(0), "{}", forget.stderr);
+    let search = output({
+        let mut c = crow(dir);
+        c.args(["memory", "search", "checks make"]);
+        c
+    })
+    .await;
+    assert!(!search.stdout.contains("check-all"), "{}", search.stdout);
+    let sessions = output({
+        let mut c = crow(dir);
+        c.args(["sessions", "search", "greeting"]);
+        c
+    })
+    .await;
+    assert_eq!(sessions.code, Some(0), "{}", sessions.stderr);
+    assert!(sessions.stdout.contains(&first.id), "{}", sessions.stdout);
+    assert!(sessions.stdout.contains("[greeting]"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failing_finish_step_leaves_the_session_intact() {
+    let repo = git_repo();
+    let dir = repo.path();
+    let mock = MockLlm::start(
+        editing_session(Scenario::new())
+            // The model answers prose instead of the JSON asked for.
+            .reply(Reply::text("I would rather not.").matching_system(FINISH)),
+    )
+    .await
+    .unwrap();
+    let out = output(with_finish(crow_run(dir, &mock, "write the greeting file"))).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    let session = only_session(dir);
+    let before = store(dir).timeline(&session.id).unwrap();
+    wait_for(dir, |s| {
+        finish_runs(s).first().is_some_and(|r| r.1 == "failed")
+    })
+    .await;
+    let runs = finish_runs(&store(dir));
+    assert!(runs[0].2.contains("JSON"), "{runs:?}");
+    assert!(learnings(dir).is_empty());
+    use crow_core::SessionStore as _;
+    let after = store(dir).timeline(&session.id).unwrap();
+    assert_eq!(before.len(), after.len());
+    assert_eq!(
+        store(dir).session(&session.id).unwrap().status,
+        crow_core::SessionStatus::Completed
+    );
+    // The user hears of it, and can run it again by hand (this time the provider fails).
+    let list = output({
+        let mut c = crow(dir);
+        c.args(["memory", "list"]);
+        c
+    })
+    .await;
+    assert!(list.stderr.contains("failed"), "{}", list.stderr);
+    mock.push_step(crow_testkit::Step::Fault(Fault::status(401)));
+    let again = output({
+        let mut c = crow(dir);
+        c.env_remove("CROW_MEMORY_FINISH");
+        c.args(["memory", "finish", "--session", &session.id]);
+        c
+    })
+    .await;
+    assert_ne!(again.code, Some(0));
+    assert!(again.stderr.contains("finish step"), "{}", again.stderr);
+    assert_eq!(store(dir).timeline(&session.id).unwrap().len(), after.len());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn no_finish_step_without_changes_by_default_and_none_when_off() {
+    let repo = git_repo();
+    let dir = repo.path();
+    let mock = MockLlm::start(
+        Scenario::new()
+            .reply(Reply::tool_call(
+                "task_complete",
+                json!({"summary": "nothing to do"}),
+            ))
+            .reply(finish_reply()),
+    )
+    .await
+    .unwrap();
+    let out = output(with_finish(crow_run(dir, &mock, "look around"))).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    let session = only_session(dir);
+    // Run by hand, the step says why it did nothing (the default is "changes").
+    let by_hand = output({
+        let mut c = crow(dir);
+        c.env_remove("CROW_MEMORY_FINISH");
+        c.args(["memory", "finish", "--session", &session.id]);
+        c
+    })
+    .await;
+    assert_eq!(by_hand.code, Some(0), "{}", by_hand.stderr);
+    assert!(
+        by_hand.stdout.contains("no files changed"),
+        "{}",
+        by_hand.stdout
+    );
+    assert_eq!(mock.requests().len(), 1, "no finish request was sent");
+    // --force runs it anyway.
+    let forced = output({
+        let mut c = crow(dir);
+        c.args(["memory", "finish", "--force", "--session", &session.id]);
+        c
+    })
+    .await;
+    assert_eq!(forced.code, Some(0), "{}", forced.stderr);
+    assert!(
+        forced.stdout.contains("2 new learnings"),
+        "{}",
+        forced.stdout
+    );
+}
