@@ -34,7 +34,9 @@ pub mod timing;
 use std::path::PathBuf;
 
 pub use export::{ExportFormat, SessionDump};
-pub use memory::{Added, EntryHit, Learning, LearningFilter, LearningHit, NewLearning, fts_query};
+pub use memory::{
+    Added, EntryHit, Learning, LearningFilter, LearningHit, MemoryRun, NewLearning, fts_query,
+};
 pub use ops::prompt_hash;
 pub use pending::Unsaved;
 pub use schema::{APPLICATION_ID, SCHEMA_VERSION};

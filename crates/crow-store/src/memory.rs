@@ -78,6 +78,15 @@ pub struct LearningFilter {
     pub limit: Option<usize>,
 }
 
+/// One finish step as recorded: `running`, `ok`, `skipped` or `failed`, and what it said.
+#[derive(Debug, Clone, Serialize)]
+pub struct MemoryRun {
+    pub session_id: String,
+    pub status: String,
+    pub detail: String,
+    pub ts: DateTime<Utc>,
+}
+
 /// A learning found by a search, best first.
 #[derive(Debug, Clone, Serialize)]
 pub struct LearningHit {
@@ -586,10 +595,7 @@ impl SqliteStore {
     }
 
     /// The latest finish steps, newest first: session, status, detail, time.
-    pub fn memory_runs(
-        &self,
-        limit: usize,
-    ) -> Result<Vec<(String, String, String, DateTime<Utc>)>, StoreError> {
+    pub fn memory_runs(&self, limit: usize) -> Result<Vec<MemoryRun>, StoreError> {
         let rows: Vec<(String, String, String, String)> = {
             let conn = self.conn()?;
             let mut st = conn
@@ -604,7 +610,14 @@ impl SqliteStore {
             .map_err(|e| self.err(e))?
         };
         rows.into_iter()
-            .map(|(s, status, detail, when)| Ok((s, status, detail, parse_ts(&when)?)))
+            .map(|(session_id, status, detail, when)| {
+                Ok(MemoryRun {
+                    session_id,
+                    status,
+                    detail,
+                    ts: parse_ts(&when)?,
+                })
+            })
             .collect()
     }
 }

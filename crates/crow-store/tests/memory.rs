@@ -278,5 +278,5 @@ fn finish_steps_remember_where_they_stopped() {
     assert_eq!(last, Some(all[1].0));
     let rest = store.entries_after("s1", last).unwrap();
     assert_eq!(rest.len(), 1);
-    assert_eq!(store.memory_runs(5).unwrap()[0].1, "failed");
+    assert_eq!(store.memory_runs(5).unwrap()[0].status, "failed");
 }

@@ -74,7 +74,7 @@ fn finish_runs(store: &SqliteStore) -> Vec<(String, String, String)> {
         .memory_runs(10)
         .unwrap()
         .into_iter()
-        .map(|(s, status, detail, _)| (s, status, detail))
+        .map(|r| (r.session_id, r.status, r.detail))
         .collect()
 }
 

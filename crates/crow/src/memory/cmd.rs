@@ -115,13 +115,16 @@ pub async fn command(command: MemoryCommand) -> Result<ExitCode> {
             }
             print!("{}", table(&learnings, all));
             if let Ok(runs) = store.memory_runs(1)
-                && let Some((session, status, detail, when)) = runs.first()
-                && status == "failed"
+                && let Some(run) = runs.first()
+                && run.status == "failed"
             {
                 eprintln!(
-                    "note: the last finish step (session {}, {}) failed: {detail}",
-                    short(session),
-                    when.with_timezone(&chrono::Local).format("%Y-%m-%d %H:%M")
+                    "note: the last finish step (session {}, {}) failed: {}",
+                    short(&run.session_id),
+                    run.ts
+                        .with_timezone(&chrono::Local)
+                        .format("%Y-%m-%d %H:%M"),
+                    run.detail
                 );
             }
         }
