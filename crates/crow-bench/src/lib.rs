@@ -6,6 +6,7 @@ pub mod acp;
 pub mod child;
 pub mod limits;
 pub mod long;
+pub mod memory;
 pub mod prefix;
 pub mod sandbox;
 pub mod search;
@@ -51,6 +52,8 @@ pub struct Config {
     pub cold_runs: usize,
     /// Files of the generated tree that snapshots are measured on.
     pub snapshot_files: usize,
+    /// Entries in the store that memory search is measured on.
+    pub memory_entries: usize,
 }
 
 impl Config {
@@ -73,6 +76,7 @@ impl Config {
             growth_runs: 5,
             cold_runs: 31,
             snapshot_files: 5_000,
+            memory_entries: 100_000,
         }
     }
 
@@ -88,6 +92,7 @@ impl Config {
             terminal_turns: 200,
             growth_runs: 2,
             cold_runs: 11,
+            memory_entries: 20_000,
             ..Self::full()
         }
     }
@@ -111,6 +116,7 @@ impl Config {
             growth_runs: 1,
             cold_runs: 2,
             snapshot_files: 300,
+            memory_entries: 300,
         }
     }
 }
@@ -165,9 +171,10 @@ impl Bench {
         let snapshots = snapshot::measure(self, progress)?;
         progress("interactive terminal");
         let terminal = terminal::measure(self, self.config.terminal_turns)?;
+        let memory = memory::measure(self, progress)?;
         Ok(vec![
             overhead, walls, startup, requests, streaming, store, search, parallel, long, sandbox,
-            limits, snapshots, terminal,
+            limits, snapshots, terminal, memory,
         ])
     }
 }

@@ -40,6 +40,9 @@ struct Args {
     /// Only the snapshot section (section 11)
     #[arg(long)]
     snapshots_only: bool,
+    /// Only the memory section (section 14)
+    #[arg(long)]
+    memory_only: bool,
 }
 
 fn main() -> ExitCode {
@@ -110,6 +113,11 @@ fn run(args: Args) -> Result<()> {
     let sections = match (args.long_only, args.terminal_only) {
         (Some(n), _) => vec![crow_bench::long::measure(&bench, n)?],
         (None, Some(turns)) => vec![crow_bench::terminal::measure(&bench, turns)?],
+        (None, None) if args.memory_only => {
+            vec![crow_bench::memory::measure(&bench, &mut |step| {
+                eprintln!("· {step}")
+            })?]
+        }
         (None, None) if args.snapshots_only => {
             vec![crow_bench::snapshot::measure(&bench, &mut |step| {
                 eprintln!("· {step}")
