@@ -35,7 +35,8 @@ use std::path::PathBuf;
 
 pub use export::{ExportFormat, SessionDump};
 pub use memory::{
-    Added, EntryHit, Learning, LearningFilter, LearningHit, MemoryRun, NewLearning, fts_query,
+    Added, EntryHit, Learning, LearningFilter, LearningHit, MemoryRun, NewLearning, RANK_WINDOW,
+    fts_query,
 };
 pub use ops::prompt_hash;
 pub use pending::Unsaved;

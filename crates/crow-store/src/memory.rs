@@ -111,6 +111,9 @@ pub struct EntryHit {
     pub rank: f64,
 }
 
+/// Matches of an entry search ranked at most: beyond it, the most recent ones.
+pub const RANK_WINDOW: i64 = 5_000;
+
 /// Turns free text (a prompt, a user's query) into an FTS5 query: its words, each quoted so
 /// no FTS syntax leaks in, joined with OR so BM25 ranks by how many and how rare they are.
 /// Short words and common English words are left out; `None` when nothing is left.
@@ -424,6 +427,11 @@ impl SqliteStore {
 
     /// Entries of every session (or one project's) matching free `text`, best first, each
     /// with a snippet around the match.
+    ///
+    /// BM25 costs about a microsecond per matching entry, so a query of common words over a
+    /// large store ranks only the most recent [`RANK_WINDOW`] matches (found by walking the
+    /// index backwards from the newest row, which is cheap); a rarer query ranks all of them.
+    /// Snippets are made for the hits kept, not for every candidate.
     pub fn search_entries(
         &self,
         text: &str,
@@ -434,32 +442,39 @@ impl SqliteStore {
             return Ok(Vec::new());
         };
         let project = project_root.map(path_text);
-        type Raw = (
-            i64,
-            String,
-            String,
-            String,
-            String,
-            String,
-            String,
-            String,
-            f64,
-        );
+        type Raw = (i64, String, String, String, String, String, String, f64);
+        let conn = self.conn()?;
+        let oldest: i64 = conn
+            .prepare_cached(
+                "SELECT rowid FROM entries_fts WHERE entries_fts MATCH ?1
+                 ORDER BY rowid DESC LIMIT 1 OFFSET ?2",
+            )
+            .and_then(|mut st| {
+                st.query_row(params![query, RANK_WINDOW - 1], |r| r.get(0))
+                    .optional()
+            })
+            .map_err(|e| self.err(e))?
+            .unwrap_or(0);
         let rows: Vec<Raw> = {
-            let conn = self.conn()?;
             let mut st = conn
                 .prepare_cached(
                     "SELECT e.id, e.session_id, s.title, s.project_root, e.agent, e.kind, e.ts,
-                            snippet(entries_fts, 0, '[', ']', '…', 16), bm25(entries_fts) AS rank
+                            bm25(entries_fts) AS rank
                      FROM entries_fts
                      JOIN entries e ON e.id = entries_fts.rowid
                      JOIN sessions s ON s.id = e.session_id
-                     WHERE entries_fts MATCH ?1 AND (?2 IS NULL OR s.project_root = ?2)
+                     WHERE entries_fts MATCH ?1 AND entries_fts.rowid >= ?4
+                       AND (?2 IS NULL OR s.project_root = ?2)
                      ORDER BY rank LIMIT ?3",
                 )
                 .map_err(|e| self.err(e))?;
             st.query_map(
-                params![query, project, i64::try_from(limit).unwrap_or(i64::MAX)],
+                params![
+                    query,
+                    project,
+                    i64::try_from(limit).unwrap_or(i64::MAX),
+                    oldest
+                ],
                 |r| {
                     Ok((
                         r.get(0)?,
@@ -469,17 +484,27 @@ impl SqliteStore {
                         r.get(4)?,
                         r.get(5)?,
                         r.get(6)?,
-                        r.get::<_, Option<String>>(7)?.unwrap_or_default(),
-                        r.get(8)?,
+                        r.get(7)?,
                     ))
                 },
             )
             .and_then(|rows| rows.collect::<rusqlite::Result<_>>())
             .map_err(|e| self.err(e))?
         };
+        let mut snippet = conn
+            .prepare_cached(
+                "SELECT snippet(entries_fts, 0, '[', ']', '…', 16) FROM entries_fts
+                 WHERE entries_fts MATCH ?1 AND rowid = ?2",
+            )
+            .map_err(|e| self.err(e))?;
         rows.into_iter()
             .map(
-                |(entry_id, session_id, session_title, root, agent, kind, when, snippet, rank)| {
+                |(entry_id, session_id, session_title, root, agent, kind, when, rank)| {
+                    let around: Option<String> = snippet
+                        .query_row(params![query, entry_id], |r| r.get(0))
+                        .optional()
+                        .map_err(|e| self.err(e))?
+                        .flatten();
                     Ok(EntryHit {
                         entry_id,
                         session_id,
@@ -488,7 +513,11 @@ impl SqliteStore {
                         agent,
                         kind,
                         ts: parse_ts(&when)?,
-                        snippet: snippet.split_whitespace().collect::<Vec<_>>().join(" "),
+                        snippet: around
+                            .unwrap_or_default()
+                            .split_whitespace()
+                            .collect::<Vec<_>>()
+                            .join(" "),
                         rank,
                     })
                 },

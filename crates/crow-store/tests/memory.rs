@@ -280,3 +280,32 @@ fn finish_steps_remember_where_they_stopped() {
     assert_eq!(rest.len(), 1);
     assert_eq!(store.memory_runs(5).unwrap()[0].status, "failed");
 }
+
+#[test]
+fn a_common_query_ranks_the_newest_matches_and_a_rare_one_finds_old_entries() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(dir.path());
+    session(&store, "s1", "/a");
+    let n = usize::try_from(crow_store::RANK_WINDOW).unwrap() + 100;
+    for i in 0..n {
+        let content = if i == 0 {
+            "common words and one rare zebra".to_owned()
+        } else {
+            format!("common words in entry {i}")
+        };
+        store
+            .append_entry(
+                "s1",
+                "builder",
+                &HistoryEntry::now(EntryKind::User { content }),
+            )
+            .unwrap();
+    }
+    let rare = store.search_entries("zebra", None, 5).unwrap();
+    assert_eq!(rare.len(), 1);
+    assert!(rare[0].snippet.contains("[zebra]"));
+    let common = store.search_entries("common words", None, 20).unwrap();
+    assert_eq!(common.len(), 20);
+    let oldest_ranked = store.entries_after("s1", None).unwrap()[99].0;
+    assert!(common.iter().all(|h| h.entry_id > oldest_ranked));
+}
