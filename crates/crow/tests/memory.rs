@@ -335,3 +335,148 @@ async fn no_finish_step_without_changes_by_default_and_none_when_off() {
         forced.stdout
     );
 }
+
+/// `crow memory add` in `dir`.
+async fn add_learning(dir: &Path, text: &str) {
+    let out = output({
+        let mut c = crow(dir);
+        c.args(["memory", "add", text, "--file", "Makefile"]);
+        c
+    })
+    .await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+}
+
+/// The first request's user messages and tool names.
+fn first_request(mock: &MockLlm) -> (Vec<String>, Vec<String>) {
+    let requests = mock.requests();
+    let body = &requests[0].body;
+    let tools = body["tools"]
+        .as_array()
+        .map(|t| {
+            t.iter()
+                .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    (user_texts(body), tools)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_terminal_recalls_and_starts_the_finish_step_too() {
+    use tokio::io::AsyncWriteExt;
+    let repo = git_repo();
+    let dir = repo.path();
+    add_learning(dir, "Run the project's checks with make check-all").await;
+    let mock = MockLlm::start(editing_session(Scenario::new()).reply(finish_reply()))
+        .await
+        .unwrap();
+    // Line mode: stdin is not a terminal.
+    let mut cmd = with_finish(crow(dir));
+    cmd.args([
+        "--mode",
+        "full-auto",
+        "--provider",
+        "openai",
+        "--model",
+        "mock-model",
+        "--base-url",
+    ])
+    .arg(mock.openai_base_url())
+    .stdin(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"run the checks please\n").await.unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().await.unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("memory: 1 learning"), "{stdout}");
+    let (users, tools) = first_request(&mock);
+    assert!(users[0].contains("make check-all"), "{users:?}");
+    assert!(tools.iter().any(|t| t == "memory_search"));
+    wait_for(dir, |s| finish_runs(s).first().is_some_and(|r| r.1 == "ok")).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn crow_acp_recalls_and_starts_the_finish_step_too() {
+    use std::process::Stdio;
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let repo = git_repo();
+    let dir = repo.path();
+    add_learning(dir, "Run the project's checks with make check-all").await;
+    let mock = MockLlm::start(editing_session(Scenario::new()).reply(finish_reply()))
+        .await
+        .unwrap();
+    let user = dir.join(".home/.config/crow");
+    std::fs::create_dir_all(&user).unwrap();
+    std::fs::write(
+        user.join("config.toml"),
+        format!(
+            "provider = \"mock\"\n[providers.mock]\ntype = \"openai\"\nbase_url = \"{}\"\nmodel = \"mock-model\"\n",
+            mock.openai_base_url()
+        ),
+    )
+    .unwrap();
+    let mut child = with_finish(crow(dir))
+        .arg("acp")
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut send = async |msg: serde_json::Value| {
+        stdin
+            .write_all(format!("{msg}\n").as_bytes())
+            .await
+            .unwrap();
+        stdin.flush().await.unwrap();
+    };
+    send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": 1, "clientCapabilities": {}}}))
+    .await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let line = tokio::time::timeout_at(deadline, lines.next_line())
+            .await
+            .expect("crow acp answered in time")
+            .unwrap()
+            .expect("crow acp is running");
+        let msg: serde_json::Value = serde_json::from_str(&line).unwrap();
+        match msg["id"].as_i64() {
+            Some(1) => {
+                send(json!({"jsonrpc": "2.0", "id": 2, "method": "session/new",
+                    "params": {"cwd": dir, "mcpServers": []}}))
+                .await;
+            }
+            Some(2) => {
+                let id = msg["result"]["sessionId"].clone();
+                send(
+                    json!({"jsonrpc": "2.0", "id": 3, "method": "session/set_config_option",
+                    "params": {"sessionId": id, "configId": "approve", "value": "all"}}),
+                )
+                .await;
+                send(
+                    json!({"jsonrpc": "2.0", "id": 4, "method": "session/prompt",
+                    "params": {"sessionId": id,
+                        "prompt": [{"type": "text", "text": "run the checks please"}]}}),
+                )
+                .await;
+            }
+            Some(4) => {
+                assert_eq!(msg["result"]["stopReason"], "end_turn", "{msg}");
+                break;
+            }
+            _ => {}
+        }
+    }
+    let (users, tools) = first_request(&mock);
+    assert!(users[0].contains("make check-all"), "{users:?}");
+    assert_eq!(users[1], "run the checks please");
+    assert!(tools.iter().any(|t| t == "memory_search"));
+    // The finish step of the editor's session ran although the editor is still connected.
+    wait_for(dir, |s| finish_runs(s).first().is_some_and(|r| r.1 == "ok")).await;
+    drop(send);
+    drop(stdin);
+    let _ = child.wait().await;
+}
