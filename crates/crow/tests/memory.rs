@@ -476,7 +476,6 @@ async fn crow_acp_recalls_and_starts_the_finish_step_too() {
     assert!(tools.iter().any(|t| t == "memory_search"));
     // The finish step of the editor's session ran although the editor is still connected.
     wait_for(dir, |s| finish_runs(s).first().is_some_and(|r| r.1 == "ok")).await;
-    drop(send);
     drop(stdin);
     let _ = child.wait().await;
 }
