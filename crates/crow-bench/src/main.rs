@@ -43,6 +43,9 @@ struct Args {
     /// Only the memory section (section 14)
     #[arg(long)]
     memory_only: bool,
+    /// Only the limits section (section 11: connections, growth, cold start, streaming)
+    #[arg(long)]
+    limits_only: bool,
 }
 
 fn main() -> ExitCode {
@@ -113,6 +116,11 @@ fn run(args: Args) -> Result<()> {
     let sections = match (args.long_only, args.terminal_only) {
         (Some(n), _) => vec![crow_bench::long::measure(&bench, n)?],
         (None, Some(turns)) => vec![crow_bench::terminal::measure(&bench, turns)?],
+        (None, None) if args.limits_only => {
+            vec![crow_bench::limits::measure(&bench, &mut |step| {
+                eprintln!("· {step}")
+            })?]
+        }
         (None, None) if args.memory_only => {
             vec![crow_bench::memory::measure(&bench, &mut |step| {
                 eprintln!("· {step}")

@@ -143,6 +143,17 @@ async fn a_completed_task_leaves_learnings_the_next_session_is_given() {
     let sent = String::from_utf8_lossy(&finish_request.raw_body).into_owned();
     assert!(sent.contains("write the greeting file"), "{sent}");
     assert!(sent.contains("greeting written"));
+    let runs = output({
+        let mut c = crow(dir);
+        c.args(["memory", "runs"]);
+        c
+    })
+    .await;
+    assert!(
+        runs.stdout.contains("ok") && runs.stdout.contains("skills missing: release checklist"),
+        "{}",
+        runs.stdout
+    );
     // A draft skill for review, not an active one.
     let draft = dir.join(".crow/skills/drafts/release-checklist/SKILL.md");
     let text = std::fs::read_to_string(&draft).unwrap();

@@ -63,6 +63,8 @@ pub enum MemoryCommand {
         #[arg(long)]
         local: bool,
     },
+    /// The latest finish steps: session, how each ended, what it found (skills used and missing)
+    Runs,
     /// Delete a learning (a learning it had replaced becomes current again)
     Forget { id: i64 },
     /// Run the finish step of a session now (crow starts it by itself after a completed task)
@@ -124,6 +126,23 @@ pub async fn command(command: MemoryCommand) -> Result<ExitCode> {
                     run.ts
                         .with_timezone(&chrono::Local)
                         .format("%Y-%m-%d %H:%M"),
+                    run.detail
+                );
+            }
+        }
+        MemoryCommand::Runs => {
+            let runs = store.memory_runs(20).map_err(store_error)?;
+            if runs.is_empty() {
+                eprintln!("no finish step has run yet");
+            }
+            for run in runs {
+                println!(
+                    "{}  {}  {:<8} {}",
+                    run.ts
+                        .with_timezone(&chrono::Local)
+                        .format("%Y-%m-%d %H:%M"),
+                    short(&run.session_id),
+                    run.status,
                     run.detail
                 );
             }
@@ -250,7 +269,13 @@ async fn finish_command(
     .await
     .with_context(|| format!("the finish step of session {} failed", info.id))?;
     match outcome {
-        Outcome::Done { new, known, draft } => {
+        Outcome::Done {
+            new,
+            known,
+            draft,
+            missing,
+            ..
+        } => {
             println!(
                 "session {}: {new} new learning{}, {known} already known{}",
                 short(&info.id),
@@ -259,6 +284,9 @@ async fn finish_command(
                     .map(|d| format!("; draft skill in .crow/skills/drafts/{d}/ to review"))
                     .unwrap_or_default()
             );
+            for skill in missing {
+                println!("  a skill would have helped: {skill}");
+            }
         }
         Outcome::Skipped(why) => println!("session {}: nothing done: {why}", short(&info.id)),
     }

@@ -46,6 +46,9 @@ pub enum Outcome {
         new: usize,
         known: usize,
         draft: Option<String>,
+        /// The skill assessment: skills used, and what a missing skill would have given.
+        used: Vec<String>,
+        missing: Vec<String>,
     },
     /// Nothing to do: the reason.
     Skipped(String),
@@ -136,16 +139,25 @@ pub async fn run(step: Step<'_>) -> Result<Outcome> {
     };
     let result = extract(store, provider, info, config, template, &entries).await;
     let (status, detail) = match &result {
-        Ok(Outcome::Done { new, known, draft }) => (
-            "ok",
-            format!(
-                "{new} new learning(s), {known} already known{}",
-                draft
-                    .as_ref()
-                    .map(|d| format!(", draft skill {d}"))
-                    .unwrap_or_default()
-            ),
-        ),
+        Ok(Outcome::Done {
+            new,
+            known,
+            draft,
+            used,
+            missing,
+        }) => {
+            let mut detail = format!("{new} new learning(s), {known} already known");
+            if !used.is_empty() {
+                detail.push_str(&format!("; skills used: {}", used.join(", ")));
+            }
+            if !missing.is_empty() {
+                detail.push_str(&format!("; skills missing: {}", missing.join("; ")));
+            }
+            if let Some(d) = draft {
+                detail.push_str(&format!("; draft skill {d}"));
+            }
+            ("ok", redact::secrets(&detail).into_owned())
+        }
         Ok(Outcome::Skipped(why)) => ("skipped", why.clone()),
         Err(e) => ("failed", redact::secrets(&format!("{e:#}")).into_owned()),
     };
@@ -264,13 +276,15 @@ async fn extract(
             crow_store::Added::Existing(_) => known += 1,
         }
     }
-    if !report.skills.used.is_empty() || !report.skills.missing.is_empty() {
-        tracing::debug!(
-            used = ?report.skills.used,
-            missing = ?report.skills.missing,
-            "skill assessment"
-        );
-    }
+    let short = |list: Vec<String>| -> Vec<String> {
+        list.into_iter()
+            .map(|s| cut(s.trim(), 120))
+            .filter(|s| !s.is_empty())
+            .take(5)
+            .collect()
+    };
+    let used = short(report.skills.used);
+    let missing = short(report.skills.missing);
     let draft = match report.skills.draft {
         Some(draft) if config.skill_drafts != Some(false) => {
             write_draft(&info.project_root, &draft).unwrap_or_else(|e| {
@@ -280,7 +294,13 @@ async fn extract(
         }
         _ => None,
     };
-    Ok(Outcome::Done { new, known, draft })
+    Ok(Outcome::Done {
+        new,
+        known,
+        draft,
+        used,
+        missing,
+    })
 }
 
 /// One side call, no tools; the answer's text and usage. A retry that starts the answer
