@@ -6,7 +6,7 @@
 //! - [`retry`]: whole-request retries with backoff and jitter around either, announced as
 //!   [`StreamDelta::Retrying`]; the time limits of an attempt live in its [`RetryPolicy`];
 //! - [`key`]: API keys that never print, and their resolution;
-//! - [`catalog`]: context windows of well-known models.
+//! - [`catalog`]: context windows of well-known models; [`prices`]: their list prices.
 //!
 //! The binary builds a provider with [`build`] from [`ProviderSettings`].
 //!
@@ -20,6 +20,7 @@ pub mod key;
 mod models;
 pub mod openai;
 mod pool;
+pub mod prices;
 #[cfg(test)]
 mod proptests;
 pub mod retry;

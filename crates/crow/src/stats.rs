@@ -10,6 +10,7 @@ use std::process::ExitCode;
 use anyhow::{Result, anyhow, bail};
 use chrono::{DateTime, NaiveDate, Utc};
 use crow_core::{EntryKind, SessionFilter, SessionStore};
+use crow_providers::prices::Price;
 
 use crate::config::Config;
 use crate::sessions::{open_for_reading, store_error};
@@ -36,11 +37,19 @@ struct Sum {
     output: u64,
     reasoning: u64,
     ms: u64,
+    /// US dollars of the calls whose model has a price.
+    cost: f64,
+    /// Calls whose model has no price (their cost is unknown, not zero).
+    unpriced: u64,
 }
 
 impl Sum {
-    fn add(&mut self, u: &crow_core::UsageRecord) {
+    fn add(&mut self, u: &crow_core::UsageRecord, price: Option<Price>) {
         self.calls += 1;
+        match price {
+            Some(price) => self.cost += price.cost(&u.usage),
+            None => self.unpriced += 1,
+        }
         self.input = self.input.saturating_add(u.usage.input_tokens);
         self.cached = self.cached.saturating_add(u.usage.cache_read_tokens);
         self.output = self.output.saturating_add(u.usage.output_tokens);
@@ -73,15 +82,16 @@ pub fn run(args: StatsArgs, config: &Config, project_root: &Path) -> Result<Exit
     let mut tools: BTreeMap<String, (u64, u64)> = BTreeMap::new();
     for session in &sessions {
         for row in store.usage(&session.id).map_err(store_error)? {
+            let price = config.models.price(&row.model);
             by_model
                 .entry(row.model.clone())
                 .or_insert_with(Sum::default)
-                .add(&row);
+                .add(&row, price);
             by_agent
                 .entry(row.agent.clone())
                 .or_insert_with(Sum::default)
-                .add(&row);
-            total.add(&row);
+                .add(&row, price);
+            total.add(&row, price);
         }
         for entry in store.timeline(&session.id).map_err(store_error)? {
             match &entry.entry.kind {
@@ -113,8 +123,8 @@ pub fn run(args: StatsArgs, config: &Config, project_root: &Path) -> Result<Exit
     }
     let table = |title: &str, rows: &BTreeMap<String, Sum>| {
         println!(
-            "\n{title:<28} {:>6} {:>10} {:>10} {:>7} {:>9} {:>9}",
-            "calls", "input", "output", "cached", "reasoning", "time"
+            "\n{title:<28} {:>6} {:>10} {:>10} {:>7} {:>9} {:>9} {:>9}",
+            "calls", "input", "output", "cached", "reasoning", "time", "cost"
         );
         for (name, s) in rows {
             row(name, s);
@@ -133,19 +143,29 @@ pub fn run(args: StatsArgs, config: &Config, project_root: &Path) -> Result<Exit
             .collect();
         println!("\ntool calls: {}", shown.join(" · "));
     }
-    println!("(cost is not shown: crow has no price table yet)");
+    if total.unpriced > 0 {
+        println!(
+            "\ncost: list prices; models without one (local ones) show \"-\" — add yours under [models.prices]"
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 
 fn row(name: &str, s: &Sum) {
+    // Input counts the whole prompt, cached part included.
     let cached = if s.input > 0 {
-        let all = s.input.saturating_add(s.cached).max(1);
-        format!("{}%", s.cached.saturating_mul(100) / all)
+        format!("{}%", s.cached.saturating_mul(100) / s.input)
     } else {
         "-".to_owned()
     };
+    let cost = match (s.unpriced, s.calls) {
+        (n, calls) if n == calls => "-".to_owned(),
+        // Some calls have no price: what is known, as a lower bound.
+        (n, _) if n > 0 => format!("≥${:.4}", s.cost),
+        _ => format!("${:.4}", s.cost),
+    };
     println!(
-        "{:<28} {:>6} {:>10} {:>10} {:>7} {:>9} {:>8.1}s",
+        "{:<28} {:>6} {:>10} {:>10} {:>7} {:>9} {:>8.1}s {cost:>9}",
         shorten(name, 28),
         s.calls,
         s.input,

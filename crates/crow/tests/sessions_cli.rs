@@ -331,6 +331,50 @@ async fn stats_sums_the_model_calls_of_the_projects_sessions() {
         "{}",
         out.stdout
     );
+    // A local model has no list price: its cost is unknown, not zero.
+    assert_eq!(
+        model_row.split_whitespace().last(),
+        Some("-"),
+        "{model_row}"
+    );
+    // With a price in the config, the cost of the recorded tokens.
+    let user = dir.path().join(".home/.config/crow");
+    std::fs::create_dir_all(&user).unwrap();
+    std::fs::write(
+        user.join("config.toml"),
+        "[models.prices.\"mock\"]\ninput = 1000.0\noutput = 2000.0\n",
+    )
+    .unwrap();
+    let usage: Vec<crow_core::UsageRecord> = {
+        use crow_core::SessionStore;
+        let store = crow_store::SqliteStore::open(db(dir.path())).unwrap();
+        let id = only_session(dir.path()).id;
+        store.usage(&id).unwrap()
+    };
+    let expected: f64 = usage
+        .iter()
+        .map(|u| {
+            (u.usage.input_tokens - u.usage.cache_read_tokens) as f64 * 1000.0 / 1e6
+                + u.usage.cache_read_tokens as f64 * 1000.0 / 1e6
+                + u.usage.output_tokens as f64 * 2000.0 / 1e6
+        })
+        .sum();
+    assert!(expected > 0.0);
+    let mut cmd = crow(dir.path());
+    cmd.arg("stats");
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let model_row = out
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("mock-model"))
+        .unwrap();
+    assert_eq!(
+        model_row.split_whitespace().last(),
+        Some(format!("${expected:.4}").as_str()),
+        "{}",
+        out.stdout
+    );
     let mut cmd = crow(dir.path());
     cmd.args(["stats", "--since", "soon"]);
     let out = output(cmd).await;

@@ -41,4 +41,25 @@ pub struct ModelsConfig {
     /// A small, cheap model for side calls such as the finish step: a model of the session's
     /// provider, or `provider/model`. Default: the session's own model.
     pub small: Option<String>,
+    /// Prices in US dollars per million tokens, by model name or name prefix (the longest
+    /// wins), over the built-in list: `[models.prices."gpt-4.1"] input = 2.0, output = 8.0`.
+    #[serde(default)]
+    pub prices: std::collections::BTreeMap<String, crow_providers::prices::Price>,
+}
+
+impl ModelsConfig {
+    /// The price of `model`: the config's, else the built-in list's.
+    pub fn price(&self, model: &str) -> Option<crow_providers::prices::Price> {
+        let lower = model.to_ascii_lowercase();
+        let base = lower.rsplit('/').next().unwrap_or(&lower).to_owned();
+        self.prices
+            .iter()
+            .filter(|(name, _)| {
+                let name = name.to_ascii_lowercase();
+                lower.starts_with(&name) || base.starts_with(&name)
+            })
+            .max_by_key(|(name, _)| name.len())
+            .map(|(_, price)| *price)
+            .or_else(|| crow_providers::prices::price(model))
+    }
 }

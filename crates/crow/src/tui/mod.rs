@@ -390,11 +390,17 @@ impl App {
         }
         let usage = &self.view.totals.usage;
         if usage.input_tokens.saturating_add(usage.output_tokens) > 0 {
+            // Input counts the whole prompt, the cached part included.
             parts.push(format!(
                 "{}↑ {}↓",
-                short(usage.input_tokens.saturating_add(usage.cache_read_tokens)),
+                short(usage.input_tokens),
                 short(usage.output_tokens)
             ));
+            // At the primary's list price (or [models.prices]); none for a local model.
+            let model = self.crew.primary().provider().model();
+            if let Some(price) = self.composer.config.models.price(model) {
+                parts.push(format!("${:.3}", price.cost(usage)));
+            }
         }
         if let Some(id) = &self.id {
             parts.push(id.chars().take(8).collect());
