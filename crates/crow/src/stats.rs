@@ -153,11 +153,11 @@ pub fn run(args: StatsArgs, config: &Config, project_root: &Path) -> Result<Exit
 
 fn row(name: &str, s: &Sum) {
     // Input counts the whole prompt, cached part included.
-    let cached = if s.input > 0 {
-        format!("{}%", s.cached.saturating_mul(100) / s.input)
-    } else {
-        "-".to_owned()
-    };
+    let cached = s
+        .cached
+        .saturating_mul(100)
+        .checked_div(s.input)
+        .map_or_else(|| "-".to_owned(), |share| format!("{share}%"));
     let cost = match (s.unpriced, s.calls) {
         (n, calls) if n == calls => "-".to_owned(),
         // Some calls have no price: what is known, as a lower bound.
