@@ -767,6 +767,7 @@ impl SessionRunner for CrowRunner {
                 self.composer.trusted,
                 &self.spec.session_id,
                 &outcome,
+                &self.session,
             );
         }
         let run = outcome.map_err(failed)?;

@@ -174,6 +174,7 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
         spec.composer.trusted,
         &info.id,
         &outcome,
+        &session,
     );
     // A second signal still exits at once until here; from now on crow is only closing.
     signals.abort();

@@ -368,7 +368,12 @@ fn cut(text: &str, max: usize) -> String {
 /// Whether these entries changed files: a snapshot saw changes, or an edit or write succeeded
 /// (without snapshots).
 pub fn changed_files(entries: &[(i64, StoredEntry)]) -> bool {
-    entries.iter().any(|(_, e)| match &e.entry.kind {
+    entries.iter().any(|(_, e)| changes_files(&e.entry.kind))
+}
+
+/// Whether this entry records changed files.
+pub fn changes_files(kind: &EntryKind) -> bool {
+    match kind {
         EntryKind::System {
             event: SystemEvent::Snapshot { changes, .. },
         } => !changes.is_empty(),
@@ -376,7 +381,7 @@ pub fn changed_files(entries: &[(i64, StoredEntry)]) -> bool {
             *status == ToolStatus::Success && matches!(name.as_str(), "edit_file" | "write_file")
         }
         _ => false,
-    })
+    }
 }
 
 /// The entries as text for the model: each part labelled, long arguments and outputs cut to

@@ -44,6 +44,15 @@ pub fn recall_note(
     if max == 0 || budget == 0 {
         return None;
     }
+    // Most projects have none yet: an index lookup, not a full-text query.
+    let any = store.learnings(&crow_store::LearningFilter {
+        project_root: Some(project_root.to_path_buf()),
+        limit: Some(1),
+        ..Default::default()
+    });
+    if any.is_ok_and(|l| l.is_empty()) {
+        return None;
+    }
     let hits = match store.search_learnings(prompt, Some(project_root), false, max * 2) {
         Ok(hits) => hits,
         Err(e) => {
@@ -144,9 +153,21 @@ pub fn after_run(
     trusted: bool,
     session_id: &str,
     outcome: &Result<RunResult, AgentError>,
+    session: &crow_core::CrewSession,
 ) {
     let Ok(run) = outcome else { return };
-    if !matches!(run.stop, RunStop::Complete { .. }) || finish_when(config) == FinishWhen::Off {
+    let when = finish_when(config);
+    if !matches!(run.stop, RunStop::Complete { .. }) || when == FinishWhen::Off {
+        return;
+    }
+    // No process for a session that never changed a file when only changes count (the
+    // step itself checks again, over the entries since its last run).
+    let changed = || {
+        std::iter::once(&session.primary)
+            .chain(session.coagent.as_ref())
+            .any(|s| s.entries().iter().any(|e| finish::changes_files(&e.kind)))
+    };
+    if when == FinishWhen::Changes && !changed() {
         return;
     }
     if let Err(e) = spawn_finish(project_root, trusted, session_id) {

@@ -596,6 +596,7 @@ impl App {
             self.composer.trusted,
             &info.id,
             &outcome,
+            &session,
         );
         match &outcome {
             Ok(result) => {
