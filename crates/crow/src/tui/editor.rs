@@ -48,6 +48,25 @@ struct StatusPrompt {
     colour: bool,
 }
 
+/// The leading ` · `-separated parts of `status` that fit in `max` characters.
+fn fit(status: &str, max: usize) -> String {
+    if status.chars().count() <= max {
+        return status.to_owned();
+    }
+    let mut out = String::new();
+    for part in status.split(" · ") {
+        let extra = if out.is_empty() { 0 } else { 3 };
+        if out.chars().count() + extra + part.chars().count() > max {
+            break;
+        }
+        if !out.is_empty() {
+            out.push_str(" · ");
+        }
+        out.push_str(part);
+    }
+    out
+}
+
 impl Prompt for StatusPrompt {
     fn render_prompt_left(&self) -> std::borrow::Cow<'_, str> {
         "".into()
@@ -59,7 +78,10 @@ impl Prompt for StatusPrompt {
             .lock()
             .map(|s| s.line.clone())
             .unwrap_or_default();
-        status.into()
+        // A right prompt wider than the room left wraps and is painted over the line above
+        // (an answer just printed): keep the leading parts that fit in half the width.
+        let width = crossterm::terminal::size().map_or(80, |(cols, _)| usize::from(cols));
+        fit(&status, width / 2).into()
     }
 
     fn render_prompt_indicator(&self, _mode: PromptEditMode) -> std::borrow::Cow<'_, str> {
@@ -404,4 +426,17 @@ fn history(path: &Path) -> Result<Box<FileBackedHistory>, String> {
     FileBackedHistory::with_file(1000, path.to_path_buf())
         .map(Box::new)
         .map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fit;
+
+    #[test]
+    fn the_status_keeps_the_leading_parts_that_fit() {
+        let status = "mock-model · build · ask · 3.3k↑ 19↓ · 01a20b17";
+        assert_eq!(fit(status, 80), status);
+        assert_eq!(fit(status, 20), "mock-model · build");
+        assert_eq!(fit(status, 5), "");
+    }
 }

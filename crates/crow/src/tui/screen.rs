@@ -22,7 +22,14 @@ enum Item {
 impl Screen {
     /// Lines go to reedline's printer (drawn above the prompt while the user edits).
     pub fn printer(printer: mpsc::SyncSender<String>) -> Self {
-        Self::spawn(move |batch| printer.send(batch).is_ok())
+        Self::spawn(move |batch| {
+            // Wrapped here, at the width the terminal has now, so every line reedline counts
+            // is one row: when it cannot measure where its printing ended (no answer to the
+            // cursor query in time), it counts lines, and the remainder of a line the terminal
+            // wrapped would be painted over by the prompt.
+            let width = crossterm::terminal::size().map_or(0, |(cols, _)| usize::from(cols));
+            printer.send(wrap(&batch, width)).is_ok()
+        })
     }
 
     /// Lines go to stdout (no terminal: line mode).
@@ -137,5 +144,61 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogWriter {
             Some(_) => LogSink::Routed(Vec::new()),
             None => LogSink::Stderr(std::io::stderr()),
         }
+    }
+}
+
+/// `text`'s lines cut into rows of at most `width` display columns (none cut for width 0).
+/// Escape sequences (colours) take no columns and are kept.
+fn wrap(text: &str, width: usize) -> String {
+    if width == 0 {
+        return text.to_owned();
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for (i, line) in text.split('\n').enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        let mut used = 0;
+        let mut chars = line.chars().peekable();
+        while let Some(c) = chars.next() {
+            if c == '\x1b' {
+                // CSI: ESC [ parameters final-byte; other escapes: ESC and one more char.
+                out.push(c);
+                if chars.peek() == Some(&'[') {
+                    out.extend(chars.next());
+                    for c in chars.by_ref() {
+                        out.push(c);
+                        if ('\x40'..='\x7e').contains(&c) {
+                            break;
+                        }
+                    }
+                } else {
+                    out.extend(chars.next());
+                }
+                continue;
+            }
+            let w = unicode_width::UnicodeWidthChar::width(c).unwrap_or(0);
+            if used + w > width {
+                out.push('\n');
+                used = 0;
+            }
+            out.push(c);
+            used += w;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod wrap_tests {
+    use super::wrap;
+
+    #[test]
+    fn lines_are_cut_at_the_width_not_counting_colours() {
+        assert_eq!(wrap("abcdef\nxy", 4), "abcd\nef\nxy");
+        assert_eq!(wrap("\x1b[1mabcd\x1b[0m", 4), "\x1b[1mabcd\x1b[0m");
+        assert_eq!(wrap("日本語", 4), "日本\n語");
+        assert_eq!(wrap("abc", 0), "abc");
+        assert_eq!(wrap("", 4), "");
     }
 }
