@@ -95,42 +95,40 @@ impl Screen {
 }
 
 /// The `tracing` writer: stderr, or the route of [`crate::stop::route_stderr`] once the
-/// interactive terminal owns the screen.
+/// interactive terminal owns the screen. Each record goes out whole when it is done, with
+/// secrets redacted (the same redaction memory applies before storing anything).
 #[derive(Clone, Copy, Default)]
 pub struct LogWriter;
 
-/// One log record, sent as a line when dropped.
-pub enum LogSink {
-    Stderr(std::io::Stderr),
-    Routed(Vec<u8>),
+/// One log record, written (or routed) as a whole when dropped.
+pub struct LogSink {
+    pending: Vec<u8>,
 }
 
 impl Write for LogSink {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        match self {
-            Self::Stderr(err) => err.write(buf),
-            Self::Routed(pending) => {
-                pending.extend_from_slice(buf);
-                Ok(buf.len())
-            }
-        }
+        self.pending.extend_from_slice(buf);
+        Ok(buf.len())
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
-        match self {
-            Self::Stderr(err) => err.flush(),
-            Self::Routed(_) => Ok(()),
-        }
+        Ok(())
     }
 }
 
 impl Drop for LogSink {
     fn drop(&mut self) {
-        if let (Self::Routed(pending), Some(route)) = (self, crate::stop::stderr_route()) {
-            let text = String::from_utf8_lossy(pending);
-            let text = text.trim_end();
-            if !text.is_empty() {
-                route(text.to_owned());
+        let text = String::from_utf8_lossy(&self.pending);
+        let text = crate::memory::redact::secrets(&text);
+        match crate::stop::stderr_route() {
+            Some(route) => {
+                let text = text.trim_end();
+                if !text.is_empty() {
+                    route(text.to_owned());
+                }
+            }
+            None => {
+                let _ = std::io::stderr().write_all(text.as_bytes());
             }
         }
     }
@@ -140,9 +138,8 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogWriter {
     type Writer = LogSink;
 
     fn make_writer(&'a self) -> Self::Writer {
-        match crate::stop::stderr_route() {
-            Some(_) => LogSink::Routed(Vec::new()),
-            None => LogSink::Stderr(std::io::stderr()),
+        LogSink {
+            pending: Vec::with_capacity(128),
         }
     }
 }
