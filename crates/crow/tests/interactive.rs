@@ -6,6 +6,7 @@
 mod common;
 
 use common::pty::Pty;
+use common::user_texts;
 use crow_testkit::{MockLlm, Reply, Scenario};
 use serde_json::json;
 
@@ -41,21 +42,6 @@ async fn a_prompt_is_answered_and_ctrl_d_leaves_with_the_session_saved() {
         screen.contains("continue it with crow --continue"),
         "{screen}"
     );
-}
-
-/// The user message texts of a request, in order.
-fn user_texts(body: &serde_json::Value) -> Vec<String> {
-    body["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "user")
-        .map(|m| {
-            m["content"]
-                .as_str()
-                .map_or_else(|| m["content"].to_string(), str::to_owned)
-        })
-        .collect()
 }
 
 /// The tool result texts of a request, in order.

@@ -83,20 +83,6 @@ fn with_finish(mut cmd: tokio::process::Command) -> tokio::process::Command {
     cmd
 }
 
-fn user_texts(body: &serde_json::Value) -> Vec<String> {
-    body["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "user")
-        .map(|m| {
-            m["content"]
-                .as_str()
-                .map_or_else(|| m["content"].to_string(), str::to_owned)
-        })
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_completed_task_leaves_learnings_the_next_session_is_given() {
     let repo = git_repo();

@@ -207,3 +207,18 @@ pub fn trust_project(dir: &Path) {
     let root = std::fs::canonicalize(dir).unwrap();
     writeln!(file, "\n[projects.\"{}\"]\ntrusted = true", root.display()).unwrap();
 }
+
+/// The text of every user message of an OpenAI-style request body, in order.
+pub fn user_texts(body: &serde_json::Value) -> Vec<String> {
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .map(|m| {
+            m["content"]
+                .as_str()
+                .map_or_else(|| m["content"].to_string(), str::to_owned)
+        })
+        .collect()
+}
