@@ -3,7 +3,6 @@
 //! crew), persisted in the same store (so an editor restart can load them), with modes = the
 //! compositions (build, build-judge, plan, ...) and models = those of the configured providers.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -12,12 +11,11 @@ use anyhow::{Context, Result};
 use async_trait::async_trait;
 use crow_acp::{
     AgentFactory, Choice, McpServerSpec, ModeInfo, ModelInfo, RestoredSession, RunnerError,
-    SessionRunner, SessionSpec, SessionSummary, SettingChange, SettingsSink, TurnInput,
-    TurnOutcome,
+    SessionRunner, SessionSpec, SessionSummary, SettingsSink, TurnInput, TurnOutcome,
 };
 use crow_core::{
-    CrewSession, EntryKind, EventSender, HistorySink, SessionFilter, SessionInfo, SessionStore,
-    StoreError, ToolKind, ToolRegistry,
+    CrewSession, EntryKind, EventSender, HistorySink, SessionFilter, SessionStore, StoreError,
+    ToolKind, ToolRegistry,
 };
 use crow_mcp::{McpManager, McpOptions, McpServerConfig, McpTransport};
 use crow_providers::ProviderSettings;
@@ -28,6 +26,9 @@ use crate::compose::{Composer, with_subagents};
 use crate::config::{self, LoadedConfig, Overrides};
 use crate::sessions;
 use crate::wiring::{find_project_root, provider_settings, select_provider};
+
+mod settings;
+use settings::{StoreSink, stored_answers};
 
 /// The mode a session starts in when the catalog has it.
 const DEFAULT_MODE: &str = "build";
@@ -191,54 +192,6 @@ fn restore_error(e: anyhow::Error) -> RunnerError {
         Ok(other) => failed(other),
         Err(e) => failed_any(&e),
     }
-}
-
-/// A session's settings written to its row in the store as the user changes them: the mode
-/// is the `agent` column, the model the provider/model columns (and its endpoint), the
-/// approval level and "always" answers are options of the settings JSON.
-struct StoreSink {
-    store: Arc<SqliteStore>,
-    id: String,
-    loaded: Arc<LoadedConfig>,
-}
-
-impl StoreSink {
-    /// Changes the settings JSON, keeping what this change does not touch (read just
-    /// before: another process may have changed other settings of the session).
-    fn update(&self, edit: impl FnOnce(&mut crow_core::SessionSettings)) -> Result<(), StoreError> {
-        let mut settings = self.store.session(&self.id)?.settings;
-        edit(&mut settings);
-        self.store.set_settings(&self.id, &settings)
-    }
-}
-
-impl SettingsSink for StoreSink {
-    fn save(&self, change: &SettingChange) -> Result<(), RunnerError> {
-        match change {
-            SettingChange::Mode(mode) => self.store.set_agent(&self.id, mode),
-            SettingChange::Model(model) => {
-                let chosen = settings_for(&self.loaded, model).map_err(|e| failed_any(&e))?;
-                self.store
-                    .set_model(&self.id, &chosen.name, &chosen.model)
-                    .and_then(|()| self.update(|s| s.base_url = Some(chosen.base_url.clone())))
-            }
-            SettingChange::Approve(level) => self.update(|s| {
-                s.options.insert(APPROVE_OPTION.to_owned(), level.clone());
-            }),
-            SettingChange::Remember { tool, allow } => {
-                self.update(|s| sessions::remember_always(s, tool, *allow))
-            }
-        }
-        .map_err(failed)
-    }
-}
-
-/// The approval level and "always" answers stored with a session.
-fn stored_answers(info: &SessionInfo) -> (Option<String>, BTreeMap<String, bool>) {
-    (
-        info.settings.options.get(APPROVE_OPTION).cloned(),
-        sessions::stored_always(&info.settings),
-    )
 }
 
 /// How many timeline entries hold a session's first `turns` prompts and what answered them:
