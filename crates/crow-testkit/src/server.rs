@@ -41,7 +41,14 @@ pub struct RecordedRequest {
     /// UTF-8 string for `GET /_mock/requests`.
     #[serde(with = "raw_body_serde")]
     pub raw_body: Bytes,
+    /// When the body had arrived, before the mock did any work on it.
     pub received_at: SystemTime,
+    /// When the mock had parsed the request and chosen its answer: its own work on the
+    /// request is done, what follows until the next request is the client's. The interval
+    /// from here to the next `received_at` is the client's step, free of the mock's parsing
+    /// (which grows with the body).
+    #[serde(default = "SystemTime::now")]
+    pub answered_at: SystemTime,
     /// Index of the scenario step that answered; `None` when the scenario was exhausted or
     /// the request was rejected.
     pub step: Option<usize>,
@@ -296,11 +303,24 @@ struct Served {
 /// Records the request and answers it. Synchronous: the lock is never held across an await,
 /// and the streaming body does its waiting after this returns.
 fn handle(shared: &Shared, api: Api, path: &str, headers: &HeaderMap, raw: Bytes) -> Response {
+    let received_at = SystemTime::now();
     let parsed: Option<Value> = serde_json::from_slice(&raw).ok();
-    let body = parsed.clone().unwrap_or(Value::Null);
+    let valid = parsed.is_some();
+    let body = parsed.unwrap_or(Value::Null);
     let system = match api {
         Api::OpenAi => openai::system_prompt(&body),
         Api::Anthropic => anthropic::system_prompt(&body),
+    };
+    // What the answer needs from the body, read before the body moves into the record.
+    let model = body
+        .get("model")
+        .and_then(Value::as_str)
+        .unwrap_or(DEFAULT_MODEL)
+        .to_owned();
+    let options = openai::Options::from_request(&body);
+    let stream = match api {
+        Api::OpenAi => options.stream,
+        Api::Anthropic => anthropic::wants_stream(&body),
     };
     let record = RecordedRequest {
         path: path.to_owned(),
@@ -311,9 +331,10 @@ fn handle(shared: &Shared, api: Api, path: &str, headers: &HeaderMap, raw: Bytes
                 (k.as_str().to_owned(), value)
             })
             .collect(),
-        body: body.clone(),
+        body,
         raw_body: raw.clone(),
-        received_at: SystemTime::now(),
+        received_at,
+        answered_at: received_at,
         step: None,
     };
 
@@ -331,15 +352,16 @@ fn handle(shared: &Shared, api: Api, path: &str, headers: &HeaderMap, raw: Bytes
         let mut record = record;
         let tokens = (raw.len() / 4) as u64;
         if let Some(window) = inner.scenario.context_window
-            && parsed.is_some()
+            && valid
             && tokens > window
         {
+            record.answered_at = SystemTime::now();
             inner.requests.push(record);
             drop(inner);
             return overflow_response(api, window, tokens);
         }
         // Malformed JSON is rejected like a real API would, without consuming a step.
-        let chosen = if parsed.is_none() {
+        let chosen = if !valid {
             None
         } else {
             let Inner {
@@ -357,8 +379,9 @@ fn handle(shared: &Shared, api: Api, path: &str, headers: &HeaderMap, raw: Bytes
             found
         };
         record.step = chosen.as_ref().map(|(i, _)| *i);
+        record.answered_at = SystemTime::now();
         inner.requests.push(record);
-        if parsed.is_none() {
+        if !valid {
             drop(inner);
             return error_response(
                 api,
@@ -416,11 +439,7 @@ fn handle(shared: &Shared, api: Api, path: &str, headers: &HeaderMap, raw: Bytes
     let ctx = Ctx {
         reply: &reply,
         chunk_size: reply.chunk_size.unwrap_or(served.chunk_size),
-        model: body
-            .get("model")
-            .and_then(Value::as_str)
-            .unwrap_or(DEFAULT_MODEL)
-            .to_owned(),
+        model,
         seq: served.seq,
         tokens: Tokens::estimate(raw.len(), served.tokens_prefix, writes_cache, &reply),
         created: SystemTime::now()
@@ -428,10 +447,6 @@ fn handle(shared: &Shared, api: Api, path: &str, headers: &HeaderMap, raw: Bytes
             .map_or(0, |d| d.as_secs()),
     };
     let delay = Duration::from_millis(reply.chunk_delay_ms.unwrap_or(served.chunk_delay_ms));
-    let stream = match api {
-        Api::OpenAi => openai::Options::from_request(&body).stream,
-        Api::Anthropic => anthropic::wants_stream(&body),
-    };
 
     if !stream {
         if ending == Ending::Complete {
@@ -452,7 +467,7 @@ fn handle(shared: &Shared, api: Api, path: &str, headers: &HeaderMap, raw: Bytes
     }
 
     let frames = match api {
-        Api::OpenAi => openai::stream_frames(&ctx, openai::Options::from_request(&body)),
+        Api::OpenAi => openai::stream_frames(&ctx, options),
         Api::Anthropic => anthropic::stream_frames(&ctx),
     };
     let body = body_stream(frames, ending, delay, shared.shutdown.clone());
