@@ -4,6 +4,7 @@
 
 pub mod acp;
 pub mod child;
+pub mod encode;
 pub mod limits;
 pub mod long;
 pub mod memory;

@@ -40,16 +40,6 @@ pub trait WireApi: Send + Sync + 'static {
     async fn send(&self, body: Bytes) -> Result<DeltaStream, ProviderError>;
 }
 
-/// Serialises a request body once; retries resend these exact bytes.
-pub(crate) fn encode_body(body: &impl serde::Serialize) -> Result<Bytes, ProviderError> {
-    serde_json::to_vec(body).map(Bytes::from).map_err(|e| {
-        ProviderError::new(
-            ProviderErrorKind::BadRequest,
-            format!("could not encode the request: {e}"),
-        )
-    })
-}
-
 /// The one HTTP client of the process. Its connection pool is what keeps a session on one
 /// connection per server: every provider, model and subagent shares it, where a client
 /// each would open (and on TLS, handshake) a connection each.

@@ -14,6 +14,9 @@
 
 pub mod anthropic;
 pub mod catalog;
+mod encode;
+#[cfg(test)]
+mod encode_proptests;
 mod error;
 mod http;
 pub mod key;

@@ -16,7 +16,7 @@ const OPENAI: &[u8] = include_bytes!("../tests/fixtures/openai_tool_calls.sse");
 const ANTHROPIC: &[u8] = include_bytes!("../tests/fixtures/anthropic_tool_use.sse");
 
 /// `cases` unless `PROPTEST_CASES` asks for another number.
-fn config(cases: u32) -> ProptestConfig {
+pub(crate) fn config(cases: u32) -> ProptestConfig {
     let mut config = ProptestConfig::default();
     if std::env::var_os("PROPTEST_CASES").is_none() {
         config.cases = cases;

@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use crow_core::{ChatRequest, DeltaStream, ProviderError};
 
+use crate::encode::PrefixCache;
 use crate::http::{Endpoint, WireApi};
 use crate::{ProviderBuildError, ProviderSettings};
 
@@ -28,6 +29,7 @@ pub struct AnthropicProvider {
     max_tokens: Option<u32>,
     thinking_budget: Option<u32>,
     endpoint: Endpoint,
+    encoded: PrefixCache,
 }
 
 impl AnthropicProvider {
@@ -55,6 +57,7 @@ impl AnthropicProvider {
             max_tokens: settings.max_tokens,
             thinking_budget: settings.thinking_budget,
             endpoint,
+            encoded: PrefixCache::default(),
         })
     }
 
@@ -88,7 +91,8 @@ impl WireApi for AnthropicProvider {
             max_tokens: self.max_tokens,
             thinking_budget: self.thinking_budget,
         };
-        crate::http::encode_body(&request::body(request, &options))
+        let (fields, messages) = request::body(request, &options);
+        self.encoded.encode(&fields, &messages)
     }
 
     async fn send(&self, body: Bytes) -> Result<DeltaStream, ProviderError> {

@@ -14,13 +14,13 @@ pub(crate) struct BodyOptions<'a> {
     pub thinking_budget: Option<u32>,
 }
 
+/// The body's fields but `messages`, which [`crate::encode::PrefixCache`] appends.
 #[derive(Serialize)]
 pub(crate) struct Body<'a> {
     model: &'a str,
     max_tokens: u32,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     system: Vec<Block<'a>>,
-    messages: Vec<WireMessage<'a>>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<WireTool<'a>>,
     stream: bool,
@@ -37,7 +37,7 @@ struct Thinking {
     budget_tokens: u32,
 }
 
-#[derive(Serialize, Clone, Copy)]
+#[derive(Serialize, Clone, Copy, Hash)]
 struct CacheControl {
     #[serde(rename = "type")]
     kind: &'static str,
@@ -45,13 +45,13 @@ struct CacheControl {
 
 const EPHEMERAL: CacheControl = CacheControl { kind: "ephemeral" };
 
-#[derive(Serialize)]
-struct WireMessage<'a> {
+#[derive(Serialize, Hash)]
+pub(crate) struct WireMessage<'a> {
     role: &'static str,
     content: Vec<Block<'a>>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, Hash)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum Block<'a> {
     Text {
@@ -101,7 +101,7 @@ impl Block<'_> {
 /// A tool call's input: the model's own argument text when it is a JSON object (replayed
 /// byte for byte, no re-encoding), else `{}` — the API insists on an object.
 /// An image block's data: `{"type": "base64", "media_type", "data"}`.
-#[derive(Serialize)]
+#[derive(Serialize, Hash)]
 struct ImageSource<'a> {
     #[serde(rename = "type")]
     kind: &'static str,
@@ -116,8 +116,18 @@ enum Input<'a> {
     Empty(EmptyObject),
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, Hash)]
 struct EmptyObject {}
+
+/// By the text of the raw arguments (`RawValue` has no `Hash` of its own).
+impl std::hash::Hash for Input<'_> {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        match self {
+            Input::Raw(raw) => raw.get().hash(state),
+            Input::Empty(_) => state.write_u8(0),
+        }
+    }
+}
 
 fn input(arguments: &str) -> Input<'_> {
     match serde_json::from_str::<&RawValue>(arguments) {
@@ -135,8 +145,12 @@ struct WireTool<'a> {
     cache_control: Option<CacheControl>,
 }
 
-/// Builds the body. Pure: the same request gives the same bytes, for prompt caches.
-pub(crate) fn body<'a>(request: &'a ChatRequest<'a>, options: &BodyOptions<'a>) -> Body<'a> {
+/// Builds the body's fields and its messages. Pure: the same request gives the same bytes,
+/// for prompt caches.
+pub(crate) fn body<'a>(
+    request: &'a ChatRequest<'a>,
+    options: &BodyOptions<'a>,
+) -> (Body<'a>, Vec<WireMessage<'a>>) {
     let mut messages: Vec<WireMessage<'a>> = Vec::with_capacity(request.messages.len());
     for message in &request.messages {
         let (role, blocks) = match message {
@@ -215,11 +229,10 @@ pub(crate) fn body<'a>(request: &'a ChatRequest<'a>, options: &BodyOptions<'a>) 
             budget_tokens: budget,
         }
     });
-    Body {
+    let fields = Body {
         model: options.model,
         max_tokens,
         system,
-        messages,
         tools,
         stream: true,
         // Extended thinking rejects any temperature but the default.
@@ -229,7 +242,8 @@ pub(crate) fn body<'a>(request: &'a ChatRequest<'a>, options: &BodyOptions<'a>) 
             request.temperature
         },
         thinking,
-    }
+    };
+    (fields, messages)
 }
 
 /// A text block, or nothing for empty text (the API rejects empty text blocks).

@@ -284,12 +284,12 @@ fn unsigned_thinking_dropped_bad_arguments_become_empty_object_and_thinking_conf
         std::str::from_utf8(&bytes).unwrap(),
         concat!(
             r#"{"model":"claude-sonnet-4-5","max_tokens":12192,"#,
+            r#""stream":true,"thinking":{"type":"enabled","budget_tokens":4000},"#,
             r#""messages":[{"role":"user","content":[{"type":"text","text":"go"}]},"#,
             r#"{"role":"assistant","content":[{"type":"redacted_thinking","data":"opaque"},"#,
             r#"{"type":"tool_use","id":"t1","name":"x","input":{}},"#,
             r#"{"type":"tool_use","id":"t2","name":"y","input":{}}]},"#,
-            r#"{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"ok","cache_control":{"type":"ephemeral"}}]}],"#,
-            r#""stream":true,"thinking":{"type":"enabled","budget_tokens":4000}}"#
+            r#"{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"ok","cache_control":{"type":"ephemeral"}}]}]}"#
         )
     );
 }

@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use crow_core::{ChatRequest, DeltaStream, ProviderError};
 
+use crate::encode::PrefixCache;
 use crate::http::{Endpoint, WireApi};
 use crate::{ProviderBuildError, ProviderSettings};
 
@@ -24,6 +25,7 @@ pub struct OpenAiProvider {
     accepts_images: bool,
     max_tokens: Option<u32>,
     endpoint: Endpoint,
+    encoded: PrefixCache,
 }
 
 impl OpenAiProvider {
@@ -54,6 +56,7 @@ impl OpenAiProvider {
             accepts_images: settings.resolved_images(),
             max_tokens: settings.max_tokens,
             endpoint,
+            encoded: PrefixCache::default(),
         })
     }
 
@@ -86,7 +89,8 @@ impl WireApi for OpenAiProvider {
             model: &self.model,
             max_tokens: self.max_tokens,
         };
-        crate::http::encode_body(&request::body(request, &options))
+        let (fields, messages) = request::body(request, &options);
+        self.encoded.encode(&fields, &messages)
     }
 
     async fn send(&self, body: Bytes) -> Result<DeltaStream, ProviderError> {

@@ -11,10 +11,10 @@ pub(crate) struct BodyOptions<'a> {
     pub max_tokens: Option<u32>,
 }
 
+/// The body's fields but `messages`, which [`crate::encode::PrefixCache`] appends.
 #[derive(Serialize)]
 pub(crate) struct Body<'a> {
     model: &'a str,
-    messages: Vec<WireMessage<'a>>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<WireTool<'a>>,
     stream: bool,
@@ -48,29 +48,29 @@ struct StreamOptions {
 
 /// A user message's content: a plain string, or parts when images are attached (a plain
 /// string keeps text-only requests what every OpenAI-compatible server accepts).
-#[derive(Serialize)]
+#[derive(Serialize, Hash)]
 #[serde(untagged)]
-enum UserContent<'a> {
+pub(super) enum UserContent<'a> {
     Text(&'a str),
     Parts(Vec<UserPart<'a>>),
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, Hash)]
 #[serde(tag = "type", rename_all = "snake_case")]
-enum UserPart<'a> {
+pub(super) enum UserPart<'a> {
     Text { text: &'a str },
     ImageUrl { image_url: ImageUrl },
 }
 
 /// A `data:` URL carrying the image (built per request; images are rare and small enough).
-#[derive(Serialize)]
-struct ImageUrl {
+#[derive(Serialize, Hash)]
+pub(super) struct ImageUrl {
     url: String,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, Hash)]
 #[serde(tag = "role", rename_all = "lowercase")]
-enum WireMessage<'a> {
+pub(super) enum WireMessage<'a> {
     System {
         content: &'a str,
     },
@@ -90,16 +90,16 @@ enum WireMessage<'a> {
     },
 }
 
-#[derive(Serialize)]
-struct WireToolCall<'a> {
+#[derive(Serialize, Hash)]
+pub(super) struct WireToolCall<'a> {
     id: &'a str,
     #[serde(rename = "type")]
     kind: &'static str,
     function: WireFunctionCall<'a>,
 }
 
-#[derive(Serialize)]
-struct WireFunctionCall<'a> {
+#[derive(Serialize, Hash)]
+pub(super) struct WireFunctionCall<'a> {
     name: &'a str,
     /// The model's raw argument text, replayed verbatim.
     arguments: &'a str,
@@ -119,8 +119,12 @@ struct WireFunction<'a> {
     parameters: &'a serde_json::Value,
 }
 
-/// Builds the body. Pure: the same request gives the same bytes, for prompt caches.
-pub(crate) fn body<'a>(request: &'a ChatRequest<'a>, options: &BodyOptions<'a>) -> Body<'a> {
+/// Builds the body's fields and its messages. Pure: the same request gives the same bytes,
+/// for prompt caches.
+pub(crate) fn body<'a>(
+    request: &'a ChatRequest<'a>,
+    options: &BodyOptions<'a>,
+) -> (Body<'a>, Vec<WireMessage<'a>>) {
     let mut messages = Vec::with_capacity(request.messages.len() + 1);
     if !request.system.is_empty() {
         messages.push(WireMessage::System {
@@ -163,9 +167,8 @@ pub(crate) fn body<'a>(request: &'a ChatRequest<'a>, options: &BodyOptions<'a>) 
     }
     let limit = request.max_tokens.or(options.max_tokens);
     let reasoning = reasoning_model(options.model);
-    Body {
+    let fields = Body {
         model: options.model,
-        messages,
         tools: request.tools.iter().map(tool).collect(),
         stream: true,
         stream_options: StreamOptions {
@@ -174,7 +177,8 @@ pub(crate) fn body<'a>(request: &'a ChatRequest<'a>, options: &BodyOptions<'a>) 
         max_tokens: limit.filter(|_| !reasoning),
         max_completion_tokens: limit.filter(|_| reasoning),
         temperature: request.temperature,
-    }
+    };
+    (fields, messages)
 }
 
 /// One assistant message, or `None` when nothing in it can be sent. Thinking is dropped:

@@ -382,7 +382,7 @@ fn minimal_body_is_exact_and_skips_empty_parts() {
     let bytes = provider(None).encode(&request).unwrap();
     assert_eq!(
         std::str::from_utf8(&bytes).unwrap(),
-        r#"{"model":"gpt-4o","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"ls","arguments":"{}"}}]}],"stream":true,"stream_options":{"include_usage":true}}"#
+        r#"{"model":"gpt-4o","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"ls","arguments":"{}"}}]}]}"#
     );
 }
 
