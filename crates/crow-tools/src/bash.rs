@@ -28,7 +28,7 @@ use tokio::task::JoinHandle;
 use crate::ToolOptions;
 use crate::args::{lenient_u64, parse, require_permission};
 use crate::output::HeadTail;
-use crate::sandbox::SandboxSpec;
+use crate::sandbox::{LazySandbox, SandboxSpec};
 
 const SHAPE: &str = r#"{"command": string, "timeout"?: integer (seconds)}"#;
 /// Time between SIGTERM and SIGKILL: enough for a clean exit, short enough not to stall.
@@ -108,7 +108,7 @@ impl Tool for BashTool {
             .options
             .sandbox
             .as_ref()
-            .and_then(SandboxSpec::unavailable);
+            .and_then(|lazy| lazy.get().unavailable());
         let Some(reason) = unavailable else {
             if let Err(denied) =
                 require_permission(ctx, self.name(), self.kind(), title, &input, preview).await
@@ -191,7 +191,12 @@ async fn run(
     options: &ToolOptions,
 ) -> ToolResult {
     let max_output = options.max_output_bytes;
-    let mut child = match spawn_shell(command, ctx, &options.env, options.sandbox.as_ref()) {
+    let mut child = match spawn_shell(
+        command,
+        ctx,
+        &options.env,
+        options.sandbox.as_ref().map(LazySandbox::get),
+    ) {
         Ok(c) => c,
         Err(e) => return ToolResult::error(format!("cannot start the shell: {e}")),
     };
@@ -280,7 +285,7 @@ async fn run_in_client(
     env.extend(options.env.client_overrides());
     // The editor's terminal runs on this machine: the same launcher confines it there.
     let command = match &options.sandbox {
-        Some(spec) => spec.shell_line(&ctx.project_root, command),
+        Some(lazy) => lazy.get().shell_line(&ctx.project_root, command),
         None => command.to_owned(),
     };
     let request = CommandRequest {

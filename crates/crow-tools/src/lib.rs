@@ -42,7 +42,7 @@ pub use grep::GrepTool;
 pub use list::ListDirectoryTool;
 pub use path::{PathError, resolve_path};
 pub use read::ReadFileTool;
-pub use sandbox::{SandboxMode, SandboxSpec, Support as SandboxSupport};
+pub use sandbox::{LazySandbox, SandboxMode, SandboxSpec, Support as SandboxSupport};
 pub use simple::{TaskCompleteTool, ThinkTool};
 pub use skill::{
     Skill, SkillError, SkillIndex, SkillProblem, SkillRoot, SkillScope, SkillTool, Skills,
@@ -65,8 +65,9 @@ pub struct ToolOptions {
     /// The environment `bash` commands see (crow's keys and secret-looking names removed
     /// by default).
     pub env: EnvPolicy,
-    /// The OS sandbox `bash` commands run in; `None` runs them unconfined (`mode = "off"`).
-    pub sandbox: Option<SandboxSpec>,
+    /// The OS sandbox `bash` commands run in, built at the first command; `None` runs them
+    /// unconfined (`mode = "off"`).
+    pub sandbox: Option<LazySandbox>,
     /// `web_fetch`'s limits; `None` leaves the tool out.
     pub web_fetch: Option<WebFetchOptions>,
     /// The search API `web_search` asks; `None` (the default) leaves the tool out.

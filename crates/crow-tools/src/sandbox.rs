@@ -22,6 +22,7 @@
 
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Serialize};
 
@@ -146,6 +147,58 @@ pub struct SandboxSpec {
     pub network: bool,
     pub support: Support,
 }
+
+/// A [`SandboxSpec`] built when a command first needs it. Building one probes the machine
+/// (a child process, a few milliseconds), which a session that runs no command never waits
+/// for, and which a session that does finds done when the probe was started early (crow
+/// starts it on a thread as the session is assembled).
+#[derive(Clone)]
+pub struct LazySandbox {
+    spec: Arc<OnceLock<SandboxSpec>>,
+    build: Arc<dyn Fn() -> SandboxSpec + Send + Sync>,
+}
+
+impl LazySandbox {
+    pub fn new(build: impl Fn() -> SandboxSpec + Send + Sync + 'static) -> Self {
+        Self {
+            spec: Arc::new(OnceLock::new()),
+            build: Arc::new(build),
+        }
+    }
+
+    /// A spec known already (tests, `crow sandbox`).
+    pub fn ready(spec: SandboxSpec) -> Self {
+        let cell = OnceLock::new();
+        let _ = cell.set(spec.clone());
+        Self {
+            spec: Arc::new(cell),
+            build: Arc::new(move || spec.clone()),
+        }
+    }
+
+    /// The spec, built (probing, blocking) on the first call.
+    pub fn get(&self) -> &SandboxSpec {
+        self.spec.get_or_init(|| (self.build)())
+    }
+}
+
+impl std::fmt::Debug for LazySandbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.spec.get() {
+            Some(spec) => spec.fmt(f),
+            None => f.write_str("LazySandbox(not probed yet)"),
+        }
+    }
+}
+
+/// The same sandbox when it is the same instance (clones share one).
+impl PartialEq for LazySandbox {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.spec, &other.spec)
+    }
+}
+
+impl Eq for LazySandbox {}
 
 /// What the launcher is told to enforce: concrete, absolute paths.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

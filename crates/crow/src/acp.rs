@@ -501,7 +501,7 @@ fn start_mcp(spec: &SessionSpec, loaded: &LoadedConfig, tools: &ToolRegistry) ->
     let notices = spec.notices.clone();
     // Where the kernel has no sandbox, the editor's user is told once per session why each
     // command asks before it runs.
-    if let Some(reason) = options.sandbox.as_ref().and_then(|s| s.unavailable()) {
+    if let Some(reason) = options.sandbox.as_ref().and_then(|s| s.get().unavailable()) {
         let _ = notices.send(crow_core::AgentEvent::Notice {
             agent: "crow".into(),
             level: crow_core::NoticeLevel::Warning,

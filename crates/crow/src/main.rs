@@ -746,7 +746,8 @@ async fn sandbox_command(trust_project: bool, command: &str) -> Result<ExitCode>
     let loaded = config::load(&root, &flags)?;
     loaded.require_trust(&root)?;
     let options = wiring::tool_options(&loaded.config);
-    match &options.sandbox {
+    let spec = options.sandbox.as_ref().map(crow_tools::LazySandbox::get);
+    match spec {
         Some(spec) => {
             errln!("{}", spec.describe(&root).trim_end());
             if let Some(reason) = spec.unavailable() {
@@ -763,7 +764,7 @@ async fn sandbox_command(trust_project: bool, command: &str) -> Result<ExitCode>
         &cwd,
         &root,
         &options.env,
-        options.sandbox.as_ref(),
+        spec,
     );
     let status = tokio::task::spawn_blocking(move || cmd.status())
         .await

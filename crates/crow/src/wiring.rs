@@ -338,19 +338,18 @@ fn web_search(section: &config::WebSearchConfig) -> Option<crow_tools::WebSearch
     })
 }
 
-/// The sandbox of commands from `[sandbox]`, or `None` for `mode = "off"`. The first call
-/// probes the machine and says once what is missing.
-pub fn sandbox_spec(config: &config::Config) -> Option<crow_tools::SandboxSpec> {
+/// The sandbox of commands from `[sandbox]`, or `None` for `mode = "off"`. The machine is
+/// probed (and what is missing said, once) when the first command needs the spec, not here:
+/// a session's first request never waits for the probe.
+pub fn sandbox_spec(config: &config::Config) -> Option<crow_tools::LazySandbox> {
     use crow_tools::SandboxMode;
-    static WARNED: std::sync::Once = std::sync::Once::new();
     let section = &config.sandbox;
     let mode = section.mode.unwrap_or_default();
     if mode == SandboxMode::Off {
         return None;
     }
-    let (launcher, support) = sandbox_support();
     let home = dirs::home_dir();
-    let writable_roots = section
+    let writable_roots: Vec<std::path::PathBuf> = section
         .writable_roots
         .iter()
         .map(|p| match (p.strip_prefix("~"), &home) {
@@ -366,25 +365,30 @@ pub fn sandbox_spec(config: &config::Config) -> Option<crow_tools::SandboxSpec> 
     {
         protected.push(dir);
     }
-    let spec = crow_tools::SandboxSpec {
-        launcher: launcher.clone(),
-        mode,
-        writable_roots,
-        protected,
-        network: section.network.unwrap_or(false),
-        support: support.clone(),
-    };
-    WARNED.call_once(|| {
-        if let Some(reason) = spec.unavailable() {
-            tracing::warn!(
-                "the sandbox is unavailable on this machine: {reason}; each command asks \
-                 before it runs unconfined (crow run: refused unless --approve; set [sandbox] \
-                 mode = \"off\" to run them unconfined without asking)"
-            );
-        }
-        for note in spec.weaker() {
-            tracing::warn!("sandbox: {note}");
-        }
-    });
-    Some(spec)
+    let network = section.network.unwrap_or(false);
+    Some(crow_tools::LazySandbox::new(move || {
+        static WARNED: std::sync::Once = std::sync::Once::new();
+        let (launcher, support) = sandbox_support();
+        let spec = crow_tools::SandboxSpec {
+            launcher: launcher.clone(),
+            mode,
+            writable_roots: writable_roots.clone(),
+            protected: protected.clone(),
+            network,
+            support: support.clone(),
+        };
+        WARNED.call_once(|| {
+            if let Some(reason) = spec.unavailable() {
+                tracing::warn!(
+                    "the sandbox is unavailable on this machine: {reason}; each command asks \
+                     before it runs unconfined (crow run: refused unless --approve; set \
+                     [sandbox] mode = \"off\" to run them unconfined without asking)"
+                );
+            }
+            for note in spec.weaker() {
+                tracing::warn!("sandbox: {note}");
+            }
+        });
+        spec
+    }))
 }
