@@ -23,7 +23,11 @@ pub fn measure(bench: &Bench, progress: &mut dyn FnMut(&str)) -> Result<Section>
     progress("limits: connections and growth");
     rows.extend(growth(bench)?);
     let n = bench.config.growth_steps;
-    rows.extend(crate::encode::rows(n, EARLY_STEP, bench.config.growth_runs.max(5))?);
+    rows.extend(crate::encode::rows(
+        n,
+        EARLY_STEP,
+        bench.config.growth_runs.max(5),
+    )?);
     progress("limits: cold start");
     rows.extend(cold_start(bench)?);
     Ok(Section {

@@ -57,7 +57,9 @@ impl std::fmt::Debug for PrefixCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Never the conversation's bytes: they may hold anything the user pasted.
         let slots = self.slots.lock().map_or(0, |s| s.len());
-        f.debug_struct("PrefixCache").field("slots", &slots).finish()
+        f.debug_struct("PrefixCache")
+            .field("slots", &slots)
+            .finish()
     }
 }
 

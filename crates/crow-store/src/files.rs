@@ -57,16 +57,19 @@ pub(crate) fn check_main_file(path: &Path) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Creates a missing directory (owner-only) and, on unix, a missing main file, empty and
-/// 0600, before SQLite opens it: the log and its index, which SQLite creates with the main
-/// file's mode, are then 0600 too.
+/// Creates a missing directory (owner-only) and a missing main file, 0600, before SQLite
+/// opens it: the log and its index, which SQLite creates with the main file's mode, are
+/// then 0600 too. A missing file becomes a copy of the empty database ([`crate::template`]),
+/// or where that cannot be linked into place (on unix) an empty file SQLite fills in.
 pub(crate) fn create(path: &Path) -> Result<(), StoreError> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
         && !dir.exists()
     {
         create_private_dir(dir).map_err(|e| dir_error(path, &e))?;
     }
-    private::create_file(path);
+    if !crate::template::install(path) {
+        private::create_file(path);
+    }
     Ok(())
 }
 

@@ -29,6 +29,7 @@ mod pending;
 pub mod sample;
 mod schema;
 mod sqlite;
+mod template;
 pub mod timing;
 
 use std::path::PathBuf;

@@ -570,6 +570,13 @@ fn enter_wal(conn: &Connection, busy: Duration) -> rusqlite::Result<String> {
     }
 }
 
+/// The migrations alone, for the template's test (which builds the slow way what the
+/// template must equal).
+#[cfg(test)]
+pub(crate) fn migrate_for_template(conn: &Connection, path: &Path) {
+    assert!(migrate(conn, path).is_ok(), "the migrations failed");
+}
+
 fn migrate(conn: &Connection, path: &Path) -> Result<(), Migrate> {
     let tx = rusqlite::Transaction::new_unchecked(conn, TransactionBehavior::Immediate)?;
     let (app_id, version, tables) = read_header(&tx)?;

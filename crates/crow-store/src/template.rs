@@ -1,0 +1,162 @@
+//! A new database starts as a copy of an empty one built ahead of time.
+//!
+//! Creating the schema on a user's first run meant switching a fresh file to WAL (a
+//! rollback-journal transaction: three fsyncs and one of the directory) and running every
+//! migration (parsing the tables, triggers, view and full-text indexes): about 3 ms of a
+//! first `crow run`, more than the rest of opening the store. The template is that database
+//! already migrated and already in WAL mode, written with one `write` and linked into place.
+//!
+//! The template is checked against the migrations by a test; after a migration is added the
+//! test says how to write a new one. A template older than the schema still works: the
+//! migrations after its version run on it as on any older database.
+
+use std::io::Write;
+use std::path::Path;
+
+use crate::files::beside;
+
+/// An empty crow database at [`crate::schema::SCHEMA_VERSION`], in WAL mode, checkpointed.
+const TEMPLATE: &[u8] = include_bytes!("template.sqlite3");
+
+/// Puts the template at `path` when neither it nor its log exists (a log without its
+/// database must not be replayed onto a copy it never belonged to). The copy is written to
+/// a private file beside `path` and hard-linked into place, so of several crow processes
+/// starting at once exactly one installs it and the others open a whole file. False when
+/// nothing was installed (the file exists, or links are not possible here); the caller
+/// then creates the database the slow way.
+pub(crate) fn install(path: &Path) -> bool {
+    if path.exists() || beside(path, "-wal").exists() {
+        return false;
+    }
+    let staged = beside(path, &format!("-template.{}", std::process::id()));
+    let written = write_private(&staged, TEMPLATE);
+    let linked = written.is_ok() && std::fs::hard_link(&staged, path).is_ok();
+    let _ = std::fs::remove_file(&staged);
+    if let Err(e) = written {
+        tracing::debug!("cannot stage the database template: {e}");
+    }
+    linked
+}
+
+fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let _ = std::fs::remove_file(path);
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options.open(path)?.write_all(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::{APPLICATION_ID, SCHEMA_VERSION};
+    use rusqlite::Connection;
+
+    /// Every object's type, name, table and SQL.
+    type Objects = Vec<(String, String, String, Option<String>)>;
+
+    /// Everything a schema is: its objects, and the header fields crow reads.
+    fn schema(conn: &Connection) -> (Objects, i64, i32) {
+        let mut stmt = conn
+            .prepare("SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name")
+            .unwrap();
+        let objects = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+            .unwrap()
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+        let version = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        let app = conn
+            .query_row("PRAGMA application_id", [], |r| r.get(0))
+            .unwrap();
+        (objects, version, app)
+    }
+
+    /// A database made the slow way: an empty file switched to WAL and migrated.
+    fn migrated(path: &Path) -> Connection {
+        let conn = Connection::open(path).unwrap();
+        conn.query_row("PRAGMA journal_mode = WAL", [], |_| Ok(()))
+            .unwrap();
+        crate::sqlite::migrate_for_template(&conn, path);
+        conn
+    }
+
+    #[test]
+    fn the_template_is_the_migrated_schema_in_wal_mode() {
+        let dir = tempfile::tempdir().unwrap();
+        let built = dir.path().join("built.db");
+        let conn = migrated(&built);
+        if std::env::var_os("CROW_WRITE_STORE_TEMPLATE").is_some() {
+            // Compact, then copy the log into the file so the file alone is the database.
+            conn.execute_batch("VACUUM; PRAGMA wal_checkpoint(TRUNCATE);")
+                .unwrap();
+            drop(conn);
+            let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/template.sqlite3");
+            std::fs::copy(&built, &out).unwrap();
+            eprintln!("wrote {}", out.display());
+            return;
+        }
+        let copy = dir.path().join("copy.db");
+        assert!(install(&copy), "the template installs where nothing is");
+        let installed = Connection::open(&copy).unwrap();
+        assert_eq!(
+            schema(&installed),
+            schema(&conn),
+            "the store template is stale: run `CROW_WRITE_STORE_TEMPLATE=1 cargo test -p \
+             crow-store template` and commit crates/crow-store/src/template.sqlite3"
+        );
+        let (_, version, app) = schema(&installed);
+        assert_eq!((version, app), (SCHEMA_VERSION, APPLICATION_ID));
+        // WAL in the header (bytes 18 and 19): opening it needs no journal switch.
+        assert_eq!(&TEMPLATE[18..20], &[2, 2]);
+        let mode: String = installed
+            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(mode, "wal");
+        // Empty: no session, entry or learning came along.
+        let rows: i64 = installed
+            .query_row(
+                "SELECT (SELECT count(*) FROM sessions) + (SELECT count(*) FROM entries) + \
+                 (SELECT count(*) FROM learnings)",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(rows, 0);
+    }
+
+    #[test]
+    fn nothing_is_installed_over_a_file_or_beside_a_stray_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("crow.db");
+        std::fs::write(&db, b"mine").unwrap();
+        assert!(!install(&db));
+        assert_eq!(std::fs::read(&db).unwrap(), b"mine");
+
+        let other = dir.path().join("other.db");
+        std::fs::write(beside(&other, "-wal"), b"frames").unwrap();
+        assert!(!install(&other));
+        assert!(!other.exists());
+        // No staged copy is left behind either way.
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter_map(Result::ok)
+            .filter(|e| e.file_name().to_string_lossy().contains("-template."))
+            .collect();
+        assert!(left.is_empty());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn the_installed_copy_is_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("crow.db");
+        assert!(install(&db));
+        let mode = std::fs::metadata(&db).unwrap().permissions().mode();
+        assert_eq!(mode & 0o077, 0, "{mode:o}");
+    }
+}
