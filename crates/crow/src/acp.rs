@@ -168,6 +168,8 @@ impl CrowFactory {
                 (config::Config::default(), (Vec::new(), String::new()))
             }
         };
+        // Traces are the process's: the user's own config (or a trusted project's) decides.
+        crate::telemetry::init(&config.telemetry);
         Ok(Self {
             models,
             modes: modes(&root),

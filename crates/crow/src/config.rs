@@ -48,6 +48,9 @@ pub struct Config {
     /// Models for side jobs (`small`).
     #[serde(default)]
     pub models: memory::ModelsConfig,
+    /// OpenTelemetry traces to a collector (off unless an endpoint is set).
+    #[serde(default)]
+    pub telemetry: crate::telemetry::TelemetryConfig,
     #[serde(default)]
     pub providers: BTreeMap<String, ProviderConfig>,
     /// MCP servers whose tools crow offers (`[mcp_servers.NAME]`; also read from `.mcp.json`).

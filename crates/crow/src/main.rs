@@ -26,6 +26,7 @@ mod setup;
 mod skills;
 mod slash;
 mod stats;
+mod telemetry;
 mod templates;
 mod trust;
 mod tui;
@@ -301,10 +302,13 @@ fn main() -> ExitCode {
         }
     };
     let result = runtime.block_on(async move {
-        match cli.command {
+        let result = match cli.command {
             Some(command) => dispatch(command).await,
             None => interactive(cli.session).await,
-        }
+        };
+        // Traces still on their way to a collector get a moment, never more.
+        telemetry::flush(Duration::from_millis(1500)).await;
+        result
     });
     // Do not wait for work nobody will see (a turn still running when the editor closed the
     // connection): exit promptly.

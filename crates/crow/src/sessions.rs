@@ -375,11 +375,17 @@ pub fn only_prompt(session: &CrewSession) -> bool {
 }
 
 /// The model each agent of the crew talks to, for the usage rows.
-pub fn models(crew: &Crew) -> HashMap<String, String> {
-    std::iter::once(crew.primary())
-        .chain(crew.coagent())
-        .map(|a| (a.name.clone(), a.provider().model().to_owned()))
-        .collect()
+pub fn models(crew: &Crew) -> crate::telemetry::Agents {
+    let agents = || std::iter::once(crew.primary()).chain(crew.coagent());
+    crate::telemetry::Agents {
+        crew: crew.name.clone(),
+        models: agents()
+            .map(|a| (a.name.clone(), a.provider().model().to_owned()))
+            .collect(),
+        providers: agents()
+            .map(|a| (a.name.clone(), a.provider().name().to_owned()))
+            .collect(),
+    }
 }
 
 /// Records how the run ended and reports entries the store could not write: entries a busy
@@ -410,10 +416,16 @@ pub async fn record_usage(
     out: UnboundedSender<AgentEvent>,
     store: Arc<SqliteStore>,
     session_id: String,
-    models: HashMap<String, String>,
+    agents: crate::telemetry::Agents,
 ) {
     let mut call_started: HashMap<String, Instant> = HashMap::new();
+    let models = agents.models.clone();
+    // The prompt's trace, when a collector is configured (telemetry/).
+    let mut trace = crate::telemetry::Trace::start(&session_id, agents);
     while let Some(event) = events.recv().await {
+        if let Some(trace) = &mut trace {
+            trace.observe(&event);
+        }
         match &event {
             AgentEvent::ModelCallStart { agent, .. } => {
                 call_started.insert(agent.clone(), Instant::now());
@@ -449,6 +461,9 @@ pub async fn record_usage(
             _ => {}
         }
         let _ = out.send(event);
+    }
+    if let Some(trace) = trace {
+        trace.finish();
     }
 }
 

@@ -69,6 +69,7 @@ pub fn assemble(request: Request) -> Result<Assembled> {
         loaded = config::load(&root, &flags)?;
     }
     loaded.require_trust(&root)?;
+    crate::telemetry::init(&loaded.config.telemetry);
     // The probe's process runs while the store opens.
     wiring::prefetch_sandbox_support(&loaded.config);
     let store = sessions::open(&loaded.config)?;
