@@ -34,6 +34,11 @@ pub trait WireApi: Send + Sync + 'static {
     fn context_window(&self) -> Option<u64>;
     /// Whether the model reads images.
     fn accepts_images(&self) -> bool;
+    /// One-time setup before the first request (Ollama asks for the model's context
+    /// window); every call after the first that succeeded should return at once.
+    async fn prepare(&self) -> Result<(), ProviderError> {
+        Ok(())
+    }
     /// Serialises `request` into the exact request body.
     fn encode(&self, request: &ChatRequest<'_>) -> Result<Bytes, ProviderError>;
     /// One attempt: POSTs `body` and returns the delta stream once the response has started.
@@ -65,6 +70,15 @@ fn shared_client() -> Result<reqwest::Client, ProviderBuildError> {
 /// The shared client, for requests that are not a model call (listing models).
 pub(crate) fn client() -> Result<reqwest::Client, ProviderBuildError> {
     shared_client()
+}
+
+/// How a streamed response is framed.
+#[derive(Debug, Clone, Copy)]
+enum Framing {
+    /// Server-sent events (OpenAI, Anthropic).
+    Sse,
+    /// One JSON object per line (Ollama).
+    Ndjson,
 }
 
 /// Where and how a provider POSTs.
@@ -131,12 +145,57 @@ impl Endpoint {
         body: Bytes,
         parser: P,
     ) -> Result<DeltaStream, ProviderError> {
+        self.post_stream(body, parser, Framing::Sse).await
+    }
+
+    /// POSTs `body` and decodes the newline-delimited JSON response with `parser` (each
+    /// line one event).
+    pub(crate) async fn post_ndjson<P: EventParser>(
+        &self,
+        body: Bytes,
+        parser: P,
+    ) -> Result<DeltaStream, ProviderError> {
+        self.post_stream(body, parser, Framing::Ndjson).await
+    }
+
+    /// A small JSON request beside the model calls (Ollama's `/api/show`), with this
+    /// endpoint's headers: its status and (at most 64 KiB of) its body.
+    pub(crate) async fn post_json(
+        &self,
+        url: &str,
+        json: &serde_json::Value,
+        limit: Duration,
+    ) -> Result<(u16, String), ProviderError> {
+        let request = self
+            .client
+            .post(url)
+            .headers(self.headers.clone())
+            .json(json);
+        let response = match tokio::time::timeout(limit, request.send()).await {
+            Err(_) => return Err(response_timeout_error(url, limit)),
+            Ok(Err(e)) => return Err(classify_transport(&e, &self.ctx)),
+            Ok(Ok(response)) => response,
+        };
+        let status = response.status().as_u16();
+        Ok((status, read_body(response, limit).await))
+    }
+
+    async fn post_stream<P: EventParser>(
+        &self,
+        body: Bytes,
+        parser: P,
+        framing: Framing,
+    ) -> Result<DeltaStream, ProviderError> {
+        let accept = match framing {
+            Framing::Sse => "text/event-stream",
+            Framing::Ndjson => "application/x-ndjson",
+        };
         let request = self
             .client
             .post(&self.url)
             .headers(self.headers.clone())
             .header(CONTENT_TYPE, "application/json")
-            .header(ACCEPT, "text/event-stream")
+            .header(ACCEPT, accept)
             .body(body);
         let idle = self.idle_timeout;
         let limits = StreamLimits {
@@ -173,7 +232,12 @@ impl Endpoint {
             let body = read_body(response, idle).await;
             return Err(self.json_instead_of_stream(&body));
         }
-        Ok(sse::decode(response.bytes_stream(), parser, limits))
+        Ok(match framing {
+            Framing::Sse => sse::decode(response.bytes_stream(), parser, limits),
+            Framing::Ndjson => {
+                sse::decode(sse::ndjson_events(response.bytes_stream()), parser, limits)
+            }
+        })
     }
 
     fn json_instead_of_stream(&self, body: &str) -> ProviderError {

@@ -3,6 +3,7 @@
 //! - [`openai`]: OpenAI chat completions and OpenAI-compatible servers (vLLM, llama.cpp,
 //!   Ollama, OpenRouter, LiteLLM, DeepSeek);
 //! - [`anthropic`]: Anthropic messages, with prompt caching and extended thinking;
+//! - [`ollama`]: Ollama's native chat API (NDJSON), with the context window set per request;
 //! - [`retry`]: whole-request retries with backoff and jitter around either, announced as
 //!   [`StreamDelta::Retrying`]; the time limits of an attempt live in its [`RetryPolicy`];
 //! - [`key`]: API keys that never print, and their resolution;
@@ -21,6 +22,7 @@ mod error;
 mod http;
 pub mod key;
 mod models;
+pub mod ollama;
 pub mod openai;
 mod pool;
 pub mod prices;
@@ -40,6 +42,7 @@ pub use catalog::context_window;
 pub use http::WireApi;
 pub use key::{ApiKey, KeyError, KeySource, resolve_api_key};
 pub use models::{ListedModel, list_models};
+pub use ollama::{OLLAMA_DEFAULT_BASE_URL, OllamaProvider};
 pub use openai::{OPENAI_API_KEY_ENV, OpenAiProvider};
 pub use retry::{MAX_RETRY_AFTER, RetryPolicy, Retrying};
 
@@ -52,10 +55,13 @@ pub const ANTHROPIC_DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 pub enum ProviderKind {
     /// OpenAI chat completions; also any OpenAI-compatible server.
-    #[serde(rename = "openai", alias = "openai-compatible", alias = "ollama")]
+    #[serde(rename = "openai", alias = "openai-compatible")]
     OpenAi,
     #[serde(rename = "anthropic")]
     Anthropic,
+    /// Ollama's native API (`/api/chat`): the context window is set per request.
+    #[serde(rename = "ollama")]
+    Ollama,
 }
 
 impl ProviderKind {
@@ -63,6 +69,7 @@ impl ProviderKind {
         match self {
             ProviderKind::OpenAi => OPENAI_DEFAULT_BASE_URL,
             ProviderKind::Anthropic => ANTHROPIC_DEFAULT_BASE_URL,
+            ProviderKind::Ollama => OLLAMA_DEFAULT_BASE_URL,
         }
     }
 
@@ -71,6 +78,7 @@ impl ProviderKind {
         match self {
             ProviderKind::OpenAi => OPENAI_API_KEY_ENV,
             ProviderKind::Anthropic => ANTHROPIC_API_KEY_ENV,
+            ProviderKind::Ollama => ollama::OLLAMA_API_KEY_ENV,
         }
     }
 }
@@ -80,8 +88,9 @@ impl FromStr for ProviderKind {
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s.to_ascii_lowercase().as_str() {
-            "openai" | "openai-compatible" | "ollama" => Ok(ProviderKind::OpenAi),
+            "openai" | "openai-compatible" => Ok(ProviderKind::OpenAi),
             "anthropic" => Ok(ProviderKind::Anthropic),
+            "ollama" => Ok(ProviderKind::Ollama),
             other => Err(format!(
                 "unknown provider kind '{other}' (expected openai, openai-compatible, ollama or anthropic)"
             )),
@@ -108,8 +117,11 @@ pub struct ProviderSettings {
     pub headers: Vec<(String, String)>,
     /// Default response limit when a request sets none (Anthropic requires one: 8192).
     pub max_tokens: Option<u32>,
-    /// Anthropic extended thinking budget; `None` disables thinking.
+    /// Anthropic extended thinking budget; `None` disables thinking. (Ollama: any budget
+    /// asks a thinking model to think.)
     pub thinking_budget: Option<u32>,
+    /// Ollama: how long the model stays loaded after a request (`"30m"`, `"-1"`).
+    pub keep_alive: Option<String>,
 }
 
 impl ProviderSettings {
@@ -120,6 +132,7 @@ impl ProviderSettings {
             name: match kind {
                 ProviderKind::OpenAi => "openai".into(),
                 ProviderKind::Anthropic => "anthropic".into(),
+                ProviderKind::Ollama => "ollama".into(),
             },
             base_url: kind.default_base_url().into(),
             model: model.into(),
@@ -130,6 +143,7 @@ impl ProviderSettings {
             headers: Vec::new(),
             max_tokens: None,
             thinking_budget: None,
+            keep_alive: None,
         }
     }
 
@@ -174,6 +188,7 @@ pub fn build(settings: ProviderSettings) -> Result<Arc<dyn Provider>, ProviderBu
         ProviderKind::Anthropic => {
             Arc::new(Retrying::new(AnthropicProvider::new(&settings)?, retry))
         }
+        ProviderKind::Ollama => Arc::new(Retrying::new(OllamaProvider::new(&settings)?, retry)),
     })
 }
 
@@ -186,9 +201,9 @@ mod tests {
         let kind = |s: &str| serde_json::from_str::<ProviderKind>(s).unwrap();
         assert_eq!(kind("\"openai\""), ProviderKind::OpenAi);
         assert_eq!(kind("\"openai-compatible\""), ProviderKind::OpenAi);
-        assert_eq!(kind("\"ollama\""), ProviderKind::OpenAi);
+        assert_eq!(kind("\"ollama\""), ProviderKind::Ollama);
         assert_eq!(kind("\"anthropic\""), ProviderKind::Anthropic);
-        assert_eq!("Ollama".parse::<ProviderKind>(), Ok(ProviderKind::OpenAi));
+        assert_eq!("Ollama".parse::<ProviderKind>(), Ok(ProviderKind::Ollama));
         assert!("gemini".parse::<ProviderKind>().is_err());
     }
 

@@ -1,5 +1,5 @@
 //! The models a provider serves: `GET /models` of an OpenAI-compatible server (vLLM,
-//! llama.cpp, LiteLLM, OpenRouter, Ollama's `/v1`) or Anthropic's `GET /v1/models`, with the
+//! llama.cpp, LiteLLM, OpenRouter), Anthropic's `GET /v1/models` or Ollama's `GET /api/tags`, with the
 //! context window where the answer or crow's catalog knows it. For `crow models`.
 
 use std::time::Duration;
@@ -41,6 +41,14 @@ pub async fn list_models(settings: &ProviderSettings) -> Result<Vec<ListedModel>
             }
             (url, request)
         }
+        ProviderKind::Ollama => {
+            let url = format!("{}/api/tags", crate::ollama::root(base));
+            let mut request = client.get(&url);
+            if let Some(key) = &settings.api_key {
+                request = request.bearer_auth(key.expose());
+            }
+            (url, request)
+        }
     };
     for (name, value) in &settings.headers {
         request = request.header(name, value);
@@ -58,6 +66,7 @@ pub async fn list_models(settings: &ProviderSettings) -> Result<Vec<ListedModel>
     if !status.is_success() {
         let detail = body
             .pointer("/error/message")
+            .or_else(|| body.get("error"))
             .and_then(Value::as_str)
             .unwrap_or("");
         let hint = if matches!(status.as_u16(), 401 | 403) {
@@ -67,13 +76,19 @@ pub async fn list_models(settings: &ProviderSettings) -> Result<Vec<ListedModel>
         };
         return Err(format!("{url} answered {status}: {detail}{hint}"));
     }
-    let mut models: Vec<ListedModel> = body["data"]
+    // OpenAI and Anthropic list `data[].id`; Ollama's `/api/tags` lists `models[].name`.
+    let items = body["data"]
         .as_array()
+        .or_else(|| body["models"].as_array());
+    let mut models: Vec<ListedModel> = items
         .map(|items| {
             items
                 .iter()
                 .filter_map(|item| {
-                    let id = item["id"].as_str()?.to_owned();
+                    let id = item["id"]
+                        .as_str()
+                        .or_else(|| item["name"].as_str())?
+                        .to_owned();
                     // OpenRouter says `context_length`, vLLM `max_model_len`.
                     let window = ["context_length", "max_model_len", "context_window"]
                         .iter()

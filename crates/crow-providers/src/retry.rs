@@ -112,6 +112,7 @@ impl<P: WireApi> Provider for Retrying<P> {
     }
 
     async fn stream(&self, request: &ChatRequest<'_>) -> Result<DeltaStream, ProviderError> {
+        self.inner.prepare().await?;
         // Encoded once: every attempt sends exactly these bytes.
         let body = self.inner.encode(request)?;
         let started = Instant::now();

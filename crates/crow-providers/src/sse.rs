@@ -259,6 +259,47 @@ pub(crate) fn parse_json<'de, T: serde::Deserialize<'de>>(
     })
 }
 
+/// Newline-delimited JSON as server-sent events: each non-empty line becomes one `data:`
+/// event, so an NDJSON API shares the SSE path's parsers, time limits, draining and error
+/// reporting. Lines may arrive split across chunks; a last line without its newline counts.
+pub(crate) fn ndjson_events<S, E>(bytes: S) -> impl Stream<Item = Result<Bytes, E>> + Send + 'static
+where
+    S: Stream<Item = Result<Bytes, E>> + Send + 'static,
+    E: Send + 'static,
+{
+    let framed = |line: &[u8]| -> Option<Bytes> {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.iter().all(u8::is_ascii_whitespace) {
+            return None;
+        }
+        let mut event = Vec::with_capacity(line.len() + 8);
+        event.extend_from_slice(b"data: ");
+        event.extend_from_slice(line);
+        event.extend_from_slice(b"\n\n");
+        Some(Bytes::from(event))
+    };
+    let lines = bytes
+        .map(Some)
+        .chain(futures::stream::once(async { None }))
+        .scan(Vec::<u8>::new(), move |carry, item| {
+            let out: Vec<Result<Bytes, E>> = match item {
+                Some(Ok(chunk)) => {
+                    carry.extend_from_slice(&chunk);
+                    let mut events = Vec::new();
+                    while let Some(at) = carry.iter().position(|b| *b == b'\n') {
+                        let line: Vec<u8> = carry.drain(..=at).collect();
+                        events.extend(framed(&line[..line.len() - 1]).map(Ok));
+                    }
+                    events
+                }
+                Some(Err(e)) => vec![Err(e)],
+                None => framed(&std::mem::take(carry)).map(Ok).into_iter().collect(),
+            };
+            futures::future::ready(Some(futures::stream::iter(out)))
+        });
+    lines.flatten()
+}
+
 /// Test helper: runs `parser` over `chunks` as if they were the HTTP body.
 #[cfg(test)]
 pub(crate) async fn run_chunks<P: EventParser>(

@@ -168,7 +168,7 @@ fn settings(kind: ProviderKind, base: &str, retry: RetryPolicy) -> ProviderSetti
     let mut settings = ProviderSettings::new(kind, "test-model");
     settings.base_url = match kind {
         ProviderKind::OpenAi => format!("{base}/v1"),
-        ProviderKind::Anthropic => base.to_owned(),
+        ProviderKind::Anthropic | ProviderKind::Ollama => base.to_owned(),
     };
     settings.retry = retry;
     settings
