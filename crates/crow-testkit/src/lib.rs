@@ -19,6 +19,7 @@
 
 mod anthropic;
 mod frames;
+pub mod ollama;
 mod openai;
 #[cfg(feature = "pty")]
 pub mod pty;

@@ -35,6 +35,9 @@ pub struct Scenario {
     /// no step.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub context_window: Option<u64>,
+    /// Models Ollama's `/api/show` and `/api/chat` answer 404 for (not pulled).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub missing_models: Vec<String>,
 }
 
 impl Default for Scenario {
@@ -45,6 +48,7 @@ impl Default for Scenario {
             chunk_delay_ms: 0,
             exhausted_text: DEFAULT_EXHAUSTED_TEXT.to_owned(),
             context_window: None,
+            missing_models: Vec::new(),
         }
     }
 }
@@ -68,6 +72,12 @@ impl Scenario {
 
     pub fn step(mut self, step: Step) -> Self {
         self.steps.push(step);
+        self
+    }
+
+    /// Ollama: `model` is not pulled (`/api/show` and `/api/chat` answer 404).
+    pub fn missing_model(mut self, model: impl Into<String>) -> Self {
+        self.missing_models.push(model.into());
         self
     }
 

@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::frames::{Ctx, Ending, Tokens, body_stream};
 use crate::scenario::{Fault, Reply, Scenario, Step};
-use crate::{anthropic, openai};
+use crate::{anthropic, ollama, openai};
 
 /// Model name reported when a request names none.
 const DEFAULT_MODEL: &str = "mock-model";
@@ -82,6 +82,7 @@ mod raw_body_serde {
 enum Api {
     OpenAi,
     Anthropic,
+    Ollama,
 }
 
 struct Shared {
@@ -139,6 +140,9 @@ impl MockLlm {
             .route("/v1/chat/completions", post(openai_handler))
             .route("/chat/completions", post(openai_handler))
             .route("/v1/messages", post(anthropic_handler))
+            .route("/api/chat", post(ollama_handler))
+            .route("/api/show", post(ollama_show_handler))
+            .route("/api/tags", get(ollama_tags_handler))
             .route("/v1/models", get(models_handler))
             .route("/models", get(models_handler))
             .route("/_mock/requests", get(requests_handler))
@@ -241,6 +245,44 @@ async fn openai_handler(
     handle(&shared, Api::OpenAi, uri.path(), &headers, body)
 }
 
+async fn ollama_handler(
+    State(shared): State<Arc<Shared>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    handle(&shared, Api::Ollama, uri.path(), &headers, body)
+}
+
+/// `POST /api/show`: the model's details, its context length among them. A model the
+/// scenario names in `missing_models` is answered 404 the way Ollama words it.
+async fn ollama_show_handler(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let model = body
+        .get("model")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if shared
+        .lock()
+        .scenario
+        .missing_models
+        .iter()
+        .any(|m| m == model)
+    {
+        let message = format!("model '{model}' not found");
+        return (
+            StatusCode::NOT_FOUND,
+            Json(ollama::error_body(404, &message)),
+        )
+            .into_response();
+    }
+    Json(ollama::show(&body)).into_response()
+}
+
+async fn ollama_tags_handler() -> Json<Value> {
+    Json(ollama::tags())
+}
+
 async fn anthropic_handler(
     State(shared): State<Arc<Shared>>,
     uri: Uri,
@@ -310,6 +352,7 @@ fn handle(shared: &Shared, api: Api, path: &str, headers: &HeaderMap, raw: Bytes
     let system = match api {
         Api::OpenAi => openai::system_prompt(&body),
         Api::Anthropic => anthropic::system_prompt(&body),
+        Api::Ollama => ollama::system_prompt(&body),
     };
     // What the answer needs from the body, read before the body moves into the record.
     let model = body
@@ -321,6 +364,7 @@ fn handle(shared: &Shared, api: Api, path: &str, headers: &HeaderMap, raw: Bytes
     let stream = match api {
         Api::OpenAi => options.stream,
         Api::Anthropic => anthropic::wants_stream(&body),
+        Api::Ollama => ollama::wants_stream(&body),
     };
     let record = RecordedRequest {
         path: path.to_owned(),
@@ -359,6 +403,13 @@ fn handle(shared: &Shared, api: Api, path: &str, headers: &HeaderMap, raw: Bytes
             inner.requests.push(record);
             drop(inner);
             return overflow_response(api, window, tokens);
+        }
+        if api == Api::Ollama && inner.scenario.missing_models.contains(&model) {
+            record.answered_at = SystemTime::now();
+            inner.requests.push(record);
+            drop(inner);
+            let message = format!("model '{model}' not found");
+            return error_response(api, 404, None, Some(&message));
         }
         // Malformed JSON is rejected like a real API would, without consuming a step.
         let chosen = if !valid {
@@ -453,6 +504,7 @@ fn handle(shared: &Shared, api: Api, path: &str, headers: &HeaderMap, raw: Bytes
             let full = match api {
                 Api::OpenAi => openai::full_response(&ctx),
                 Api::Anthropic => anthropic::full_response(&ctx),
+                Api::Ollama => ollama::full_response(&ctx),
             };
             return (StatusCode::OK, Json(full)).into_response();
         }
@@ -469,12 +521,17 @@ fn handle(shared: &Shared, api: Api, path: &str, headers: &HeaderMap, raw: Bytes
     let frames = match api {
         Api::OpenAi => openai::stream_frames(&ctx, options),
         Api::Anthropic => anthropic::stream_frames(&ctx),
+        Api::Ollama => ollama::stream_frames(&ctx),
+    };
+    let content_type = match api {
+        Api::Ollama => "application/x-ndjson",
+        Api::OpenAi | Api::Anthropic => "text/event-stream",
     };
     let body = body_stream(frames, ending, delay, shared.shutdown.clone());
     (
         StatusCode::OK,
         [
-            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CONTENT_TYPE, content_type),
             (header::CACHE_CONTROL, "no-cache"),
         ],
         Body::from_stream(body),
@@ -496,6 +553,7 @@ fn error_response(api: Api, code: u16, retry_after: Option<u64>, body: Option<&s
         match api {
             Api::OpenAi => openai::error_body(code, &message),
             Api::Anthropic => anthropic::error_body(code, &message),
+            Api::Ollama => ollama::error_body(code, &message),
         }
     });
     let mut headers = HeaderMap::new();
@@ -519,6 +577,11 @@ fn overflow_response(api: Api, window: u64, tokens: u64) -> Response {
         Api::Anthropic => anthropic::error_body(
             400,
             &format!("prompt is too long: {tokens} tokens > {window} maximum"),
+        ),
+        // Ollama itself truncates instead; a proxy in front of it refuses like this.
+        Api::Ollama => ollama::error_body(
+            400,
+            &format!("the input length exceeds the context length ({tokens} > {window} tokens)"),
         ),
     };
     (StatusCode::BAD_REQUEST, Json(json)).into_response()

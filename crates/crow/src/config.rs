@@ -197,7 +197,8 @@ pub struct SnapshotsConfig {
 #[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderConfig {
-    /// Wire API: "openai" (any OpenAI-compatible server) or "anthropic".
+    /// Wire API: "openai" (any OpenAI-compatible server), "anthropic" or "ollama" (Ollama's
+    /// native API, which sets the model's context per request).
     #[serde(rename = "type")]
     pub kind: Option<crow_providers::ProviderKind>,
     pub base_url: Option<String>,
@@ -211,6 +212,8 @@ pub struct ProviderConfig {
     pub api_key: Option<String>,
     pub max_tokens: Option<u32>,
     pub thinking_budget: Option<u32>,
+    /// Ollama: how long the model stays loaded after a request ("30m", "-1" for ever).
+    pub keep_alive: Option<String>,
     pub max_retries: Option<u32>,
     /// Longest wait for the server to start answering a request (default 60).
     pub response_timeout_secs: Option<u64>,
@@ -310,8 +313,8 @@ api_key_env = "ANTHROPIC_API_KEY"
 model = "claude-sonnet-4-5"
 
 [providers.ollama]
-type = "openai"
-base_url = "http://localhost:11434/v1"
+type = "ollama"
+base_url = "http://localhost:11434"
 model = "qwen2.5-coder"
 "#;
 

@@ -73,6 +73,7 @@ pub async fn run(json: bool, dir: Option<PathBuf>) -> Result<ExitCode> {
         headers: Vec::new(),
         max_tokens: None,
         thinking_budget: None,
+        keep_alive: None,
     };
     // The demo's project is thrown away: no snapshots of it in the user's data directory.
     let mut config = Config::default();

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
-use crow_providers::{KeySource, ProviderKind, ProviderSettings, RetryPolicy};
+use crow_providers::{KeySource, ProviderSettings, RetryPolicy};
 
 use crate::agents;
 use crate::config::{self, Config, LoadedConfig};
@@ -93,15 +93,12 @@ pub fn provider_settings(
         );
     };
     let kind = pc.kind.ok_or_else(|| {
-        anyhow!("providers.{name}.type is missing: set it to \"openai\" (any OpenAI-compatible server) or \"anthropic\"")
+        anyhow!("providers.{name}.type is missing: set it to \"openai\" (any OpenAI-compatible server), \"anthropic\" or \"ollama\"")
     })?;
     let base_url = base_url
         .map(str::to_owned)
         .or_else(|| pc.base_url.clone())
-        .unwrap_or_else(|| match kind {
-            ProviderKind::Anthropic => crow_providers::ANTHROPIC_DEFAULT_BASE_URL.to_owned(),
-            _ => crow_providers::OPENAI_DEFAULT_BASE_URL.to_owned(),
-        });
+        .unwrap_or_else(|| kind.default_base_url().to_owned());
     let model = model.map(str::to_owned).or_else(|| config.model.clone()).or_else(|| pc.model.clone()).ok_or_else(|| {
         anyhow!("no model for provider '{name}': pass --model or set providers.{name}.model in config.toml")
     })?;
@@ -164,6 +161,7 @@ pub fn provider_settings(
             .collect(),
         max_tokens: pc.max_tokens,
         thinking_budget: pc.thinking_budget,
+        keep_alive: pc.keep_alive.clone(),
     })
 }
 

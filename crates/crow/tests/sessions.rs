@@ -67,6 +67,7 @@ async fn a_resumed_session_sends_what_an_uninterrupted_one_would_byte_for_byte()
         headers: Vec::new(),
         max_tokens: None,
         thinking_budget: None,
+        keep_alive: None,
     })
     .unwrap();
     let agent = BaseAgent::new(

@@ -48,7 +48,7 @@ fn render(items: &[Result<StreamDelta, ProviderError>]) -> Vec<String> {
 }
 
 fn expected() -> Vec<String> {
-    let deltas = vec![
+    let deltas = [
         StreamDelta::Thinking {
             text: "Read the ".into(),
         },
