@@ -98,6 +98,53 @@ impl FromStr for ProviderKind {
     }
 }
 
+/// How hard a reasoning model thinks before it answers. OpenAI-style servers take it as
+/// `reasoning_effort`; Anthropic turns it into a thinking budget, Ollama into `think`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ReasoningEffort {
+    Minimal,
+    Low,
+    Medium,
+    High,
+}
+
+impl ReasoningEffort {
+    pub const ALL: [ReasoningEffort; 4] = [Self::Minimal, Self::Low, Self::Medium, Self::High];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Minimal => "minimal",
+            Self::Low => "low",
+            Self::Medium => "medium",
+            Self::High => "high",
+        }
+    }
+
+    /// Anthropic's extended thinking budget for this effort; `None`: no thinking.
+    pub fn thinking_budget(self) -> Option<u32> {
+        match self {
+            Self::Minimal => None,
+            Self::Low => Some(2_048),
+            Self::Medium => Some(8_192),
+            Self::High => Some(24_576),
+        }
+    }
+}
+
+impl FromStr for ReasoningEffort {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|e| e.as_str().eq_ignore_ascii_case(s.trim()))
+            .ok_or_else(|| {
+                format!("unknown reasoning effort '{s}' (expected minimal, low, medium or high)")
+            })
+    }
+}
+
 /// Everything needed to build one provider. Debug is safe: the key prints as `[redacted]`.
 #[derive(Debug, Clone)]
 pub struct ProviderSettings {
@@ -122,6 +169,11 @@ pub struct ProviderSettings {
     pub thinking_budget: Option<u32>,
     /// Ollama: how long the model stays loaded after a request (`"30m"`, `"-1"`).
     pub keep_alive: Option<String>,
+    /// How hard a reasoning model thinks; `None` leaves the server's default.
+    pub reasoning_effort: Option<ReasoningEffort>,
+    /// Send the session id as OpenAI's `prompt_cache_key` (routes a session's requests to
+    /// the same cache); `None`: only to OpenAI's own endpoint.
+    pub prompt_cache_key: Option<bool>,
 }
 
 impl ProviderSettings {
@@ -144,6 +196,8 @@ impl ProviderSettings {
             max_tokens: None,
             thinking_budget: None,
             keep_alive: None,
+            reasoning_effort: None,
+            prompt_cache_key: None,
         }
     }
 
@@ -152,6 +206,14 @@ impl ProviderSettings {
     pub fn resolved_images(&self) -> bool {
         self.images
             .unwrap_or_else(|| catalog::accepts_images(&self.model))
+    }
+
+    /// The thinking budget: the setting, else what the reasoning effort stands for.
+    pub fn resolved_thinking_budget(&self) -> Option<u32> {
+        self.thinking_budget.or_else(|| {
+            self.reasoning_effort
+                .and_then(ReasoningEffort::thinking_budget)
+        })
     }
 
     pub fn resolved_context_window(&self) -> Option<u64> {

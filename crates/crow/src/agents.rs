@@ -48,6 +48,8 @@ pub struct AgentDef {
     pub temperature: Option<f32>,
     /// Output token limit of each model call (`max_tokens`, `maxTokens`).
     pub max_tokens: Option<u32>,
+    /// How hard this agent's model thinks (a reviewer may think harder than the builder).
+    pub reasoning_effort: Option<crow_providers::ReasoningEffort>,
     pub max_iterations: Option<u32>,
     /// Repeats that make a loop for this agent (0: no loop detection); `None` = the config's.
     pub doom_loop_threshold: Option<u32>,
@@ -307,6 +309,8 @@ struct Frontmatter {
     temperature: Option<f32>,
     #[serde(alias = "maxTokens", alias = "maxOutputTokens")]
     max_tokens: Option<u32>,
+    #[serde(alias = "reasoningEffort", alias = "effort")]
+    reasoning_effort: Option<crow_providers::ReasoningEffort>,
     #[serde(alias = "steps", alias = "maxTurns", alias = "max_steps")]
     max_iterations: Option<u32>,
     #[serde(alias = "doomLoopThreshold")]
@@ -359,6 +363,7 @@ fn parse_markdown(text: &str, path: &Path, source: DefSource) -> Result<AgentDef
         model: meta.model.filter(|m| m != "inherit"),
         temperature: meta.temperature,
         max_tokens: meta.max_tokens,
+        reasoning_effort: meta.reasoning_effort,
         max_iterations: meta.max_iterations,
         doom_loop_threshold: meta.doom_loop_threshold,
         tools: checked.tools,
@@ -381,6 +386,7 @@ struct TomlAgent {
     model: Option<String>,
     temperature: Option<f32>,
     max_tokens: Option<u32>,
+    reasoning_effort: Option<crow_providers::ReasoningEffort>,
     max_iterations: Option<u32>,
     doom_loop_threshold: Option<u32>,
     tools: Option<ToolsSpec>,
@@ -486,6 +492,7 @@ fn parse_toml(text: &str, path: &Path, source: DefSource) -> Result<Def, String>
             model: raw.model.filter(|m| m != "inherit"),
             temperature: raw.temperature,
             max_tokens: raw.max_tokens,
+            reasoning_effort: raw.reasoning_effort,
             max_iterations: raw.max_iterations,
             doom_loop_threshold: raw.doom_loop_threshold,
             tools: checked.tools,

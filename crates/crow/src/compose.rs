@@ -54,10 +54,13 @@ pub struct Composer {
     stored_prompts: Mutex<HashMap<String, String>>,
     /// Where subagents' histories go (the session store), once a session is open.
     history_sink: std::sync::OnceLock<Arc<dyn crow_core::HistorySink>>,
-    providers: Mutex<HashMap<(String, String), Arc<dyn Provider>>>,
+    providers: Mutex<HashMap<ProviderKey, Arc<dyn Provider>>>,
     /// Agents whose model alias could not be mapped and has been warned about.
     alias_warned: Mutex<std::collections::HashSet<String>>,
 }
+
+/// A built provider per provider name, model and reasoning effort.
+type ProviderKey = (String, String, Option<crow_providers::ReasoningEffort>);
 
 impl Composer {
     pub fn new(
@@ -355,7 +358,15 @@ impl Composer {
                 },
             },
         };
-        let key = (settings.name.clone(), settings.model.clone());
+        let mut settings = settings;
+        if def.reasoning_effort.is_some() {
+            settings.reasoning_effort = def.reasoning_effort;
+        }
+        let key = (
+            settings.name.clone(),
+            settings.model.clone(),
+            settings.reasoning_effort,
+        );
         let mut cache = self
             .providers
             .lock()

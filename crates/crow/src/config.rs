@@ -214,6 +214,11 @@ pub struct ProviderConfig {
     pub thinking_budget: Option<u32>,
     /// Ollama: how long the model stays loaded after a request ("30m", "-1" for ever).
     pub keep_alive: Option<String>,
+    /// How hard reasoning models think: "minimal", "low", "medium" or "high" (OpenAI-style
+    /// `reasoning_effort`; Anthropic: a thinking budget; Ollama: `think`).
+    pub reasoning_effort: Option<crow_providers::ReasoningEffort>,
+    /// Send the session id as `prompt_cache_key` (default: only to api.openai.com).
+    pub prompt_cache_key: Option<bool>,
     pub max_retries: Option<u32>,
     /// Longest wait for the server to start answering a request (default 60).
     pub response_timeout_secs: Option<u64>,
@@ -231,6 +236,8 @@ pub struct ProviderConfig {
 #[serde(deny_unknown_fields)]
 pub struct ModelConfig {
     pub context_window: Option<u64>,
+    /// This model's reasoning effort (over the provider's).
+    pub reasoning_effort: Option<crow_providers::ReasoningEffort>,
     /// Whether the model reads images (default: crow's catalog of known vision models).
     pub images: Option<bool>,
 }

@@ -74,6 +74,8 @@ pub async fn run(json: bool, dir: Option<PathBuf>) -> Result<ExitCode> {
         max_tokens: None,
         thinking_budget: None,
         keep_alive: None,
+        reasoning_effort: None,
+        prompt_cache_key: None,
     };
     // The demo's project is thrown away: no snapshots of it in the user's data directory.
     let mut config = Config::default();

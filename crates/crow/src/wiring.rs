@@ -145,6 +145,7 @@ pub fn provider_settings(
     if let Some(secs) = pc.deadline_secs {
         retry.deadline = Duration::from_secs(secs);
     }
+    let model_name = model.clone();
     Ok(ProviderSettings {
         kind,
         name: name.to_owned(),
@@ -162,6 +163,12 @@ pub fn provider_settings(
         max_tokens: pc.max_tokens,
         thinking_budget: pc.thinking_budget,
         keep_alive: pc.keep_alive.clone(),
+        reasoning_effort: pc
+            .models
+            .get(&model_name)
+            .and_then(|m| m.reasoning_effort)
+            .or(pc.reasoning_effort),
+        prompt_cache_key: pc.prompt_cache_key,
     })
 }
 

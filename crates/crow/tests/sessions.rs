@@ -68,6 +68,8 @@ async fn a_resumed_session_sends_what_an_uninterrupted_one_would_byte_for_byte()
         max_tokens: None,
         thinking_budget: None,
         keep_alive: None,
+        reasoning_effort: None,
+        prompt_cache_key: None,
     })
     .unwrap();
     let agent = BaseAgent::new(

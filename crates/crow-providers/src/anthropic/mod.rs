@@ -55,7 +55,7 @@ impl AnthropicProvider {
             context_window: settings.resolved_context_window(),
             accepts_images: settings.resolved_images(),
             max_tokens: settings.max_tokens,
-            thinking_budget: settings.thinking_budget,
+            thinking_budget: settings.resolved_thinking_budget(),
             endpoint,
             encoded: PrefixCache::default(),
         })

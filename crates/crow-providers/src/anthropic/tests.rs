@@ -372,3 +372,39 @@ fn images_go_as_base64_blocks_before_the_text() {
     assert_eq!(content[1]["type"], "text");
     assert_eq!(content[1]["text"], "what is it?");
 }
+
+#[test]
+fn a_reasoning_effort_becomes_a_thinking_budget_unless_one_is_set() {
+    let request = ChatRequest {
+        system: "",
+        messages: vec![Message::User {
+            text: "hi",
+            images: vec![],
+        }],
+        tools: &[],
+        max_tokens: None,
+        temperature: None,
+        session_id: "s",
+    };
+    let body = |effort: Option<crate::ReasoningEffort>, budget: Option<u32>| -> serde_json::Value {
+        let mut settings = ProviderSettings::new(ProviderKind::Anthropic, "claude-sonnet-4-5");
+        settings.reasoning_effort = effort;
+        settings.thinking_budget = budget;
+        let p = AnthropicProvider::new(&settings).unwrap();
+        serde_json::from_slice(&p.encode(&request).unwrap()).unwrap()
+    };
+    assert_eq!(
+        body(Some(crate::ReasoningEffort::High), None)["thinking"]["budget_tokens"],
+        24_576
+    );
+    assert_eq!(
+        body(Some(crate::ReasoningEffort::High), Some(3000))["thinking"]["budget_tokens"],
+        3000
+    );
+    assert!(
+        body(Some(crate::ReasoningEffort::Minimal), None)
+            .get("thinking")
+            .is_none()
+    );
+    assert!(body(None, None).get("thinking").is_none());
+}

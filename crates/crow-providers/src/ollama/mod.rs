@@ -81,7 +81,7 @@ impl OllamaProvider {
             accepts_images: settings.resolved_images(),
             max_tokens: settings.max_tokens,
             keep_alive: settings.keep_alive.clone(),
-            think: settings.thinking_budget.map(|_| true),
+            think: settings.resolved_thinking_budget().map(|_| true),
             endpoint,
             encoded: PrefixCache::default(),
         })

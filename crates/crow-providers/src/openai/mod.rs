@@ -24,6 +24,8 @@ pub struct OpenAiProvider {
     context_window: Option<u64>,
     accepts_images: bool,
     max_tokens: Option<u32>,
+    reasoning_effort: Option<crate::ReasoningEffort>,
+    prompt_cache_key: bool,
     endpoint: Endpoint,
     encoded: PrefixCache,
 }
@@ -55,6 +57,10 @@ impl OpenAiProvider {
             context_window: settings.resolved_context_window(),
             accepts_images: settings.resolved_images(),
             max_tokens: settings.max_tokens,
+            reasoning_effort: sendable_effort(settings),
+            prompt_cache_key: settings
+                .prompt_cache_key
+                .unwrap_or_else(|| openai_itself(&settings.base_url)),
             endpoint,
             encoded: PrefixCache::default(),
         })
@@ -64,6 +70,27 @@ impl OpenAiProvider {
     pub fn url(&self) -> &str {
         self.endpoint.url()
     }
+}
+
+/// Whether `base_url` is OpenAI's own API (which takes `prompt_cache_key` and knows which of
+/// its models reason).
+fn openai_itself(base_url: &str) -> bool {
+    base_url.contains("://api.openai.com")
+}
+
+/// The configured effort, unless it would be refused: OpenAI's own API rejects
+/// `reasoning_effort` for models that do not reason. Other servers (OpenRouter, vLLM,
+/// LiteLLM) get it as configured.
+fn sendable_effort(settings: &ProviderSettings) -> Option<crate::ReasoningEffort> {
+    let effort = settings.reasoning_effort?;
+    if openai_itself(&settings.base_url) && !request::reasoning_model(&settings.model) {
+        tracing::debug!(
+            "reasoning_effort left out: {} does not reason",
+            settings.model
+        );
+        return None;
+    }
+    Some(effort)
 }
 
 #[async_trait]
@@ -88,6 +115,8 @@ impl WireApi for OpenAiProvider {
         let options = request::BodyOptions {
             model: &self.model,
             max_tokens: self.max_tokens,
+            reasoning_effort: self.reasoning_effort.map(crate::ReasoningEffort::as_str),
+            prompt_cache_key: self.prompt_cache_key,
         };
         let (fields, messages) = request::body(request, &options);
         self.encoded.encode(&fields, &messages)

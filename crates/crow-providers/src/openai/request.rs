@@ -9,6 +9,10 @@ use serde::Serialize;
 pub(crate) struct BodyOptions<'a> {
     pub model: &'a str,
     pub max_tokens: Option<u32>,
+    /// `reasoning_effort`, where the server and model take it.
+    pub reasoning_effort: Option<&'a str>,
+    /// Send the session id as `prompt_cache_key`.
+    pub prompt_cache_key: bool,
 }
 
 /// The body's fields but `messages`, which [`crate::encode::PrefixCache`] appends.
@@ -26,11 +30,16 @@ pub(crate) struct Body<'a> {
     max_completion_tokens: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     temperature: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_effort: Option<&'a str>,
+    /// Requests with the same key share a prompt cache on OpenAI's side.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prompt_cache_key: Option<&'a str>,
 }
 
 /// Whether `model` is one of OpenAI's reasoning models, which limit output with
 /// `max_completion_tokens` (router prefixes like `openai/` are ignored).
-fn reasoning_model(model: &str) -> bool {
+pub(crate) fn reasoning_model(model: &str) -> bool {
     let base = model
         .rsplit('/')
         .next()
@@ -177,6 +186,11 @@ pub(crate) fn body<'a>(
         max_tokens: limit.filter(|_| !reasoning),
         max_completion_tokens: limit.filter(|_| reasoning),
         temperature: request.temperature,
+        reasoning_effort: options.reasoning_effort,
+        prompt_cache_key: options
+            .prompt_cache_key
+            .then_some(request.session_id)
+            .filter(|id| !id.is_empty()),
     };
     (fields, messages)
 }

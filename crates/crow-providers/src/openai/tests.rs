@@ -327,6 +327,8 @@ fn request_body_snapshot() {
         body,
         json!({
             "model": "gpt-4o",
+            // OpenAI's own endpoint: the session's requests share a prompt cache.
+            "prompt_cache_key": "s-1",
             "messages": [
                 {"role": "system", "content": "You are crow."},
                 {"role": "user", "content": "Fix main.rs"},
@@ -382,7 +384,7 @@ fn minimal_body_is_exact_and_skips_empty_parts() {
     let bytes = provider(None).encode(&request).unwrap();
     assert_eq!(
         std::str::from_utf8(&bytes).unwrap(),
-        r#"{"model":"gpt-4o","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"ls","arguments":"{}"}}]}]}"#
+        r#"{"model":"gpt-4o","stream":true,"stream_options":{"include_usage":true},"prompt_cache_key":"s","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"ls","arguments":"{}"}}]}]}"#
     );
 }
 
@@ -440,4 +442,42 @@ fn reasoning_models_get_max_completion_tokens() {
     let llama = body("llama3.1:8b");
     assert_eq!(llama["max_tokens"], 1000);
     assert!(llama.get("max_completion_tokens").is_none());
+}
+
+#[test]
+fn reasoning_effort_and_the_prompt_cache_key_go_where_they_are_taken() {
+    let request = ChatRequest {
+        system: "",
+        messages: vec![Message::User {
+            text: "hi",
+            images: vec![],
+        }],
+        tools: &[],
+        max_tokens: None,
+        temperature: None,
+        session_id: "0192-session",
+    };
+    let body = |model: &str, base: &str, cache: Option<bool>| -> serde_json::Value {
+        let mut settings = ProviderSettings::new(ProviderKind::OpenAi, model);
+        settings.base_url = base.into();
+        settings.reasoning_effort = Some(crate::ReasoningEffort::High);
+        settings.prompt_cache_key = cache;
+        let provider = OpenAiProvider::new(&settings).unwrap();
+        serde_json::from_slice(&provider.encode(&request).unwrap()).unwrap()
+    };
+    // OpenAI itself: the key always, the effort only for a model that reasons.
+    let gpt5 = body("gpt-5", "https://api.openai.com/v1", None);
+    assert_eq!(gpt5["reasoning_effort"], "high");
+    assert_eq!(gpt5["prompt_cache_key"], "0192-session");
+    let gpt4 = body("gpt-4.1", "https://api.openai.com/v1", None);
+    assert!(gpt4.get("reasoning_effort").is_none());
+    assert_eq!(gpt4["prompt_cache_key"], "0192-session");
+    // Another server: the effort as configured, the key only when asked for.
+    let vllm = body("qwen3", "http://gpu:8000/v1", None);
+    assert_eq!(vllm["reasoning_effort"], "high");
+    assert!(vllm.get("prompt_cache_key").is_none());
+    let litellm = body("qwen3", "http://proxy:4000/v1", Some(true));
+    assert_eq!(litellm["prompt_cache_key"], "0192-session");
+    let off = body("gpt-5", "https://api.openai.com/v1", Some(false));
+    assert!(off.get("prompt_cache_key").is_none());
 }
