@@ -4,10 +4,11 @@
 use agent_client_protocol::v1::schema as acp;
 
 use crate::runner::{ModeInfo, ModelInfo};
-use crate::session::{APPROVE_ALL, APPROVE_ASK, APPROVE_EDITS, Settings};
+use crate::session::{APPROVE_ALL, APPROVE_ASK, APPROVE_EDITS, EFFORT_DEFAULT, Settings};
 
 pub const MODE_OPTION: &str = "mode";
 pub const MODEL_OPTION: &str = "model";
+pub const EFFORT_OPTION: &str = "reasoning_effort";
 pub const APPROVE_OPTION: &str = "approve";
 
 /// The commands crow offers, then the runner's own (a built-in name stays crow's).
@@ -159,6 +160,33 @@ pub fn config_options(
             })),
         )
         .category(acp::SessionConfigOptionCategory::Model),
+    );
+    options.push(
+        acp::SessionConfigOption::select(
+            EFFORT_OPTION,
+            "Reasoning",
+            settings.effort.clone(),
+            select_options(
+                [
+                    (
+                        EFFORT_DEFAULT,
+                        "Default",
+                        "As configured for the provider, model and agent",
+                    ),
+                    (
+                        "minimal",
+                        "Minimal",
+                        "Answer with as little thinking as the model allows",
+                    ),
+                    ("low", "Low", "Think briefly"),
+                    ("medium", "Medium", "Think as much as most tasks need"),
+                    ("high", "High", "Think hard before answering"),
+                ]
+                .into_iter()
+                .map(|(id, name, d)| (id.to_owned(), name.to_owned(), Some(d.to_owned()))),
+            ),
+        )
+        .category(acp::SessionConfigOptionCategory::ThoughtLevel),
     );
     options
 }

@@ -133,6 +133,8 @@ pub struct TurnInput {
     /// Current mode and model ids; they may have changed since the last turn.
     pub mode: String,
     pub model: String,
+    /// The reasoning effort: `default` (the configuration's) or a level.
+    pub effort: String,
 }
 
 /// Why a prompt turn ended, as the editor is told.
@@ -194,6 +196,8 @@ pub struct RestoredSession {
     pub model: Option<String>,
     /// The approval level it was left at (`ask`, `edits`, `all`), if stored.
     pub approve: Option<String>,
+    /// The reasoning effort it was left at, if one was picked.
+    pub effort: Option<String>,
     /// "Always" answers by tool name: true = allow, false = reject.
     pub remembered: BTreeMap<String, bool>,
     /// Its title, if it has one yet (a session never prompted has none: its first prompt
@@ -211,6 +215,8 @@ pub enum SettingChange {
     Model(String),
     /// `ask`, `edits` or `all`.
     Approve(String),
+    /// `default` or a reasoning effort (`minimal`, `low`, `medium`, `high`).
+    Effort(String),
     /// An "always allow" (true) or "always reject" (false) answer for a tool.
     Remember {
         tool: String,

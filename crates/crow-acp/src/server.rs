@@ -18,7 +18,8 @@ use crate::permission::AcpPermissionGate;
 use crate::replay::replay;
 use crate::runner::{AgentFactory, McpServerSpec, RunnerError, SessionSpec, SettingChange};
 use crate::session::{
-    APPROVE_ALL, APPROVE_ASK, APPROVE_EDITS, SessionState, Settings, Shared, lock,
+    APPROVE_ALL, APPROVE_ASK, APPROVE_EDITS, EFFORT_DEFAULT, EFFORTS, SessionState, Settings,
+    Shared, lock,
 };
 
 /// Everything the agent knows across sessions.
@@ -174,6 +175,7 @@ impl Server {
                 .unwrap_or_default(),
             model,
             approve: APPROVE_ASK.to_owned(),
+            effort: EFFORT_DEFAULT.to_owned(),
         }
     }
 
@@ -296,6 +298,10 @@ impl Server {
                         .filter(|a| [APPROVE_ASK, APPROVE_EDITS, APPROVE_ALL].contains(&a.as_str()))
                     {
                         settings.approve = approve;
+                    }
+                    if let Some(effort) = restored.effort.filter(|e| EFFORTS.contains(&e.as_str()))
+                    {
+                        settings.effort = effort;
                     }
                 }
                 lock(&shared.remembered).extend(restored.remembered);
@@ -523,6 +529,16 @@ impl Server {
                 }
                 let state = self.existing(id)?;
                 state.shared.change(SettingChange::Approve(value));
+                state
+            }
+            commands::EFFORT_OPTION => {
+                if value != EFFORT_DEFAULT && !EFFORTS.contains(&value.as_str()) {
+                    return Err(
+                        Error::invalid_params().data(format!("no reasoning effort '{value}'"))
+                    );
+                }
+                let state = self.existing(id)?;
+                state.shared.change(SettingChange::Effort(value));
                 state
             }
             other => {

@@ -52,7 +52,15 @@ pub struct Settings {
     pub model: String,
     /// Which tool calls run without asking: [`APPROVE_ASK`], [`APPROVE_EDITS`], [`APPROVE_ALL`].
     pub approve: String,
+    /// How hard the model thinks: [`EFFORT_DEFAULT`] (the configuration's) or one of
+    /// [`EFFORTS`].
+    pub effort: String,
 }
+
+/// The reasoning effort the configuration gives (provider, model, agent definitions).
+pub const EFFORT_DEFAULT: &str = "default";
+/// The efforts a user can pick for a session.
+pub const EFFORTS: [&str; 4] = ["minimal", "low", "medium", "high"];
 
 /// Ask before every edit, write and command.
 pub const APPROVE_ASK: &str = "ask";
@@ -131,6 +139,7 @@ impl Shared {
                 SettingChange::Mode(mode) => settings.mode.clone_from(mode),
                 SettingChange::Model(model) => settings.model.clone_from(model),
                 SettingChange::Approve(approve) => settings.approve.clone_from(approve),
+                SettingChange::Effort(effort) => settings.effort.clone_from(effort),
                 SettingChange::Remember { tool, allow } => {
                     lock(&self.remembered).insert(tool.clone(), *allow);
                 }

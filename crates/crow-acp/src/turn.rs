@@ -100,6 +100,7 @@ pub async fn prompt(
         images: content::prompt_images(&request.prompt),
         mode: settings.mode,
         model: settings.model,
+        effort: settings.effort,
     };
     let turn_cancel = cancel.clone();
     let mut turn = tokio::spawn(async move {

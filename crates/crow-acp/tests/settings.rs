@@ -135,6 +135,7 @@ impl Factory {
             mode: Some("plan".into()),
             model: Some("p/large".into()),
             approve: Some("edits".into()),
+            effort: None,
             remembered: BTreeMap::from([("bash".to_owned(), true)]),
             title: None,
         }

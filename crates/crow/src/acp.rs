@@ -10,8 +10,8 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use async_trait::async_trait;
 use crow_acp::{
-    AgentFactory, Choice, McpServerSpec, ModeInfo, ModelInfo, RestoredSession, RunnerError,
-    SessionRunner, SessionSpec, SessionSummary, SettingsSink, TurnInput, TurnOutcome,
+    AgentFactory, Choice, EFFORT_DEFAULT, McpServerSpec, ModeInfo, ModelInfo, RestoredSession,
+    RunnerError, SessionRunner, SessionSpec, SessionSummary, SettingsSink, TurnInput, TurnOutcome,
 };
 use crow_core::{
     CrewSession, EntryKind, EventSender, HistorySink, SessionFilter, SessionStore, StoreError,
@@ -35,6 +35,8 @@ const DEFAULT_MODE: &str = "build";
 
 /// The session settings option holding the approval level (`ask`, `edits`, `all`).
 const APPROVE_OPTION: &str = "approve";
+/// Where a session's reasoning effort is kept among its stored options.
+pub(crate) const EFFORT_OPTION: &str = "reasoning_effort";
 
 /// How long a stop waits for cancelled turns to save before crow exits anyway.
 const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
@@ -317,6 +319,8 @@ pub struct CrowRunner {
     tools: ToolRegistry,
     composer: Arc<Composer>,
     model: String,
+    /// The reasoning effort the composer was built with (`default` or a level).
+    effort: String,
     session: CrewSession,
     store: Option<Arc<SqliteStore>>,
     /// Whether the session has its row in the store yet.
@@ -335,7 +339,7 @@ impl CrowRunner {
         let loaded = config::load(&root, overrides)?;
         loaded.require_trust(&root)?;
         let tools = crow_tools::builtin_tools(&crate::wiring::tool_options(&loaded.config));
-        let composer = compose(spec, &loaded, &tools, &spec.model)?;
+        let composer = compose(spec, &loaded, &tools, &spec.model, EFFORT_DEFAULT)?;
         let store = match sessions::open(&loaded.config) {
             Ok(store) => Some(store),
             Err(e) => {
@@ -386,6 +390,7 @@ impl CrowRunner {
             tools,
             composer,
             model: spec.model.clone(),
+            effort: EFFORT_DEFAULT.to_owned(),
             session,
             store,
             stored,
@@ -409,7 +414,9 @@ impl CrowRunner {
             spec.model = model.clone();
         }
         let tools = crow_tools::builtin_tools(&crate::wiring::tool_options(&loaded.config));
-        let composer = compose(&spec, &loaded, &tools, &spec.model)?;
+        let effort = info.settings.options.get(EFFORT_OPTION).cloned();
+        let effort_id = effort.as_deref().unwrap_or(EFFORT_DEFAULT);
+        let composer = compose(&spec, &loaded, &tools, &spec.model, effort_id)?;
         composer.set_stored_prompts(sessions::stored_prompts(&store, &info.id)?);
         composer.set_history_sink(Arc::clone(&store) as Arc<dyn HistorySink>);
         crate::memory::register_tool(
@@ -428,6 +435,7 @@ impl CrowRunner {
         let mcp = start_mcp(&spec, &loaded, &tools);
         let runner = Self {
             model: spec.model.clone(),
+            effort: effort_id.to_owned(),
             spec,
             loaded: Arc::new(loaded),
             tools,
@@ -446,6 +454,7 @@ impl CrowRunner {
             mode: Some(mode),
             model: Some(model),
             approve,
+            effort,
             remembered,
             title,
         })
@@ -551,8 +560,17 @@ fn compose(
     loaded: &LoadedConfig,
     tools: &ToolRegistry,
     model: &str,
+    effort: &str,
 ) -> Result<Arc<Composer>> {
-    let settings = settings_for(loaded, model)?;
+    let mut settings = settings_for(loaded, model)?;
+    // `default` (or a value this crow does not know) leaves the configuration's effort.
+    let picked = effort
+        .parse::<crow_providers::ReasoningEffort>()
+        .ok()
+        .or(loaded.effort_override);
+    if picked.is_some() {
+        settings.reasoning_effort = picked;
+    }
     let (root, _) = find_project_root(&spec.cwd);
     let mut composer = Composer::new(
         loaded.config.clone(),
@@ -573,6 +591,7 @@ fn compose(
     )));
     composer.trusted = loaded.trusted;
     composer.client = spec.client.clone();
+    composer.effort = picked;
     Ok(with_subagents(composer))
 }
 
@@ -584,14 +603,21 @@ impl SessionRunner for CrowRunner {
         events: &EventSender,
         cancel: CancellationToken,
     ) -> Result<TurnOutcome, RunnerError> {
-        if input.model != self.model {
-            self.composer = compose(&self.spec, &self.loaded, &self.tools, &input.model)
-                .map_err(|e| failed_any(&e))?;
+        if input.model != self.model || input.effort != self.effort {
+            self.composer = compose(
+                &self.spec,
+                &self.loaded,
+                &self.tools,
+                &input.model,
+                &input.effort,
+            )
+            .map_err(|e| failed_any(&e))?;
             if let Some(store) = &self.store {
                 self.composer
                     .set_history_sink(Arc::clone(store) as Arc<dyn HistorySink>);
             }
             self.model = input.model.clone();
+            self.effort = input.effort.clone();
         }
         // `/name args` of a custom command: the model gets its expanded text, run by the
         // command's agent for this turn if it names one.

@@ -55,6 +55,9 @@ pub struct Composer {
     /// Where subagents' histories go (the session store), once a session is open.
     history_sink: std::sync::OnceLock<Arc<dyn crow_core::HistorySink>>,
     providers: Mutex<HashMap<ProviderKey, Arc<dyn Provider>>>,
+    /// The reasoning effort the user picked for this session (an editor's selector, `crow
+    /// run --effort`); it wins over agent definitions and the provider's config.
+    pub effort: Option<crow_providers::ReasoningEffort>,
     /// Agents whose model alias could not be mapped and has been warned about.
     alias_warned: Mutex<std::collections::HashSet<String>>,
 }
@@ -123,6 +126,7 @@ impl Composer {
             stored_prompts: Mutex::new(HashMap::new()),
             history_sink: std::sync::OnceLock::new(),
             providers: Mutex::new(HashMap::new()),
+            effort: None,
             alias_warned: Mutex::new(std::collections::HashSet::new()),
         }
     }
@@ -359,8 +363,9 @@ impl Composer {
             },
         };
         let mut settings = settings;
-        if def.reasoning_effort.is_some() {
-            settings.reasoning_effort = def.reasoning_effort;
+        // The session's own pick, then the agent's definition, then the provider's config.
+        if let Some(effort) = self.effort.or(def.reasoning_effort) {
+            settings.reasoning_effort = Some(effort);
         }
         let key = (
             settings.name.clone(),

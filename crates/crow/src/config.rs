@@ -334,6 +334,8 @@ pub struct Overrides {
     pub base_url: Option<String>,
     /// Trust the project's own config for this run (`--trust-project`).
     pub trust_project: bool,
+    /// `--effort`: how hard the session's models think (over agent definitions and config).
+    pub effort: Option<crow_providers::ReasoningEffort>,
 }
 
 /// The merged configuration and, for `crow config show`, where each value came from.
@@ -343,6 +345,8 @@ pub struct LoadedConfig {
     pub sources: BTreeMap<String, (toml::Value, Source)>,
     /// `--base-url`, applied to whichever provider is selected.
     pub base_url_override: Option<String>,
+    /// `--effort`, for front ends that build providers per session (`crow acp`).
+    pub effort_override: Option<crow_providers::ReasoningEffort>,
     /// Keys of the project's own config left out because the project is not trusted, each
     /// with its file.
     pub untrusted: Vec<String>,
@@ -525,6 +529,7 @@ pub fn load(project_root: &Path, flags: &Overrides) -> Result<LoadedConfig> {
         config,
         sources,
         base_url_override: flags.base_url.clone(),
+        effort_override: flags.effort,
         untrusted,
         rules,
         trusted,

@@ -272,6 +272,9 @@ struct ModelArgs {
     /// run (`crow trust` makes it permanent)
     #[arg(long)]
     trust_project: bool,
+    /// How hard reasoning models think: minimal, low, medium or high (kept with the session)
+    #[arg(long, value_name = "LEVEL")]
+    effort: Option<crow_providers::ReasoningEffort>,
 }
 
 fn main() -> ExitCode {
@@ -550,6 +553,7 @@ fn overrides(model: &ModelArgs, max_iterations: Option<u32>) -> Overrides {
         max_iterations,
         base_url: model.base_url.clone(),
         trust_project: model.trust_project,
+        effort: model.effort,
     }
 }
 

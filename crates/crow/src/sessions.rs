@@ -271,6 +271,14 @@ fn record_choices(store: &SqliteStore, id: &str, composer: &Composer) -> Result<
     let mut info = store.session(id).map_err(store_error)?;
     let mut settings = info.settings.clone();
     settings.base_url = Some(chosen.base_url.clone());
+    // The effort the user picked for the session (`--effort`, an editor's selector).
+    match composer.effort {
+        Some(effort) => settings.options.insert(
+            crate::acp::EFFORT_OPTION.to_owned(),
+            effort.as_str().to_owned(),
+        ),
+        None => settings.options.remove(crate::acp::EFFORT_OPTION),
+    };
     // Which prompt templates the session ran with (built-in version or file and hash).
     settings.options.extend(composer.templates.record());
     if settings != info.settings {
@@ -310,6 +318,12 @@ pub fn keep_session_choices(
     match (&flags.base_url, &info.settings.base_url) {
         (Some(url), Some(before)) => note("endpoint", url, before),
         (None, Some(before)) if same_provider => kept.base_url = Some(before.clone()),
+        _ => {}
+    }
+    let stored_effort = info.settings.options.get(crate::acp::EFFORT_OPTION);
+    match (flags.effort, stored_effort) {
+        (Some(now), Some(before)) => note("reasoning effort", now.as_str(), before),
+        (None, Some(before)) => kept.effort = before.parse().ok(),
         _ => {}
     }
     (kept, changed)

@@ -84,6 +84,7 @@ pub fn assemble(request: Request) -> Result<Assembled> {
         let (kept, changed) = sessions::keep_session_choices(&flags, info);
         notes = changed;
         loaded = config::load(&root, &kept)?;
+        flags = kept;
     }
     let selection = wiring::select_provider(&loaded)?;
     // The URL actually requested (`--base-url` or OPENAI_BASE_URL may have moved it).
@@ -112,6 +113,10 @@ pub fn assemble(request: Request) -> Result<Assembled> {
     composer.permission = request.gate;
     composer.policy = Some(Arc::new(policy));
     composer.trusted = loaded.trusted;
+    composer.effort = flags.effort;
+    if let Some(effort) = flags.effort {
+        composer.default_provider.reasoning_effort = Some(effort);
+    }
     Ok(Assembled {
         loaded,
         composer: compose::with_subagents(composer),

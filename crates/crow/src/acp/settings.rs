@@ -8,7 +8,7 @@ use crow_acp::{RunnerError, SettingChange, SettingsSink};
 use crow_core::{SessionInfo, SessionStore, StoreError};
 use crow_store::SqliteStore;
 
-use super::{APPROVE_OPTION, failed, failed_any, settings_for};
+use super::{APPROVE_OPTION, EFFORT_OPTION, failed, failed_any, settings_for};
 use crate::config::LoadedConfig;
 use crate::sessions;
 
@@ -43,6 +43,13 @@ impl SettingsSink for StoreSink {
             }
             SettingChange::Approve(level) => self.update(|s| {
                 s.options.insert(APPROVE_OPTION.to_owned(), level.clone());
+            }),
+            SettingChange::Effort(effort) => self.update(|s| {
+                if effort == crow_acp::EFFORT_DEFAULT {
+                    s.options.remove(EFFORT_OPTION);
+                } else {
+                    s.options.insert(EFFORT_OPTION.to_owned(), effort.clone());
+                }
             }),
             SettingChange::Remember { tool, allow } => {
                 self.update(|s| sessions::remember_always(s, tool, *allow))

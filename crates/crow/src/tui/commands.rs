@@ -24,6 +24,10 @@ const BUILTIN: &[(&str, &str)] = &[
     ),
     ("/model", "show or switch the model: /model PROVIDER/MODEL"),
     (
+        "/effort",
+        "show or set how hard the model thinks: minimal, low, medium, high, default",
+    ),
+    (
         "/mode",
         "show or set what runs without asking: read-only, ask, auto-edit, full-auto",
     ),
@@ -90,6 +94,7 @@ pub async fn handle(app: &mut App, line: &str) -> bool {
         "/agent" => agent(app, arg),
         "/level" => level(app, arg),
         "/model" => model(app, arg),
+        "/effort" => effort(app, arg),
         "/new" | "/clear" => {
             app.session = None;
             app.id = None;
@@ -251,6 +256,58 @@ fn model(app: &mut App, arg: &str) {
         Ok(settings) => settings,
         Err(e) => return app.view.error(&format!("{e:#}")),
     };
+    let effort = app.composer.effort;
+    if rebuild(app, settings, effort) {
+        app.view.info(&format!("model {provider}/{model}"));
+    }
+}
+
+/// `/effort [LEVEL|default]`: how hard the session's models think, kept with the session.
+fn effort(app: &mut App, arg: &str) {
+    let current = app
+        .composer
+        .effort
+        .map_or("default (as configured)", |e| e.as_str());
+    if arg.is_empty() {
+        return app.view.plain(&format!(
+            "  reasoning effort: {current}\n  /effort minimal | low | medium | high | default"
+        ));
+    }
+    let effort = if arg.eq_ignore_ascii_case("default") {
+        None
+    } else {
+        match arg.parse::<crow_providers::ReasoningEffort>() {
+            Ok(effort) => Some(effort),
+            Err(e) => return app.view.error(&e),
+        }
+    };
+    let mut settings = app.composer.default_provider.clone();
+    // `default` goes back to what the configuration says for this provider and model.
+    settings.reasoning_effort = match effort {
+        Some(effort) => Some(effort),
+        None => crate::wiring::provider_settings(
+            &app.loaded.config,
+            &settings.name,
+            Some(&settings.base_url),
+            Some(&settings.model),
+        )
+        .ok()
+        .and_then(|s| s.reasoning_effort),
+    };
+    if rebuild(app, settings, effort) {
+        let shown = effort.map_or("default (as configured)", |e| e.as_str());
+        app.view.info(&format!("reasoning effort {shown}"));
+    }
+}
+
+/// A new composer for the session with `settings` and the user's `effort`, keeping what the
+/// old one carried (permissions, trust, stored prompts); true when the crew could be built.
+fn rebuild(
+    app: &mut App,
+    settings: crow_providers::ProviderSettings,
+    effort: Option<crow_providers::ReasoningEffort>,
+) -> bool {
+    let config = &app.loaded.config;
     let mut composer = crate::compose::Composer::new(
         config.clone(),
         settings,
@@ -261,6 +318,8 @@ fn model(app: &mut App, arg: &str) {
     );
     composer.permission = Arc::clone(&app.composer.permission);
     composer.policy = app.composer.policy.clone();
+    composer.trusted = app.composer.trusted;
+    composer.effort = effort;
     let composer = crate::compose::with_subagents(composer);
     composer.set_history_sink(Arc::clone(&app.store) as Arc<dyn crow_core::HistorySink>);
     if let Some(id) = &app.id
@@ -273,9 +332,12 @@ fn model(app: &mut App, arg: &str) {
             app.crew = Arc::new(crew);
             app.composer = composer;
             app.context_tokens = 0;
-            app.view.info(&format!("model {provider}/{model}"));
+            true
         }
-        Err(e) => app.view.error(&format!("{e:#}")),
+        Err(e) => {
+            app.view.error(&format!("{e:#}"));
+            false
+        }
     }
 }
 
