@@ -129,21 +129,33 @@ pub fn session(
 }
 
 /// A session over the Anthropic Messages API (a project config selects it).
-fn anthropic_session(bench: &Bench, n: usize) -> Result<Vec<RecordedRequest>> {
+/// The wire APIs besides OpenAI's that section 4 measures.
+#[derive(Clone, Copy)]
+enum OtherApi {
+    Anthropic,
+    Ollama,
+}
+
+fn api_session(bench: &Bench, n: usize, api: OtherApi) -> Result<Vec<RecordedRequest>> {
     let dir = project()?;
     let mock = bench
         .rt
         .block_on(MockLlm::start(scenario(Work::Echo, n)))
         .context("cannot start the mock model")?;
     std::fs::create_dir_all(dir.path().join(".crow"))?;
-    std::fs::write(
-        dir.path().join(".crow/config.toml"),
-        format!(
+    let provider = match api {
+        OtherApi::Anthropic => format!(
             "provider = \"claude\"\n[providers.claude]\ntype = \"anthropic\"\nbase_url = \"{}\"\n\
              model = \"claude-mock\"\napi_key_env = \"CROW_BENCH_ANTHROPIC_KEY\"\n",
             mock.base_url()
         ),
-    )?;
+        OtherApi::Ollama => format!(
+            "provider = \"local\"\n[providers.local]\ntype = \"ollama\"\nbase_url = \"{}\"\n\
+             model = \"mock-model\"\n",
+            mock.base_url()
+        ),
+    };
+    std::fs::write(dir.path().join(".crow/config.toml"), provider)?;
     let mut cmd = crow_command(&bench.crow, dir.path());
     cmd.env("CROW_BENCH_ANTHROPIC_KEY", "bench-key-not-secret")
         .args([
@@ -157,8 +169,35 @@ fn anthropic_session(bench: &Bench, n: usize) -> Result<Vec<RecordedRequest>> {
     let run = bench.spawn(&cmd)?;
     let requests = mock.requests();
     drop(mock);
-    run.ensure_success("crow run (Anthropic)")?;
+    run.ensure_success(match api {
+        OtherApi::Anthropic => "crow run (Anthropic)",
+        OtherApi::Ollama => "crow run (Ollama)",
+    })?;
     Ok(requests)
+}
+
+/// First request bytes and the share of byte-stable consecutive pairs of one session.
+fn stability(
+    requests: &[RecordedRequest],
+    strip: fn(&[u8]) -> Vec<u8>,
+) -> (f64, f64, usize, usize) {
+    let (mut stable, mut pairs) = (0usize, 0usize);
+    for pair in requests.windows(2) {
+        pairs += 1;
+        stable += usize::from(prefix::stable(
+            &strip(&pair[0].raw_body),
+            &strip(&pair[1].raw_body),
+        ));
+    }
+    let share = if pairs == 0 {
+        f64::NAN
+    } else {
+        100.0 * stable as f64 / pairs as f64
+    };
+    let first = requests
+        .first()
+        .map_or(f64::NAN, |r| r.raw_body.len() as f64);
+    (first, share, stable, pairs)
 }
 
 /// Anthropic's prompt-cache breakpoints (`cache_control`) sit on the newest block of each
@@ -270,25 +309,11 @@ pub fn measure(bench: &Bench, progress: &mut dyn FnMut(&str)) -> Result<[Section
         }
     }
 
-    // One Anthropic session of the longest length.
-    let anthropic = anthropic_session(bench, n3)?;
-    let (mut a_stable, mut a_pairs) = (0usize, 0usize);
-    for pair in anthropic.windows(2) {
-        a_pairs += 1;
-        let (x, y) = (
-            without_breakpoints(&pair[0].raw_body),
-            without_breakpoints(&pair[1].raw_body),
-        );
-        a_stable += usize::from(prefix::stable(&x, &y));
-    }
-    let a_share = if a_pairs == 0 {
-        f64::NAN
-    } else {
-        100.0 * a_stable as f64 / a_pairs as f64
-    };
-    let a_first = anthropic
-        .first()
-        .map_or(f64::NAN, |r| r.raw_body.len() as f64);
+    // One session of the longest length on each other wire API.
+    let anthropic = api_session(bench, n3, OtherApi::Anthropic)?;
+    let (a_first, a_share, a_stable, a_pairs) = stability(&anthropic, without_breakpoints);
+    let ollama = api_session(bench, n3, OtherApi::Ollama)?;
+    let (o_first, o_share, o_stable, o_pairs) = stability(&ollama, <[u8]>::to_vec);
     let share = if pairs == 0 {
         f64::NAN
     } else {
@@ -308,6 +333,11 @@ pub fn measure(bench: &Bench, progress: &mut dyn FnMut(&str)) -> Result<[Section
             .note(format!(
                 "{a_stable} of {a_pairs} pairs of one ×{n3} session, its moving cache_control breakpoints set aside"
             )),
+        Row::single("Ollama API: first request body", o_first, Unit::Bytes)
+            .target(Target::at_most(15.0 * 1024.0, Unit::Bytes)),
+        Row::single("Ollama API: byte-stable prefix", o_share, Unit::Percent)
+            .target(Target::at_least_percent(100.0))
+            .note(format!("{o_stable} of {o_pairs} pairs of one ×{n3} session")),
     ];
     Ok([
         Section {
