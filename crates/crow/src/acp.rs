@@ -1,7 +1,8 @@
 //! `crow acp`: the binary's side of crow-acp. Sessions are wired exactly like `crow run`
 //! (layered config of the session's project → provider → tools + MCP servers → [`Composer`] →
 //! crew), persisted in the same store (so an editor restart can load them), with modes = the
-//! compositions (build, build-judge, plan, ...) and models = those of the configured providers.
+//! compositions (build, build-judge, plan, ...) and models = those of the configured providers
+//! and those the providers list (`acp/models.rs`).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -27,7 +28,9 @@ use crate::config::{self, LoadedConfig, Overrides};
 use crate::sessions;
 use crate::wiring::{find_project_root, provider_settings, select_provider};
 
+mod models;
 mod settings;
+use models::{Listed, model_id, models};
 use settings::{StoreSink, stored_answers};
 
 /// The mode a session starts in when the catalog has it.
@@ -82,48 +85,6 @@ pub async fn serve(overrides: Overrides) -> Result<ExitCode> {
     served
 }
 
-/// Models of every provider crow can use: the selected one, and any other whose key is set.
-fn models(loaded: &LoadedConfig) -> Result<(Vec<ModelInfo>, String)> {
-    let selection = select_provider(loaded)?;
-    let default = model_id(&selection.name, &selection.settings.model);
-    let mut models = Vec::new();
-    for (name, pc) in &loaded.config.providers {
-        let selected = *name == selection.name;
-        let Ok(settings) = provider_settings(&loaded.config, name, None, None) else {
-            continue;
-        };
-        if !selected && settings.api_key.is_none() {
-            continue;
-        }
-        let mut names: Vec<String> = pc.model.iter().cloned().collect();
-        names.extend(pc.models.keys().cloned());
-        if selected {
-            names.insert(0, selection.settings.model.clone());
-        }
-        for model in names {
-            let id = model_id(name, &model);
-            if models.iter().any(|m: &ModelInfo| m.choice.id == id) {
-                continue;
-            }
-            let window = ProviderSettings {
-                model: model.clone(),
-                context_window: pc.models.get(&model).and_then(|m| m.context_window),
-                ..settings.clone()
-            }
-            .resolved_context_window();
-            models.push(ModelInfo {
-                choice: Choice::new(id, format!("{model} ({name})")),
-                context_window: window,
-            });
-        }
-    }
-    Ok((models, default))
-}
-
-fn model_id(provider: &str, model: &str) -> String {
-    format!("{provider}/{model}")
-}
-
 /// The compositions, the default one first.
 fn modes(root: &Path) -> Vec<ModeInfo> {
     let catalog = crate::wiring::load_agents(root);
@@ -149,6 +110,8 @@ pub struct CrowFactory {
     config: config::Config,
     modes: Vec<ModeInfo>,
     models: (Vec<ModelInfo>, String),
+    /// What the providers themselves list, fetched in the background (`crow models`).
+    listed: Listed,
 }
 
 impl CrowFactory {
@@ -172,11 +135,13 @@ impl CrowFactory {
         };
         // Traces are the process's: the user's own config (or a trusted project's) decides.
         crate::telemetry::init(&config.telemetry);
+        let listed = Listed::fetch(&config);
         Ok(Self {
             models,
             modes: modes(&root),
             config,
             overrides,
+            listed,
         })
     }
 }
@@ -219,7 +184,9 @@ impl AgentFactory for CrowFactory {
     }
 
     fn models(&self) -> (Vec<ModelInfo>, String) {
-        self.models.clone()
+        let (mut models, default) = self.models.clone();
+        self.listed.add_to(&mut models);
+        (models, default)
     }
 
     fn can_restore(&self) -> bool {

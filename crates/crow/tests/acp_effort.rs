@@ -5,71 +5,10 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::Stdio;
-use std::time::Duration;
-
+use common::acp::Acp;
 use common::*;
 use crow_testkit::{MockLlm, Reply, Scenario};
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
-use tokio::process::{Child, ChildStdin, ChildStdout};
-
-/// A raw JSON-RPC client on one `crow acp` process.
-struct Acp {
-    child: Child,
-    stdin: ChildStdin,
-    lines: Lines<BufReader<ChildStdout>>,
-    next: i64,
-}
-
-impl Acp {
-    async fn start(dir: &Path) -> Self {
-        let mut child = crow(dir).arg("acp").stdin(Stdio::piped()).spawn().unwrap();
-        let stdin = child.stdin.take().unwrap();
-        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let mut acp = Self {
-            child,
-            stdin,
-            lines,
-            next: 1,
-        };
-        acp.call(
-            "initialize",
-            json!({"protocolVersion": 1, "clientCapabilities": {}}),
-        )
-        .await;
-        acp
-    }
-
-    /// Sends a request and returns its response, skipping notifications.
-    async fn call(&mut self, method: &str, params: Value) -> Value {
-        let id = self.next;
-        self.next += 1;
-        let mut text =
-            json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string();
-        text.push('\n');
-        self.stdin.write_all(text.as_bytes()).await.unwrap();
-        self.stdin.flush().await.unwrap();
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            let line = tokio::time::timeout_at(deadline, self.lines.next_line())
-                .await
-                .expect("an answer in time")
-                .unwrap()
-                .expect("crow acp is still running");
-            let msg: Value = serde_json::from_str(&line).unwrap();
-            if msg["id"].as_i64() == Some(id) && msg.get("method").is_none() {
-                return msg;
-            }
-        }
-    }
-
-    async fn stop(mut self) {
-        drop(self.stdin);
-        let _ = self.child.wait().await;
-    }
-}
 
 fn effort_option(options: &Value) -> Value {
     options
@@ -159,4 +98,72 @@ async fn the_effort_picked_in_the_editor_reaches_the_model_and_survives_a_restar
     assert_eq!(done["result"]["stopReason"], "end_turn", "{done}");
     acp.stop().await;
     assert_eq!(mock.requests()[1].body["reasoning_effort"], "high");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_model_selector_offers_what_the_provider_lists() {
+    let dir = git_repo();
+    let mock = MockLlm::start(Scenario::new().reply(Reply::text("small talk")))
+        .await
+        .unwrap();
+    let user = dir.path().join(".home/.config/crow");
+    std::fs::create_dir_all(&user).unwrap();
+    std::fs::write(
+        user.join("config.toml"),
+        format!(
+            "provider = \"mock\"\n[providers.mock]\ntype = \"openai\"\nbase_url = \"{}\"\nmodel = \"mock-model\"\n",
+            mock.openai_base_url()
+        ),
+    )
+    .unwrap();
+    let mut acp = Acp::start(dir.path()).await;
+    // The list arrives in the background: a later session sees it.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    let (session, options) = loop {
+        let created = acp
+            .call("session/new", json!({"cwd": dir.path(), "mcpServers": []}))
+            .await;
+        let model = created["result"]["configOptions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["id"] == "model")
+            .cloned()
+            .unwrap();
+        let ids: Vec<String> = model["options"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["value"].as_str().unwrap_or_default().to_owned())
+            .collect();
+        if ids.contains(&"mock/mock-small".to_owned()) {
+            break (created["result"]["sessionId"].clone(), ids);
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never listed: {ids:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        options[0], "mock/mock-model",
+        "the configured model first: {options:?}"
+    );
+    // A listed model can be chosen and is used.
+    let set = acp
+        .call(
+            "session/set_config_option",
+            json!({"sessionId": session, "configId": "model", "value": "mock/mock-small"}),
+        )
+        .await;
+    assert!(set.get("error").is_none(), "{set}");
+    let done = acp
+        .call(
+            "session/prompt",
+            json!({"sessionId": session, "prompt": [{"type": "text", "text": "hi"}]}),
+        )
+        .await;
+    assert_eq!(done["result"]["stopReason"], "end_turn", "{done}");
+    acp.stop().await;
+    assert_eq!(mock.requests()[0].body["model"], "mock-small");
 }

@@ -3,6 +3,7 @@
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod acp;
 pub mod pty;
 
 use std::path::{Path, PathBuf};

@@ -1,0 +1,67 @@
+//! A raw JSON-RPC client on one real `crow acp` process.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout};
+
+use super::crow;
+
+/// A raw JSON-RPC client on one `crow acp` process.
+pub struct Acp {
+    child: Child,
+    stdin: ChildStdin,
+    lines: Lines<BufReader<ChildStdout>>,
+    next: i64,
+}
+
+impl Acp {
+    pub async fn start(dir: &Path) -> Self {
+        let mut child = crow(dir).arg("acp").stdin(Stdio::piped()).spawn().unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut acp = Self {
+            child,
+            stdin,
+            lines,
+            next: 1,
+        };
+        acp.call(
+            "initialize",
+            json!({"protocolVersion": 1, "clientCapabilities": {}}),
+        )
+        .await;
+        acp
+    }
+
+    /// Sends a request and returns its response, skipping notifications.
+    pub async fn call(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next;
+        self.next += 1;
+        let mut text =
+            json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string();
+        text.push('\n');
+        self.stdin.write_all(text.as_bytes()).await.unwrap();
+        self.stdin.flush().await.unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let line = tokio::time::timeout_at(deadline, self.lines.next_line())
+                .await
+                .expect("an answer in time")
+                .unwrap()
+                .expect("crow acp is still running");
+            let msg: Value = serde_json::from_str(&line).unwrap();
+            if msg["id"].as_i64() == Some(id) && msg.get("method").is_none() {
+                return msg;
+            }
+        }
+    }
+
+    pub async fn stop(mut self) {
+        drop(self.stdin);
+        let _ = self.child.wait().await;
+    }
+}
