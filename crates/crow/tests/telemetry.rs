@@ -353,3 +353,104 @@ async fn an_untrusted_project_cannot_send_traces_anywhere() {
     assert!(otlp.bodies.lock().unwrap().is_empty());
     assert!(mock.requests().is_empty());
 }
+
+fn service_name(body: &[u8]) -> String {
+    let request = ExportTraceServiceRequest::decode(body).unwrap();
+    let resource = request.resource_spans[0].resource.clone().unwrap();
+    resource
+        .attributes
+        .iter()
+        .find(|kv| kv.key == "service.name")
+        .and_then(|kv| match kv.value.as_ref()?.value.as_ref()? {
+            Any::StringValue(s) => Some(s.clone()),
+            _ => None,
+        })
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn crow_acp_and_the_terminal_trace_their_prompts_too() {
+    // crow acp: one trace per prompt, named after the session, under the service asked for.
+    let dir = git_repo();
+    let mock = MockLlm::start(
+        Scenario::new()
+            .reply(Reply::text("From the editor."))
+            .reply(Reply::text("One."))
+            .reply(Reply::text("Two.")),
+    )
+    .await
+    .unwrap();
+    let otlp = receiver().await;
+    let user = dir.path().join(".home/.config/crow");
+    std::fs::create_dir_all(&user).unwrap();
+    std::fs::write(
+        user.join("config.toml"),
+        format!(
+            "provider = \"mock\"\n[providers.mock]\ntype = \"openai\"\nbase_url = \"{}\"\nmodel = \"mock-model\"\n[telemetry]\nendpoint = \"{}\"\n",
+            mock.openai_base_url(),
+            otlp.url
+        ),
+    )
+    .unwrap();
+    let mut cmd = crow(dir.path());
+    cmd.arg("acp")
+        .env("OTEL_SERVICE_NAME", "crow-in-zed")
+        .stdin(std::process::Stdio::piped());
+    let mut acp = common::acp::Acp::spawn(cmd).await;
+    let created = acp
+        .call("session/new", json!({"cwd": dir.path(), "mcpServers": []}))
+        .await;
+    let session = created["result"]["sessionId"].as_str().unwrap().to_owned();
+    let done = acp
+        .call(
+            "session/prompt",
+            json!({"sessionId": session, "prompt": [{"type": "text", "text": "hi"}]}),
+        )
+        .await;
+    assert_eq!(done["result"]["stopReason"], "end_turn", "{done}");
+    acp.stop().await;
+    let spans = otlp.spans();
+    let root = spans.iter().find(|s| s.parent_span_id.is_empty()).unwrap();
+    assert_eq!(text(root, "gen_ai.conversation.id"), session);
+    let turn = spans
+        .iter()
+        .find(|s| s.name == "invoke_agent builder")
+        .unwrap();
+    assert_eq!(turn.parent_span_id, root.span_id);
+    let chat = spans.iter().find(|s| s.name == "chat mock-model").unwrap();
+    assert_eq!(chat.parent_span_id, turn.span_id);
+    assert_eq!(
+        service_name(&otlp.bodies.lock().unwrap()[0].1),
+        "crow-in-zed"
+    );
+
+    // The terminal (line mode): each prompt of its session is a trace of its own.
+    otlp.bodies.lock().unwrap().clear();
+    let mut cmd = crow(dir.path());
+    cmd.stdin(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    {
+        use tokio::io::AsyncWriteExt;
+        stdin.write_all(b"first\nsecond\n").await.unwrap();
+    }
+    drop(stdin);
+    let out = child.wait_with_output().await.unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let spans = otlp.spans();
+    let roots: Vec<&Span> = spans
+        .iter()
+        .filter(|s| s.parent_span_id.is_empty())
+        .collect();
+    assert_eq!(
+        roots.len(),
+        2,
+        "{:?}",
+        spans.iter().map(|s| &s.name).collect::<Vec<_>>()
+    );
+    assert_ne!(roots[0].trace_id, roots[1].trace_id);
+    assert_eq!(
+        text(roots[0], "gen_ai.conversation.id"),
+        text(roots[1], "gen_ai.conversation.id")
+    );
+}

@@ -61,6 +61,8 @@ pub struct Settings {
     pub url: String,
     pub headers: Vec<(String, String)>,
     pub content: bool,
+    /// `service.name` of the traces: `OTEL_SERVICE_NAME`, else `crow`.
+    pub service: String,
 }
 
 static SETTINGS: OnceLock<Option<Settings>> = OnceLock::new();
@@ -130,10 +132,12 @@ pub fn resolve(config: &TelemetryConfig, env: impl Fn(&str) -> Option<String>) -
     let content = config.content.unwrap_or(false)
         || set("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT")
             .is_some_and(|v| v.eq_ignore_ascii_case("true"));
+    let service = set("OTEL_SERVICE_NAME").unwrap_or_else(|| "crow".to_owned());
     Some(Settings {
         url,
         headers,
         content,
+        service,
     })
 }
 
@@ -674,7 +678,7 @@ impl Trace {
             resource_spans: vec![otlp::ResourceSpans {
                 resource: Some(otlp::Resource {
                     attributes: vec![
-                        kv("service.name", "crow"),
+                        kv("service.name", settings.service.as_str()),
                         kv("service.version", env!("CARGO_PKG_VERSION")),
                     ],
                 }),

@@ -20,7 +20,14 @@ pub struct Acp {
 
 impl Acp {
     pub async fn start(dir: &Path) -> Self {
-        let mut child = crow(dir).arg("acp").stdin(Stdio::piped()).spawn().unwrap();
+        let mut cmd = crow(dir);
+        cmd.arg("acp").stdin(Stdio::piped());
+        Self::spawn(cmd).await
+    }
+
+    /// Starts `cmd` (a `crow acp` command with piped stdin) and initializes the connection.
+    pub async fn spawn(mut cmd: tokio::process::Command) -> Self {
+        let mut child = cmd.spawn().unwrap();
         let stdin = child.stdin.take().unwrap();
         let lines = BufReader::new(child.stdout.take().unwrap()).lines();
         let mut acp = Self {

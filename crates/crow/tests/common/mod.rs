@@ -33,6 +33,7 @@ pub const UNSET: &[&str] = &[
     "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT",
     "OTEL_SDK_DISABLED",
     "OTEL_TRACES_EXPORTER",
+    "OTEL_SERVICE_NAME",
 ];
 
 /// A `crow` command in `dir`, with HOME and XDG dirs pointing into `dir` so no real config
