@@ -81,6 +81,16 @@ impl PrefixCache {
         fields: &impl Serialize,
         messages: &[M],
     ) -> Result<Bytes, ProviderError> {
+        self.encode_as("messages", fields, messages)
+    }
+
+    /// [`Self::encode`] with the array under another key (the Responses API's `input`).
+    pub(crate) fn encode_as<M: Serialize + Hash>(
+        &self,
+        key: &str,
+        fields: &impl Serialize,
+        messages: &[M],
+    ) -> Result<Bytes, ProviderError> {
         let keys: Vec<u64> = messages.iter().map(|m| self.hasher.hash_one(m)).collect();
         let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
         let tick = slots.iter().map(|s| s.used).max().unwrap_or(0) + 1;
@@ -117,7 +127,9 @@ impl PrefixCache {
         if body.len() > 1 {
             body.push(b',');
         }
-        body.extend_from_slice(b"\"messages\":[");
+        body.push(b'"');
+        body.extend_from_slice(key.as_bytes());
+        body.extend_from_slice(b"\":[");
         body.extend_from_slice(&slot.bytes);
         body.extend_from_slice(b"]}");
         Ok(Bytes::from(body))

@@ -28,6 +28,7 @@ mod pool;
 pub mod prices;
 #[cfg(test)]
 mod proptests;
+pub mod responses;
 pub mod retry;
 mod sse;
 
@@ -44,6 +45,7 @@ pub use key::{ApiKey, KeyError, KeySource, resolve_api_key};
 pub use models::{ListedModel, list_models};
 pub use ollama::{OLLAMA_DEFAULT_BASE_URL, OllamaProvider};
 pub use openai::{OPENAI_API_KEY_ENV, OpenAiProvider};
+pub use responses::ResponsesProvider;
 pub use retry::{MAX_RETRY_AFTER, RetryPolicy, Retrying};
 
 use crate::error::ErrorContext;
@@ -174,6 +176,19 @@ pub struct ProviderSettings {
     /// Send the session id as OpenAI's `prompt_cache_key` (routes a session's requests to
     /// the same cache); `None`: only to OpenAI's own endpoint.
     pub prompt_cache_key: Option<bool>,
+    /// Which OpenAI wire API: `None` picks Responses for OpenAI's own endpoint and Chat
+    /// Completions for every other server.
+    pub wire_api: Option<OpenAiWire>,
+}
+
+/// The two wire APIs of OpenAI-style providers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum OpenAiWire {
+    /// `/chat/completions`: every OpenAI-compatible server.
+    Chat,
+    /// `/responses`: OpenAI's own, with reasoning carried between requests.
+    Responses,
 }
 
 impl ProviderSettings {
@@ -198,7 +213,19 @@ impl ProviderSettings {
             keep_alive: None,
             reasoning_effort: None,
             prompt_cache_key: None,
+            wire_api: None,
         }
+    }
+
+    /// The OpenAI wire API these settings use.
+    pub fn resolved_wire_api(&self) -> OpenAiWire {
+        self.wire_api.unwrap_or_else(|| {
+            if self.base_url.contains("://api.openai.com") {
+                OpenAiWire::Responses
+            } else {
+                OpenAiWire::Chat
+            }
+        })
     }
 
     /// The configured context window, else the catalog's.
@@ -246,6 +273,9 @@ pub enum ProviderBuildError {
 pub fn build(settings: ProviderSettings) -> Result<Arc<dyn Provider>, ProviderBuildError> {
     let retry = settings.retry.clone();
     Ok(match settings.kind {
+        ProviderKind::OpenAi if settings.resolved_wire_api() == OpenAiWire::Responses => {
+            Arc::new(Retrying::new(ResponsesProvider::new(&settings)?, retry))
+        }
         ProviderKind::OpenAi => Arc::new(Retrying::new(OpenAiProvider::new(&settings)?, retry)),
         ProviderKind::Anthropic => {
             Arc::new(Retrying::new(AnthropicProvider::new(&settings)?, retry))

@@ -219,6 +219,9 @@ pub struct ProviderConfig {
     pub reasoning_effort: Option<crow_providers::ReasoningEffort>,
     /// Send the session id as `prompt_cache_key` (default: only to api.openai.com).
     pub prompt_cache_key: Option<bool>,
+    /// `type = "openai"`: "responses" (OpenAI's Responses API) or "chat" (Chat Completions);
+    /// default: responses for api.openai.com, chat for every other server.
+    pub wire_api: Option<crow_providers::OpenAiWire>,
     pub max_retries: Option<u32>,
     /// Longest wait for the server to start answering a request (default 60).
     pub response_timeout_secs: Option<u64>,

@@ -76,6 +76,7 @@ pub async fn run(json: bool, dir: Option<PathBuf>) -> Result<ExitCode> {
         keep_alive: None,
         reasoning_effort: None,
         prompt_cache_key: None,
+        wire_api: None,
     };
     // The demo's project is thrown away: no snapshots of it in the user's data directory.
     let mut config = Config::default();

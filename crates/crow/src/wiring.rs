@@ -169,6 +169,7 @@ pub fn provider_settings(
             .and_then(|m| m.reasoning_effort)
             .or(pc.reasoning_effort),
         prompt_cache_key: pc.prompt_cache_key,
+        wire_api: pc.wire_api,
     })
 }
 

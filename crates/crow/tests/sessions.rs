@@ -70,6 +70,7 @@ async fn a_resumed_session_sends_what_an_uninterrupted_one_would_byte_for_byte()
         keep_alive: None,
         reasoning_effort: None,
         prompt_cache_key: None,
+        wire_api: None,
     })
     .unwrap();
     let agent = BaseAgent::new(

@@ -11,6 +11,7 @@ use crate::encode::PrefixCache;
 use crate::http::{Endpoint, WireApi};
 use crate::{ProviderBuildError, ProviderSettings};
 
+pub(crate) use request::reasoning_model;
 pub(crate) use stream::OpenAiParser;
 
 /// Env var conventionally holding an OpenAI key; named in auth error hints.
