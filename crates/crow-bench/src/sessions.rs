@@ -134,6 +134,7 @@ pub fn session(
 enum OtherApi {
     Anthropic,
     Ollama,
+    Responses,
 }
 
 fn api_session(bench: &Bench, n: usize, api: OtherApi) -> Result<Vec<RecordedRequest>> {
@@ -148,6 +149,11 @@ fn api_session(bench: &Bench, n: usize, api: OtherApi) -> Result<Vec<RecordedReq
             "provider = \"claude\"\n[providers.claude]\ntype = \"anthropic\"\nbase_url = \"{}\"\n\
              model = \"claude-mock\"\napi_key_env = \"CROW_BENCH_ANTHROPIC_KEY\"\n",
             mock.base_url()
+        ),
+        OtherApi::Responses => format!(
+            "provider = \"oai\"\n[providers.oai]\ntype = \"openai\"\nwire_api = \"responses\"\n\
+             base_url = \"{}\"\nmodel = \"gpt-5-mini\"\n",
+            mock.openai_base_url()
         ),
         OtherApi::Ollama => format!(
             "provider = \"local\"\n[providers.local]\ntype = \"ollama\"\nbase_url = \"{}\"\n\
@@ -172,6 +178,7 @@ fn api_session(bench: &Bench, n: usize, api: OtherApi) -> Result<Vec<RecordedReq
     run.ensure_success(match api {
         OtherApi::Anthropic => "crow run (Anthropic)",
         OtherApi::Ollama => "crow run (Ollama)",
+        OtherApi::Responses => "crow run (Responses)",
     })?;
     Ok(requests)
 }
@@ -314,6 +321,8 @@ pub fn measure(bench: &Bench, progress: &mut dyn FnMut(&str)) -> Result<[Section
     let (a_first, a_share, a_stable, a_pairs) = stability(&anthropic, without_breakpoints);
     let ollama = api_session(bench, n3, OtherApi::Ollama)?;
     let (o_first, o_share, o_stable, o_pairs) = stability(&ollama, <[u8]>::to_vec);
+    let responses = api_session(bench, n3, OtherApi::Responses)?;
+    let (r_first, r_share, r_stable, r_pairs) = stability(&responses, <[u8]>::to_vec);
     let share = if pairs == 0 {
         f64::NAN
     } else {
@@ -338,6 +347,11 @@ pub fn measure(bench: &Bench, progress: &mut dyn FnMut(&str)) -> Result<[Section
         Row::single("Ollama API: byte-stable prefix", o_share, Unit::Percent)
             .target(Target::at_least_percent(100.0))
             .note(format!("{o_stable} of {o_pairs} pairs of one ×{n3} session")),
+        Row::single("OpenAI Responses API: first request body", r_first, Unit::Bytes)
+            .target(Target::at_most(15.0 * 1024.0, Unit::Bytes)),
+        Row::single("OpenAI Responses API: byte-stable prefix", r_share, Unit::Percent)
+            .target(Target::at_least_percent(100.0))
+            .note(format!("{r_stable} of {r_pairs} pairs of one ×{n3} session (reasoning items included)")),
     ];
     Ok([
         Section {

@@ -23,6 +23,7 @@ pub mod ollama;
 mod openai;
 #[cfg(feature = "pty")]
 pub mod pty;
+pub mod responses;
 mod scenario;
 mod server;
 

@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::frames::{Ctx, Ending, Tokens, body_stream};
 use crate::scenario::{Fault, Reply, Scenario, Step};
-use crate::{anthropic, ollama, openai};
+use crate::{anthropic, ollama, openai, responses};
 
 /// Model name reported when a request names none.
 const DEFAULT_MODEL: &str = "mock-model";
@@ -83,6 +83,8 @@ enum Api {
     OpenAi,
     Anthropic,
     Ollama,
+    /// OpenAI's Responses API.
+    Responses,
 }
 
 struct Shared {
@@ -140,6 +142,8 @@ impl MockLlm {
             .route("/v1/chat/completions", post(openai_handler))
             .route("/chat/completions", post(openai_handler))
             .route("/v1/messages", post(anthropic_handler))
+            .route("/v1/responses", post(responses_handler))
+            .route("/responses", post(responses_handler))
             .route("/api/chat", post(ollama_handler))
             .route("/api/show", post(ollama_show_handler))
             .route("/api/tags", get(ollama_tags_handler))
@@ -243,6 +247,15 @@ async fn openai_handler(
     body: Bytes,
 ) -> Response {
     handle(&shared, Api::OpenAi, uri.path(), &headers, body)
+}
+
+async fn responses_handler(
+    State(shared): State<Arc<Shared>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    handle(&shared, Api::Responses, uri.path(), &headers, body)
 }
 
 async fn ollama_handler(
@@ -353,6 +366,7 @@ fn handle(shared: &Shared, api: Api, path: &str, headers: &HeaderMap, raw: Bytes
         Api::OpenAi => openai::system_prompt(&body),
         Api::Anthropic => anthropic::system_prompt(&body),
         Api::Ollama => ollama::system_prompt(&body),
+        Api::Responses => responses::system_prompt(&body),
     };
     // What the answer needs from the body, read before the body moves into the record.
     let model = body
@@ -365,6 +379,7 @@ fn handle(shared: &Shared, api: Api, path: &str, headers: &HeaderMap, raw: Bytes
         Api::OpenAi => options.stream,
         Api::Anthropic => anthropic::wants_stream(&body),
         Api::Ollama => ollama::wants_stream(&body),
+        Api::Responses => responses::wants_stream(&body),
     };
     let record = RecordedRequest {
         path: path.to_owned(),
@@ -505,6 +520,7 @@ fn handle(shared: &Shared, api: Api, path: &str, headers: &HeaderMap, raw: Bytes
                 Api::OpenAi => openai::full_response(&ctx),
                 Api::Anthropic => anthropic::full_response(&ctx),
                 Api::Ollama => ollama::full_response(&ctx),
+                Api::Responses => responses::full_response(&ctx),
             };
             return (StatusCode::OK, Json(full)).into_response();
         }
@@ -522,10 +538,11 @@ fn handle(shared: &Shared, api: Api, path: &str, headers: &HeaderMap, raw: Bytes
         Api::OpenAi => openai::stream_frames(&ctx, options),
         Api::Anthropic => anthropic::stream_frames(&ctx),
         Api::Ollama => ollama::stream_frames(&ctx),
+        Api::Responses => responses::stream_frames(&ctx),
     };
     let content_type = match api {
         Api::Ollama => "application/x-ndjson",
-        Api::OpenAi | Api::Anthropic => "text/event-stream",
+        Api::OpenAi | Api::Anthropic | Api::Responses => "text/event-stream",
     };
     let body = body_stream(frames, ending, delay, shared.shutdown.clone());
     (
@@ -551,7 +568,7 @@ fn error_response(api: Api, code: u16, retry_after: Option<u64>, body: Option<&s
         );
         let message = body.map_or(default, str::to_owned);
         match api {
-            Api::OpenAi => openai::error_body(code, &message),
+            Api::OpenAi | Api::Responses => openai::error_body(code, &message),
             Api::Anthropic => anthropic::error_body(code, &message),
             Api::Ollama => ollama::error_body(code, &message),
         }
@@ -566,7 +583,7 @@ fn error_response(api: Api, code: u16, retry_after: Option<u64>, body: Option<&s
 /// A request over the scenario's window, refused the way each API words it.
 fn overflow_response(api: Api, window: u64, tokens: u64) -> Response {
     let json = match api {
-        Api::OpenAi => {
+        Api::OpenAi | Api::Responses => {
             let message = format!(
                 "This model's maximum context length is {window} tokens. However, your messages \
                  resulted in {tokens} tokens. Please reduce the length of the messages."
