@@ -63,7 +63,8 @@ pub fn stable(earlier: &[u8], later: &[u8]) -> bool {
             return false;
         }
         let (va, vb) = (&earlier[ra.clone()], &later[rb.clone()]);
-        if ka == "messages" {
+        // The conversation: `messages`, or the Responses API's `input`.
+        if ka == "messages" || ka == "input" {
             // The earlier array minus its closing bracket must start the later one.
             va.len() > 1 && vb.starts_with(&va[..va.len() - 1])
         } else {
