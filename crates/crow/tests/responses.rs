@@ -127,3 +127,40 @@ async fn faults_on_the_responses_api_are_retried_like_the_others() {
     assert!(out.of_type("retry").is_empty());
     assert!(out.stderr.contains("401"), "{}", out.stderr);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stall_a_malformed_event_and_an_overflow_on_the_responses_api() {
+    // A stalled stream times out and is retried; a malformed event is a protocol error.
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = Scenario::new()
+        .fault(Fault::stall(Reply::text("slow words"), 1))
+        .fault(Fault::raw(
+            "event: response.output_text.delta\ndata: {\"type\": \"response.output_text.delta\", \"delta\": \n\n",
+        ));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    responses_config(
+        dir.path(),
+        &mock,
+        "idle_timeout_secs = 1\nmax_retries = 1\n",
+    );
+    let out = output(run(dir.path(), &["hi"])).await;
+    assert_eq!(out.code, Some(1), "stdout: {}", out.stdout);
+    assert_eq!(out.of_type("retry").len(), 1, "{}", out.stdout);
+    assert!(out.stderr.contains("could not parse"), "{}", out.stderr);
+
+    // A request over the model's window: OpenAI's overflow error, read as one (its window
+    // learnt and named), not retried as if it were transient.
+    let dir = tempfile::tempdir().unwrap();
+    let mock = MockLlm::start(
+        Scenario::new()
+            .context_window(800)
+            .reply(Reply::text("never")),
+    )
+    .await
+    .unwrap();
+    responses_config(dir.path(), &mock, "");
+    let out = output(run(dir.path(), &["hi"])).await;
+    assert_eq!(out.code, Some(1), "stdout: {}", out.stdout);
+    assert!(out.of_type("retry").is_empty(), "{}", out.stdout);
+    assert!(out.stderr.contains("800"), "{}", out.stderr);
+}
