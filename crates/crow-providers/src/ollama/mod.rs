@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use crow_core::{ChatRequest, DeltaStream, ProviderError, ProviderErrorKind};
+use crow_core::{ChatRequest, DeltaStream, ProviderError};
 
 use crate::encode::PrefixCache;
 use crate::http::{Endpoint, WireApi};
@@ -106,16 +106,15 @@ impl OllamaProvider {
             .await?;
         let status = response.0;
         let body: serde_json::Value = serde_json::from_str(&response.1).unwrap_or_default();
-        if status == 404 {
-            let message = body["error"].as_str().unwrap_or("model not found");
-            return Err(ollama_error(message, &self.model));
+        // Ollama's own "model 'x' not found": the chat would fail the same way, so say how
+        // to get the model now.
+        if let Some(message) = body["error"].as_str().filter(|m| m.contains("not found")) {
+            return Err(ollama_error(message, &self.model).with_status(status));
         }
         if !(200..300).contains(&status) {
-            return Err(ProviderError::new(
-                ProviderErrorKind::Transient,
-                format!("Ollama's /api/show answered {status}"),
-            )
-            .with_status(status));
+            // A proxy in front of Ollama may not pass /api/show on: chat without knowing.
+            tracing::debug!("Ollama's /api/show answered {status}; num_ctx {FALLBACK_NUM_CTX}");
+            return Ok(FALLBACK_NUM_CTX);
         }
         Ok(context_length(&body).map_or(FALLBACK_NUM_CTX, |n| n.min(DEFAULT_NUM_CTX_CAP)))
     }
