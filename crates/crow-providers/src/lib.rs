@@ -179,6 +179,9 @@ pub struct ProviderSettings {
     /// Which OpenAI wire API: `None` picks Responses for OpenAI's own endpoint and Chat
     /// Completions for every other server.
     pub wire_api: Option<OpenAiWire>,
+    /// Responses API: the reasoning summary asked for (`auto`, `concise`, `detailed`), or
+    /// `none` for no summary; `None` means `auto`.
+    pub reasoning_summary: Option<String>,
 }
 
 /// The two wire APIs of OpenAI-style providers.
@@ -214,6 +217,7 @@ impl ProviderSettings {
             reasoning_effort: None,
             prompt_cache_key: None,
             wire_api: None,
+            reasoning_summary: None,
         }
     }
 

@@ -222,6 +222,9 @@ pub struct ProviderConfig {
     /// `type = "openai"`: "responses" (OpenAI's Responses API) or "chat" (Chat Completions);
     /// default: responses for api.openai.com, chat for every other server.
     pub wire_api: Option<crow_providers::OpenAiWire>,
+    /// Responses API: "auto" (default), "concise", "detailed", or "none" for no summary of
+    /// the model's reasoning.
+    pub reasoning_summary: Option<String>,
     pub max_retries: Option<u32>,
     /// Longest wait for the server to start answering a request (default 60).
     pub response_timeout_secs: Option<u64>,

@@ -170,6 +170,7 @@ pub fn provider_settings(
             .or(pc.reasoning_effort),
         prompt_cache_key: pc.prompt_cache_key,
         wire_api: pc.wire_api,
+        reasoning_summary: pc.reasoning_summary.clone(),
     })
 }
 

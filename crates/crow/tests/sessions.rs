@@ -71,6 +71,7 @@ async fn a_resumed_session_sends_what_an_uninterrupted_one_would_byte_for_byte()
         reasoning_effort: None,
         prompt_cache_key: None,
         wire_api: None,
+        reasoning_summary: None,
     })
     .unwrap();
     let agent = BaseAgent::new(

@@ -27,6 +27,8 @@ pub struct ResponsesProvider {
     max_tokens: Option<u32>,
     reasoning: bool,
     effort: Option<crate::ReasoningEffort>,
+    /// The reasoning summary asked for; `None`: none.
+    summary: Option<String>,
     prompt_cache_key: bool,
     endpoint: Endpoint,
     encoded: PrefixCache,
@@ -59,6 +61,11 @@ impl ResponsesProvider {
             max_tokens: settings.max_tokens,
             reasoning,
             effort: settings.reasoning_effort,
+            summary: match settings.reasoning_summary.as_deref() {
+                None => Some("auto".to_owned()),
+                Some(s) if s.eq_ignore_ascii_case("none") => None,
+                Some(s) => Some(s.to_owned()),
+            },
             prompt_cache_key: settings.prompt_cache_key.unwrap_or(true),
             endpoint,
             encoded: PrefixCache::default(),
@@ -90,6 +97,7 @@ impl WireApi for ResponsesProvider {
             max_tokens: self.max_tokens,
             reasoning: self.reasoning,
             effort: self.effort.map(crate::ReasoningEffort::as_str),
+            summary: self.summary.as_deref(),
             prompt_cache_key: self.prompt_cache_key,
         };
         let (fields, items) = request::body(request, &options);

@@ -12,6 +12,8 @@ pub(super) struct BodyOptions<'a> {
     /// A reasoning model: ask for summaries and the encrypted reasoning to carry forward.
     pub reasoning: bool,
     pub effort: Option<&'a str>,
+    /// `auto`, `concise` or `detailed`; `None`: no summary.
+    pub summary: Option<&'a str>,
     pub prompt_cache_key: bool,
 }
 
@@ -41,7 +43,8 @@ pub(super) struct Body<'a> {
 struct Reasoning<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     effort: Option<&'a str>,
-    summary: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    summary: Option<&'a str>,
 }
 
 #[derive(Serialize)]
@@ -203,7 +206,7 @@ pub(super) fn body<'a>(
         },
         reasoning: options.reasoning.then_some(Reasoning {
             effort: options.effort,
-            summary: "auto",
+            summary: options.summary,
         }),
         max_output_tokens: request.max_tokens.or(options.max_tokens),
         // Reasoning models refuse a temperature.

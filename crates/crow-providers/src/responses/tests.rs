@@ -170,6 +170,15 @@ fn the_body_carries_the_conversation_with_its_encrypted_reasoning() {
             ]
         })
     );
+    // Summaries can be asked for in detail, or not at all.
+    let summary = |s: &str| -> serde_json::Value {
+        let mut settings = ProviderSettings::new(ProviderKind::OpenAi, "o3");
+        settings.reasoning_summary = Some(s.to_owned());
+        let p = ResponsesProvider::new(&settings).unwrap();
+        serde_json::from_slice::<serde_json::Value>(&p.encode(&request).unwrap()).unwrap()["reasoning"].clone()
+    };
+    assert_eq!(summary("detailed"), json!({"summary": "detailed"}));
+    assert_eq!(summary("none"), json!({}));
     // A model that does not reason: no reasoning fields, and its temperature goes.
     let plain: serde_json::Value =
         serde_json::from_slice(&provider("gpt-4.1", None).encode(&request).unwrap()).unwrap();
