@@ -258,6 +258,23 @@ async fn a_build_judge_run_is_one_trace_of_agents_calls_and_tools() {
         2
     );
     assert!(events.contains(&"crow.handoff"), "{events:?}");
+    // Each round's verdict: changes asked for, then approved.
+    let verdicts: Vec<String> = root
+        .events
+        .iter()
+        .filter(|e| e.name == "crow.review.verdict")
+        .map(|e| {
+            e.attributes
+                .iter()
+                .find(|kv| kv.key == "crow.verdict")
+                .and_then(|kv| match kv.value.as_ref()?.value.as_ref()? {
+                    Any::StringValue(s) => Some(s.clone()),
+                    _ => None,
+                })
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(verdicts, ["changes_requested", "approved"]);
 
     // No content unless asked: not the prompt, not a tool's arguments, not the answer.
     let raw = otlp.raw();

@@ -261,6 +261,8 @@ pub struct Trace {
     /// A subagent's turns hang under the `task` call that started it.
     subagent_parents: HashMap<String, Vec<u8>>,
     rounds: u64,
+    /// The reviewer of the crew, once a round started: its handoff back is a verdict.
+    coagent: Option<String>,
     done: Vec<Span>,
 }
 
@@ -300,6 +302,7 @@ impl Trace {
             tools: HashMap::new(),
             subagent_parents: HashMap::new(),
             rounds: 0,
+            coagent: None,
             done: Vec::new(),
         })
     }
@@ -577,9 +580,17 @@ impl Trace {
                     attributes.push(kv("crow.prompt", cut(prompt)));
                 }
                 self.root.event("crow.handoff", attributes);
+                // The reviewer handing work back is its verdict: changes asked for.
+                if self.coagent.as_ref() == Some(from) {
+                    self.verdict("changes_requested");
+                }
+            }
+            AgentEvent::TaskComplete { agent, .. } if self.coagent.as_ref() == Some(agent) => {
+                self.verdict("approved");
             }
             AgentEvent::CoagentStart { primary, coagent } => {
                 self.rounds += 1;
+                self.coagent = Some(coagent.clone());
                 self.root.event(
                     "crow.review.start",
                     vec![
@@ -647,6 +658,15 @@ impl Trace {
             }
             _ => {}
         }
+    }
+
+    /// A review round's outcome, as an event of the root.
+    fn verdict(&mut self, verdict: &str) {
+        let round = self.rounds;
+        self.root.event(
+            "crow.review.verdict",
+            vec![kv("crow.verdict", verdict), kv("crow.round", round)],
+        );
     }
 
     /// Ends every open span and sends the trace on a task of its own.
