@@ -233,3 +233,11 @@ pub fn user_texts(body: &serde_json::Value) -> Vec<String> {
         })
         .collect()
 }
+
+/// A reply that says `text` and reads notes.txt with call id `id`.
+pub fn read_reply(text: &str, id: &str) -> crow_testkit::Reply {
+    crow_testkit::Reply::text(text).with_call(
+        crow_testkit::ToolCall::new("read_file", serde_json::json!({"path": "notes.txt"}))
+            .with_id(id),
+    )
+}
