@@ -38,6 +38,10 @@ pub struct Scenario {
     /// Models Ollama's `/api/show` and `/api/chat` answer 404 for (not pulled).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub missing_models: Vec<String>,
+    /// Ollama: `/api/show` is not served (404 without Ollama's error), as behind a proxy that
+    /// passes only the chat on.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub no_show: bool,
 }
 
 impl Default for Scenario {
@@ -49,6 +53,7 @@ impl Default for Scenario {
             exhausted_text: DEFAULT_EXHAUSTED_TEXT.to_owned(),
             context_window: None,
             missing_models: Vec::new(),
+            no_show: false,
         }
     }
 }
@@ -78,6 +83,12 @@ impl Scenario {
     /// Ollama: `model` is not pulled (`/api/show` and `/api/chat` answer 404).
     pub fn missing_model(mut self, model: impl Into<String>) -> Self {
         self.missing_models.push(model.into());
+        self
+    }
+
+    /// Ollama: `/api/show` answers a bare 404.
+    pub fn without_show(mut self) -> Self {
+        self.no_show = true;
         self
     }
 

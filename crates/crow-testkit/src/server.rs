@@ -275,13 +275,18 @@ async fn ollama_show_handler(State(shared): State<Arc<Shared>>, body: Bytes) -> 
         .get("model")
         .and_then(Value::as_str)
         .unwrap_or_default();
-    if shared
-        .lock()
-        .scenario
-        .missing_models
-        .iter()
-        .any(|m| m == model)
-    {
+    let (missing, no_show) = {
+        let inner = shared.lock();
+        let scenario = &inner.scenario;
+        (
+            scenario.missing_models.iter().any(|m| m == model),
+            scenario.no_show,
+        )
+    };
+    if no_show {
+        return (StatusCode::NOT_FOUND, "404 page not found").into_response();
+    }
+    if missing {
         let message = format!("model '{model}' not found");
         return (
             StatusCode::NOT_FOUND,

@@ -89,6 +89,28 @@ async fn a_session_on_ollama_gets_the_models_context_and_runs_tools() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn behind_a_proxy_without_api_show_the_fallback_context_is_used() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = MockLlm::start(Scenario::new().without_show().reply(Reply::text("hi")))
+        .await
+        .unwrap();
+    // A model crow's catalog does not know, so only /api/show could have told its window.
+    let config = dir.path().join(".home/.config/crow");
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::write(
+        config.join("config.toml"),
+        format!(
+            "provider = \"local\"\n[providers.local]\ntype = \"ollama\"\nbase_url = \"{}\"\nmodel = \"my-finetune:7b\"\n",
+            mock.base_url()
+        ),
+    )
+    .unwrap();
+    let out = output(run(dir.path(), "hi")).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    assert_eq!(mock.requests()[0].body["options"]["num_ctx"], 8192);
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_model_that_is_not_pulled_says_how_to_pull_it() {
     let dir = tempfile::tempdir().unwrap();
     let mock = MockLlm::start(Scenario::new().missing_model("mock-model"))
