@@ -38,8 +38,6 @@ const DEFAULT_MODE: &str = "build";
 
 /// The session settings option holding the approval level (`ask`, `edits`, `all`).
 const APPROVE_OPTION: &str = "approve";
-/// Where a session's reasoning effort is kept among its stored options.
-pub(crate) const EFFORT_OPTION: &str = "reasoning_effort";
 
 /// How long a stop waits for cancelled turns to save before crow exits anyway.
 const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
@@ -381,7 +379,7 @@ impl CrowRunner {
             spec.model = model.clone();
         }
         let tools = crow_tools::builtin_tools(&crate::wiring::tool_options(&loaded.config));
-        let effort = info.settings.options.get(EFFORT_OPTION).cloned();
+        let effort = info.settings.options.get(sessions::EFFORT_OPTION).cloned();
         let effort_id = effort.as_deref().unwrap_or(EFFORT_DEFAULT);
         let composer = compose(&spec, &loaded, &tools, &spec.model, effort_id)?;
         composer.set_stored_prompts(sessions::stored_prompts(&store, &info.id)?);

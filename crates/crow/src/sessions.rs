@@ -261,6 +261,10 @@ pub fn note_agents(store: &SqliteStore, crew: &Crew, composer: &Composer, id: &s
         .map_err(store_error)
 }
 
+/// Where a session's reasoning effort (the user's pick: `--effort`, `/effort`, an editor's
+/// selector) is kept among its stored options.
+pub const EFFORT_OPTION: &str = "reasoning_effort";
+
 /// Records the session's provider, model and endpoint (the session's choice, which agents
 /// without a model of their own use), keeping its other settings.
 fn record_choices(store: &SqliteStore, id: &str, composer: &Composer) -> Result<SessionInfo> {
@@ -273,11 +277,10 @@ fn record_choices(store: &SqliteStore, id: &str, composer: &Composer) -> Result<
     settings.base_url = Some(chosen.base_url.clone());
     // The effort the user picked for the session (`--effort`, an editor's selector).
     match composer.effort {
-        Some(effort) => settings.options.insert(
-            crate::acp::EFFORT_OPTION.to_owned(),
-            effort.as_str().to_owned(),
-        ),
-        None => settings.options.remove(crate::acp::EFFORT_OPTION),
+        Some(effort) => settings
+            .options
+            .insert(EFFORT_OPTION.to_owned(), effort.as_str().to_owned()),
+        None => settings.options.remove(EFFORT_OPTION),
     };
     // Which prompt templates the session ran with (built-in version or file and hash).
     settings.options.extend(composer.templates.record());
@@ -320,7 +323,7 @@ pub fn keep_session_choices(
         (None, Some(before)) if same_provider => kept.base_url = Some(before.clone()),
         _ => {}
     }
-    let stored_effort = info.settings.options.get(crate::acp::EFFORT_OPTION);
+    let stored_effort = info.settings.options.get(EFFORT_OPTION);
     match (flags.effort, stored_effort) {
         (Some(now), Some(before)) => note("reasoning effort", now.as_str(), before),
         (None, Some(before)) => kept.effort = before.parse().ok(),

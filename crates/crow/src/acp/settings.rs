@@ -8,7 +8,7 @@ use crow_acp::{RunnerError, SettingChange, SettingsSink};
 use crow_core::{SessionInfo, SessionStore, StoreError};
 use crow_store::SqliteStore;
 
-use super::{APPROVE_OPTION, EFFORT_OPTION, failed, failed_any, settings_for};
+use super::{APPROVE_OPTION, failed, failed_any, settings_for};
 use crate::config::LoadedConfig;
 use crate::sessions;
 
@@ -46,9 +46,10 @@ impl SettingsSink for StoreSink {
             }),
             SettingChange::Effort(effort) => self.update(|s| {
                 if effort == crow_acp::EFFORT_DEFAULT {
-                    s.options.remove(EFFORT_OPTION);
+                    s.options.remove(sessions::EFFORT_OPTION);
                 } else {
-                    s.options.insert(EFFORT_OPTION.to_owned(), effort.clone());
+                    s.options
+                        .insert(sessions::EFFORT_OPTION.to_owned(), effort.clone());
                 }
             }),
             SettingChange::Remember { tool, allow } => {
