@@ -31,6 +31,7 @@ mod proptests;
 pub mod responses;
 pub mod retry;
 mod sse;
+mod wire;
 
 use std::str::FromStr;
 use std::sync::Arc;

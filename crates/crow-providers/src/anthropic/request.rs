@@ -3,7 +3,8 @@
 
 use crow_core::{AssistantPart, ChatRequest, Message, ToolDefinition};
 use serde::Serialize;
-use serde_json::value::RawValue;
+
+use crate::wire::ObjectArguments;
 
 /// Response limit when neither the request nor the settings give one (the API requires it).
 pub const DEFAULT_MAX_TOKENS: u32 = 8192;
@@ -72,7 +73,8 @@ enum Block<'a> {
     ToolUse {
         id: &'a str,
         name: &'a str,
-        input: Input<'a>,
+        /// The API insists on an object.
+        input: ObjectArguments<'a>,
         #[serde(skip_serializing_if = "Option::is_none")]
         cache_control: Option<CacheControl>,
     },
@@ -98,8 +100,6 @@ impl Block<'_> {
     }
 }
 
-/// A tool call's input: the model's own argument text when it is a JSON object (replayed
-/// byte for byte, no re-encoding), else `{}` — the API insists on an object.
 /// An image block's data: `{"type": "base64", "media_type", "data"}`.
 #[derive(Serialize, Hash)]
 struct ImageSource<'a> {
@@ -107,33 +107,6 @@ struct ImageSource<'a> {
     kind: &'static str,
     media_type: &'a str,
     data: &'a str,
-}
-
-#[derive(Serialize)]
-#[serde(untagged)]
-enum Input<'a> {
-    Raw(&'a RawValue),
-    Empty(EmptyObject),
-}
-
-#[derive(Serialize, Hash)]
-struct EmptyObject {}
-
-/// By the text of the raw arguments (`RawValue` has no `Hash` of its own).
-impl std::hash::Hash for Input<'_> {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        match self {
-            Input::Raw(raw) => raw.get().hash(state),
-            Input::Empty(_) => state.write_u8(0),
-        }
-    }
-}
-
-fn input(arguments: &str) -> Input<'_> {
-    match serde_json::from_str::<&RawValue>(arguments) {
-        Ok(raw) if raw.get().starts_with('{') => Input::Raw(raw),
-        _ => Input::Empty(EmptyObject {}),
-    }
 }
 
 #[derive(Serialize)]
@@ -276,7 +249,7 @@ fn assistant_blocks<'a>(parts: &'a [AssistantPart<'a>]) -> Vec<Block<'a>> {
             } => Some(Block::ToolUse {
                 id,
                 name,
-                input: input(arguments),
+                input: ObjectArguments::new(arguments),
                 cache_control: None,
             }),
         })

@@ -58,14 +58,7 @@ pub(crate) fn root(base_url: &str) -> String {
 impl OllamaProvider {
     pub fn new(settings: &ProviderSettings) -> Result<Self, ProviderBuildError> {
         let base = root(&settings.base_url);
-        let mut headers = Vec::new();
-        if let Some(key) = &settings.api_key {
-            headers.push((
-                "authorization".to_owned(),
-                format!("Bearer {}", key.expose()),
-            ));
-        }
-        headers.extend(settings.headers.iter().cloned());
+        let headers = crate::wire::bearer_headers(settings);
         let endpoint = Endpoint::new(
             format!("{base}/api/chat"),
             headers,

@@ -4,7 +4,8 @@ use std::borrow::Cow;
 
 use crow_core::{AssistantPart, ChatRequest, Message, ToolDefinition};
 use serde::Serialize;
-use serde_json::value::RawValue;
+
+use crate::wire::ObjectArguments;
 
 /// Settings that shape the body beyond the request itself.
 pub(super) struct BodyOptions<'a> {
@@ -73,35 +74,8 @@ pub(super) struct WireToolCall<'a> {
 #[derive(Serialize, Hash)]
 pub(super) struct WireFunctionCall<'a> {
     name: &'a str,
-    /// Ollama takes the arguments as an object, not a string: the model's own text when it
-    /// is one (replayed byte for byte), else `{}`.
-    arguments: Arguments<'a>,
-}
-
-#[derive(Serialize)]
-#[serde(untagged)]
-pub(super) enum Arguments<'a> {
-    Raw(&'a RawValue),
-    Empty(Empty),
-}
-
-#[derive(Serialize)]
-pub(super) struct Empty {}
-
-impl std::hash::Hash for Arguments<'_> {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        match self {
-            Arguments::Raw(raw) => raw.get().hash(state),
-            Arguments::Empty(_) => state.write_u8(0),
-        }
-    }
-}
-
-fn arguments(text: &str) -> Arguments<'_> {
-    match serde_json::from_str::<&RawValue>(text) {
-        Ok(raw) if raw.get().starts_with('{') => Arguments::Raw(raw),
-        _ => Arguments::Empty(Empty {}),
-    }
+    /// An object, not a string.
+    arguments: ObjectArguments<'a>,
 }
 
 #[derive(Serialize)]
@@ -136,19 +110,7 @@ pub(super) fn body<'a>(
                 images: images.iter().map(|i| i.data).collect(),
             }),
             Message::Assistant { parts } => {
-                let mut texts = parts.iter().filter_map(|p| match p {
-                    AssistantPart::Text(t) if !t.is_empty() => Some(*t),
-                    _ => None,
-                });
-                let content = match (texts.next(), texts.next()) {
-                    (None, _) => Cow::Borrowed(""),
-                    (Some(only), None) => Cow::Borrowed(only),
-                    (Some(first), Some(second)) => {
-                        let mut joined = format!("{first}{second}");
-                        texts.for_each(|t| joined.push_str(t));
-                        Cow::Owned(joined)
-                    }
-                };
+                let content = crate::wire::joined_text(parts).unwrap_or(Cow::Borrowed(""));
                 let tool_calls: Vec<WireToolCall<'a>> = parts
                     .iter()
                     .filter_map(|p| match p {
@@ -157,7 +119,7 @@ pub(super) fn body<'a>(
                         } => Some(WireToolCall {
                             function: WireFunctionCall {
                                 name,
-                                arguments: arguments(a),
+                                arguments: ObjectArguments::new(a),
                             },
                         }),
                         _ => None,

@@ -37,15 +37,7 @@ impl OpenAiProvider {
             "{}/chat/completions",
             settings.base_url.trim_end_matches('/')
         );
-        let mut headers = Vec::new();
-        // Local servers need no key; sending an empty bearer would confuse some of them.
-        if let Some(key) = &settings.api_key {
-            headers.push((
-                "authorization".to_owned(),
-                format!("Bearer {}", key.expose()),
-            ));
-        }
-        headers.extend(settings.headers.iter().cloned());
+        let headers = crate::wire::bearer_headers(settings);
         let endpoint = Endpoint::new(
             url,
             headers,

@@ -198,20 +198,7 @@ pub(crate) fn body<'a>(
 /// One assistant message, or `None` when nothing in it can be sent. Thinking is dropped:
 /// OpenAI-compatible servers have no field to take it back.
 fn assistant<'a>(parts: &'a [AssistantPart<'a>]) -> Option<WireMessage<'a>> {
-    let mut texts = parts.iter().filter_map(|p| match p {
-        AssistantPart::Text(t) if !t.is_empty() => Some(*t),
-        _ => None,
-    });
-    let content: Option<Cow<'a, str>> = match (texts.next(), texts.next()) {
-        (None, _) => None,
-        (Some(only), None) => Some(Cow::Borrowed(only)),
-        (Some(first), Some(second)) => {
-            let mut joined = String::from(first);
-            joined.push_str(second);
-            texts.for_each(|t| joined.push_str(t));
-            Some(Cow::Owned(joined))
-        }
-    };
+    let content = crate::wire::joined_text(parts);
     let tool_calls: Vec<_> = parts
         .iter()
         .filter_map(|p| match p {

@@ -37,14 +37,7 @@ pub struct ResponsesProvider {
 impl ResponsesProvider {
     pub fn new(settings: &ProviderSettings) -> Result<Self, ProviderBuildError> {
         let url = format!("{}/responses", settings.base_url.trim_end_matches('/'));
-        let mut headers = Vec::new();
-        if let Some(key) = &settings.api_key {
-            headers.push((
-                "authorization".to_owned(),
-                format!("Bearer {}", key.expose()),
-            ));
-        }
-        headers.extend(settings.headers.iter().cloned());
+        let headers = crate::wire::bearer_headers(settings);
         let endpoint = Endpoint::new(
             url,
             headers,
