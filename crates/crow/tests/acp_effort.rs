@@ -30,16 +30,7 @@ async fn the_effort_picked_in_the_editor_reaches_the_model_and_survives_a_restar
     )
     .await
     .unwrap();
-    let user = dir.path().join(".home/.config/crow");
-    std::fs::create_dir_all(&user).unwrap();
-    std::fs::write(
-        user.join("config.toml"),
-        format!(
-            "provider = \"mock\"\n[providers.mock]\ntype = \"openai\"\nbase_url = \"{}\"\nmodel = \"mock-model\"\n",
-            mock.openai_base_url()
-        ),
-    )
-    .unwrap();
+    write_user_config(dir.path(), &mock_provider(&mock));
 
     let mut acp = Acp::start(dir.path()).await;
     let created = acp
@@ -106,16 +97,7 @@ async fn the_model_selector_offers_what_the_provider_lists() {
     let mock = MockLlm::start(Scenario::new().reply(Reply::text("small talk")))
         .await
         .unwrap();
-    let user = dir.path().join(".home/.config/crow");
-    std::fs::create_dir_all(&user).unwrap();
-    std::fs::write(
-        user.join("config.toml"),
-        format!(
-            "provider = \"mock\"\n[providers.mock]\ntype = \"openai\"\nbase_url = \"{}\"\nmodel = \"mock-model\"\n",
-            mock.openai_base_url()
-        ),
-    )
-    .unwrap();
+    write_user_config(dir.path(), &mock_provider(&mock));
     let mut acp = Acp::start(dir.path()).await;
     // The list arrives in the background: a later session sees it.
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);

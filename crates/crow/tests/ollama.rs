@@ -12,16 +12,13 @@ use serde_json::json;
 /// A user config with an Ollama provider at the mock (written the way older guides do,
 /// with `/v1`, which the native provider drops).
 fn ollama_config(dir: &std::path::Path, mock: &MockLlm, extra: &str) {
-    let config = dir.join(".home/.config/crow");
-    std::fs::create_dir_all(&config).unwrap();
-    std::fs::write(
-        config.join("config.toml"),
-        format!(
+    write_user_config(
+        dir,
+        &format!(
             "provider = \"local\"\n[providers.local]\ntype = \"ollama\"\nbase_url = \"{}/v1\"\nmodel = \"mock-model\"\n{extra}",
             mock.base_url()
         ),
-    )
-    .unwrap();
+    );
 }
 
 fn run(dir: &std::path::Path, prompt: &str) -> tokio::process::Command {
@@ -95,16 +92,13 @@ async fn behind_a_proxy_without_api_show_the_fallback_context_is_used() {
         .await
         .unwrap();
     // A model crow's catalog does not know, so only /api/show could have told its window.
-    let config = dir.path().join(".home/.config/crow");
-    std::fs::create_dir_all(&config).unwrap();
-    std::fs::write(
-        config.join("config.toml"),
-        format!(
+    write_user_config(
+        dir.path(),
+        &format!(
             "provider = \"local\"\n[providers.local]\ntype = \"ollama\"\nbase_url = \"{}\"\nmodel = \"my-finetune:7b\"\n",
             mock.base_url()
         ),
-    )
-    .unwrap();
+    );
     let out = output(run(dir.path(), "hi")).await;
     assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
     assert_eq!(mock.requests()[0].body["options"]["num_ctx"], 8192);

@@ -30,13 +30,10 @@ async fn each_agent_thinks_as_hard_as_its_definition_says() {
     )
     .unwrap();
     // The provider's own effort, from the user's config, for agents that name none.
-    let config = dir.path().join(".home/.config/crow");
-    std::fs::create_dir_all(&config).unwrap();
-    std::fs::write(
-        config.join("config.toml"),
+    write_user_config(
+        dir.path(),
         "[providers.openai]\nreasoning_effort = \"low\"\n",
-    )
-    .unwrap();
+    );
     let scenario = Scenario::new()
         .reply(
             Reply::tool_call("task_complete", json!({"summary": "done"}))
@@ -76,13 +73,10 @@ async fn an_unknown_effort_is_a_config_error_naming_the_choices() {
     let mock = MockLlm::start(Scenario::new().reply(Reply::text("hi")))
         .await
         .unwrap();
-    let config = dir.path().join(".home/.config/crow");
-    std::fs::create_dir_all(&config).unwrap();
-    std::fs::write(
-        config.join("config.toml"),
+    write_user_config(
+        dir.path(),
         "[providers.openai]\nreasoning_effort = \"extreme\"\n",
-    )
-    .unwrap();
+    );
     let out = output(crow_run(dir.path(), &mock, "hi")).await;
     assert_ne!(out.code, Some(0));
     assert!(

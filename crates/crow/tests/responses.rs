@@ -11,16 +11,13 @@ use crow_testkit::{Fault, MockLlm, Reply, Scenario};
 use serde_json::{Value, json};
 
 fn responses_config(dir: &std::path::Path, mock: &MockLlm, extra: &str) {
-    let config = dir.join(".home/.config/crow");
-    std::fs::create_dir_all(&config).unwrap();
-    std::fs::write(
-        config.join("config.toml"),
-        format!(
+    write_user_config(
+        dir,
+        &format!(
             "provider = \"oai\"\n[providers.oai]\ntype = \"openai\"\nwire_api = \"responses\"\nbase_url = \"{}\"\nmodel = \"gpt-5-mini\"\n{extra}",
             mock.openai_base_url()
         ),
-    )
-    .unwrap();
+    );
 }
 
 fn run(dir: &std::path::Path, args: &[&str]) -> tokio::process::Command {

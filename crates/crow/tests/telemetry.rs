@@ -398,17 +398,14 @@ async fn crow_acp_and_the_terminal_trace_their_prompts_too() {
     .await
     .unwrap();
     let otlp = receiver().await;
-    let user = dir.path().join(".home/.config/crow");
-    std::fs::create_dir_all(&user).unwrap();
-    std::fs::write(
-        user.join("config.toml"),
-        format!(
-            "provider = \"mock\"\n[providers.mock]\ntype = \"openai\"\nbase_url = \"{}\"\nmodel = \"mock-model\"\n[telemetry]\nendpoint = \"{}\"\n",
-            mock.openai_base_url(),
+    write_user_config(
+        dir.path(),
+        &format!(
+            "{}[telemetry]\nendpoint = \"{}\"\n",
+            mock_provider(&mock),
             otlp.url
         ),
-    )
-    .unwrap();
+    );
     let mut cmd = crow(dir.path());
     cmd.arg("acp")
         .env("OTEL_SERVICE_NAME", "crow-in-zed")

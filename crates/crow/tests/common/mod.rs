@@ -126,6 +126,21 @@ pub fn write_project_config(dir: &Path, text: &str) {
     std::fs::write(dir.join(".crow/config.toml"), text).unwrap();
 }
 
+/// Writes the user's own config.toml (HOME is inside `dir`).
+pub fn write_user_config(dir: &Path, text: &str) {
+    let config = dir.join(".home/.config/crow");
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::write(config.join("config.toml"), text).unwrap();
+}
+
+/// Config text selecting a provider `mock` of the mock's OpenAI endpoint and `mock-model`.
+pub fn mock_provider(mock: &MockLlm) -> String {
+    format!(
+        "provider = \"mock\"\n[providers.mock]\ntype = \"openai\"\nbase_url = \"{}\"\nmodel = \"mock-model\"\n",
+        mock.openai_base_url()
+    )
+}
+
 /// A temporary git repository.
 pub fn git_repo() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
