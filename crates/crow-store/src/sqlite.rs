@@ -61,47 +61,104 @@ const EXIT_CHECKPOINT_BYTES: u64 = 1 << 20;
 /// Leaves the log file in place when `conn` closes, instead of SQLite's checkpoint-and-delete
 /// of the last connection: every process that opens the store would re-create the log (an
 /// fsync of it and of its directory), which was most of a one-tool-call `crow run` on a VM
-/// disk. The checkpoint thread checkpoints itself as the store closes, so the database file
-/// still ends up holding everything.
+/// disk. The store checkpoints on its own connection as it closes (see [`Checkpointer::close`]),
+/// so the database file still ends up holding everything.
 fn keep_log_on_close(conn: &Connection) -> rusqlite::Result<()> {
     conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
         .map(|_| ())
 }
 
-/// A thread with its own connection that checkpoints the WAL when nudged. PASSIVE
-/// checkpoints take no writer lock, so appends never wait for one. But a writer that never
-/// pauses leaves a passive checkpoint no moment to finish, and only a finished checkpoint
-/// lets the log start over instead of growing; so when the log file passes [`RESTART_BYTES`]
-/// the writer runs a RESTART checkpoint inline (cheap by then: the passive ones have copied
-/// nearly everything), and the log starts over, cut back to `journal_size_limit`. A session
-/// that pauses between entries, as every real one does, never gets there.
+/// Checkpoints the WAL: on a thread with its own connection while the store is open, and on
+/// the store's connection as it closes.
+///
+/// PASSIVE checkpoints take no writer lock, so appends never wait for one. But a writer that
+/// never pauses leaves a passive checkpoint no moment to finish, and only a finished
+/// checkpoint lets the log start over instead of growing; so when the log file passes
+/// [`RESTART_BYTES`] the writer runs a RESTART checkpoint inline (cheap by then: the passive
+/// ones have copied nearly everything), and the log starts over, cut back to
+/// `journal_size_limit`. A session that pauses between entries, as every real one does,
+/// never gets there.
+///
+/// The thread and its connection start at the first nudge ([`CHECKPOINT_EVERY`] commits): a
+/// short `crow run` never needs them, and opening a second connection (a thread, a file, the
+/// schema parsed again) was a measurable part of its start.
 struct Checkpointer {
-    nudge: Option<std::sync::mpsc::SyncSender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    path: PathBuf,
+    flags: OpenFlags,
+    busy: Duration,
     commits: std::sync::atomic::AtomicU32,
     wal: PathBuf,
     /// Held while either side checkpoints: SQLite refuses, rather than waits for, a second
     /// checkpointer, so a RESTART must not start while the thread's PASSIVE runs.
     running: std::sync::Arc<Mutex<()>>,
+    worker: Mutex<Option<Worker>>,
+}
+
+/// The checkpoint thread, once started.
+struct Worker {
+    nudge: std::sync::mpsc::SyncSender<()>,
+    thread: std::thread::JoinHandle<()>,
 }
 
 impl Checkpointer {
-    fn start(path: &Path, flags: OpenFlags, busy: Duration) -> Result<Self, Spawn> {
-        let conn = Connection::open_with_flags(path, flags).map_err(Spawn::Sql)?;
-        conn.busy_timeout(busy).map_err(Spawn::Sql)?;
-        keep_log_on_close(&conn).map_err(Spawn::Sql)?;
-        let wal = {
-            let mut name = path.as_os_str().to_owned();
-            name.push("-wal");
-            PathBuf::from(name)
-        };
-        let log = wal.clone();
+    fn new(path: &Path, flags: OpenFlags, busy: Duration) -> Self {
+        let mut wal = path.as_os_str().to_owned();
+        wal.push("-wal");
+        Self {
+            path: path.to_owned(),
+            flags,
+            busy,
+            commits: std::sync::atomic::AtomicU32::new(0),
+            wal: PathBuf::from(wal),
+            running: std::sync::Arc::new(Mutex::new(())),
+            worker: Mutex::new(None),
+        }
+    }
+
+    /// Counts a commit and every so often nudges the thread (starting it the first time).
+    /// True when the log has grown past [`RESTART_BYTES`] and the caller should restart it.
+    fn committed(&self) -> bool {
+        let n = self
+            .commits
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if n % CHECKPOINT_EVERY != CHECKPOINT_EVERY - 1 {
+            return false;
+        }
+        let mut worker = self
+            .worker
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if worker.is_none() {
+            *worker = self.spawn();
+        }
+        if let Some(worker) = worker.as_ref() {
+            // Full means a checkpoint is already pending: nothing to add.
+            let _ = worker.nudge.try_send(());
+        }
+        drop(worker);
+        std::fs::metadata(&self.wal).is_ok_and(|m| m.len() > RESTART_BYTES)
+    }
+
+    /// Starts the thread; it opens its own connection. Failing to start only means no
+    /// checkpoints until the store closes (and the writer's RESTARTs): logged, not fatal.
+    fn spawn(&self) -> Option<Worker> {
+        let (path, flags, busy) = (self.path.clone(), self.flags, self.busy);
+        let held = std::sync::Arc::clone(&self.running);
         let (nudge, nudges) = std::sync::mpsc::sync_channel::<()>(1);
-        let running = std::sync::Arc::new(Mutex::new(()));
-        let held = std::sync::Arc::clone(&running);
         let thread = std::thread::Builder::new()
             .name("crow-store-checkpoint".into())
             .spawn(move || {
+                let conn = match Connection::open_with_flags(&path, flags).and_then(|conn| {
+                    conn.busy_timeout(busy)?;
+                    keep_log_on_close(&conn)?;
+                    Ok(conn)
+                }) {
+                    Ok(conn) => conn,
+                    Err(e) => {
+                        tracing::debug!("no checkpoint thread for {}: {e}", path.display());
+                        return;
+                    }
+                };
                 while nudges.recv().is_ok() {
                     let _running = held
                         .lock()
@@ -111,65 +168,43 @@ impl Checkpointer {
                         tracing::debug!("checkpoint skipped: {e}");
                     }
                 }
-                // Last connection of the store: copy the log into the database file, so
-                // the file alone holds every session (a backup or copy of it is whole).
-                // PASSIVE waits for no one and keeps the log file for the next process to
-                // reuse (deleting and re-creating it cost fsyncs of the directory). A big
-                // log is emptied too (TRUNCATE, waiting only briefly for other writers):
-                // every later opener would scan it to rebuild its index.
-                let big = std::fs::metadata(&log).is_ok_and(|m| m.len() > EXIT_CHECKPOINT_BYTES);
-                let mode = if big {
-                    let _ = conn.busy_timeout(Duration::from_millis(50));
-                    "TRUNCATE"
-                } else {
-                    "PASSIVE"
-                };
-                let _running = held
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                if let Err(e) =
-                    conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |_| Ok(()))
-                {
-                    tracing::debug!("closing checkpoint skipped: {e}");
-                }
-            })
-            .map_err(Spawn::Thread)?;
-        Ok(Self {
-            nudge: Some(nudge),
-            thread: Some(thread),
-            commits: std::sync::atomic::AtomicU32::new(0),
-            wal,
-            running,
-        })
+            });
+        match thread {
+            Ok(thread) => Some(Worker { nudge, thread }),
+            Err(e) => {
+                tracing::debug!("cannot start the checkpoint thread: {e}");
+                None
+            }
+        }
     }
 
-    /// Counts a commit and every so often nudges the thread. True when the log has grown
-    /// past [`RESTART_BYTES`] and the caller should restart it.
-    fn committed(&self) -> bool {
-        let n = self
-            .commits
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if n % CHECKPOINT_EVERY != CHECKPOINT_EVERY - 1 {
-            return false;
-        }
-        if let Some(nudge) = &self.nudge {
-            // Full means a checkpoint is already pending: nothing to add.
-            let _ = nudge.try_send(());
-        }
-        std::fs::metadata(&self.wal).is_ok_and(|m| m.len() > RESTART_BYTES)
-    }
-}
-
-enum Spawn {
-    Sql(rusqlite::Error),
-    Thread(std::io::Error),
-}
-
-impl Drop for Checkpointer {
-    fn drop(&mut self) {
-        self.nudge = None;
-        if let Some(thread) = self.thread.take() {
+    /// The store is closing: stops the thread, then copies the log into the database file on
+    /// the store's own connection, so the file alone holds every session (a backup or copy
+    /// of it is whole). On that connection, still open, SQLite neither reopens the log nor
+    /// rebuilds its index, as a connection opened only now would. PASSIVE waits for no one
+    /// and keeps the log file for the next process to reuse (deleting and re-creating it
+    /// cost fsyncs of the directory). A big log is emptied too (TRUNCATE, waiting only
+    /// briefly for other writers): every later opener would scan it to rebuild its index.
+    fn close(&self, conn: &Connection) {
+        let worker = self
+            .worker
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(Worker { nudge, thread }) = worker {
+            drop(nudge);
             let _ = thread.join();
+        }
+        let big = std::fs::metadata(&self.wal).is_ok_and(|m| m.len() > EXIT_CHECKPOINT_BYTES);
+        let mode = if big {
+            let _ = conn.busy_timeout(Duration::from_millis(50));
+            "TRUNCATE"
+        } else {
+            "PASSIVE"
+        };
+        if let Err(e) = conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |_| Ok(()))
+        {
+            tracing::debug!("closing checkpoint skipped: {e}");
         }
     }
 }
@@ -257,19 +292,8 @@ impl SqliteStore {
             // After the size cap: recovered entries count against it like any others.
             import_recovered(&conn, &path, options.busy_timeout);
         }
-        let checkpointer = if options.read_only {
-            None
-        } else {
-            Some(
-                Checkpointer::start(&path, flags, options.busy_timeout).map_err(|e| match e {
-                    Spawn::Sql(e) => fail(e),
-                    Spawn::Thread(e) => StoreError::Other(format!(
-                        "cannot start the checkpoint thread of {}: {e}",
-                        path.display()
-                    )),
-                })?,
-            )
-        };
+        let checkpointer =
+            (!options.read_only).then(|| Checkpointer::new(&path, flags, options.busy_timeout));
         Ok(Self {
             conn: Mutex::new(conn),
             path,
@@ -478,6 +502,13 @@ impl Drop for SqliteStore {
     fn drop(&mut self) {
         if let Some(unsaved) = self.flush_pending() {
             tracing::warn!("{unsaved}");
+        }
+        if let Some(checkpointer) = &self.checkpointer {
+            let conn = self
+                .conn
+                .get_mut()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            checkpointer.close(conn);
         }
     }
 }
