@@ -202,8 +202,7 @@ impl Checkpointer {
         } else {
             "PASSIVE"
         };
-        if let Err(e) = conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |_| Ok(()))
-        {
+        if let Err(e) = conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |_| Ok(())) {
             tracing::debug!("closing checkpoint skipped: {e}");
         }
     }

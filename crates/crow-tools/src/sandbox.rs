@@ -150,8 +150,9 @@ pub struct SandboxSpec {
 
 /// A [`SandboxSpec`] built when a command first needs it. Building one probes the machine
 /// (a child process, a few milliseconds), which a session that runs no command never waits
-/// for, and which a session that does finds done when the probe was started early (crow
-/// starts it on a thread as the session is assembled).
+/// for, and which a session that does finds done when the probe was started early (the
+/// interactive terminal starts it on a thread as the session is assembled; `crow run` and
+/// `crow acp` probe at the first command).
 #[derive(Clone)]
 pub struct LazySandbox {
     spec: Arc<OnceLock<SandboxSpec>>,

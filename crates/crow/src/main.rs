@@ -588,6 +588,7 @@ async fn run(args: RunArgs) -> Result<ExitCode> {
         mode: args.mode.as_deref().and_then(crow_core::Mode::parse),
         default_mode: crow_core::Mode::FullAuto,
         gate: permissions::headless(args.approve),
+        prefetch_sandbox: false,
     })?;
     for note in &assembled.notes {
         eprintln!("note: {note}");

@@ -140,6 +140,51 @@ pub fn open(config: &Config) -> Result<Arc<SqliteStore>> {
     Ok(Arc::new(store))
 }
 
+/// The store opening on a thread of its own (see [`Opening::start`]).
+pub struct Opening {
+    thread: Option<std::thread::JoinHandle<Result<Arc<SqliteStore>>>>,
+    store: Option<Arc<SqliteStore>>,
+}
+
+impl Opening {
+    /// Opens the store on another thread, so that a new database's creation and the
+    /// schema's parsing (about a millisecond on a cold start) overlap the work of putting
+    /// the crew together.
+    pub fn start(config: &Config) -> Result<Self> {
+        let path = crate::wiring::db_path(config)?;
+        let options = options(config, false);
+        let thread = std::thread::Builder::new()
+            .name("crow-store-open".into())
+            .spawn(move || {
+                let store = SqliteStore::open_with(&path, &options).map_err(store_error)?;
+                Ok(Arc::new(store))
+            })
+            .context("cannot start a thread to open the session database")?;
+        Ok(Self {
+            thread: Some(thread),
+            store: None,
+        })
+    }
+
+    /// The open store, waiting for it the first time.
+    pub fn get(&mut self) -> Result<&Arc<SqliteStore>> {
+        if let Some(thread) = self.thread.take() {
+            let opened = thread.join().map_err(|_| {
+                anyhow!("the session database could not be opened (its thread failed)")
+            })??;
+            self.store = Some(opened);
+        }
+        self.store
+            .as_ref()
+            .ok_or_else(|| anyhow!("the session database could not be opened"))
+    }
+
+    /// The open store, waiting for it if nothing has yet.
+    pub fn into_store(mut self) -> Result<Arc<SqliteStore>> {
+        self.get().map(Arc::clone)
+    }
+}
+
 /// Opens the store to read: falls back to read-only access when the file cannot be written,
 /// and says so when there is no database yet.
 pub fn open_for_reading(config: &Config) -> Result<Option<SqliteStore>> {

@@ -30,6 +30,11 @@ pub struct Request {
     pub default_mode: Mode,
     /// Who answers the questions the policy or a tool asks.
     pub gate: Arc<dyn PermissionGate>,
+    /// Probe the machine's sandbox support now, on a thread of its own (a child process of
+    /// a few milliseconds). Worth it where a person is about to type: the probe is done by
+    /// the first command. `crow run` sends its prompt at once and many runs never start a
+    /// command, so there the first command probes (see [`crow_tools::LazySandbox`]).
+    pub prefetch_sandbox: bool,
 }
 
 /// An assembled session, ready for a front end to run turns on.
@@ -70,11 +75,13 @@ pub fn assemble(request: Request) -> Result<Assembled> {
     }
     loaded.require_trust(&root)?;
     crate::telemetry::init(&loaded.config.telemetry);
-    // The probe's process runs while the store opens.
-    wiring::prefetch_sandbox_support(&loaded.config);
-    let store = sessions::open(&loaded.config)?;
+    if request.prefetch_sandbox {
+        wiring::prefetch_sandbox_support(&loaded.config);
+    }
+    // The store opens while the crew's parts are put together.
+    let mut opening = sessions::Opening::start(&loaded.config)?;
     let resumed = match &request.resume {
-        Some(resume) => Some(sessions::find_resumed(&store, resume, &root)?),
+        Some(resume) => Some(sessions::find_resumed(opening.get()?, resume, &root)?),
         None => None,
     };
     let mut notes = Vec::new();
@@ -93,8 +100,6 @@ pub fn assemble(request: Request) -> Result<Assembled> {
     let mcp_servers = mcp::servers(&loaded.config);
     let catalog = wiring::load_agents(&root);
     let tools = crow_tools::builtin_tools(&wiring::tool_options(&loaded.config));
-    let current = resumed.as_ref().map(|info| info.id.as_str());
-    memory::register_tool(&tools, &store, &loaded.config.memory, &root, current);
     let max_iterations = loaded.config.max_iterations.unwrap_or(50);
     let policy = permissions::policy(&loaded, &root, request.mode, request.default_mode);
     tracing::debug!(
@@ -109,6 +114,17 @@ pub fn assemble(request: Request) -> Result<Assembled> {
         tools,
         cwd,
         max_iterations,
+    );
+    let store = opening.into_store()?;
+    // The registry is shared and ordered by name: registering after the composer is built
+    // changes nothing the model sees.
+    let current = resumed.as_ref().map(|info| info.id.as_str());
+    memory::register_tool(
+        &composer.tools,
+        &store,
+        &loaded.config.memory,
+        &root,
+        current,
     );
     composer.permission = request.gate;
     composer.policy = Some(Arc::new(policy));

@@ -289,9 +289,9 @@ fn sandbox_support() -> &'static (std::path::PathBuf, crow_tools::SandboxSupport
     })
 }
 
-/// Starts the sandbox probe on a thread of its own, so its process runs while the store
-/// opens (a cold start otherwise waits for both in turn); the first `sandbox_spec` waits
-/// for it.
+/// Starts the sandbox probe on a thread of its own, so that it is done by the time a
+/// person has typed a prompt and the model asked for a command; the first `sandbox_spec`
+/// waits for it.
 pub fn prefetch_sandbox_support(config: &config::Config) {
     if config.sandbox.mode.unwrap_or_default() != crow_tools::SandboxMode::Off {
         std::thread::spawn(|| {

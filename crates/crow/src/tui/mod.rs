@@ -110,6 +110,7 @@ pub async fn run(args: Args) -> Result<ExitCode> {
         // A person is here to ask: edits and commands ask unless the config says otherwise.
         default_mode: Mode::Ask,
         gate: gate as Arc<dyn crow_core::PermissionGate>,
+        prefetch_sandbox: true,
     })
     .map_err(|e| setup::explain_fallback(e, None))?;
     for note in &assembled.notes {
