@@ -48,6 +48,7 @@ pub fn measure(bench: &Bench, progress: &mut dyn FnMut(&str)) -> Result<Section>
             agent: "builder".into(),
             provider: "mock".into(),
             model: "mock-model".into(),
+            ..Default::default()
         })?;
         for entry in history.iter().take(n - stored) {
             let t = Instant::now();

@@ -15,7 +15,7 @@ use crate::provider::Usage;
 use crate::session::HistorySink;
 
 /// What a new session starts with.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NewSession {
     pub id: String,
     pub project_root: PathBuf,
@@ -26,6 +26,11 @@ pub struct NewSession {
     pub agent: String,
     pub provider: String,
     pub model: String,
+    /// Its settings from the start, written with its row.
+    pub settings: SessionSettings,
+    /// `(agent, system prompt)` of each agent it starts with, stored with its row as
+    /// [`SessionStore::set_system_prompt`] would: one commit creates the whole session.
+    pub prompts: Vec<(String, String)>,
 }
 
 /// Where a session stands. A session whose process was killed stays `Active`.

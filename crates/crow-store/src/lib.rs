@@ -14,6 +14,7 @@
 //! let info = store.create_session(&NewSession {
 //!     id: "s1".into(), project_root: "/p".into(), cwd: "/p".into(), title: "hi".into(),
 //!     agent: "builder".into(), provider: "openai".into(), model: "gpt-4.1".into(),
+//!     ..Default::default()
 //! })?;
 //! store.append_entry(&info.id, "builder", &HistoryEntry::now(EntryKind::User { content: "hi".into() }))?;
 //! let history = store.load_history(&info.id, "builder")?;

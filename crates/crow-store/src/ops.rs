@@ -161,11 +161,16 @@ impl SqliteStore {
 impl SessionStore for SqliteStore {
     fn create_session(&self, new: &NewSession) -> Result<SessionInfo, StoreError> {
         let now = ts(&Utc::now());
+        let settings = serde_json::to_string(&new.settings)
+            .map_err(|e| StoreError::Other(format!("cannot encode session settings: {e}")))?;
         {
-            let conn = self.conn()?;
-            conn.execute(
-                "INSERT INTO sessions (id, project_root, cwd, title, agent, provider, model, status, created_at, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9)",
+            let mut conn = self.conn()?;
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(|e| self.err(e))?;
+            tx.execute(
+                "INSERT INTO sessions (id, project_root, cwd, title, agent, provider, model, status, created_at, updated_at, settings)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9, ?10)",
                 params![
                     new.id,
                     path_text(&new.project_root),
@@ -175,11 +180,17 @@ impl SessionStore for SqliteStore {
                     new.provider,
                     new.model,
                     SessionStatus::Active.as_str(),
-                    now
+                    now,
+                    settings
                 ],
             )
             .map_err(|e| self.err(e))?;
+            for (agent, prompt) in &new.prompts {
+                insert_prompt(&tx, &new.id, agent, prompt).map_err(|e| self.err(e))?;
+            }
+            tx.commit().map_err(|e| self.err(e))?;
         }
+        self.committed();
         self.get_session(&new.id)?
             .ok_or_else(|| StoreError::NotFound(new.id.clone()))
     }
@@ -319,7 +330,6 @@ impl SessionStore for SqliteStore {
         agent: &str,
         prompt: &str,
     ) -> Result<String, StoreError> {
-        let hash = prompt_hash(prompt);
         let mut conn = self.conn()?;
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -333,16 +343,7 @@ impl SessionStore for SqliteStore {
         if exists.is_none() {
             return Err(StoreError::NotFound(session_id.to_owned()));
         }
-        tx.execute(
-            "INSERT OR IGNORE INTO prompts (hash, text, created_at) VALUES (?1, ?2, ?3)",
-            params![hash, prompt, ts(&Utc::now())],
-        )
-        .map_err(|e| self.err(e))?;
-        tx.execute(
-            "INSERT OR REPLACE INTO session_agents (session_id, agent, prompt_hash) VALUES (?1, ?2, ?3)",
-            params![session_id, agent, hash],
-        )
-        .map_err(|e| self.err(e))?;
+        let hash = insert_prompt(&tx, session_id, agent, prompt).map_err(|e| self.err(e))?;
         tx.commit().map_err(|e| self.err(e))?;
         Ok(hash)
     }
@@ -613,4 +614,23 @@ impl HistorySink for SqliteStore {
             Err(e) => self.count_failure(e),
         }
     }
+}
+
+/// Stores `agent`'s system prompt for a session (each text once, by its hash); the hash.
+fn insert_prompt(
+    tx: &rusqlite::Transaction<'_>,
+    session_id: &str,
+    agent: &str,
+    prompt: &str,
+) -> rusqlite::Result<String> {
+    let hash = prompt_hash(prompt);
+    tx.execute(
+        "INSERT OR IGNORE INTO prompts (hash, text, created_at) VALUES (?1, ?2, ?3)",
+        params![hash, prompt, ts(&Utc::now())],
+    )?;
+    tx.execute(
+        "INSERT OR REPLACE INTO session_agents (session_id, agent, prompt_hash) VALUES (?1, ?2, ?3)",
+        params![session_id, agent, hash],
+    )?;
+    Ok(hash)
 }

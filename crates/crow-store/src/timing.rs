@@ -18,6 +18,7 @@ pub fn create_bench_session(store: &SqliteStore, id: &str) -> Result<(), StoreEr
             agent: "builder".into(),
             provider: "mock".into(),
             model: "mock-model".into(),
+            ..Default::default()
         })
         .map(|_| ())
 }

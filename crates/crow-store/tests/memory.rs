@@ -22,6 +22,7 @@ fn session(store: &SqliteStore, id: &str, root: &str) {
             agent: "builder".into(),
             provider: "openai".into(),
             model: "m".into(),
+            ..Default::default()
         })
         .unwrap();
 }

@@ -31,6 +31,7 @@ fn session(store: &SqliteStore) {
             agent: "builder".into(),
             provider: "openai".into(),
             model: "gpt-test".into(),
+            ..Default::default()
         })
         .unwrap();
 }

@@ -121,6 +121,40 @@ fn system_prompts_are_stored_once_by_hash() {
 }
 
 #[test]
+fn a_session_is_created_with_its_settings_and_prompts() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(db(dir.path())).unwrap();
+    let mut settings = crow_core::SessionSettings {
+        base_url: Some("http://127.0.0.1:1/v1".into()),
+        ..Default::default()
+    };
+    settings
+        .options
+        .insert("reasoning_effort".into(), "high".into());
+    let new = crow_core::NewSession {
+        settings: settings.clone(),
+        prompts: vec![
+            ("builder".into(), "You build.".into()),
+            ("reviewer".into(), "You review.".into()),
+        ],
+        ..new_session("a", "/p")
+    };
+    let info = store.create_session(&new).unwrap();
+    assert_eq!(info.settings, settings);
+    assert_eq!(store.session("a").unwrap().settings, settings);
+    let prompts = store.system_prompts("a").unwrap();
+    assert_eq!(prompts["builder"], "You build.");
+    assert_eq!(prompts["reviewer"], "You review.");
+    // A failing creation leaves nothing behind: the same id again is refused whole.
+    let again = crow_core::NewSession {
+        prompts: vec![("other".into(), "Other.".into())],
+        ..new_session("a", "/p")
+    };
+    assert!(store.create_session(&again).is_err());
+    assert_eq!(store.system_prompts("a").unwrap().len(), 2);
+}
+
+#[test]
 fn usage_rows_are_kept_per_model_call() {
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::open(db(dir.path())).unwrap();

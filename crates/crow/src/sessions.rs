@@ -260,6 +260,7 @@ pub fn create_with_id(
     id: &str,
     prompt: &str,
 ) -> Result<(SessionInfo, CrewSession)> {
+    // One commit: the row, its choices and its agents' prompts.
     let info = store
         .create_session(&NewSession {
             id: id.to_owned(),
@@ -269,10 +270,13 @@ pub fn create_with_id(
             agent: crew.name.clone(),
             provider: composer.default_provider.name.clone(),
             model: composer.default_provider.model.clone(),
+            settings: choices(crow_core::SessionSettings::default(), composer),
+            prompts: std::iter::once(crew.primary())
+                .chain(crew.coagent())
+                .map(|agent| (agent.name.clone(), agent.system_prompt().to_owned()))
+                .collect(),
         })
         .map_err(store_error)?;
-    let info = record_choices(store, &info.id, composer)?;
-    store_prompts(store, crew, &info.id, &BTreeMap::new())?;
     let session = crew_session(store, crew, &info, composer.cwd.clone(), false)?;
     Ok((info, session))
 }
@@ -318,8 +322,21 @@ fn record_choices(store: &SqliteStore, id: &str, composer: &Composer) -> Result<
         .set_model(id, &chosen.name, &chosen.model)
         .map_err(store_error)?;
     let mut info = store.session(id).map_err(store_error)?;
-    let mut settings = info.settings.clone();
-    settings.base_url = Some(chosen.base_url.clone());
+    let settings = choices(info.settings.clone(), composer);
+    if settings != info.settings {
+        store.set_settings(id, &settings).map_err(store_error)?;
+        info.settings = settings;
+    }
+    Ok(info)
+}
+
+/// `settings` with the session's endpoint, reasoning effort and prompt templates as
+/// `composer` has them.
+fn choices(
+    mut settings: crow_core::SessionSettings,
+    composer: &Composer,
+) -> crow_core::SessionSettings {
+    settings.base_url = Some(composer.default_provider.base_url.clone());
     // The effort the user picked for the session (`--effort`, an editor's selector).
     match composer.effort {
         Some(effort) => settings
@@ -329,11 +346,7 @@ fn record_choices(store: &SqliteStore, id: &str, composer: &Composer) -> Result<
     };
     // Which prompt templates the session ran with (built-in version or file and hash).
     settings.options.extend(composer.templates.record());
-    if settings != info.settings {
-        store.set_settings(id, &settings).map_err(store_error)?;
-        info.settings = settings;
-    }
-    Ok(info)
+    settings
 }
 
 /// The model flags of a run that continues `info`: the session's provider, model and endpoint

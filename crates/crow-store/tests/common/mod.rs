@@ -17,6 +17,7 @@ pub fn new_session(id: &str, root: &str) -> NewSession {
         agent: "builder".into(),
         provider: "openai".into(),
         model: "gpt-test".into(),
+        ..Default::default()
     }
 }
 
