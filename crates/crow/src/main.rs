@@ -294,7 +294,11 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse();
     init_logging();
+    // Two workers: the async side only waits on sockets, pipes and timers (searches, reads,
+    // edits and snapshots run on the blocking pool). A fixed count also spares reading the
+    // cgroup's CPU quota at every start, and a many-core machine starting a thread per core.
     let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
         .enable_all()
         .build()
     {

@@ -217,18 +217,32 @@ pub fn sensitive_dirs(config: &crate::config::Config, project_root: &Path) -> Ve
     for file in crow_tools::sandbox::PROJECT_POLICY {
         dirs.push(project_root.join(file));
     }
-    dirs.into_iter().map(|d| canonical(&d)).collect()
+    let mut known = std::collections::HashMap::new();
+    dirs.iter().map(|d| resolved(d, &mut known)).collect()
 }
 
 /// A path with its existing part resolved (tools and commands report resolved paths).
 pub(crate) fn canonical(path: &Path) -> PathBuf {
-    if let Ok(real) = std::fs::canonicalize(path) {
-        return real;
+    resolved(path, &mut std::collections::HashMap::new())
+}
+
+/// [`canonical`], remembering each resolved ancestor in `known`. A path that does not exist
+/// is its resolved parent joined with its name: one `lstat` rather than a `realpath` that
+/// reads every component of it and fails (the project's policy files are mostly absent,
+/// and all share the project root).
+fn resolved(path: &Path, known: &mut std::collections::HashMap<PathBuf, PathBuf>) -> PathBuf {
+    if let Some(real) = known.get(path) {
+        return real.clone();
     }
-    match (path.parent(), path.file_name()) {
-        (Some(parent), Some(name)) => canonical(parent).join(name),
-        _ => path.to_path_buf(),
-    }
+    let real = std::fs::symlink_metadata(path)
+        .ok()
+        .and_then(|_| std::fs::canonicalize(path).ok())
+        .unwrap_or_else(|| match (path.parent(), path.file_name()) {
+            (Some(parent), Some(name)) => resolved(parent, known).join(name),
+            _ => path.to_path_buf(),
+        });
+    known.insert(path.to_path_buf(), real.clone());
+    real
 }
 
 /// The session's policy: `mode` if a flag chose one, else the configured one, else `default`.
@@ -346,6 +360,30 @@ pub fn headless(approve: bool) -> Arc<dyn PermissionGate> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn missing_paths_resolve_through_a_symlinked_parent_like_realpath() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = std::fs::canonicalize(dir.path()).unwrap().join("real");
+        std::fs::create_dir_all(real.join("present")).unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let mut known = std::collections::HashMap::new();
+        // Through the link: the existing part resolved, the missing rest kept as named.
+        assert_eq!(
+            resolved(&link.join("missing/deeper"), &mut known),
+            real.join("missing/deeper")
+        );
+        assert_eq!(
+            resolved(&link.join("present"), &mut known),
+            real.join("present")
+        );
+        // A dangling symlink is resolved as its parent joined with its name, as before.
+        let dangling = real.join("dangling");
+        std::os::unix::fs::symlink(dir.path().join("nowhere"), &dangling).unwrap();
+        assert_eq!(resolved(&link.join("dangling"), &mut known), dangling);
+        assert_eq!(canonical(&link.join("missing")), real.join("missing"));
+    }
 
     #[test]
     fn rules_name_their_file_and_line_and_errors_too() {
