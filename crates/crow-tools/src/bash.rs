@@ -28,7 +28,7 @@ use tokio::task::JoinHandle;
 use crate::ToolOptions;
 use crate::args::{lenient_u64, parse, require_permission};
 use crate::output::HeadTail;
-use crate::sandbox::{LazySandbox, SandboxSpec};
+use crate::sandbox::SandboxSpec;
 
 const SHAPE: &str = r#"{"command": string, "timeout"?: integer (seconds)}"#;
 /// Time between SIGTERM and SIGKILL: enough for a clean exit, short enough not to stall.
@@ -191,12 +191,11 @@ async fn run(
     options: &ToolOptions,
 ) -> ToolResult {
     let max_output = options.max_output_bytes;
-    let mut child = match spawn_shell(
-        command,
-        ctx,
-        &options.env,
-        options.sandbox.as_ref().map(LazySandbox::get),
-    ) {
+    let sandbox = match &options.sandbox {
+        Some(lazy) => Some(lazy.get_async().await),
+        None => None,
+    };
+    let mut child = match spawn_shell(command, ctx, &options.env, sandbox) {
         Ok(c) => c,
         Err(e) => return ToolResult::error(format!("cannot start the shell: {e}")),
     };

@@ -181,6 +181,20 @@ impl LazySandbox {
     pub fn get(&self) -> &SandboxSpec {
         self.spec.get_or_init(|| (self.build)())
     }
+
+    /// [`get`](Self::get) from async code: a first call probes on the blocking pool, so a
+    /// runtime on one thread keeps serving its other tasks meanwhile.
+    pub async fn get_async(&self) -> &SandboxSpec {
+        if self.spec.get().is_none() {
+            let this = self.clone();
+            // A failed task leaves the cell empty: `get` below builds it here instead.
+            let _ = tokio::task::spawn_blocking(move || {
+                this.get();
+            })
+            .await;
+        }
+        self.get()
+    }
 }
 
 impl std::fmt::Debug for LazySandbox {

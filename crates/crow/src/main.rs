@@ -294,14 +294,7 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse();
     init_logging();
-    // Two workers: the async side only waits on sockets, pipes and timers (searches, reads,
-    // edits and snapshots run on the blocking pool). A fixed count also spares reading the
-    // cgroup's CPU quota at every start, and a many-core machine starting a thread per core.
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime_for(cli.command.as_ref()).enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
@@ -326,6 +319,23 @@ fn main() -> ExitCode {
             errln!("error: {}", one_line(&e));
             ExitCode::FAILURE
         }
+    }
+}
+
+/// The async runtime a command runs on. Its async side only waits on sockets, pipes and
+/// timers (searches, reads, edits, snapshots and the sandbox probe run on the blocking pool).
+/// One-shot commands (`crow run` above all) run it on the calling thread: no worker threads
+/// to start, no wake-up crossing threads at each step; that was about a millisecond of a
+/// one-step run. The editor agent and the interactive terminal stay up and interleave a
+/// person's input with the model's stream, so they get two workers: a fixed count, which
+/// also spares reading the cgroup's CPU quota and a many-core machine a thread per core.
+fn runtime_for(command: Option<&Command>) -> tokio::runtime::Builder {
+    if matches!(command, None | Some(Command::Acp(_))) {
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        builder.worker_threads(2);
+        builder
+    } else {
+        tokio::runtime::Builder::new_current_thread()
     }
 }
 
