@@ -303,6 +303,30 @@ impl SqliteStore {
         })
     }
 
+    /// Starts the write-ahead log now rather than at the first real commit. The first commit
+    /// after a finished checkpoint (every process's first: each closes with one) writes a
+    /// new log header and fsyncs it, and the log's directory the first time; on a VM disk
+    /// that was the longest wait before a `crow run`'s first request. Called on the thread
+    /// that opens the store while the crew is put together, it takes that wait off the
+    /// path. The commit rewrites `user_version` with the value it holds, read in the same
+    /// transaction. It never waits for another process's lock (a store another process is
+    /// writing to has its log started already); a failure is only logged.
+    pub fn start_log(&self) {
+        let Ok(mut conn) = self.conn() else { return };
+        let started = conn.busy_timeout(Duration::ZERO).and_then(|()| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+            tx.execute_batch(&format!("PRAGMA user_version = {version}"))?;
+            tx.commit()
+        });
+        if let Err(e) = started {
+            tracing::debug!("the log was not started early: {e}");
+        }
+        if let Err(e) = conn.busy_timeout(self.busy_timeout) {
+            tracing::debug!("cannot restore the busy timeout: {e}");
+        }
+    }
+
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.path

@@ -124,6 +124,42 @@ fn entries_still_pending_at_close_are_recovered_on_the_next_open_once() {
 }
 
 #[test]
+fn starting_the_log_early_changes_no_data_and_never_waits_for_a_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db(dir.path());
+    // A long busy timeout: had start_log waited for the lock, the test would show it.
+    let options = crow_store::StoreOptions {
+        busy_timeout: std::time::Duration::from_secs(30),
+        ..Default::default()
+    };
+    let store = SqliteStore::open_with(&path, &options).unwrap();
+    let wal = path.with_extension("db-wal");
+    let log_len = || std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
+    let version = |conn: &rusqlite::Connection| -> i64 {
+        conn.query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap()
+    };
+    let reader = rusqlite::Connection::open(&path).unwrap();
+    let before = version(&reader);
+    assert_eq!(log_len(), 0, "a new store's log holds nothing yet");
+    store.start_log();
+    assert!(
+        log_len() > 0,
+        "the log is started: its header and one frame"
+    );
+    assert_eq!(version(&reader), before);
+    // Another process holds the database: start_log gives up at once, and the store's own
+    // busy timeout is back for the writes that follow.
+    let holder = lock(&path);
+    let started = std::time::Instant::now();
+    store.start_log();
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    holder.execute_batch("COMMIT").unwrap();
+    store.create_session(&new_session("s1", "/p")).unwrap();
+    assert_eq!(version(&reader), before);
+}
+
+#[test]
 fn a_closed_store_leaves_every_session_in_the_database_file_alone() {
     let dir = tempfile::tempdir().unwrap();
     let path = db(dir.path());

@@ -98,7 +98,7 @@ pub async fn run(json: bool, dir: Option<PathBuf>) -> Result<ExitCode> {
         agent: Some("build".into()),
         level: None,
         json,
-        store: std::sync::Arc::new(store),
+        store: crate::sessions::Opening::ready(std::sync::Arc::new(store)),
         resumed: None,
         mcp_servers: Vec::new(),
         resume_hint: false,

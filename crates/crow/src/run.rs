@@ -23,7 +23,8 @@ pub struct RunSpec {
     /// Autonomy level overriding the composition's flow.
     pub level: Option<i8>,
     pub json: bool,
-    pub store: Arc<SqliteStore>,
+    /// Still opening: waited for once the crew is built.
+    pub store: sessions::Opening,
     /// The stored session this run continues, if any.
     pub resumed: Option<crow_core::SessionInfo>,
     /// Started in the background; their tools join the registry when ready.
@@ -40,7 +41,7 @@ pub struct RunSpec {
 /// [`crate::stop`]); a second signal exits at once.
 pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
     let started = Instant::now();
-    let store = Arc::clone(&spec.store);
+    let mut opening = spec.store;
     let resumed = spec.resumed;
     let composition = spec
         .agent
@@ -51,13 +52,14 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
         // The stored prompts, not fresh renderings: the date, the directory or a template
         // may have changed since, and the requests must continue byte for byte.
         spec.composer
-            .set_stored_prompts(sessions::stored_prompts(&store, &info.id)?);
+            .set_stored_prompts(sessions::stored_prompts(opening.get()?, &info.id)?);
     }
     // A level given for the session (`--level`) stays with it when it is resumed.
     let level = spec
         .level
         .or_else(|| resumed.as_ref().and_then(|info| info.level));
     let crew = spec.composer.crew(&composition, level)?;
+    let store = opening.into_store()?;
     spec.composer
         .set_history_sink(Arc::clone(&store) as Arc<dyn crow_core::HistorySink>);
     let resumed_run = resumed.is_some();

@@ -144,12 +144,19 @@ pub fn open(config: &Config) -> Result<Arc<SqliteStore>> {
 pub struct Opening {
     thread: Option<std::thread::JoinHandle<Result<Arc<SqliteStore>>>>,
     store: Option<Arc<SqliteStore>>,
+    /// Runs on the waiting thread once the store is open (the memory tool asks it whether
+    /// there is anything to search).
+    then: Option<AfterOpen>,
 }
 
+/// What runs once the store is open (see [`Opening::then`]).
+type AfterOpen = Box<dyn FnOnce(&Arc<SqliteStore>) + Send>;
+
 impl Opening {
-    /// Opens the store on another thread, so that a new database's creation and the
-    /// schema's parsing (about a millisecond on a cold start) overlap the work of putting
-    /// the crew together.
+    /// Opens the store and starts its log ([`SqliteStore::start_log`]) on another thread,
+    /// so that a new database's creation, the schema's parsing and the log's first fsync
+    /// (together over a millisecond of a cold start) overlap the work of putting the crew
+    /// together. Whoever needs the store waits for it ([`Opening::get`]) as late as it can.
     pub fn start(config: &Config) -> Result<Self> {
         let path = crate::wiring::db_path(config)?;
         let options = options(config, false);
@@ -157,13 +164,33 @@ impl Opening {
             .name("crow-store-open".into())
             .spawn(move || {
                 let store = SqliteStore::open_with(&path, &options).map_err(store_error)?;
+                store.start_log();
                 Ok(Arc::new(store))
             })
             .context("cannot start a thread to open the session database")?;
         Ok(Self {
             thread: Some(thread),
             store: None,
+            then: None,
         })
+    }
+
+    /// A store open already.
+    pub fn ready(store: Arc<SqliteStore>) -> Self {
+        Self {
+            thread: None,
+            store: Some(store),
+            then: None,
+        }
+    }
+
+    /// `then` runs once the store is open, on the thread that first waits for it (at once
+    /// if it is open already and was waited for).
+    pub fn then(&mut self, then: impl FnOnce(&Arc<SqliteStore>) + Send + 'static) {
+        match (&self.thread, &self.store) {
+            (None, Some(store)) => then(store),
+            _ => self.then = Some(Box::new(then)),
+        }
     }
 
     /// The open store, waiting for it the first time.
@@ -174,9 +201,14 @@ impl Opening {
             })??;
             self.store = Some(opened);
         }
-        self.store
+        let store = self
+            .store
             .as_ref()
-            .ok_or_else(|| anyhow!("the session database could not be opened"))
+            .ok_or_else(|| anyhow!("the session database could not be opened"))?;
+        if let Some(then) = self.then.take() {
+            then(store);
+        }
+        Ok(store)
     }
 
     /// The open store, waiting for it if nothing has yet.

@@ -12,7 +12,6 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use crow_core::{Mode, PermissionGate, SessionInfo};
-use crow_store::SqliteStore;
 
 use crate::compose::{self, Composer};
 use crate::config::{self, LoadedConfig, Overrides};
@@ -41,7 +40,8 @@ pub struct Request {
 pub struct Assembled {
     pub loaded: LoadedConfig,
     pub composer: Arc<Composer>,
-    pub store: Arc<SqliteStore>,
+    /// Still opening: wait for it as late as possible ([`sessions::Opening::get`]).
+    pub store: sessions::Opening,
     /// The stored session being continued, if any.
     pub resumed: Option<SessionInfo>,
     pub mcp_servers: Vec<crow_mcp::McpServerConfig>,
@@ -115,17 +115,17 @@ pub fn assemble(request: Request) -> Result<Assembled> {
         cwd,
         max_iterations,
     );
-    let store = opening.into_store()?;
-    // The registry is shared and ordered by name: registering after the composer is built
-    // changes nothing the model sees.
-    let current = resumed.as_ref().map(|info| info.id.as_str());
-    memory::register_tool(
-        &composer.tools,
-        &store,
-        &loaded.config.memory,
-        &root,
-        current,
+    // Once the store is open. The registry is shared and ordered by name: registering after
+    // the composer (and the crew) are built changes nothing the model sees.
+    let (tools, memory, project) = (
+        composer.tools.clone(),
+        loaded.config.memory.clone(),
+        root.clone(),
     );
+    let current = resumed.as_ref().map(|info| info.id.clone());
+    opening.then(move |store| {
+        memory::register_tool(&tools, store, &memory, &project, current.as_deref());
+    });
     composer.permission = request.gate;
     composer.policy = Some(Arc::new(policy));
     composer.trusted = loaded.trusted;
@@ -136,7 +136,7 @@ pub fn assemble(request: Request) -> Result<Assembled> {
     Ok(Assembled {
         loaded,
         composer: compose::with_subagents(composer),
-        store,
+        store: opening,
         resumed,
         mcp_servers,
         root,

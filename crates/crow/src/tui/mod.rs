@@ -117,7 +117,7 @@ pub async fn run(args: Args) -> Result<ExitCode> {
         eprintln!("note: {note}");
     }
     let composer = assembled.composer;
-    let store = assembled.store;
+    let store = assembled.store.into_store()?;
     if assembled.loaded.trusted
         && let Ok(mut state) = gate_state.lock()
     {
