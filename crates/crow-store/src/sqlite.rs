@@ -55,7 +55,8 @@ const CHECKPOINT_EVERY: u32 = 128;
 /// Size of the log file past which the writer itself makes the log start over.
 const RESTART_BYTES: u64 = 32 << 20;
 
-/// Size of the log past which a closing store, besides checkpointing it, empties the file.
+/// Size of the log past which a closing store that could not empty it at once waits a little
+/// for other processes to let it.
 const EXIT_CHECKPOINT_BYTES: u64 = 1 << 20;
 
 /// Leaves the log file in place when `conn` closes, instead of SQLite's checkpoint-and-delete
@@ -181,10 +182,16 @@ impl Checkpointer {
     /// The store is closing: stops the thread, then copies the log into the database file on
     /// the store's own connection, so the file alone holds every session (a backup or copy
     /// of it is whole). On that connection, still open, SQLite neither reopens the log nor
-    /// rebuilds its index, as a connection opened only now would. PASSIVE waits for no one
-    /// and keeps the log file for the next process to reuse (deleting and re-creating it
-    /// cost fsyncs of the directory). A big log is emptied too (TRUNCATE, waiting only
-    /// briefly for other writers): every later opener would scan it to rebuild its index.
+    /// rebuilds its index, as a connection opened only now would.
+    ///
+    /// With no other process using the store, the log is then emptied (TRUNCATE). A log
+    /// kept whole was no cheaper: the next process rebuilds a closed log's index from every
+    /// frame and forgets which were copied, so the log grew by each run's frames, all of
+    /// them scanned at every open and copied again at every close. An empty log costs the
+    /// next process a new header and its fsync at its first commit, which crow makes on the
+    /// thread that opens the store ([`SqliteStore::start_log`]). Never waiting: with other
+    /// processes about SQLite copies what it can and leaves the log (a big one gets 50 ms
+    /// more to be emptied).
     fn close(&self, conn: &Connection) {
         let worker = self
             .worker
@@ -195,14 +202,24 @@ impl Checkpointer {
             drop(nudge);
             let _ = thread.join();
         }
-        let big = std::fs::metadata(&self.wal).is_ok_and(|m| m.len() > EXIT_CHECKPOINT_BYTES);
-        let mode = if big {
-            let _ = conn.busy_timeout(Duration::from_millis(50));
-            "TRUNCATE"
-        } else {
-            "PASSIVE"
+        let checkpoint = |wait: Duration| {
+            let _ = conn.busy_timeout(wait);
+            conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+                r.get::<_, i64>(0)
+            })
         };
-        if let Err(e) = conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |_| Ok(())) {
+        let done = match checkpoint(Duration::ZERO) {
+            Ok(busy) => busy == 0,
+            Err(e) => {
+                tracing::debug!("closing checkpoint skipped: {e}");
+                false
+            }
+        };
+        let big = std::fs::metadata(&self.wal).is_ok_and(|m| m.len() > EXIT_CHECKPOINT_BYTES);
+        if !done
+            && big
+            && let Err(e) = checkpoint(Duration::from_millis(50))
+        {
             tracing::debug!("closing checkpoint skipped: {e}");
         }
     }

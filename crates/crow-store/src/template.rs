@@ -6,6 +6,11 @@
 //! first `crow run`, more than the rest of opening the store. The template is that database
 //! already migrated and already in WAL mode, written with one `write` and linked into place.
 //!
+//! Its log comes along, started: a header and one frame that rewrites `user_version` with
+//! the value it holds (the database file alone is the whole database). The first commit to
+//! a new log writes the log's header and fsyncs it, and the log's directory too, the
+//! longest single wait of a first run; a log that holds a frame is appended to instead.
+//!
 //! The template is checked against the migrations by a test; after a migration is added the
 //! test says how to write a new one. A template older than the schema still works: the
 //! migrations after its version run on it as on any older database.
@@ -18,6 +23,9 @@ use crate::files::beside;
 /// An empty crow database at [`crate::schema::SCHEMA_VERSION`], in WAL mode, checkpointed.
 const TEMPLATE: &[u8] = include_bytes!("template.sqlite3");
 
+/// Its log, started: a header and one frame that changes nothing (see the module's note).
+const TEMPLATE_LOG: &[u8] = include_bytes!("template.sqlite3-wal");
+
 /// Puts the template at `path` when neither it nor its log exists (a log without its
 /// database must not be replayed onto a copy it never belonged to). The copy is written to
 /// a private file beside `path` and hard-linked into place, so of several crow processes
@@ -28,8 +36,21 @@ pub(crate) fn install(path: &Path) -> bool {
     if path.exists() || beside(path, "-wal").exists() {
         return false;
     }
+    let linked = link_copy(TEMPLATE, path);
+    if linked {
+        // Only beside the database this process installed, and only where no log is yet:
+        // another crow that opened the new file meanwhile has created its own (empty) log,
+        // and keeps it. Without this log the database is whole all the same.
+        link_copy(TEMPLATE_LOG, &beside(path, "-wal"));
+    }
+    linked
+}
+
+/// Writes `bytes` to a private file beside `path` and hard-links it to `path`; false when
+/// `path` exists or nothing could be linked.
+fn link_copy(bytes: &[u8], path: &Path) -> bool {
     let staged = beside(path, &format!("-template.{}", std::process::id()));
-    let written = write_private(&staged, TEMPLATE);
+    let written = write_private(&staged, bytes);
     let linked = written.is_ok() && std::fs::hard_link(&staged, path).is_ok();
     let _ = std::fs::remove_file(&staged);
     if let Err(e) = written {
@@ -93,10 +114,14 @@ mod tests {
             // Compact, then copy the log into the file so the file alone is the database.
             conn.execute_batch("VACUUM; PRAGMA wal_checkpoint(TRUNCATE);")
                 .unwrap();
-            drop(conn);
             let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/template.sqlite3");
             std::fs::copy(&built, &out).unwrap();
-            eprintln!("wrote {}", out.display());
+            // Then start the log with a frame that changes nothing, and keep it as it is.
+            conn.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}"))
+                .unwrap();
+            let log = std::fs::read(beside(&built, "-wal")).unwrap();
+            std::fs::write(beside(&out, "-wal"), log).unwrap();
+            eprintln!("wrote {} and its -wal", out.display());
             return;
         }
         let copy = dir.path().join("copy.db");
@@ -110,6 +135,30 @@ mod tests {
         );
         let (_, version, app) = schema(&installed);
         assert_eq!((version, app), (SCHEMA_VERSION, APPLICATION_ID));
+        // The log came along started (a header and one frame), and the first commit appends
+        // to it rather than starting it again (its header and salts stay as they were).
+        let log = beside(&copy, "-wal");
+        assert_eq!(std::fs::read(&log).unwrap(), TEMPLATE_LOG);
+        assert_eq!(TEMPLATE_LOG.len(), 32 + 24 + 4096);
+        installed
+            .execute_batch(
+                "INSERT INTO sessions (id, project_root, cwd, title, agent, provider, model, \
+                 status, created_at, updated_at) VALUES ('s', '/p', '/p', 't', 'a', 'p', 'm', \
+                 'active', '2026-11-24T00:00:00Z', '2026-11-24T00:00:00Z'); \
+                 DELETE FROM sessions;",
+            )
+            .unwrap();
+        let after = std::fs::read(&log).unwrap();
+        assert!(after.len() > TEMPLATE_LOG.len());
+        assert_eq!(
+            after[..32],
+            TEMPLATE_LOG[..32],
+            "the log was not started again"
+        );
+        // The database file alone is the whole database: the template's frame changes nothing.
+        let alone = dir.path().join("alone.db");
+        std::fs::write(&alone, TEMPLATE).unwrap();
+        assert_eq!(schema(&Connection::open(&alone).unwrap()), schema(&conn));
         // WAL in the header (bytes 18 and 19): opening it needs no journal switch.
         assert_eq!(&TEMPLATE[18..20], &[2, 2]);
         let mode: String = installed

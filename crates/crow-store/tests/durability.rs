@@ -132,31 +132,40 @@ fn starting_the_log_early_changes_no_data_and_never_waits_for_a_lock() {
         busy_timeout: std::time::Duration::from_secs(30),
         ..Default::default()
     };
-    let store = SqliteStore::open_with(&path, &options).unwrap();
+    // A store closed once, alone: its log is copied into the file and emptied.
+    let first = SqliteStore::open_with(&path, &options).unwrap();
+    first.create_session(&new_session("s0", "/p")).unwrap();
+    drop(first);
     let wal = path.with_extension("db-wal");
-    let log_len = || std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
+    let log = || std::fs::read(&wal).unwrap();
+    assert!(log().is_empty(), "the closing store empties the log");
+    let store = SqliteStore::open_with(&path, &options).unwrap();
+    let header = || log()[..32].to_vec();
     let version = |conn: &rusqlite::Connection| -> i64 {
         conn.query_row("PRAGMA user_version", [], |r| r.get(0))
             .unwrap()
     };
     let reader = rusqlite::Connection::open(&path).unwrap();
     let before = version(&reader);
-    assert_eq!(log_len(), 0, "a new store's log holds nothing yet");
     store.start_log();
-    assert!(
-        log_len() > 0,
-        "the log is started: its header and one frame"
+    assert_eq!(
+        log().len(),
+        32 + 24 + 4096,
+        "the log is started: a header and one frame"
     );
     assert_eq!(version(&reader), before);
+    let started = header();
     // Another process holds the database: start_log gives up at once, and the store's own
     // busy timeout is back for the writes that follow.
     let holder = lock(&path);
-    let started = std::time::Instant::now();
+    let at = std::time::Instant::now();
     store.start_log();
-    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    assert!(at.elapsed() < std::time::Duration::from_secs(10));
     holder.execute_batch("COMMIT").unwrap();
     store.create_session(&new_session("s1", "/p")).unwrap();
+    assert_eq!(header(), started, "later commits append to the started log");
     assert_eq!(version(&reader), before);
+    assert_eq!(store.list_sessions(&Default::default()).unwrap().len(), 2);
 }
 
 #[test]
