@@ -41,9 +41,34 @@ pub(crate) fn install(path: &Path) -> bool {
         // Only beside the database this process installed, and only where no log is yet:
         // another crow that opened the new file meanwhile has created its own (empty) log,
         // and keeps it. Without this log the database is whole all the same.
-        link_copy(TEMPLATE_LOG, &beside(path, "-wal"));
+        let log = beside(path, "-wal");
+        link_copy(TEMPLATE_LOG, &log);
+        sync_in_background(vec![path.to_path_buf(), log]);
     }
     linked
+}
+
+/// Makes new files and their directory durable on a thread of its own, while the process
+/// goes on: the first fsync of a new file also writes its directory, and made at the
+/// store's closing checkpoint it was the longest wait of a first run's end. Nothing waits
+/// for this thread; SQLite's own fsyncs still order every commit.
+fn sync_in_background(files: Vec<std::path::PathBuf>) {
+    let spawned = std::thread::Builder::new()
+        .name("crow-store-sync".into())
+        .spawn(move || {
+            let dir = files
+                .first()
+                .and_then(|f| f.parent())
+                .map(Path::to_path_buf);
+            for file in files.iter().chain(dir.iter()) {
+                if let Err(e) = std::fs::File::open(file).and_then(|f| f.sync_all()) {
+                    tracing::debug!("cannot sync {}: {e}", file.display());
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::debug!("cannot start the thread that syncs a new database: {e}");
+    }
 }
 
 /// Writes `bytes` to a private file beside `path` and hard-links it to `path`; false when
