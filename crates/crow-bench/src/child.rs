@@ -24,6 +24,8 @@ pub struct ChildRun {
     pub wall: Duration,
     /// Peak resident set size of the child (not its own children), in KiB.
     pub max_rss_kib: u64,
+    /// CPU time of the child (user + system, all its threads; not its own children).
+    pub cpu: Duration,
     pub status: ExitStatus,
     /// Stdout lines, each with the instant the harness read it.
     pub lines: Vec<(Instant, String)>,
@@ -37,6 +39,10 @@ impl ChildRun {
 
     pub fn wall_ms(&self) -> f64 {
         self.wall.as_secs_f64() * 1000.0
+    }
+
+    pub fn cpu_ms(&self) -> f64 {
+        self.cpu.as_secs_f64() * 1000.0
     }
 
     /// The JSON lines of stdout whose `"type"` is `ty`, with their read instants.
@@ -123,7 +129,7 @@ pub fn run(wrapper: &Path, cmd: &Command) -> Result<ChildRun> {
         .split_whitespace()
         .filter_map(|n| n.parse().ok())
         .collect();
-    let [wall_ns, max_rss_kib, raw_status] = numbers[..] else {
+    let [wall_ns, max_rss_kib, cpu_us, raw_status] = numbers[..] else {
         bail!(
             "{:?} did not run ({outer_status}): {}",
             cmd.get_program(),
@@ -133,6 +139,7 @@ pub fn run(wrapper: &Path, cmd: &Command) -> Result<ChildRun> {
     Ok(ChildRun {
         wall: Duration::from_nanos(u64::try_from(wall_ns).unwrap_or(0)),
         max_rss_kib: u64::try_from(max_rss_kib).unwrap_or(0),
+        cpu: Duration::from_micros(u64::try_from(cpu_us).unwrap_or(0)),
         status: ExitStatus::from_raw(i32::try_from(raw_status).unwrap_or(-1)),
         lines,
         stderr,
@@ -140,8 +147,8 @@ pub fn run(wrapper: &Path, cmd: &Command) -> Result<ChildRun> {
 }
 
 /// Go-between mode (`crow-bench __wrap REPORT PROGRAM ARGS...`): runs PROGRAM with this
-/// process's stdio, cwd and environment, then writes `wall_ns max_rss_kib raw_status` to
-/// REPORT. Kept free of allocation-heavy work so its own footprint stays small.
+/// process's stdio, cwd and environment, then writes `wall_ns max_rss_kib cpu_us raw_status`
+/// to REPORT. Kept free of allocation-heavy work so its own footprint stays small.
 pub fn wrap(mut args: impl Iterator<Item = OsString>) -> Result<()> {
     let report = args
         .next()
@@ -160,20 +167,21 @@ pub fn wrap(mut args: impl Iterator<Item = OsString>) -> Result<()> {
     let wall = started.elapsed();
     // `child` was reaped by wait4; dropping it neither waits nor kills.
     drop(child);
-    let (status, max_rss_kib) = waited.context("wait4 failed")?;
+    let (status, max_rss_kib, cpu_us) = waited.context("wait4 failed")?;
     std::fs::write(
         report,
-        format!("{} {max_rss_kib} {status}\n", wall.as_nanos()),
+        format!("{} {max_rss_kib} {cpu_us} {status}\n", wall.as_nanos()),
     )
     .context("cannot write the report")?;
     Ok(())
 }
 
-/// Reaps `pid`, returning its raw wait status and its own peak RSS in KiB.
+/// Reaps `pid`, returning its raw wait status, its own peak RSS in KiB and its CPU time
+/// (user + system) in microseconds.
 // std has no wait4, and getrusage(RUSAGE_CHILDREN) reports the largest child so far, not
 // this one; so this is the one place the harness calls libc directly.
 #[allow(unsafe_code)]
-fn wait4(pid: i32) -> std::io::Result<(i32, u64)> {
+fn wait4(pid: i32) -> std::io::Result<(i32, u64, u64)> {
     let mut status: libc::c_int = 0;
     // SAFETY: rusage is a plain C struct of integers; all-zero is a valid value.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
@@ -181,7 +189,15 @@ fn wait4(pid: i32) -> std::io::Result<(i32, u64)> {
         // SAFETY: both pointers are to live, writable locals of the right types.
         let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
         if r == pid {
-            return Ok((status, u64::try_from(usage.ru_maxrss).unwrap_or(0)));
+            let micros = |t: libc::timeval| {
+                u64::try_from(t.tv_sec).unwrap_or(0) * 1_000_000
+                    + u64::try_from(t.tv_usec).unwrap_or(0)
+            };
+            return Ok((
+                status,
+                u64::try_from(usage.ru_maxrss).unwrap_or(0),
+                micros(usage.ru_utime) + micros(usage.ru_stime),
+            ));
         }
         let err = std::io::Error::last_os_error();
         if err.kind() != std::io::ErrorKind::Interrupted {
