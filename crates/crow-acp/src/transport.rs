@@ -83,13 +83,27 @@ fn floor_boundary(text: &str, index: usize) -> usize {
     i
 }
 
+/// Bytes past which lines still queued wait for the next write.
+const BATCH_BYTES: usize = 64 * 1024;
+
 /// Writes the queued lines in order (the crate's and crow's own replies share stdout);
-/// ends at the first write error or when every sender is gone.
+/// ends at the first write error or when every sender is gone. A line and its newline go
+/// out in one write, with the lines queued meanwhile: each write to tokio's stdout is a trip
+/// to its blocking pool, and a newline written apart was a second one for every update.
 async fn write_lines<W: AsyncWrite + Unpin>(mut output: W, mut lines: UnboundedReceiver<String>) {
+    let mut batch = String::new();
     while let Some(line) = lines.recv().await {
+        batch.clear();
+        batch.push_str(&line);
+        batch.push('\n');
+        while batch.len() < BATCH_BYTES
+            && let Ok(more) = lines.try_recv()
+        {
+            batch.push_str(&more);
+            batch.push('\n');
+        }
         let written = async {
-            output.write_all(line.as_bytes()).await?;
-            output.write_all(b"\n").await?;
+            output.write_all(batch.as_bytes()).await?;
             output.flush().await
         };
         if let Err(e) = written.await {
