@@ -1,4 +1,5 @@
-//! The `crow` binary: CLI parsing, configuration, and the commands.
+//! The `crow` binary: the sandbox launcher, logging, the runtime and the commands (their
+//! command line is `cli.rs`).
 
 // The binary's job is to print; libraries must not (workspace lint).
 #![allow(clippy::print_stdout)]
@@ -8,6 +9,7 @@ mod stop;
 
 mod acp;
 mod agents;
+mod cli;
 mod compose;
 mod config;
 mod config_cmd;
@@ -38,244 +40,12 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use clap::{Args, Parser, Subcommand};
 
+use crate::cli::{
+    AgentsCommand, Command, ConfigCommand, ModelArgs, PromptsCommand, RunArgs, SessionArgs,
+    parse_cli,
+};
 use crate::config::Overrides;
-
-#[derive(Parser)]
-#[command(
-    name = "crow",
-    version,
-    about = "A coding agent for your terminal and your editor"
-)]
-#[command(args_conflicts_with_subcommands = true)]
-struct Cli {
-    #[command(subcommand)]
-    command: Option<Command>,
-    /// With no command: an interactive session in this project
-    #[command(flatten)]
-    session: SessionArgs,
-}
-
-/// `crow [PROMPT]`: the interactive terminal.
-#[derive(Args, Default)]
-struct SessionArgs {
-    /// A first prompt to send when the session opens
-    prompt: Option<String>,
-    #[command(flatten)]
-    model: ModelArgs,
-    /// Composition or agent: build, build-judge, pair, plan, ... (default: build, or the
-    /// resumed session's)
-    #[arg(long, short)]
-    agent: Option<String>,
-    /// Autonomy level -1..5, overriding the composition's
-    #[arg(long, allow_negative_numbers = true, value_parser = clap::value_parser!(i8).range(-1..=5))]
-    level: Option<i8>,
-    /// Continue the most recent session of this project
-    #[arg(long = "continue", short = 'c', conflicts_with = "resume")]
-    continue_last: bool,
-    /// Continue the session with this id (or a unique prefix of it)
-    #[arg(long, value_name = "ID")]
-    resume: Option<String>,
-    /// What runs without asking (default: [permissions] mode, else ask)
-    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(crow_core::Mode::NAMES))]
-    mode: Option<String>,
-    /// Work in `/` or your home directory although it is no project
-    #[arg(long)]
-    allow_root_project: bool,
-}
-
-#[derive(Subcommand)]
-enum Command {
-    /// Run one task to completion, streaming to the terminal
-    Run(RunArgs),
-    /// Watch crow work on a small project, driven by a scripted local model (no setup needed)
-    Demo {
-        /// Print the event stream as JSON lines instead
-        #[arg(long)]
-        json: bool,
-        /// Directory for the demo project (default: a new temporary directory)
-        #[arg(long)]
-        dir: Option<std::path::PathBuf>,
-    },
-    /// Manage MCP servers (tools from other programs)
-    Mcp {
-        #[command(subcommand)]
-        command: mcp::McpCommand,
-    },
-    /// List and inspect agents and compositions (built-in, ~/.config/crow/agents, .crow/agents)
-    Agents {
-        #[command(subcommand)]
-        command: AgentsCommand,
-    },
-    /// The prompt templates crow renders and where each comes from (built in, your
-    /// ~/.config/crow/prompts/NAME.md.j2, the project's .crow/prompts/NAME.md.j2)
-    Prompts {
-        #[command(subcommand)]
-        command: PromptsCommand,
-    },
-    /// Set up crow in this project: a commented .crow/config.toml and an AGENTS.md skeleton
-    Init {
-        /// Write without asking
-        #[arg(long, short)]
-        yes: bool,
-    },
-    /// Trust this project's own configuration (.crow/config.toml, .mcp.json): its endpoints,
-    /// keys, MCP servers and store settings take effect from now on
-    Trust {
-        /// The project (default: the current one)
-        path: Option<std::path::PathBuf>,
-        /// Stop trusting it
-        #[arg(long)]
-        remove: bool,
-    },
-    /// List, show, export and delete stored sessions
-    Sessions {
-        #[command(subcommand)]
-        command: sessions::SessionsCommand,
-    },
-    /// What crow learned from finished sessions: list, search, show, add, edit, forget
-    Memory {
-        #[command(subcommand)]
-        command: memory::MemoryCommand,
-    },
-    /// Tokens, cache hits, calls and time per model and per agent, from the stored sessions
-    Stats(stats::StatsArgs),
-    /// The models your providers serve (asked from each provider), with context windows
-    Models {
-        /// Only this provider ([providers.NAME]); default: the selected one and every other
-        /// with a key
-        #[arg(long, short)]
-        provider: Option<String>,
-        /// Trust the project's own config for this run (as `crow run --trust-project`)
-        #[arg(long)]
-        trust_project: bool,
-    },
-    /// Revert the files the agent changed in its last turn (commands' changes included), or
-    /// re-apply them with --redo; files edited by hand since are not overwritten without --force
-    Undo {
-        /// The session (id or prefix; default: the latest of this project)
-        #[arg(long)]
-        session: Option<String>,
-        /// Undo every turn from this one on (turns that changed files, numbered from 1)
-        #[arg(long, conflicts_with = "redo")]
-        to: Option<usize>,
-        /// Re-apply the last undone turn
-        #[arg(long)]
-        redo: bool,
-        /// Overwrite files changed by hand since the agent's turn
-        #[arg(long)]
-        force: bool,
-    },
-    /// List and show Agent Skills (SKILL.md folders in .crow/skills, .agents/skills, ~/.claude/skills, ...)
-    Skills {
-        #[command(subcommand)]
-        command: skills::SkillsCommand,
-    },
-    /// Serve the Agent Client Protocol on stdin/stdout, for editors (Zed, JetBrains, Neovim)
-    Acp(ModelArgs),
-    /// Run a command exactly as the agent's `bash` would (same sandbox, same environment),
-    /// to see what a policy allows; what is enforced goes to stderr
-    Sandbox {
-        /// Trust the project's own config for this run (as `crow run --trust-project`)
-        #[arg(long)]
-        trust_project: bool,
-        /// The command; several words are joined with spaces into one shell command
-        #[arg(last = true, required = true)]
-        command: Vec<String>,
-    },
-    /// Inspect the configuration
-    Config {
-        #[command(subcommand)]
-        command: ConfigCommand,
-    },
-}
-
-#[derive(Subcommand)]
-enum ConfigCommand {
-    /// Print the effective configuration and where each value came from (secrets redacted)
-    Show(ModelArgs),
-    #[command(flatten)]
-    Edit(config_cmd::EditCommand),
-}
-
-#[derive(Subcommand)]
-enum PromptsCommand {
-    /// Every template, its source and what it is for
-    List,
-    /// One template's text as crow would use it here
-    Show { name: String },
-}
-
-#[derive(Subcommand)]
-enum AgentsCommand {
-    /// Every agent and composition, and any definition that failed to load
-    List,
-    /// One agent or composition in full
-    Show { name: String },
-}
-
-#[derive(Args, Debug, PartialEq)]
-struct RunArgs {
-    /// The task; `-` reads it from stdin
-    prompt: String,
-    /// Print the AgentEvent stream as JSON lines (for scripts and CI)
-    #[arg(long)]
-    json: bool,
-    #[command(flatten)]
-    model: ModelArgs,
-    /// Model calls allowed per turn before crow stops (at least 1)
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
-    max_iterations: Option<u32>,
-    /// Work in `/` or your home directory although it is no project (crow refuses otherwise:
-    /// its tools could change anything below)
-    #[arg(long)]
-    allow_root_project: bool,
-    /// Composition or agent to run: build, build-loop, build-judge, build-smart, pair, plan, ...
-    /// (default: build, or the resumed session's)
-    #[arg(long, short)]
-    agent: Option<String>,
-    /// Autonomy level, overriding the composition's: -1 back to you after each turn, 0 loop
-    /// until done, 1 fixed nudge, 2 generated nudge, 3 reviewer comments, 4 read-only judge,
-    /// 5 reviewer that can fix
-    #[arg(long, allow_negative_numbers = true, value_parser = clap::value_parser!(i8).range(-1..=5))]
-    level: Option<i8>,
-    /// Continue the most recent session of this project
-    #[arg(long = "continue", short = 'c', conflicts_with = "resume")]
-    continue_last: bool,
-    /// Continue the session with this id (or a unique prefix of it)
-    #[arg(long, value_name = "ID")]
-    resume: Option<String>,
-    /// What runs without asking (default: [permissions] mode, else full-auto; commands run
-    /// in the sandbox). No one is asked in `crow run`: what would ask is refused.
-    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(crow_core::Mode::NAMES))]
-    mode: Option<String>,
-    /// Answer every permission question yes (no one is there to ask): calls that would ask
-    /// run, also commands that would run unconfined where the kernel has no sandbox. Deny
-    /// rules still deny.
-    #[arg(long)]
-    approve: bool,
-}
-
-#[derive(Args, Clone, Default, Debug, PartialEq)]
-struct ModelArgs {
-    /// Model name, e.g. gpt-4.1, claude-sonnet-4-5, qwen2.5-coder
-    #[arg(long, short)]
-    model: Option<String>,
-    /// Provider name from config ([providers.NAME]); built in: openai, anthropic, ollama
-    #[arg(long, short)]
-    provider: Option<String>,
-    /// Base URL of the provider's API (e.g. http://localhost:8000/v1 for vLLM)
-    #[arg(long)]
-    base_url: Option<String>,
-    /// Let the project's own config set endpoints, keys, MCP servers and the store for this
-    /// run (`crow trust` makes it permanent)
-    #[arg(long)]
-    trust_project: bool,
-    /// How hard reasoning models think: minimal, low, medium or high (kept with the session)
-    #[arg(long, value_name = "LEVEL")]
-    effort: Option<crow_providers::ReasoningEffort>,
-}
 
 fn main() -> ExitCode {
     // The sandbox launcher: a bare process that confines itself and execs a command. It
@@ -320,38 +90,6 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// The command line. `crow run …` is parsed with the `run` subcommand's arguments alone:
-/// building the whole command tree was about 0.2 ms of every cold `crow run`. What that
-/// parse refuses, and help or version flags, go through the whole tree, which answers as
-/// always.
-fn parse_cli() -> Cli {
-    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    match parse_run_alone(&args) {
-        Some(run) => Cli {
-            command: Some(Command::Run(run)),
-            session: SessionArgs::default(),
-        },
-        None => Cli::parse_from(args),
-    }
-}
-
-/// `args` (the program's name first) as `crow run`'s arguments, when they are exactly that
-/// and parse.
-fn parse_run_alone(args: &[std::ffi::OsString]) -> Option<RunArgs> {
-    use clap::FromArgMatches as _;
-    let (Some(run), Some(rest)) = (args.get(1), args.get(2..)) else {
-        return None;
-    };
-    let help =
-        |a: &std::ffi::OsString| matches!(a.to_str(), Some("-h" | "--help" | "-V" | "--version"));
-    if run != "run" || rest.iter().any(help) {
-        return None;
-    }
-    let command = RunArgs::augment_args(clap::Command::new("run").no_binary_name(true));
-    let matches = command.try_get_matches_from(rest).ok()?;
-    RunArgs::from_arg_matches(&matches).ok()
 }
 
 /// The async runtime a command runs on. Its async side only waits on sockets, pipes and
@@ -823,84 +561,4 @@ async fn sandbox_command(trust_project: bool, command: &str) -> Result<ExitCode>
         .or_else(|| status.signal().map(|s| 128 + s))
         .unwrap_or(1);
     Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn argv(args: &[&str]) -> Vec<std::ffi::OsString> {
-        std::iter::once("crow")
-            .chain(args.iter().copied())
-            .map(Into::into)
-            .collect()
-    }
-
-    #[test]
-    fn run_parsed_alone_equals_run_parsed_in_the_whole_tree() {
-        for args in [
-            &["run", "fix it"][..],
-            &["run", "--json", "-m", "m", "--provider", "p", "say done"],
-            &[
-                "run",
-                "--level",
-                "-1",
-                "--effort",
-                "high",
-                "--continue",
-                "go on",
-            ],
-            &[
-                "run",
-                "--resume",
-                "01ab",
-                "--mode",
-                "auto-edit",
-                "-a",
-                "build-judge",
-                "x",
-            ],
-            &[
-                "run",
-                "--max-iterations",
-                "3",
-                "--approve",
-                "--allow-root-project",
-                "-",
-            ],
-            &[
-                "run",
-                "--trust-project",
-                "--base-url",
-                "http://h/v1",
-                "--",
-                "--json",
-            ],
-        ] {
-            let alone =
-                parse_run_alone(&argv(args)).unwrap_or_else(|| panic!("{args:?} parses alone"));
-            let whole = match Cli::try_parse_from(argv(args)).unwrap().command {
-                Some(Command::Run(run)) => run,
-                _ => panic!("{args:?} is a run"),
-            };
-            assert_eq!(alone, whole, "{args:?}");
-        }
-    }
-
-    #[test]
-    fn what_run_alone_refuses_goes_to_the_whole_tree() {
-        for args in [
-            &["run"][..],
-            &["run", "--help"],
-            &["run", "-V"],
-            &["run", "--level", "9", "x"],
-            &["run", "--continue", "--resume", "a", "x"],
-            &["run", "--no-such-flag", "x"],
-            &["run", "--mode", "plan", "x"],
-            &["sessions", "list"],
-            &[],
-        ] {
-            assert!(parse_run_alone(&argv(args)).is_none(), "{args:?}");
-        }
-    }
 }
