@@ -4,36 +4,16 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
-use std::time::Duration;
 
 use chrono::Utc;
-use crow_core::{NewSession, SessionStore, Usage, UsageRecord};
-use crow_store::{SqliteStore, StoreOptions};
+use crow_core::{SessionStore, Usage, UsageRecord};
+use crow_store::SqliteStore;
 
-fn quick(path: &Path) -> SqliteStore {
-    SqliteStore::open_with(
-        path,
-        &StoreOptions {
-            busy_timeout: Duration::from_millis(100),
-            ..StoreOptions::default()
-        },
-    )
-    .unwrap()
-}
+mod common;
+use common::{new_session, quick};
 
 fn session(store: &SqliteStore) {
-    store
-        .create_session(&NewSession {
-            id: "s1".into(),
-            project_root: "/p".into(),
-            cwd: "/p".into(),
-            title: "t".into(),
-            agent: "builder".into(),
-            provider: "openai".into(),
-            model: "gpt-test".into(),
-            ..Default::default()
-        })
-        .unwrap();
+    store.create_session(&new_session("s1", "/p")).unwrap();
 }
 
 fn row(input: u64) -> UsageRecord {
