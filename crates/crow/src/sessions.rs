@@ -217,6 +217,17 @@ impl Opening {
     }
 }
 
+/// A run that ends before it needed the store (a composition that does not exist) still
+/// lets the opening finish, so the store closes as every store does: its log checkpointed,
+/// no half-installed template left behind.
+impl Drop for Opening {
+    fn drop(&mut self) {
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
 /// Opens the store to read: falls back to read-only access when the file cannot be written,
 /// and says so when there is no database yet.
 pub fn open_for_reading(config: &Config) -> Result<Option<SqliteStore>> {
