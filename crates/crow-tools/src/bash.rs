@@ -28,7 +28,7 @@ use tokio::task::JoinHandle;
 use crate::ToolOptions;
 use crate::args::{lenient_u64, parse, require_permission};
 use crate::output::HeadTail;
-use crate::sandbox::SandboxSpec;
+use crate::sandbox::{SandboxSpec, Watch};
 
 const SHAPE: &str = r#"{"command": string, "timeout"?: integer (seconds)}"#;
 /// Time between SIGTERM and SIGKILL: enough for a clean exit, short enough not to stall.
@@ -195,6 +195,7 @@ async fn run(
         Some(lazy) => Some(lazy.get_async().await),
         None => None,
     };
+    let watch = sandbox.map(|spec| spec.watch(&ctx.project_root));
     let mut child = match spawn_shell(command, ctx, &options.env, sandbox) {
         Ok(c) => c,
         Err(e) => return ToolResult::error(format!("cannot start the shell: {e}")),
@@ -202,7 +203,8 @@ async fn run(
     let Some(pid) = child.id() else {
         return ToolResult::error("the shell exited before it could be observed");
     };
-    // process_group(0) made the shell the leader of a group whose id is its pid.
+    // process_group(0), or the launcher's setsid, made the shell (or the launcher) the
+    // leader of a group whose id is its pid.
     let mut guard = GroupGuard::new(Pid::from_raw(pid as i32));
 
     let buffer = Arc::new(Mutex::new(HeadTail::new(max_output)));
@@ -256,7 +258,24 @@ async fn run(
         }
         Err(_) => String::new(),
     };
-    finish(text, ending, timeout)
+    let mut result = finish(text, ending, timeout);
+    if let Some(watch) = watch {
+        report_tampering(&mut result, &watch);
+    }
+    result
+}
+
+/// Says in the result what the command did to the paths the sandbox protects (created ones
+/// were removed): the model reads why, and the call counts as failed.
+fn report_tampering(result: &mut ToolResult, watch: &Watch) {
+    let found = watch.sweep();
+    if found.is_empty() {
+        return;
+    }
+    for tampered in found {
+        result.output.push_str(&format!("\n[sandbox: {tampered}]"));
+    }
+    result.status = ToolStatus::Error;
 }
 
 /// Environment that keeps commands from waiting on a terminal nobody answers.
@@ -283,9 +302,13 @@ async fn run_in_client(
         .collect();
     env.extend(options.env.client_overrides());
     // The editor's terminal runs on this machine: the same launcher confines it there.
-    let command = match &options.sandbox {
-        Some(lazy) => lazy.get().shell_line(&ctx.project_root, command),
-        None => command.to_owned(),
+    let (command, watch) = match &options.sandbox {
+        Some(lazy) => {
+            let spec = lazy.get();
+            let watch = spec.watch(&ctx.project_root);
+            (spec.shell_line(&ctx.project_root, command), Some(watch))
+        }
+        None => (command.to_owned(), None),
     };
     let request = CommandRequest {
         command,
@@ -313,6 +336,9 @@ async fn run_in_client(
         },
     };
     let mut result = finish(text, ending, timeout);
+    if let Some(watch) = watch {
+        report_tampering(&mut result, &watch);
+    }
     if let (Some(id), Some(extra)) = (outcome.terminal_id, result.metadata.extra.as_object_mut()) {
         extra.insert("terminal_id".into(), serde_json::Value::String(id));
     }
@@ -337,8 +363,12 @@ fn spawn_shell(
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .process_group(0)
             .kill_on_drop(true);
+        // The launcher starts a session of its own (so a group of its own, with its pid as
+        // the id), which a process group leader cannot: it must not be made one here.
+        if sandbox.is_none() {
+            cmd.process_group(0);
+        }
         cmd
     };
     match build("bash").spawn() {

@@ -6,15 +6,23 @@
 //! single-threaded process that confines itself and then `exec`s the command, which inherits
 //! the confinement (see [`launch`]).
 //!
-//! What the launcher enforces:
+//! What the launcher enforces ([`launcher`]):
 //! - **writes** only beneath the writable paths (Landlock: the write rights are handled and
 //!   granted under those paths alone; reading and executing stay free);
-//! - **read-only carve-outs** inside them (the project's `.git/hooks` and `.git/config`, its
-//!   permission files — `.crow/`, `.claude/settings*.json`, `opencode.json` … —, crow's own
-//!   config and data): bind-mounted read-only in a private mount namespace, since
-//!   Landlock can only add rights, never take them back beneath a granted directory;
+//! - **protected paths** inside them ([`protect`]): every git dir pinned (a mount point
+//!   cannot be renamed or replaced) with what names a program to run (config, hooks, info,
+//!   commondir) read-only; the project's files that make crow run programs or loosen its
+//!   rules (`.crow/`, `.claude/`, `.mcp.json`, `opencode.json` …) and crow's own config and
+//!   data read-only — bind mounts in a private mount namespace, since Landlock can only add
+//!   rights; what is missing is watched, and removed if a command creates it ([`Watch`]);
 //! - **no network**: a new, empty network namespace (every protocol), and Landlock's TCP
-//!   bind/connect rules where the kernel has them (ABI 4, Linux 6.7).
+//!   bind/connect rules where the kernel has them (ABI 4, Linux 6.7);
+//! - **no terminal, no signals out**: a new session (no controlling terminal to inject
+//!   keystrokes into), and Landlock's scopes (ABI 6, Linux 6.12): signals and abstract unix
+//!   sockets reach only the command's own processes.
+//!
+//! The launcher itself is never a file a command could replace: crow runs a private,
+//! sealed copy of it ([`pin_launcher`]).
 //!
 //! [`Support`] says what the machine offers (probed once per process by running the
 //! launcher with `--probe`); [`SandboxSpec::unavailable`] turns a missing piece into an
@@ -26,6 +34,12 @@ use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Serialize};
 
+mod launcher;
+mod protect;
+
+pub use launcher::launch;
+pub use protect::{PROJECT_POLICY, Tampered, Watch, note_own_write};
+
 /// The first argument that turns crow into the launcher.
 pub const LAUNCHER_ARG: &str = "__sandbox";
 
@@ -35,7 +49,7 @@ pub const LAUNCHER_BIN: &str = "crow-sandbox";
 
 /// The launcher's protocol (its arguments and policy JSON), said by `--probe`: a launcher
 /// answering another one (a stale build beside a newer crow) is not used.
-pub const PROTOCOL: u32 = 1;
+pub const PROTOCOL: u32 = 2;
 
 /// Set (non-empty) to make crow behave as on a machine without any sandbox support: tests
 /// and users can see the refusal without such a machine.
@@ -71,6 +85,9 @@ pub struct Support {
     pub landlock_fs: bool,
     /// Landlock TCP bind/connect rules (ABI 4, Linux 6.7).
     pub landlock_net: bool,
+    /// Landlock scopes for signals and abstract unix sockets (ABI 6, Linux 6.12).
+    #[serde(default)]
+    pub landlock_scopes: bool,
     /// User namespaces with a private mount and network namespace.
     pub namespaces: bool,
     /// Why the probe itself failed or was overridden, if it did.
@@ -118,25 +135,111 @@ fn probe_protocol(launcher: &Path) -> Result<(Support, u32), String> {
     Ok((serde_json::from_value(value).map_err(odd)?, protocol))
 }
 
+/// The program that confines a command: what crow runs, and the file it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Launcher {
+    /// What is executed: a sealed in-memory copy (`/proc/PID/fd/N`) or crow's own running
+    /// image (`/proc/PID/exe`), never a path a confined command could write.
+    pub program: PathBuf,
+    /// The file it was taken from, for people to read.
+    pub origin: PathBuf,
+}
+
+impl Launcher {
+    /// A launcher run from its path as it is (tests, tools that pin nothing).
+    pub fn at(path: impl Into<PathBuf>) -> Self {
+        let path = path.into();
+        Self {
+            program: path.clone(),
+            origin: path,
+        }
+    }
+}
+
 /// The launcher to use and what it found: the small one beside `own_exe` when it is there
-/// and speaks [`PROTOCOL`], else `own_exe` itself (`crow __sandbox`).
-pub fn choose_launcher(own_exe: &Path) -> (PathBuf, Support) {
+/// and speaks [`PROTOCOL`], else `own_exe` itself (`crow __sandbox`). Either is pinned
+/// first ([`pin_launcher`]): a command that replaces the file on disk changes nothing.
+pub fn choose_launcher(own_exe: &Path) -> (Launcher, Support) {
     if std::env::var_os(FORCE_UNSUPPORTED_ENV).is_none_or(|v| v.is_empty()) {
         let small = own_exe.with_file_name(LAUNCHER_BIN);
         if small.is_file()
-            && let Ok((support, PROTOCOL)) = probe_protocol(&small)
+            && let Some(program) = pin_launcher(&small)
+            && let Ok((support, PROTOCOL)) = probe_protocol(&program)
         {
-            return (small, support);
+            let launcher = Launcher {
+                program,
+                origin: small,
+            };
+            return (launcher, support);
         }
     }
-    (own_exe.to_path_buf(), Support::probe_with(own_exe))
+    let launcher = Launcher {
+        program: own_image(own_exe)
+            .or_else(|| pin_launcher(own_exe))
+            .unwrap_or_else(|| own_exe.to_path_buf()),
+        origin: own_exe.to_path_buf(),
+    };
+    let support = Support::probe_with(&launcher.program);
+    (launcher, support)
+}
+
+/// When `exe` is this process's executable: a path to its running image that any process of
+/// the user can exec while crow runs — the image crow started from, even if the file was
+/// since replaced (and a running executable cannot be written in place).
+fn own_image(exe: &Path) -> Option<PathBuf> {
+    let current = std::env::current_exe().ok()?;
+    if canonical(&current) != canonical(exe) {
+        return None;
+    }
+    let image = PathBuf::from(format!("/proc/{}/exe", std::process::id()));
+    image.exists().then_some(image)
+}
+
+/// A sealed in-memory copy of the launcher at `path` (`/proc/PID/fd/N`, kept open for the
+/// life of the process): when the launcher lies inside a writable root (crow run from its
+/// own checkout, or from /tmp), one command could otherwise replace it and run every later
+/// command unconfined. `None` where the kernel has no memfd.
+#[cfg(target_os = "linux")]
+pub fn pin_launcher(path: &Path) -> Option<PathBuf> {
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+
+    use nix::fcntl::{FcntlArg, SealFlag, fcntl};
+    use nix::sys::memfd::{MFdFlags, memfd_create};
+
+    let bytes = std::fs::read(path).ok()?;
+    let fd = memfd_create(
+        LAUNCHER_BIN,
+        MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING,
+    )
+    .ok()?;
+    let mut file = std::fs::File::from(fd);
+    file.write_all(&bytes).ok()?;
+    let seals = SealFlag::F_SEAL_WRITE
+        | SealFlag::F_SEAL_GROW
+        | SealFlag::F_SEAL_SHRINK
+        | SealFlag::F_SEAL_SEAL;
+    fcntl(&file, FcntlArg::F_ADD_SEALS(seals)).ok()?;
+    let program = PathBuf::from(format!(
+        "/proc/{}/fd/{}",
+        std::process::id(),
+        file.as_raw_fd()
+    ));
+    // Open until the process ends: commands are started through this path.
+    std::mem::forget(file);
+    Some(program)
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn pin_launcher(_path: &Path) -> Option<PathBuf> {
+    None
 }
 
 /// The sandbox of `bash` commands, as configured (the project root comes with each call).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SandboxSpec {
-    /// The program that confines itself and execs the command (crow's own executable).
-    pub launcher: PathBuf,
+    /// The program that confines itself and execs the command.
+    pub launcher: Launcher,
     /// `WorkspaceWrite` or `ReadOnly` (`Off` means no spec at all).
     pub mode: SandboxMode,
     /// Writable besides the project and the temp dirs (`[sandbox] writable_roots`).
@@ -220,6 +323,10 @@ impl Eq for LazySandbox {}
 pub struct LaunchPolicy {
     /// Landlock: writes only beneath these.
     pub writable: Vec<PathBuf>,
+    /// Bound onto themselves before the read-only mounts (each lies inside a writable
+    /// path): mount points, which no rename or removal can move — the git dirs.
+    #[serde(default)]
+    pub pinned: Vec<PathBuf>,
     /// Bind-mounted read-only (each lies inside a writable path).
     pub read_only: Vec<PathBuf>,
     pub network: bool,
@@ -228,14 +335,17 @@ pub struct LaunchPolicy {
     pub namespaces: bool,
     /// Also deny TCP bind/connect through Landlock.
     pub landlock_net: bool,
+    /// Start a new session first: the command has no controlling terminal.
+    #[serde(default)]
+    pub new_session: bool,
 }
 
-/// Device files every command may write (output to /dev/null, a terminal).
-const DEVICES: [&str; 8] = [
+/// Device files every command may write (output to /dev/null, a pseudo-terminal of its
+/// own). Not `/dev/tty`: a command has no controlling terminal.
+const DEVICES: [&str; 7] = [
     "/dev/null",
     "/dev/zero",
     "/dev/full",
-    "/dev/tty",
     "/dev/ptmx",
     "/dev/pts",
     "/dev/shm",
@@ -268,10 +378,18 @@ impl SandboxSpec {
     /// What is enforced without being complete: said once to the user, not a refusal.
     pub fn weaker(&self) -> Vec<String> {
         let mut notes = Vec::new();
+        if self.support.landlock_fs && !self.support.landlock_scopes {
+            notes.push(
+                "Landlock scopes are unavailable (Linux 6.12): commands can signal your other \
+                 processes and reach abstract unix sockets"
+                    .to_owned(),
+            );
+        }
         if self.support.landlock_fs && !self.support.namespaces {
             notes.push(
-                "user namespaces are unavailable: .git/hooks, .git/config and crow's own files \
-                 inside writable roots are not kept read-only"
+                "user namespaces are unavailable: git dirs, the project's crow, Claude and \
+                 opencode files, and crow's own files inside writable roots are not kept \
+                 read-only"
                     .to_owned(),
             );
             if !self.network && self.support.landlock_net {
@@ -283,18 +401,9 @@ impl SandboxSpec {
 
     /// The concrete policy for a command of the project at `project_root`.
     pub fn policy(&self, project_root: &Path) -> LaunchPolicy {
-        let mut writable: Vec<PathBuf> = DEVICES.iter().map(PathBuf::from).collect();
-        if self.mode == SandboxMode::WorkspaceWrite {
-            writable.push(project_root.to_path_buf());
-            writable.push(PathBuf::from("/tmp"));
-            writable.push(std::env::temp_dir());
-            writable.extend(self.writable_roots.iter().cloned());
-        }
-        let writable = canonical_existing(writable);
-        let mut candidates = git_protected(project_root);
-        // The project's own permission rules and agent definitions: a command must not loosen
-        // the policy it runs under (those that exist; a missing one asks through the policy).
-        candidates.extend(PROJECT_POLICY.iter().map(|p| project_root.join(p)));
+        let writable = self.writable(project_root);
+        let protected = protect::Protected::of_project(project_root);
+        let mut candidates = protected.read_only;
         // A protected directory holding the project (a store kept in the project's
         // parent) would make the whole project read-only: the project wins.
         candidates.extend(
@@ -304,22 +413,59 @@ impl SandboxSpec {
                 .cloned(),
         );
         // Only what a write rule would reach needs a mount; the rest is read-only already.
-        let read_only: Vec<PathBuf> = canonical_existing(candidates)
-            .into_iter()
-            .filter(|p| {
-                writable
-                    .iter()
-                    .any(|w| p.starts_with(w) && !DEVICES.iter().any(|d| w == Path::new(d)))
-            })
-            .collect();
-        let needs_namespaces = !read_only.is_empty() || !self.network;
+        let reachable = |paths: Vec<PathBuf>| -> Vec<PathBuf> {
+            canonical_existing(paths)
+                .into_iter()
+                .filter(|p| within(&writable, p))
+                .collect()
+        };
+        let read_only = reachable(candidates);
+        let mut pinned = reachable(protected.pinned);
+        // Outer dirs first, so a nested pin is not hidden under a later one.
+        pinned.sort_by_key(|p| p.components().count());
+        let needs_namespaces = !read_only.is_empty() || !pinned.is_empty() || !self.network;
         LaunchPolicy {
             writable,
+            pinned,
             read_only,
             network: self.network,
             namespaces: needs_namespaces && self.support.namespaces,
             landlock_net: !self.network && self.support.landlock_net,
+            new_session: true,
         }
+    }
+
+    /// The protected paths of the project as they are now, to compare after a command
+    /// ([`Watch::sweep`]): only those a command could write.
+    pub fn watch(&self, project_root: &Path) -> Watch {
+        if !self.support.landlock_fs {
+            return Watch::default();
+        }
+        let writable = self.writable(project_root);
+        let protected = protect::Protected::of_project(project_root);
+        let paths = protected
+            .absent
+            .into_iter()
+            .chain(protected.pinned)
+            .chain(protected.read_only)
+            .filter(|p| {
+                p.parent()
+                    .is_some_and(|dir| within(&writable, &canonical(dir)))
+            });
+        Watch::new(paths)
+    }
+
+    /// Where the command may write: devices, and in workspace-write the project, the temp
+    /// dirs and the configured roots (canonical, existing).
+    fn writable(&self, project_root: &Path) -> Vec<PathBuf> {
+        let mut writable: Vec<PathBuf> = DEVICES.iter().map(PathBuf::from).collect();
+        if self.mode == SandboxMode::WorkspaceWrite {
+            writable.push(project_root.to_path_buf());
+            writable.push(PathBuf::from("/tmp"));
+            writable.push(std::env::temp_dir());
+            writable.extend(self.writable_roots.iter().cloned());
+        }
+        canonical_existing(writable)
     }
 
     /// The program and arguments that run `shell -c command` confined.
@@ -337,7 +483,7 @@ impl SandboxSpec {
             .iter()
             .map(OsString::from)
             .collect();
-        (self.launcher.clone(), args)
+        (self.launcher.program.clone(), args)
     }
 
     /// The same as one shell line, for a terminal that runs `bash -c LINE` (an editor's).
@@ -375,10 +521,17 @@ impl SandboxSpec {
             format!("off ({})", how.join(" + "))
         };
         let mut text = format!(
-            "sandbox: {} (launcher {})\nwritable: {}\nread-only inside them: {}\nnetwork: {network}\n",
+            "sandbox: {} (launcher {})\nwritable: {}\npinned (cannot be moved): {}\nread-only inside them: {}\nnetwork: {network}\n",
             self.mode.as_str(),
-            self.launcher.display(),
+            self.launcher.origin.display(),
             list(&policy.writable),
+            if policy.pinned.is_empty() {
+                "nothing".to_owned()
+            } else if policy.namespaces {
+                list(&policy.pinned)
+            } else {
+                format!("NOT ENFORCED ({})", list(&policy.pinned))
+            },
             if policy.read_only.is_empty() {
                 "nothing".to_owned()
             } else if policy.namespaces {
@@ -394,44 +547,11 @@ impl SandboxSpec {
     }
 }
 
-/// The project's files that hold crow's (and Claude Code's, opencode's) permission rules
-/// and agent definitions; the permission policy asks before a call touches them, too.
-pub const PROJECT_POLICY: [&str; 7] = [
-    ".crow",
-    ".claude/settings.json",
-    ".claude/settings.local.json",
-    ".claude/agents",
-    ".opencode",
-    "opencode.json",
-    "opencode.jsonc",
-];
-
-/// The paths through which a command could make git run code later: hooks, and the config
-/// that can point `core.hooksPath` or `core.fsmonitor` elsewhere.
-fn git_protected(project_root: &Path) -> Vec<PathBuf> {
-    let dot_git = project_root.join(".git");
-    let git_dir = if dot_git.is_dir() {
-        // A repository without hooks yet: an empty directory to mount read-only, so the
-        // command cannot create one (harmless; git creates it on init anyway).
-        let _ = std::fs::create_dir(dot_git.join("hooks"));
-        dot_git
-    } else {
-        // A worktree's `.git` file: "gitdir: PATH".
-        let Some(dir) = std::fs::read_to_string(&dot_git).ok().and_then(|text| {
-            text.strip_prefix("gitdir:")
-                .map(|p| project_root.join(p.trim()))
-        }) else {
-            return Vec::new();
-        };
-        dir
-    };
-    let mut dirs = vec![git_dir.clone()];
-    if let Ok(common) = std::fs::read_to_string(git_dir.join("commondir")) {
-        dirs.push(git_dir.join(common.trim()));
-    }
-    dirs.iter()
-        .flat_map(|d| [d.join("hooks"), d.join("config")])
-        .collect()
+/// Whether a write rule reaches `path`: beneath a writable path that is not a device.
+fn within(writable: &[PathBuf], path: &Path) -> bool {
+    writable
+        .iter()
+        .any(|w| path.starts_with(w) && !DEVICES.iter().any(|d| w == Path::new(d)))
 }
 
 fn canonical(path: &Path) -> PathBuf {
@@ -497,210 +617,6 @@ impl SandboxError {
             }
             _ => 126,
         }
-    }
-}
-
-/// The launcher: `args` are those after [`LAUNCHER_ARG`]. With `--probe` it prints
-/// [`Support`] as JSON and returns; with `--policy JSON -- PROGRAM ARGS` it confines itself
-/// and execs the program (returning only on failure). Call it before any thread starts.
-pub fn launch(args: Vec<OsString>) -> Result<(), SandboxError> {
-    let mut args = args.into_iter();
-    match args.next().as_deref().and_then(OsStr::to_str) {
-        Some("--probe") => {
-            let mut support = serde_json::to_value(imp::probe())?;
-            if let Some(object) = support.as_object_mut() {
-                object.insert("protocol".into(), PROTOCOL.into());
-            }
-            let mut out = std::io::stdout().lock();
-            let _ = serde_json::to_writer(&mut out, &support);
-            Ok(())
-        }
-        Some("--policy") => {
-            let json = args.next().ok_or(SandboxError::Usage)?;
-            let policy: LaunchPolicy = serde_json::from_slice(json.as_encoded_bytes())?;
-            if args.next().as_deref() != Some(OsStr::new("--")) {
-                return Err(SandboxError::Usage);
-            }
-            let command: Vec<OsString> = args.collect();
-            if command.is_empty() {
-                return Err(SandboxError::Usage);
-            }
-            imp::confine(&policy)?;
-            Err(exec(&command))
-        }
-        _ => Err(SandboxError::Usage),
-    }
-}
-
-/// Replaces this process with the command; `bash` falls back to `sh` where bash is missing.
-fn exec(command: &[OsString]) -> SandboxError {
-    use std::os::unix::process::CommandExt;
-    let (program, rest) = match command.split_first() {
-        Some(split) => split,
-        None => return SandboxError::Usage,
-    };
-    let source = std::process::Command::new(program).args(rest).exec();
-    if source.kind() == std::io::ErrorKind::NotFound && program == "bash" {
-        let source = std::process::Command::new("sh").args(rest).exec();
-        return SandboxError::Exec {
-            program: "sh".into(),
-            source,
-        };
-    }
-    SandboxError::Exec {
-        program: program.to_string_lossy().into_owned(),
-        source,
-    }
-}
-
-#[cfg(target_os = "linux")]
-mod imp {
-    use std::path::Path;
-
-    use landlock::{
-        ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, Ruleset, RulesetAttr,
-        RulesetCreatedAttr, RulesetStatus, path_beneath_rules,
-    };
-    use nix::mount::{MsFlags, mount};
-    use nix::sched::{CloneFlags, unshare};
-    use nix::sys::statvfs::{FsFlags, statvfs};
-
-    use super::{LaunchPolicy, SandboxError, Support};
-
-    /// The write rights crow handles: ABI 3's (writes, renames across directories,
-    /// truncation). Device ioctls (ABI 5) are left alone: terminals need them.
-    const FS_ABI: ABI = ABI::V3;
-
-    pub fn probe() -> Support {
-        let landlock_fs = Ruleset::default()
-            .set_compatibility(CompatLevel::HardRequirement)
-            .handle_access(AccessFs::from_all(ABI::V1))
-            .and_then(|r| r.create())
-            .is_ok();
-        let landlock_net = Ruleset::default()
-            .set_compatibility(CompatLevel::HardRequirement)
-            .handle_access(AccessNet::from_all(ABI::V4))
-            .and_then(|r| r.create())
-            .is_ok();
-        // This probe process is about to exit: entering the namespaces here costs nothing.
-        let namespaces = enter_namespaces(false).is_ok();
-        Support {
-            landlock_fs,
-            landlock_net,
-            namespaces,
-            note: None,
-        }
-    }
-
-    pub fn confine(policy: &LaunchPolicy) -> Result<(), SandboxError> {
-        if policy.namespaces {
-            enter_namespaces(policy.network)?;
-            for path in &policy.read_only {
-                bind_read_only(path)?;
-            }
-        }
-        restrict(policy)
-    }
-
-    /// A user namespace mapping the user to itself (files keep their owners), a private
-    /// mount namespace and, without network, an empty network namespace (only a loopback
-    /// device, down).
-    fn enter_namespaces(network: bool) -> Result<(), SandboxError> {
-        let uid = nix::unistd::getuid();
-        let gid = nix::unistd::getgid();
-        let mut flags = CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNS;
-        if !network {
-            flags |= CloneFlags::CLONE_NEWNET;
-        }
-        let failed = |what: &str, e: &dyn std::fmt::Display| {
-            SandboxError::Namespaces(format!("{what}: {e}"))
-        };
-        unshare(flags).map_err(|e| failed("unshare", &e))?;
-        std::fs::write("/proc/self/setgroups", "deny")
-            .map_err(|e| failed("/proc/self/setgroups", &e))?;
-        std::fs::write("/proc/self/uid_map", format!("{uid} {uid} 1"))
-            .map_err(|e| failed("/proc/self/uid_map", &e))?;
-        std::fs::write("/proc/self/gid_map", format!("{gid} {gid} 1"))
-            .map_err(|e| failed("/proc/self/gid_map", &e))?;
-        // Nothing mounted here may reach the user's namespace.
-        mount(
-            None::<&str>,
-            "/",
-            None::<&str>,
-            MsFlags::MS_REC | MsFlags::MS_PRIVATE,
-            None::<&str>,
-        )
-        .map_err(|e| failed("making mounts private", &e))?;
-        Ok(())
-    }
-
-    fn bind_read_only(path: &Path) -> Result<(), SandboxError> {
-        let failed = |e: nix::Error| SandboxError::Mount {
-            path: path.to_path_buf(),
-            reason: e.to_string(),
-        };
-        mount(
-            Some(path),
-            path,
-            None::<&str>,
-            MsFlags::MS_BIND | MsFlags::MS_REC,
-            None::<&str>,
-        )
-        .map_err(failed)?;
-        // A remount in a user namespace must keep the flags the mount was locked with.
-        let mut flags = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY;
-        if let Ok(stat) = statvfs(path) {
-            let kept = stat.flags();
-            for (has, flag) in [
-                (FsFlags::ST_NOSUID, MsFlags::MS_NOSUID),
-                (FsFlags::ST_NODEV, MsFlags::MS_NODEV),
-                (FsFlags::ST_NOEXEC, MsFlags::MS_NOEXEC),
-                (FsFlags::ST_NOATIME, MsFlags::MS_NOATIME),
-                (FsFlags::ST_NODIRATIME, MsFlags::MS_NODIRATIME),
-                (FsFlags::ST_RELATIME, MsFlags::MS_RELATIME),
-            ] {
-                if kept.contains(has) {
-                    flags |= flag;
-                }
-            }
-        }
-        mount(None::<&str>, path, None::<&str>, flags, None::<&str>).map_err(failed)
-    }
-
-    fn restrict(policy: &LaunchPolicy) -> Result<(), SandboxError> {
-        let landlock = |e: landlock::RulesetError| SandboxError::Landlock(e.to_string());
-        let write = AccessFs::from_write(FS_ABI);
-        let mut ruleset = Ruleset::default().handle_access(write).map_err(landlock)?;
-        if policy.landlock_net {
-            // Handled with no rule: every TCP bind and connect is denied.
-            ruleset = ruleset
-                .handle_access(AccessNet::from_all(ABI::V4))
-                .map_err(landlock)?;
-        }
-        let status = ruleset
-            .create()
-            .map_err(landlock)?
-            .add_rules(path_beneath_rules(&policy.writable, write))
-            .map_err(landlock)?
-            .restrict_self()
-            .map_err(landlock)?;
-        if status.ruleset == RulesetStatus::NotEnforced {
-            return Err(SandboxError::NotEnforced);
-        }
-        Ok(())
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-mod imp {
-    use super::{LaunchPolicy, SandboxError, Support};
-
-    pub fn probe() -> Support {
-        Support::none("the OS sandbox exists on Linux only")
-    }
-
-    pub fn confine(_policy: &LaunchPolicy) -> Result<(), SandboxError> {
-        Err(SandboxError::NotLinux)
     }
 }
 

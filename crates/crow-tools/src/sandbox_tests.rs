@@ -7,6 +7,7 @@ fn full_support() -> Support {
     Support {
         landlock_fs: true,
         landlock_net: true,
+        landlock_scopes: true,
         namespaces: true,
         note: None,
     }
@@ -14,7 +15,7 @@ fn full_support() -> Support {
 
 fn spec(mode: SandboxMode, support: Support) -> SandboxSpec {
     SandboxSpec {
-        launcher: PathBuf::from("/usr/bin/crow"),
+        launcher: Launcher::at("/usr/bin/crow"),
         mode,
         writable_roots: Vec::new(),
         protected: Vec::new(),
@@ -148,7 +149,7 @@ fn what_the_kernel_lacks_decides_between_refusal_and_a_warning() {
     assert_eq!(s.unavailable(), None);
     let weaker = s.weaker().join("\n");
     assert!(
-        weaker.contains(".git/hooks") && weaker.contains("UDP"),
+        weaker.contains("git dirs") && weaker.contains("UDP"),
         "{weaker}"
     );
     let policy = s.policy(&root);
@@ -177,6 +178,15 @@ fn what_the_kernel_lacks_decides_between_refusal_and_a_warning() {
             .weaker()
             .is_empty()
     );
+    // A kernel before 6.12: signals are not scoped, and the user is told.
+    let unscoped = Support {
+        landlock_scopes: false,
+        ..full_support()
+    };
+    let weaker = spec(SandboxMode::WorkspaceWrite, unscoped)
+        .weaker()
+        .join("\n");
+    assert!(weaker.contains("signal"), "{weaker}");
 }
 
 #[test]
@@ -197,7 +207,7 @@ fn the_shell_line_quotes_every_argument() {
     let (_dir, root) = project();
     let mut s = spec(SandboxMode::WorkspaceWrite, full_support());
     // printf stands in for the launcher: sh must hand it exactly the arguments.
-    s.launcher = PathBuf::from("printf");
+    s.launcher = Launcher::at("printf");
     let command = "echo \"it's\" $HOME `x` \\ done";
     let line = s.shell_line(&root, command);
     let line = line.replacen("exec printf", "exec printf '%s\\n'", 1);
@@ -251,4 +261,173 @@ fn modes_read_as_configured() {
         assert_eq!(format!("\"{}\"", mode.as_str()), text);
     }
     assert_eq!(SandboxMode::default(), SandboxMode::WorkspaceWrite);
+}
+
+/// A repository as git lays it out: `.git` with config, a submodule's git dir under
+/// `modules/`, its checkout's `.git` file, and `.gitmodules`.
+fn repository_with_a_submodule(root: &Path) {
+    std::fs::create_dir_all(root.join(".git/refs")).unwrap();
+    std::fs::write(root.join(".git/config"), "[core]\n").unwrap();
+    std::fs::write(root.join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
+    let module = root.join(".git/modules/vendor/lib");
+    std::fs::create_dir_all(module.join("hooks")).unwrap();
+    std::fs::write(module.join("config"), "[core]\n").unwrap();
+    std::fs::write(module.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+    std::fs::create_dir_all(root.join("vendor/lib")).unwrap();
+    std::fs::write(
+        root.join("vendor/lib/.git"),
+        "gitdir: ../../.git/modules/vendor/lib\n",
+    )
+    .unwrap();
+    std::fs::write(
+        root.join(".gitmodules"),
+        "[submodule \"vendor/lib\"]\n\tpath = vendor/lib\n\turl = https://example.invalid/lib\n",
+    )
+    .unwrap();
+}
+
+#[test]
+fn every_git_dir_is_pinned_with_what_runs_programs_read_only() {
+    let (_dir, root) = project();
+    repository_with_a_submodule(&root);
+    let policy = spec(SandboxMode::WorkspaceWrite, full_support()).policy(&root);
+    let module = root.join(".git/modules/vendor/lib");
+    // The git dirs themselves cannot be renamed or replaced, outer first.
+    assert_eq!(
+        policy.pinned,
+        [root.join(".git"), module.clone()],
+        "{policy:?}"
+    );
+    for path in [
+        root.join(".git/config"),
+        root.join(".git/hooks"),
+        root.join(".git/info"),
+        module.join("config"),
+        module.join("hooks"),
+        // The checkout's `.git` file names the git dir: swapping it swaps the config.
+        root.join("vendor/lib/.git"),
+    ] {
+        assert!(policy.read_only.contains(&path), "{path:?}: {policy:?}");
+    }
+    // What git writes for ordinary work stays writable.
+    assert!(
+        !policy
+            .read_only
+            .iter()
+            .any(|p| p.ends_with("refs") || p.ends_with("HEAD"))
+    );
+    assert!(policy.new_session && policy.namespaces);
+    assert!(!policy.writable.contains(&PathBuf::from("/dev/tty")));
+}
+
+#[test]
+fn the_projects_program_files_are_read_only_as_wholes_and_missing_ones_watched() {
+    let (_dir, root) = project();
+    std::fs::create_dir_all(root.join(".claude/commands")).unwrap();
+    std::fs::write(root.join(".mcp.json"), "{}").unwrap();
+    let s = spec(SandboxMode::WorkspaceWrite, full_support());
+    let policy = s.policy(&root);
+    // The whole directory: `mv .claude .claude-x` meets a mount point.
+    assert!(
+        policy.read_only.contains(&root.join(".claude")),
+        "{policy:?}"
+    );
+    assert!(
+        policy.read_only.contains(&root.join(".mcp.json")),
+        "{policy:?}"
+    );
+    assert!(!policy.read_only.iter().any(|p| p.ends_with(".crow")));
+
+    // A command plants what was missing: it is removed, and said.
+    let watch = s.watch(&root);
+    std::fs::create_dir_all(root.join(".crow")).unwrap();
+    std::fs::write(root.join(".crow/config.toml"), "[mcp_servers.x]\n").unwrap();
+    std::fs::write(root.join("opencode.json"), "{\"mcp\":{}}").unwrap();
+    std::fs::write(root.join("fine.txt"), "ok").unwrap();
+    let found = watch.sweep();
+    assert!(
+        found.contains(&Tampered::Removed(root.join(".crow"))),
+        "{found:?}"
+    );
+    assert!(
+        found.contains(&Tampered::Removed(root.join("opencode.json"))),
+        "{found:?}"
+    );
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert!(!root.join(".crow").exists() && !root.join("opencode.json").exists());
+    assert!(root.join("fine.txt").exists());
+    assert!(watch.sweep().is_empty());
+}
+
+#[test]
+fn a_planted_commondir_is_removed_and_a_replaced_git_file_reported() {
+    let (_dir, root) = project();
+    repository_with_a_submodule(&root);
+    let s = spec(SandboxMode::WorkspaceWrite, full_support());
+    let watch = s.watch(&root);
+    // `commondir` sends git to another directory's config: it must not appear.
+    std::fs::write(root.join(".git/commondir"), "/tmp/evil\n").unwrap();
+    // Moving the checkout away (a parent of a pinned file) and putting another in its place.
+    std::fs::rename(root.join("vendor/lib"), root.join("vendor/lib-x")).unwrap();
+    std::fs::create_dir_all(root.join("vendor/lib")).unwrap();
+    std::fs::write(root.join("vendor/lib/.git"), "gitdir: /tmp/evil\n").unwrap();
+    let found = watch.sweep();
+    assert!(
+        found.contains(&Tampered::Removed(root.join(".git/commondir"))),
+        "{found:?}"
+    );
+    assert!(
+        found.contains(&Tampered::Replaced(root.join("vendor/lib/.git"))),
+        "{found:?}"
+    );
+    assert!(!root.join(".git/commondir").exists());
+    assert!(found.iter().all(|t| !t.to_string().is_empty()));
+}
+
+#[test]
+fn outside_every_writable_root_nothing_is_watched() {
+    let (_dir, root) = project();
+    let s = spec(SandboxMode::ReadOnly, full_support());
+    let watch = s.watch(&root);
+    std::fs::write(root.join(".mcp.json"), "{}").unwrap();
+    // Read-only mode: a command could not have written it; whoever did is not a command.
+    assert!(watch.sweep().is_empty());
+    assert!(root.join(".mcp.json").exists());
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_pinned_launcher_runs_what_it_was_when_the_file_is_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("launcher");
+    std::fs::copy("/bin/true", &file).unwrap();
+    let pinned = pin_launcher(&file).unwrap();
+    assert!(pinned.starts_with(format!("/proc/{}/fd", std::process::id())));
+    // A command in a writable root replaces the launcher with its own program.
+    std::fs::remove_file(&file).unwrap();
+    std::fs::write(&file, "#!/bin/sh\nexit 3\n").unwrap();
+    std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let status = std::process::Command::new(&pinned).status().unwrap();
+    assert!(status.success(), "{status}");
+    // And the copy itself cannot be written.
+    assert!(
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&pinned)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, b"x"))
+            .is_err()
+    );
+}
+
+#[test]
+fn what_crow_itself_writes_during_a_command_is_not_taken_for_a_plant() {
+    let (_dir, root) = project();
+    let s = spec(SandboxMode::WorkspaceWrite, full_support());
+    let watch = s.watch(&root);
+    // The user saves a rule (`p`) while a command of the same batch runs.
+    std::fs::create_dir_all(root.join(".crow")).unwrap();
+    std::fs::write(root.join(".crow/config.toml"), "[permissions]\n").unwrap();
+    note_own_write(&root.join(".crow/config.toml"));
+    assert!(watch.sweep().is_empty());
+    assert!(root.join(".crow/config.toml").exists());
 }

@@ -174,11 +174,14 @@ pub(crate) async fn write_text(
         Some(client) => client
             .write_text_file(ctx, path, content)
             .await
-            .map_err(|e| format!("the editor refused the write: {e}")),
+            .map_err(|e| format!("the editor refused the write: {e}"))?,
         None => tokio::fs::write(path, content.as_bytes())
             .await
-            .map_err(|e| e.to_string()),
+            .map_err(|e| e.to_string())?,
     }
+    // A protected file the user let this tool write is not a command's plant.
+    crate::sandbox::note_own_write(path);
+    Ok(())
 }
 
 #[cfg(test)]

@@ -276,14 +276,14 @@ pub fn tool_options(config: &config::Config) -> crow_tools::ToolOptions {
 
 /// The launcher (the small `crow-sandbox` beside crow when it is there, else crow itself)
 /// and the machine's sandbox support, probed once (a child process: `LAUNCHER --probe`).
-fn sandbox_support() -> &'static (std::path::PathBuf, crow_tools::SandboxSupport) {
+fn sandbox_support() -> &'static (crow_tools::sandbox::Launcher, crow_tools::SandboxSupport) {
     use crow_tools::SandboxSupport;
-    static SUPPORT: std::sync::OnceLock<(std::path::PathBuf, SandboxSupport)> =
-        std::sync::OnceLock::new();
+    use crow_tools::sandbox::Launcher;
+    static SUPPORT: std::sync::OnceLock<(Launcher, SandboxSupport)> = std::sync::OnceLock::new();
     SUPPORT.get_or_init(|| match std::env::current_exe() {
         Ok(exe) => crow_tools::sandbox::choose_launcher(&exe),
         Err(e) => (
-            std::path::PathBuf::from("crow"),
+            Launcher::at("crow"),
             SandboxSupport::none(format!("cannot find crow's own executable: {e}")),
         ),
     })

@@ -44,6 +44,12 @@ fn user_config(dir: &Path, text: &str) {
 
 /// `crow run` whose model makes each bash call in turn, then completes.
 async fn run_commands(dir: &Path, commands: &[&str]) -> (Output, Vec<Value>) {
+    run_commands_with(dir, commands, &[]).await
+}
+
+/// [`run_commands`] with more arguments for `crow run` (`--approve`: the sandbox, not the
+/// policy's question, is what a test of it must meet).
+async fn run_commands_with(dir: &Path, commands: &[&str], args: &[&str]) -> (Output, Vec<Value>) {
     let mut scenario = Scenario::new();
     for command in commands {
         scenario = scenario.reply(Reply::tool_call("bash", json!({ "command": command })));
@@ -53,7 +59,9 @@ async fn run_commands(dir: &Path, commands: &[&str]) -> (Output, Vec<Value>) {
         json!({"summary": "done"}),
     ));
     let mock = MockLlm::start(scenario).await.unwrap();
-    let out = output(crow_run(dir, &mock, "run the commands")).await;
+    let mut cmd = crow_run(dir, &mock, "run the commands");
+    cmd.args(args);
+    let out = output(cmd).await;
     assert_eq!(
         out.code,
         Some(0),
@@ -459,4 +467,211 @@ async fn the_projects_permission_files_are_read_only_to_commands() {
         std::fs::read_to_string(dir.join("fine.txt")).unwrap(),
         "ok\n"
     );
+}
+
+/// Attack 1 of the sandbox review: swap `.git` for a copy whose config runs a program at
+/// the user's next `git status`. Ordinary git work must still succeed.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_git_dir_cannot_be_swapped_and_git_still_works() {
+    require!("Landlock and user namespaces", full_sandbox());
+    let repo = git_repo();
+    let dir = repo.path();
+    std::fs::write(dir.join("a.txt"), "a\n").unwrap();
+    let (_, results) = run_commands(
+        dir,
+        &[
+            "mv .git .git-orig",
+            "cp -a .git .git-copy && mv -T .git-copy .git",
+            "echo x > .git/commondir; echo '[core] fsmonitor = touch /tmp/pwned' > .git/config.worktree; true",
+            "printf '#!/bin/sh\\n' > .git/info/attributes",
+            "git add a.txt && git -c user.name=t -c user.email=t@t commit -qm first && git log --oneline | wc -l",
+        ],
+    )
+    .await;
+    for (i, r) in results[..2].iter().enumerate() {
+        assert_eq!(r["status"], "error", "{i}: {r}");
+        assert!(r["output"].as_str().unwrap().contains("busy"), "{i}: {r}");
+    }
+    assert!(dir.join(".git/HEAD").is_file() && !dir.join(".git-orig").exists());
+    // Created where nothing can be mounted: removed after the command, and said.
+    let planted = results[2]["output"].as_str().unwrap();
+    assert_eq!(results[2]["status"], "error", "{}", results[2]);
+    assert!(
+        planted.contains(".git/commondir was created by the command and removed"),
+        "{planted}"
+    );
+    assert!(planted.contains("config.worktree"), "{planted}");
+    assert!(!dir.join(".git/commondir").exists() && !dir.join(".git/config.worktree").exists());
+    assert_eq!(results[3]["status"], "error", "{}", results[3]);
+    assert_eq!(results[4]["status"], "success", "{}", results[4]);
+    assert!(
+        results[4]["output"].as_str().unwrap().starts_with('1'),
+        "{}",
+        results[4]
+    );
+}
+
+/// Attack 2: a submodule's git dir (and a nested checkout's `.git` file) carry config too.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_submodules_git_dir_is_protected_like_the_projects() {
+    require!("Landlock and user namespaces", full_sandbox());
+    let repo = git_repo();
+    let dir = repo.path();
+    let module = dir.join(".git/modules/lib");
+    std::fs::create_dir_all(module.join("refs")).unwrap();
+    std::fs::write(module.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+    std::fs::write(module.join("config"), "[core]\n\tworktree = ../../../lib\n").unwrap();
+    std::fs::create_dir_all(dir.join("lib")).unwrap();
+    std::fs::write(dir.join("lib/.git"), "gitdir: ../.git/modules/lib\n").unwrap();
+    std::fs::write(
+        dir.join(".gitmodules"),
+        "[submodule \"lib\"]\n\tpath = lib\n\turl = ./lib\n",
+    )
+    .unwrap();
+    let (_, results) = run_commands(
+        dir,
+        &[
+            "printf '[core]\\n\\tfsmonitor = touch /tmp/pwned\\n' >> .git/modules/lib/config",
+            "mv .git/modules/lib .git/modules/lib-x",
+            "echo 'gitdir: /tmp/elsewhere' > lib/.git",
+        ],
+    )
+    .await;
+    for (i, r) in results.iter().enumerate() {
+        assert_eq!(r["status"], "error", "{i}: {r}");
+    }
+    assert!(
+        !std::fs::read_to_string(module.join("config"))
+            .unwrap()
+            .contains("fsmonitor")
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("lib/.git")).unwrap(),
+        "gitdir: ../.git/modules/lib\n"
+    );
+}
+
+/// Attack 5: files that make crow start programs (`.mcp.json`) cannot be planted, and
+/// the directories holding them cannot be renamed away and recreated.
+#[tokio::test(flavor = "multi_thread")]
+async fn program_files_cannot_be_planted_or_their_directory_renamed() {
+    require!("Landlock and user namespaces", full_sandbox());
+    let repo = git_repo();
+    let dir = repo.path();
+    std::fs::create_dir_all(dir.join(".claude")).unwrap();
+    std::fs::write(dir.join(".claude/settings.json"), "{}\n").unwrap();
+    let (_, results) = run_commands_with(
+        dir,
+        &[
+            "echo '{\"mcpServers\":{\"x\":{\"command\":\"sh\"}}}' > .mcp.json && echo written",
+            "mv .claude .claude-x",
+            "mkdir -p .opencode/agent && echo x > .opencode/agent/a.md && echo ok > fine.txt",
+        ],
+        &["--approve"],
+    )
+    .await;
+    let planted = results[0]["output"].as_str().unwrap();
+    assert_eq!(results[0]["status"], "error", "{}", results[0]);
+    assert!(
+        planted.contains(".mcp.json was created by the command and removed"),
+        "{planted}"
+    );
+    assert!(!dir.join(".mcp.json").exists());
+    assert_eq!(results[1]["status"], "error", "{}", results[1]);
+    assert!(dir.join(".claude/settings.json").exists() && !dir.join(".claude-x").exists());
+    assert!(!dir.join(".opencode").exists(), "{}", results[2]);
+    assert!(dir.join("fine.txt").exists());
+}
+
+/// Attack 4 (TIOCSTI): a command has no controlling terminal to push keystrokes into — it
+/// leads a session of its own — and /dev/tty is not openable. Attack 15: it cannot signal
+/// processes outside its own (crow, here), where the kernel scopes signals.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_command_has_no_terminal_and_cannot_signal_crow() {
+    require!("Landlock and user namespaces", full_sandbox());
+    let repo = git_repo();
+    let dir = repo.path();
+    let (_, results) = run_commands(
+        dir,
+        &[
+            "[ \"$(cut -d' ' -f6 /proc/$$/stat)\" = \"$$\" ] && echo own-session",
+            "exec 3<>/dev/tty && echo opened",
+            "kill -0 $PPID && echo signalled",
+        ],
+    )
+    .await;
+    assert_eq!(results[0]["output"], "own-session", "{}", results[0]);
+    assert_eq!(results[1]["status"], "error", "{}", results[1]);
+    if sandbox_support()["landlock_scopes"] == true {
+        assert_eq!(results[2]["status"], "error", "{}", results[2]);
+        assert!(
+            results[2]["output"]
+                .as_str()
+                .unwrap()
+                .contains("Operation not permitted"),
+            "{}",
+            results[2]
+        );
+    }
+}
+
+/// Attack 6: crow run from a directory a command may write (its own checkout, /tmp). The
+/// launcher beside it is replaced by a command; later commands still run confined.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replaced_launcher_changes_nothing() {
+    require!("Landlock and user namespaces", full_sandbox());
+    let repo = git_repo();
+    let dir = repo.path();
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    for name in ["crow", "crow-sandbox"] {
+        let from = std::path::Path::new(env!("CARGO_BIN_EXE_crow")).with_file_name(name);
+        std::fs::copy(from, bin.join(name)).unwrap();
+    }
+    let out_dir = outside();
+    let target = out_dir.path().join("escaped.txt");
+    let scenario = Scenario::new()
+        .reply(Reply::tool_call(
+            "bash",
+            json!({"command": "printf '#!/bin/sh\\nshift 3; exec \"$@\"\\n' > bin/crow-sandbox.new && chmod +x bin/crow-sandbox.new && mv bin/crow-sandbox.new bin/crow-sandbox && echo replaced"}),
+        ))
+        .reply(Reply::tool_call(
+            "bash",
+            json!({"command": format!("echo x > {}", target.display())}),
+        ))
+        .reply(Reply::tool_call(
+            "task_complete",
+            json!({"summary": "done"}),
+        ));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let cmd = crow_run(dir, &mock, "escape");
+    let mut run = tokio::process::Command::new(bin.join("crow"));
+    run.args(cmd.as_std().get_args())
+        .current_dir(dir)
+        .envs(
+            cmd.as_std()
+                .get_envs()
+                .filter_map(|(k, v)| v.map(|v| (k, v))),
+        )
+        .stdin(std::process::Stdio::null());
+    for (key, value) in cmd.as_std().get_envs() {
+        if value.is_none() {
+            run.env_remove(key);
+        }
+    }
+    let out = output(run).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let results: Vec<Value> = out
+        .of_type("tool_call_end")
+        .iter()
+        .map(|e| e["result"].clone())
+        .filter(|r| r["output"].is_string())
+        .collect();
+    assert!(
+        results[0]["output"].as_str().unwrap().contains("replaced"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(results[1]["status"], "error", "{}", out.stdout);
+    assert!(!target.exists());
 }

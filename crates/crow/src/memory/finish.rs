@@ -501,6 +501,7 @@ fn write_draft(project_root: &Path, draft: &Draft) -> Result<Option<String>> {
         redact::secrets(draft.body.trim())
     );
     std::fs::write(&file, text).with_context(|| format!("cannot write {}", file.display()))?;
+    crow_tools::sandbox::note_own_write(&file);
     Ok(Some(name))
 }
 

@@ -58,6 +58,7 @@ pub fn save_rule(project_root: &Path, rule: &Rule) -> Result<SavedRule> {
     if !existed {
         list.push(rule_text.as_str());
         crate::config::write_config_file(&path, &doc.to_string())?;
+        crow_tools::sandbox::note_own_write(&path);
     }
     Ok(SavedRule {
         path,
