@@ -40,6 +40,9 @@ struct Args {
     /// Only the snapshot section (section 11)
     #[arg(long)]
     snapshots_only: bool,
+    /// Only the command sandbox section (section 10)
+    #[arg(long)]
+    sandbox_only: bool,
     /// Only the memory section (section 14)
     #[arg(long)]
     memory_only: bool,
@@ -126,6 +129,7 @@ fn run(args: Args) -> Result<()> {
                 eprintln!("· {step}")
             })?]
         }
+        (None, None) if args.sandbox_only => vec![crow_bench::sandbox::measure(&bench)?],
         (None, None) if args.snapshots_only => {
             vec![crow_bench::snapshot::measure(&bench, &mut |step| {
                 eprintln!("· {step}")

@@ -72,6 +72,15 @@ pub fn measure(bench: &Bench) -> Result<Section> {
         (Some(w), Some(d)) => w.median - d.median,
         _ => f64::NAN,
     };
+    // What crow itself does around each command: the protected paths' state before, the
+    // comparison after (a few dozen lstat calls).
+    let mut watched = Vec::new();
+    for _ in 0..bench.config.version_runs {
+        let started = std::time::Instant::now();
+        let watch = off.watch(&root);
+        let _ = watch.sweep();
+        watched.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
     let how = off.describe(&root);
     let network_line = how
         .lines()
@@ -84,6 +93,11 @@ pub fn measure(bench: &Bench) -> Result<Section> {
             Row::stats("`bash -c true`, unconfined", d, Unit::Ms),
             Row::stats("sandboxed, network off", s, Unit::Ms).note(network_line),
             Row::stats("sandboxed, network allowed", n, Unit::Ms),
+            Row::stats(
+                "crow's watch of the protected paths (before + after)",
+                summarize(&watched),
+                Unit::Ms,
+            ),
             Row::single(
                 "added by the sandbox, network off (medians)",
                 added(&s),
