@@ -69,6 +69,10 @@ pub struct ProjectEntry {
     /// The project's own config may set where requests go, MCP servers and the store.
     #[allow(dead_code)]
     pub trusted: Option<bool>,
+    /// What was trusted (`crow trust` writes it): one hash per guarded key and value; a key
+    /// added or changed since needs trust again (read by `trust::trust_of`).
+    #[allow(dead_code)]
+    pub fingerprints: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
@@ -360,6 +364,8 @@ pub struct LoadedConfig {
     pub rules: Vec<crow_core::Rule>,
     /// The project's own config counts in full (`crow trust`, `--trust-project`).
     pub trusted: bool,
+    /// The project is in the trust list, but its guarded keys changed since it was trusted.
+    pub trust_changed: bool,
 }
 
 impl LoadedConfig {
@@ -369,6 +375,14 @@ impl LoadedConfig {
     pub fn require_trust(&self, project_root: &Path) -> Result<()> {
         if self.untrusted.is_empty() {
             return Ok(());
+        }
+        if self.trust_changed {
+            bail!(
+                "this project's configuration changed since you trusted it: {} (MCP servers, endpoints, the sandbox or what commands see); \
+                 look at them, then run `crow trust` in {} again to accept them (or pass --trust-project for one run)",
+                self.untrusted.join(", "),
+                project_root.display()
+            );
         }
         bail!(
             "this project's configuration sets {}, which could send your API key or conversation elsewhere, run commands or loosen their sandbox or permissions; \
@@ -437,8 +451,14 @@ pub fn load(project_root: &Path, flags: &Overrides) -> Result<LoadedConfig> {
         Some(dir) => read_layer(&dir.join("config.toml"))?,
         None => None,
     };
-    let trusted = flags.trust_project
-        || crate::trust::is_trusted(user.as_ref().map(|(table, _)| table), project_root);
+    // The project's own layers: `.mcp.json` (servers only) and `.crow/config.toml`.
+    let mcp_json = mcp_json_layer(project_root)?;
+    let project_layer = read_layer(&project_root.join(".crow").join("config.toml"))?;
+    let trust = crate::trust::trust_of(user.as_ref().map(|(table, _)| table), project_root);
+    let current = crate::trust::fingerprint(mcp_json.iter().chain(&project_layer).map(|(t, _)| t));
+    let trust_changed =
+        !flags.trust_project && trust != crate::trust::Trust::No && !trust.covers(&current);
+    let trusted = flags.trust_project || trust.covers(&current);
     let user_mode = user
         .as_ref()
         .and_then(|(table, _)| table.get("permissions")?.get("mode")?.as_str())
@@ -458,11 +478,11 @@ pub fn load(project_root: &Path, flags: &Overrides) -> Result<LoadedConfig> {
         (table, source)
     };
     // The project's .mcp.json ranks below crow's own files, which can override its entries.
-    if let Some(layer) = mcp_json_layer(project_root)? {
+    if let Some(layer) = mcp_json {
         layers.push(guard(layer));
     }
     layers.extend(user);
-    if let Some(layer) = read_layer(&project_root.join(".crow").join("config.toml"))? {
+    if let Some(layer) = project_layer {
         layers.push(guard(layer));
     }
     for (var, key) in [("CROW_PROVIDER", "provider"), ("CROW_MODEL", "model")] {
@@ -539,6 +559,7 @@ pub fn load(project_root: &Path, flags: &Overrides) -> Result<LoadedConfig> {
         untrusted,
         rules,
         trusted,
+        trust_changed,
     })
 }
 
@@ -572,6 +593,15 @@ pub fn mcp_json_layer(project_root: &Path) -> Result<Option<(toml::Table, Source
 }
 
 /// One config file as a layer; `None` when it does not exist.
+/// The fingerprints of the project's guarded keys as they are now (what `crow trust` records).
+pub fn project_fingerprint(project_root: &Path) -> Result<Vec<String>> {
+    let mcp_json = mcp_json_layer(project_root)?;
+    let project_layer = read_layer(&project_root.join(".crow").join("config.toml"))?;
+    Ok(crate::trust::fingerprint(
+        mcp_json.iter().chain(&project_layer).map(|(t, _)| t),
+    ))
+}
+
 fn read_layer(path: &Path) -> Result<Option<(toml::Table, Source)>> {
     match std::fs::read_to_string(path) {
         Ok(text) => {

@@ -551,6 +551,11 @@ pub fn set_trust(project_root: &Path, trusted: bool) -> Result<PathBuf> {
     if trusted {
         let mut entry = toml_edit::Table::new();
         entry["trusted"] = toml_edit::value(true);
+        // What is trusted: the project's MCP servers, endpoints and sandbox as they are now.
+        let fingerprints: toml_edit::Array = crate::config::project_fingerprint(project_root)?
+            .into_iter()
+            .collect();
+        entry["fingerprints"] = toml_edit::value(fingerprints);
         projects.insert(&key, toml_edit::Item::Table(entry));
     } else {
         projects.remove(&key);
