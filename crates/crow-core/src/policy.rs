@@ -21,9 +21,11 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 mod paths;
+mod project;
 mod suggest;
 
 pub use paths::{NamedPath, command_paths};
+pub use project::PROJECT_POLICY;
 pub use suggest::suggest_rule;
 
 use crate::tool::{
@@ -290,7 +292,7 @@ impl Policy {
                 reason: "nothing decided".into(),
             });
         if verdict.action == Action::Allow
-            && let Some(what) = self.sensitive(facts)
+            && let Some(what) = self.sensitive(facts, kind)
         {
             verdict = Verdict {
                 action: Action::Ask,
@@ -393,7 +395,19 @@ impl Policy {
     }
 
     /// The sensitive place the call touches, if any.
-    fn sensitive(&self, facts: &CallFacts) -> Option<String> {
+    fn sensitive(&self, facts: &CallFacts, kind: ToolKind) -> Option<String> {
+        // A file tool's write to the project's policy or git (a command's writes are the
+        // sandbox's: it keeps them read-only).
+        let file_write = facts.command.is_none()
+            && matches!(kind, ToolKind::Edit | ToolKind::Delete | ToolKind::Move);
+        if file_write
+            && let Some(what) = facts
+                .paths
+                .iter()
+                .find_map(|p| project::sensitive_write(p, &self.project_root))
+        {
+            return Some(what);
+        }
         for path in &facts.paths {
             if let Some(dir) = self.sensitive_dirs.iter().find(|d| path.starts_with(d)) {
                 return Some(format!("{} (under {})", path.display(), dir.display()));

@@ -394,17 +394,10 @@ impl SandboxSpec {
     }
 }
 
-/// The project's files that hold crow's (and Claude Code's, opencode's) permission rules
-/// and agent definitions; the permission policy asks before a call touches them, too.
-pub const PROJECT_POLICY: [&str; 7] = [
-    ".crow",
-    ".claude/settings.json",
-    ".claude/settings.local.json",
-    ".claude/agents",
-    ".opencode",
-    "opencode.json",
-    "opencode.jsonc",
-];
+/// The project's files that hold crow's (and Claude Code's, opencode's) permission rules,
+/// MCP servers and agent definitions: kept read-only for commands; the permission policy
+/// asks before a call touches them, too. The list lives in crow-core, beside that policy.
+pub use crow_core::policy::PROJECT_POLICY;
 
 /// The paths through which a command could make git run code later: hooks, and the config
 /// that can point `core.hooksPath` or `core.fsmonitor` elsewhere.

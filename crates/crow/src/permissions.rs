@@ -214,7 +214,7 @@ pub fn sensitive_dirs(config: &crate::config::Config, project_root: &Path) -> Ve
     }
     dirs.retain(|d| !project_root.starts_with(d));
     // The project's own policy: a call that could loosen the rules it runs under asks.
-    for file in crow_tools::sandbox::PROJECT_POLICY {
+    for file in crow_core::policy::PROJECT_POLICY {
         dirs.push(project_root.join(file));
     }
     let mut known = std::collections::HashMap::new();

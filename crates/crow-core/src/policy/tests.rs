@@ -248,7 +248,7 @@ fn an_agents_floor_is_never_loosened_and_extra_rules_count() {
 
 #[test]
 fn paths_a_command_names_are_checked_for_sensitive_places() {
-    let dir = tempfile_dir();
+    let dir = tempfile_dir("named");
     let project = dir.join("project");
     let outside = dir.join("outside");
     std::fs::create_dir_all(project.join("src")).unwrap();
@@ -288,8 +288,9 @@ fn paths_a_command_names_are_checked_for_sensitive_places() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-fn tempfile_dir() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("crow-policy-{}", std::process::id()));
+/// A fresh directory of its own per test (tests run in parallel).
+fn tempfile_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("crow-policy-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::canonicalize(&dir).unwrap()
@@ -365,4 +366,105 @@ fn a_fetch_leaves_the_machine_so_it_asks_unless_full_auto_or_a_rule_allows_it() 
             .action,
         Action::Allow
     );
+}
+
+fn edit(path: &str) -> CallFacts {
+    CallFacts {
+        tool: "edit_file".into(),
+        kind: Some(ToolKind::Edit),
+        paths: vec![PathBuf::from(path)],
+        ..CallFacts::default()
+    }
+}
+
+#[test]
+fn a_file_tool_writing_into_a_git_dir_always_asks() {
+    // auto-edit allows edits inside the project, and a rule allows every write: a planted
+    // `core.fsmonitor` or hook would run at the user's next `git status`.
+    let auto = policy(Mode::AutoEdit, &[]);
+    let ruled = policy(
+        Mode::FullAuto,
+        &[(Action::Allow, "write_file"), (Action::Allow, "edit_file")],
+    );
+    for path in [
+        "/p/.git/config",
+        "/p/.git/hooks/pre-commit",
+        "/p/.git/modules/lib/config",
+        "/p/vendor/lib/.git/config",
+        "/p/vendor/lib/.git",
+        "/p/.GIT/config",
+    ] {
+        for p in [&auto, &ruled] {
+            for facts in [write(path), edit(path)] {
+                let v = p.decide(&facts, None);
+                assert_eq!(v.action, Action::Ask, "{path}: {}", v.reason);
+                assert!(v.reason.contains("git"), "{}", v.reason);
+            }
+        }
+    }
+    // A file merely named like git's stays an ordinary edit.
+    assert_eq!(
+        auto.decide(&write("/p/src/git/config"), None).action,
+        Action::Allow
+    );
+    assert_eq!(
+        auto.decide(&write("/p/.gitignore"), None).action,
+        Action::Allow
+    );
+    // A deny rule still denies.
+    let d = policy(Mode::FullAuto, &[(Action::Deny, "edit_file(.git/**)")]);
+    assert_eq!(d.decide(&edit("/p/.git/config"), None).action, Action::Deny);
+}
+
+#[test]
+fn a_write_into_a_gitdir_under_another_name_asks() {
+    // A worktree's `.git` file names its gitdir; any directory git would take for one counts.
+    let dir = tempfile_dir("gitdir");
+    let gitdir = dir.join("project/repos/wt");
+    std::fs::create_dir_all(gitdir.join("objects")).unwrap();
+    std::fs::write(gitdir.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+    std::fs::write(dir.join("project/.git"), "gitdir: repos/wt\n").unwrap();
+    let p = Policy::new(Mode::AutoEdit, dir.join("project"));
+    for path in [gitdir.join("config"), gitdir.join("hooks/post-checkout")] {
+        let facts = CallFacts {
+            paths: vec![path.clone()],
+            ..write("/")
+        };
+        let v = p.decide(&facts, None);
+        assert_eq!(v.action, Action::Ask, "{}: {}", path.display(), v.reason);
+    }
+    let plain = CallFacts {
+        paths: vec![dir.join("project/repos/notes.txt")],
+        ..write("/")
+    };
+    assert_eq!(p.decide(&plain, None).action, Action::Allow);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_file_tool_writing_the_projects_policy_files_always_asks_existing_or_not() {
+    // No sensitive places configured: the policy knows the project's own files itself.
+    let p = Policy {
+        rules: vec![rule(Action::Allow, "write_file")],
+        ..Policy::new(Mode::FullAuto, "/p")
+    };
+    for path in [
+        "/p/.mcp.json",
+        "/p/.crow/config.toml",
+        "/p/.crow/agents/builder.md",
+        "/p/.claude/settings.json",
+        "/p/.claude/settings.local.json",
+        "/p/.claude/agents/x.md",
+        "/p/.claude/commands/deploy.md",
+        "/p/.opencode/agent/x.md",
+        "/p/opencode.json",
+        "/p/opencode.jsonc",
+        "/p/.Crow/config.toml",
+    ] {
+        let v = p.decide(&write(path), None);
+        assert_eq!(v.action, Action::Ask, "{path}: {}", v.reason);
+    }
+    for path in ["/p/.claude/notes.md", "/p/src/opencode.json", "/p/mcp.json"] {
+        assert_eq!(p.decide(&write(path), None).action, Action::Allow, "{path}");
+    }
 }
