@@ -22,10 +22,12 @@ use serde::{Deserialize, Serialize};
 
 mod paths;
 mod project;
+mod shell;
 mod suggest;
 
 pub use paths::{NamedPath, command_paths};
 pub use project::PROJECT_POLICY;
+pub use shell::{inner_commands, split_command, substitutes};
 pub use suggest::suggest_rule;
 
 use crate::tool::{
@@ -262,15 +264,20 @@ impl Policy {
         let kind = effective_kind(&facts.tool, facts.kind);
         let mut verdicts = Vec::new();
         if let Some(command) = &facts.command {
-            let segments = split_command(command);
-            let substitution = command.contains("$(") || command.contains('`');
-            for segment in segments {
-                let mut v = self.judge(&rules, facts, kind, mode, Subject::Command(segment));
+            let substitution = substitutes(command);
+            for segment in command_segments(command) {
+                let normal = shell::normalise(&segment);
+                let subject = Subject::Command {
+                    text: &segment,
+                    normal: &normal,
+                };
+                let mut v = self.judge(&rules, facts, kind, mode, subject);
                 if substitution && v.action == Action::Allow && !self.mode_allows(kind, mode) {
                     v = Verdict {
                         action: Action::Ask,
-                        reason: "the command substitutes another command's output ($(..) or \
-                                 backticks), which no allow rule covers"
+                        reason: "the command runs commands a rule cannot see ($(..), \
+                                 backticks, <(..), >(..), ${..} beyond a name, coproc), which \
+                                 no allow rule covers"
                             .into(),
                     };
                 }
@@ -327,7 +334,10 @@ impl Policy {
             }
             match (&rule.pattern, subject) {
                 (None, _) => true,
-                (Some(p), Subject::Command(c)) => wildcard(p, c, false),
+                (Some(p), Subject::Command { text, normal }) => {
+                    wildcard(p, text, false)
+                        || (rule.action != Action::Allow && matches_normalised(p, normal))
+                }
                 (Some(p), Subject::Path(path)) => {
                     let absolute = path.to_string_lossy();
                     wildcard(p, &absolute, true)
@@ -573,7 +583,11 @@ impl PermissionGate for PolicyAsks {
 
 #[derive(Clone, Copy)]
 enum Subject<'a> {
-    Command(&'a str),
+    /// A simple command: as written, and [`shell::normalise`]d.
+    Command {
+        text: &'a str,
+        normal: &'a [String; 2],
+    },
     Path(&'a Path),
     Nothing,
 }
@@ -587,20 +601,42 @@ fn effective_kind(tool: &str, kind: Option<ToolKind>) -> ToolKind {
     }
 }
 
-/// The simple commands of a command line, split at `&&`, `||`, `;`, `|`, `&` and newlines.
-/// Quotes are not honoured: splitting too much only makes allow rules match less and deny
-/// rules match more, the safe direction.
-pub fn split_command(command: &str) -> Vec<&str> {
-    let segments: Vec<&str> = command
-        .split(['&', '|', ';', '\n'])
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
+/// The simple commands a rule judges: the command line's segments, then those of every
+/// command it substitutes (`echo $(rm -rf x)` runs `rm -rf x`).
+fn command_segments(command: &str) -> Vec<String> {
+    let inner = inner_commands(command);
+    let mut segments: Vec<String> = split_command(command)
+        .into_iter()
+        .map(str::to_owned)
         .collect();
-    if segments.is_empty() {
-        vec![command.trim()]
-    } else {
-        segments
+    for text in &inner {
+        segments.extend(
+            split_command(text)
+                .into_iter()
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned),
+        );
     }
+    segments
+}
+
+/// Whether a deny or ask rule's `pattern` matches a command in a spelling the text missed:
+/// the pattern, as written or normalised the same way, against either normalised spelling
+/// of the command (so `rm -rf *` meets `sudo /bin/rm -r -f x`); a pattern ending in ` *`
+/// also matches nothing there (`rm -rf`).
+fn matches_normalised(pattern: &str, normal: &[String; 2]) -> bool {
+    let [inline, hoisted] = shell::normalise(pattern);
+    let candidates = [
+        (pattern, &normal[0]),
+        (pattern, &normal[1]),
+        (inline.as_str(), &normal[0]),
+        (hoisted.as_str(), &normal[1]),
+    ];
+    candidates.iter().any(|(p, text)| {
+        wildcard(p, text, false)
+            || p.strip_suffix(" *")
+                .is_some_and(|p| wildcard(p, text, false))
+    })
 }
 
 /// Glob matching: `?` one character, `*` any run; with `path`, `*` and `?` stay within a
@@ -665,7 +701,7 @@ pub fn always_key(request: &PermissionRequest) -> Option<String> {
     };
     if let Some(command) = command {
         let segments = split_command(command);
-        if segments.len() != 1 || command.contains("$(") || command.contains('`') {
+        if segments.len() != 1 || substitutes(command) {
             return None;
         }
         let program = segments.first()?.split_whitespace().next()?;

