@@ -25,7 +25,7 @@ mod project;
 mod shell;
 mod suggest;
 
-pub use paths::{NamedPath, command_paths};
+pub use paths::{Expansion, NamedPath, command_paths};
 pub use project::PROJECT_POLICY;
 pub use shell::{inner_commands, split_command, substitutes};
 pub use suggest::suggest_rule;
@@ -440,16 +440,22 @@ impl Policy {
                 return Some(what);
             }
         }
-        // Words a shell expands (globs, variables) are not resolved: naming a sensitive place
-        // is enough to ask.
-        if let Some(command) = &facts.command {
-            if command.contains(".ssh") {
+        // Naming a sensitive place anywhere is enough to ask: in the text as written, and
+        // as the shell reads it (`.ss''h` is `.ssh`).
+        let command = facts.command.as_deref()?;
+        let read: Vec<String> = shell::words(command)
+            .iter()
+            .map(shell::Word::text)
+            .collect();
+        let read = read.join(" ");
+        for text in [command, read.as_str()] {
+            if text.contains(".ssh") {
                 return Some("a command naming .ssh".into());
             }
             if let Some(dir) = self
                 .sensitive_dirs
                 .iter()
-                .find(|d| command.contains(&*d.to_string_lossy()))
+                .find(|d| text.contains(&*d.to_string_lossy()))
             {
                 return Some(format!("a command naming {}", dir.display()));
             }

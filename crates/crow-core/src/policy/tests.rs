@@ -584,3 +584,55 @@ fn normalising_never_widens_an_allow_rule() {
         assert_eq!(v.action, Action::Ask, "{command}: {}", v.reason);
     }
 }
+
+#[test]
+fn sensitive_paths_are_judged_as_the_shell_reads_the_words() {
+    let home = Path::new("/home/u");
+    let p = Policy {
+        rules: vec![rule(Action::Allow, "bash(cat *)")],
+        sensitive_dirs: vec![
+            PathBuf::from("/home/u/.config/crow"),
+            PathBuf::from("/home/u/.ssh"),
+            PathBuf::from("/p/.crow"),
+        ],
+        ..Policy::new(Mode::Ask, "/p")
+    };
+    let run = |command: &str| {
+        let facts = CallFacts {
+            command_paths: paths::command_paths_in(command, Path::new("/p"), Some(home)),
+            ..bash(command)
+        };
+        p.decide(&facts, None)
+    };
+    for command in [
+        "cat ~/.ss''h/id_rsa",
+        "cat ~/.s\\sh/id_rsa",
+        "cat ~/$'\\x2essh'/id_rsa",
+        "cat ~/.s?h/id_rsa",
+        "cat ~/.[s]sh/id_rsa",
+        "cat ~/.{ssh,x}/id_rsa",
+        "cat ~/.config/cr''ow/config.toml",
+        "cat ~/.config/cro*/config.toml",
+        "cat /home/*/.config/crow/config.toml",
+        "cat \"$HOME/.config/crow/config.toml\"",
+        "cat ${HOME}/.config/crow/config.toml",
+        "cat --file=$HOME/.config/crow/config.toml",
+        "cat ~/.config/crow$X/config.toml",
+        "cat .cr*/config.toml",
+        "shopt -s dotglob; cat *",
+    ] {
+        let v = run(command);
+        assert_eq!(v.action, Action::Ask, "{command}: {}", v.reason);
+    }
+    for command in [
+        "cat src/*.rs",
+        "cat *.rs",
+        "cat ~/notes/*.md",
+        "cat ~/.config/other/*",
+        "cat \"$F\"",
+        "cat '$HOME/.config/crow/config.toml'",
+    ] {
+        let v = run(command);
+        assert_eq!(v.action, Action::Allow, "{command}: {}", v.reason);
+    }
+}
