@@ -9,10 +9,17 @@
 //!    on a tie `ask` beats `allow`);
 //! 3. otherwise the mode's default for the tool's kind.
 //!
-//! A compound command (`a && b; c | d`) is split into segments; the strictest segment decides,
-//! so `allow = ["bash(git status*)"]` does not allow `git status && rm -rf x`. Command
-//! substitution (`$(..)`, backticks) is never allowed by a rule. Last, a sensitive path (crow's
-//! own config and data, `~/.ssh`, `.env` files outside the project) turns an Allow into Ask.
+//! A compound command (`a && b; c | d`, `a |& b`) is split into segments; the strictest
+//! segment decides, so `allow = ["bash(git status*)"]` does not allow `git status && rm -rf
+//! x`. The commands inside substitutions (`$(..)`, backticks, `<(..)`, `>(..)`) are segments
+//! too, and a command holding one (or `${..}` beyond a plain name, or `coproc`) is never
+//! allowed by a rule. An allow rule matches a segment's text as written; deny and ask rules
+//! also match it normalised (`shell::normalise`: quotes removed, wrappers such as `sudo` or
+//! `env` peeled, the program's basename, single-letter flags un-bundled and sorted), so they
+//! match more spellings, never fewer. Last, a sensitive path turns an Allow into Ask: crow's
+//! own config and data, `~/.ssh`, `.env` files outside the project, as a command's words read
+//! after quote removal (a glob word by what it may match), and for the file tools' writes the
+//! project's git directories and policy files ([`PROJECT_POLICY`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -608,22 +615,31 @@ fn effective_kind(tool: &str, kind: Option<ToolKind>) -> ToolKind {
 }
 
 /// The simple commands a rule judges: the command line's segments, then those of every
-/// command it substitutes (`echo $(rm -rf x)` runs `rm -rf x`).
+/// command it runs from text (`echo $(rm -rf x)`, `sh -c 'rm -rf x'`, `eval rm -rf x`).
 fn command_segments(command: &str) -> Vec<String> {
-    let inner = inner_commands(command);
-    let mut segments: Vec<String> = split_command(command)
-        .into_iter()
-        .map(str::to_owned)
-        .collect();
-    for text in &inner {
-        segments.extend(
-            split_command(text)
-                .into_iter()
-                .filter(|s| !s.is_empty())
-                .map(str::to_owned),
-        );
-    }
+    let mut segments = Vec::new();
+    add_segments(command, &mut segments, 0);
     segments
+}
+
+/// Adds `command`'s segments and, to a bounded depth, those of the commands it carries.
+fn add_segments(command: &str, segments: &mut Vec<String>, depth: usize) {
+    for segment in split_command(command) {
+        if segment.is_empty() {
+            continue;
+        }
+        segments.push(segment.to_owned());
+        if depth < 4
+            && let Some(script) = shell::script_of(segment)
+        {
+            add_segments(&script, segments, depth + 1);
+        }
+    }
+    if depth < 4 {
+        for inner in inner_commands(command) {
+            add_segments(&inner, segments, depth + 1);
+        }
+    }
 }
 
 /// Whether a deny or ask rule's `pattern` matches a command in a spelling the text missed:

@@ -69,8 +69,9 @@ pub fn substitutes(command: &str) -> bool {
         .any(|w| w == "coproc")
 }
 
-/// The command lines inside substitutions (`$(..)`, backticks, `<(..)`, `>(..)`), nested
-/// ones too: each is judged by the rules as a command of its own.
+/// The command lines inside substitutions (`$(..)`, backticks, `<(..)`, `>(..)`), the
+/// outermost ones (the caller looks inside each again): each is judged by the rules as a
+/// command of its own.
 pub fn inner_commands(command: &str) -> Vec<String> {
     let mut found = Vec::new();
     let chars: Vec<char> = command.chars().collect();
@@ -79,17 +80,14 @@ pub fn inner_commands(command: &str) -> Vec<String> {
         let opens = matches!(chars[i], '$' | '<' | '>') && chars.get(i + 1) == Some(&'(');
         if opens {
             let (inner, end) = until_close(&chars, i + 2);
-            found.push(inner.clone());
-            found.extend(inner_commands(&inner));
+            found.push(inner);
             i = end;
         } else if chars[i] == '`' {
             let end = chars[i + 1..]
                 .iter()
                 .position(|c| *c == '`')
                 .map_or(chars.len(), |p| i + 1 + p);
-            let inner: String = chars[i + 1..end].iter().collect();
-            found.extend(inner_commands(&inner));
-            found.push(inner);
+            found.push(chars[i + 1..end].iter().collect());
             i = end + 1;
         } else {
             i += 1;
@@ -295,9 +293,9 @@ fn ansi_escape(rest: &[char]) -> (char, usize) {
 }
 
 /// Programs that run the command after them (with their own options first).
-const WRAPPERS: [&str; 12] = [
+const WRAPPERS: [&str; 13] = [
     "command", "env", "exec", "nice", "nohup", "time", "sudo", "doas", "builtin", "coproc",
-    "timeout", "setsid",
+    "timeout", "setsid", "xargs",
 ];
 
 /// A wrapper's options that take the next word as their value.
@@ -310,6 +308,7 @@ fn option_takes_value(wrapper: &str, option: &str) -> bool {
         "exec" => "a",
         "time" => "fo",
         "timeout" => "sk",
+        "xargs" => "aIdEnLPs",
         _ => "",
     };
     option.len() == 2 && option.chars().nth(1).is_some_and(|c| letters.contains(c))
@@ -323,21 +322,7 @@ fn option_takes_value(wrapper: &str, option: &str) -> bool {
 /// matched in addition to the text as written, and never for allow rules.
 pub(super) fn normalise(text: &str) -> [String; 2] {
     let words: Vec<String> = words(text).iter().map(Word::text).collect();
-    let mut i = 0;
-    while let Some(word) = words.get(i) {
-        let word = word.as_str();
-        if matches!(
-            word,
-            "{" | "}" | "!" | "if" | "then" | "do" | "else" | "elif" | "while" | "until"
-        ) || is_assignment(word)
-        {
-            i += 1;
-        } else if WRAPPERS.contains(&word) {
-            i = after_wrapper(&words, i);
-        } else {
-            break;
-        }
-    }
+    let i = program_at(&words);
     let Some(program) = words.get(i) else {
         let all = words.join(" ");
         return [all.clone(), all];
@@ -368,6 +353,49 @@ pub(super) fn normalise(text: &str) -> [String; 2] {
     hoisted.extend(rest.iter().map(|w| (*w).to_owned()));
     [inline.join(" "), hoisted.join(" ")]
 }
+
+/// The index of the program a simple command runs: after leading keywords (`then`, `!`,
+/// `{`), `VAR=x` assignments and wrappers with their options.
+fn program_at(words: &[String]) -> usize {
+    let mut i = 0;
+    while let Some(word) = words.get(i) {
+        let word = word.as_str();
+        if matches!(
+            word,
+            "{" | "}" | "!" | "if" | "then" | "do" | "else" | "elif" | "while" | "until"
+        ) || is_assignment(word)
+        {
+            i += 1;
+        } else if WRAPPERS.contains(&word) {
+            i = after_wrapper(words, i);
+        } else {
+            break;
+        }
+    }
+    i
+}
+
+/// The command line a simple command hands another shell: `sh -c 'LINE'` (any shell, any
+/// bundle holding `c`: `bash -lc`) or `eval WORDS`.
+pub(super) fn script_of(segment: &str) -> Option<String> {
+    let words: Vec<String> = words(segment).iter().map(Word::text).collect();
+    let at = program_at(&words);
+    let program = words.get(at)?;
+    let program = program.rsplit('/').next().unwrap_or(program);
+    if program == "eval" {
+        return Some(words[at + 1..].join(" "));
+    }
+    if !SHELLS.contains(&program) {
+        return None;
+    }
+    let flag = words[at + 1..]
+        .iter()
+        .position(|w| flag_letters(w).is_some_and(|l| l.contains(&'c')))?;
+    words.get(at + 2 + flag).cloned()
+}
+
+/// Programs that run a command line given with `-c`.
+const SHELLS: [&str; 6] = ["sh", "bash", "zsh", "dash", "ksh", "fish"];
 
 /// The letters of a bundle of single-letter flags (`-rF` → `r`, `f`).
 fn flag_letters(word: &str) -> Option<Vec<char>> {

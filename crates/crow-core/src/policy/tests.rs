@@ -503,6 +503,13 @@ fn a_deny_rule_sees_the_commands_inside_substitutions() {
         "echo \"$(echo $(rm -rf /))\"",
         "coproc rm -rf /",
         "coproc X { rm -rf /; }",
+        "sh -c 'rm -rf /'",
+        "bash -lc \"cd /tmp && rm -rf /\"",
+        "sudo bash -c 'sh -c \"rm -fr /\"'",
+        "eval rm -rf /",
+        "eval 'rm -rf /'",
+        "find . -name x | xargs rm -rf",
+        "xargs -I {} rm -rf {} < list",
     ] {
         let v = p.decide(&bash(command), None);
         assert_eq!(v.action, Action::Deny, "{command}: {}", v.reason);
