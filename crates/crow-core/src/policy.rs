@@ -9,10 +9,17 @@
 //!    on a tie `ask` beats `allow`);
 //! 3. otherwise the mode's default for the tool's kind.
 //!
-//! A compound command (`a && b; c | d`) is split into segments; the strictest segment decides,
-//! so `allow = ["bash(git status*)"]` does not allow `git status && rm -rf x`. Command
-//! substitution (`$(..)`, backticks) is never allowed by a rule. Last, a sensitive path (crow's
-//! own config and data, `~/.ssh`, `.env` files outside the project) turns an Allow into Ask.
+//! A compound command (`a && b; c | d`, `a |& b`) is split into segments; the strictest
+//! segment decides, so `allow = ["bash(git status*)"]` does not allow `git status && rm -rf
+//! x`. The commands inside substitutions (`$(..)`, backticks, `<(..)`, `>(..)`) are segments
+//! too, and a command holding one (or `${..}` beyond a plain name, or `coproc`) is never
+//! allowed by a rule. An allow rule matches a segment's text as written; deny and ask rules
+//! also match it normalised (`shell::normalise`: quotes removed, wrappers such as `sudo` or
+//! `env` peeled, the program's basename, single-letter flags un-bundled and sorted), so they
+//! match more spellings, never fewer. Last, a sensitive path turns an Allow into Ask: crow's
+//! own config and data, `~/.ssh`, `.env` files outside the project, as a command's words read
+//! after quote removal (a glob word by what it may match), and for the file tools' writes the
+//! project's git directories and policy files ([`PROJECT_POLICY`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -21,9 +28,13 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 mod paths;
+mod project;
+mod shell;
 mod suggest;
 
-pub use paths::{NamedPath, command_paths};
+pub use paths::{Expansion, NamedPath, command_paths};
+pub use project::PROJECT_POLICY;
+pub use shell::{inner_commands, split_command, substitutes};
 pub use suggest::suggest_rule;
 
 use crate::tool::{
@@ -260,15 +271,20 @@ impl Policy {
         let kind = effective_kind(&facts.tool, facts.kind);
         let mut verdicts = Vec::new();
         if let Some(command) = &facts.command {
-            let segments = split_command(command);
-            let substitution = command.contains("$(") || command.contains('`');
-            for segment in segments {
-                let mut v = self.judge(&rules, facts, kind, mode, Subject::Command(segment));
+            let substitution = substitutes(command);
+            for segment in command_segments(command) {
+                let normal = shell::normalise(&segment);
+                let subject = Subject::Command {
+                    text: &segment,
+                    normal: &normal,
+                };
+                let mut v = self.judge(&rules, facts, kind, mode, subject);
                 if substitution && v.action == Action::Allow && !self.mode_allows(kind, mode) {
                     v = Verdict {
                         action: Action::Ask,
-                        reason: "the command substitutes another command's output ($(..) or \
-                                 backticks), which no allow rule covers"
+                        reason: "the command runs commands a rule cannot see ($(..), \
+                                 backticks, <(..), >(..), ${..} beyond a name, coproc), which \
+                                 no allow rule covers"
                             .into(),
                     };
                 }
@@ -290,7 +306,7 @@ impl Policy {
                 reason: "nothing decided".into(),
             });
         if verdict.action == Action::Allow
-            && let Some(what) = self.sensitive(facts)
+            && let Some(what) = self.sensitive(facts, kind)
         {
             verdict = Verdict {
                 action: Action::Ask,
@@ -325,7 +341,10 @@ impl Policy {
             }
             match (&rule.pattern, subject) {
                 (None, _) => true,
-                (Some(p), Subject::Command(c)) => wildcard(p, c, false),
+                (Some(p), Subject::Command { text, normal }) => {
+                    wildcard(p, text, false)
+                        || (rule.action != Action::Allow && matches_normalised(p, normal))
+                }
                 (Some(p), Subject::Path(path)) => {
                     let absolute = path.to_string_lossy();
                     wildcard(p, &absolute, true)
@@ -393,7 +412,19 @@ impl Policy {
     }
 
     /// The sensitive place the call touches, if any.
-    fn sensitive(&self, facts: &CallFacts) -> Option<String> {
+    fn sensitive(&self, facts: &CallFacts, kind: ToolKind) -> Option<String> {
+        // A file tool's write to the project's policy or git (a command's writes are the
+        // sandbox's: it keeps them read-only).
+        let file_write = facts.command.is_none()
+            && matches!(kind, ToolKind::Edit | ToolKind::Delete | ToolKind::Move);
+        if file_write
+            && let Some(what) = facts
+                .paths
+                .iter()
+                .find_map(|p| project::sensitive_write(p, &self.project_root))
+        {
+            return Some(what);
+        }
         for path in &facts.paths {
             if let Some(dir) = self.sensitive_dirs.iter().find(|d| path.starts_with(d)) {
                 return Some(format!("{} (under {})", path.display(), dir.display()));
@@ -416,16 +447,22 @@ impl Policy {
                 return Some(what);
             }
         }
-        // Words a shell expands (globs, variables) are not resolved: naming a sensitive place
-        // is enough to ask.
-        if let Some(command) = &facts.command {
-            if command.contains(".ssh") {
+        // Naming a sensitive place anywhere is enough to ask: in the text as written, and
+        // as the shell reads it (`.ss''h` is `.ssh`).
+        let command = facts.command.as_deref()?;
+        let read: Vec<String> = shell::words(command)
+            .iter()
+            .map(shell::Word::text)
+            .collect();
+        let read = read.join(" ");
+        for text in [command, read.as_str()] {
+            if text.contains(".ssh") {
                 return Some("a command naming .ssh".into());
             }
             if let Some(dir) = self
                 .sensitive_dirs
                 .iter()
-                .find(|d| command.contains(&*d.to_string_lossy()))
+                .find(|d| text.contains(&*d.to_string_lossy()))
             {
                 return Some(format!("a command naming {}", dir.display()));
             }
@@ -559,7 +596,11 @@ impl PermissionGate for PolicyAsks {
 
 #[derive(Clone, Copy)]
 enum Subject<'a> {
-    Command(&'a str),
+    /// A simple command: as written, and [`shell::normalise`]d.
+    Command {
+        text: &'a str,
+        normal: &'a [String; 2],
+    },
     Path(&'a Path),
     Nothing,
 }
@@ -573,20 +614,51 @@ fn effective_kind(tool: &str, kind: Option<ToolKind>) -> ToolKind {
     }
 }
 
-/// The simple commands of a command line, split at `&&`, `||`, `;`, `|`, `&` and newlines.
-/// Quotes are not honoured: splitting too much only makes allow rules match less and deny
-/// rules match more, the safe direction.
-pub fn split_command(command: &str) -> Vec<&str> {
-    let segments: Vec<&str> = command
-        .split(['&', '|', ';', '\n'])
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .collect();
-    if segments.is_empty() {
-        vec![command.trim()]
-    } else {
-        segments
+/// The simple commands a rule judges: the command line's segments, then those of every
+/// command it runs from text (`echo $(rm -rf x)`, `sh -c 'rm -rf x'`, `eval rm -rf x`).
+fn command_segments(command: &str) -> Vec<String> {
+    let mut segments = Vec::new();
+    add_segments(command, &mut segments, 0);
+    segments
+}
+
+/// Adds `command`'s segments and, to a bounded depth, those of the commands it carries.
+fn add_segments(command: &str, segments: &mut Vec<String>, depth: usize) {
+    for segment in split_command(command) {
+        if segment.is_empty() {
+            continue;
+        }
+        segments.push(segment.to_owned());
+        if depth < 4
+            && let Some(script) = shell::script_of(segment)
+        {
+            add_segments(&script, segments, depth + 1);
+        }
     }
+    if depth < 4 {
+        for inner in inner_commands(command) {
+            add_segments(&inner, segments, depth + 1);
+        }
+    }
+}
+
+/// Whether a deny or ask rule's `pattern` matches a command in a spelling the text missed:
+/// the pattern, as written or normalised the same way, against either normalised spelling
+/// of the command (so `rm -rf *` meets `sudo /bin/rm -r -f x`); a pattern ending in ` *`
+/// also matches nothing there (`rm -rf`).
+fn matches_normalised(pattern: &str, normal: &[String; 2]) -> bool {
+    let [inline, hoisted] = shell::normalise(pattern);
+    let candidates = [
+        (pattern, &normal[0]),
+        (pattern, &normal[1]),
+        (inline.as_str(), &normal[0]),
+        (hoisted.as_str(), &normal[1]),
+    ];
+    candidates.iter().any(|(p, text)| {
+        wildcard(p, text, false)
+            || p.strip_suffix(" *")
+                .is_some_and(|p| wildcard(p, text, false))
+    })
 }
 
 /// Glob matching: `?` one character, `*` any run; with `path`, `*` and `?` stay within a
@@ -651,7 +723,7 @@ pub fn always_key(request: &PermissionRequest) -> Option<String> {
     };
     if let Some(command) = command {
         let segments = split_command(command);
-        if segments.len() != 1 || command.contains("$(") || command.contains('`') {
+        if segments.len() != 1 || substitutes(command) {
             return None;
         }
         let program = segments.first()?.split_whitespace().next()?;

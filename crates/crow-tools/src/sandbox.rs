@@ -38,7 +38,7 @@ mod launcher;
 mod protect;
 
 pub use launcher::launch;
-pub use protect::{PROJECT_POLICY, Tampered, Watch, note_own_write};
+pub use protect::{PROGRAM_FILES, Tampered, Watch, note_own_write};
 
 /// The first argument that turns crow into the launcher.
 pub const LAUNCHER_ARG: &str = "__sandbox";

@@ -194,6 +194,43 @@ mod tests {
         WriteFileTool::new(ToolOptions::default())
     }
 
+    #[test]
+    fn the_policy_judges_a_write_by_the_path_it_resolves_to() {
+        use crow_core::policy::{Action, CallFacts, Mode, Policy};
+        use crow_core::{Footprint, ToolKind};
+        // Spellings an attacker would try: a symlink to `.git` or `.claude`, `..`, a
+        // not-yet-existing directory climbed out of.
+        let env = TestEnv::new();
+        env.write(".git/HEAD", "ref: refs/heads/main\n");
+        std::fs::create_dir_all(env.root().join(".git/objects")).unwrap();
+        std::fs::create_dir_all(env.root().join(".claude")).unwrap();
+        std::os::unix::fs::symlink(env.root().join(".git"), env.root().join("g")).unwrap();
+        std::os::unix::fs::symlink(env.root().join(".claude"), env.root().join("c")).unwrap();
+        let policy = Policy::new(Mode::AutoEdit, env.root());
+        for path in [
+            "g/config",
+            "g/hooks/pre-commit",
+            "src/../.git/config",
+            "new/../.git/config",
+            "c/commands/deploy.md",
+            "c/settings.json",
+            "./.mcp.json",
+        ] {
+            let input = serde_json::json!({"path": path, "content": "x"});
+            let Footprint::Writes(paths) = tool().footprint(&input, &env.ctx) else {
+                panic!("{path}: no write footprint");
+            };
+            let facts = CallFacts {
+                tool: "write_file".into(),
+                kind: Some(ToolKind::Edit),
+                paths,
+                ..CallFacts::default()
+            };
+            let v = policy.decide(&facts, None);
+            assert_eq!(v.action, Action::Ask, "{path}: {}", v.reason);
+        }
+    }
+
     #[tokio::test]
     async fn creates_dirs_and_reports_diff() {
         let env = TestEnv::new();

@@ -198,9 +198,10 @@ fn line_of(text: &str, rule: &str) -> Option<usize> {
         .map(|i| i + 1)
 }
 
-/// Places whose files always ask: crow's own config and data, `~/.ssh`. A place holding the
-/// whole project (a store under `$HOME` for a project in `$HOME`) is left out: it would make
-/// every call ask.
+/// Places whose files always ask, read or written: crow's own config and data, `~/.ssh`, the
+/// project's policy files (the policy itself also knows those, and git directories, for the
+/// file tools' writes, however spelled). A place holding the whole project (a store under
+/// `$HOME` for a project in `$HOME`) is left out: it would make every call ask.
 pub fn sensitive_dirs(config: &crate::config::Config, project_root: &Path) -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = crate::config::user_config_dir().into_iter().collect();
     if let Some(dir) = crate::wiring::db_path(config)
@@ -214,7 +215,7 @@ pub fn sensitive_dirs(config: &crate::config::Config, project_root: &Path) -> Ve
     }
     dirs.retain(|d| !project_root.starts_with(d));
     // The project's own policy: a call that could loosen the rules it runs under asks.
-    for file in crow_tools::sandbox::PROJECT_POLICY {
+    for file in crow_core::policy::PROJECT_POLICY {
         dirs.push(project_root.join(file));
     }
     let mut known = std::collections::HashMap::new();

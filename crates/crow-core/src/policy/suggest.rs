@@ -5,7 +5,7 @@ use std::path::Path;
 
 use crate::tool::{PermissionPreview, PermissionRequest, ToolKind};
 
-use super::{Action, Rule, split_command};
+use super::{Action, Rule, split_command, substitutes};
 
 /// `bash(git status*)` for a command (its program and, when the next word is a
 /// subcommand, that word too, then `*`); `write_file(src/a.rs)` for a file (relative to the
@@ -21,7 +21,7 @@ pub fn suggest_rule(request: &PermissionRequest, project_root: &Path) -> Option<
     };
     let pattern = if let Some(command) = command {
         let segments = split_command(command);
-        if segments.len() != 1 || command.contains("$(") || command.contains('`') {
+        if segments.len() != 1 || substitutes(command) {
             return None;
         }
         let mut words = segments.first()?.split_whitespace();

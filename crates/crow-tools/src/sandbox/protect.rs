@@ -15,9 +15,10 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// The project's files that hold crow's (and Claude Code's, opencode's) permission rules,
-/// agent definitions and MCP servers. Existing ones are read-only to commands (directories
+/// agent definitions and MCP servers, as wholes (the file tools' finer list is
+/// `crow_core::policy::PROJECT_POLICY`). Existing ones are read-only to commands (directories
 /// as a whole, so they cannot be renamed away); missing ones are watched.
-pub const PROJECT_POLICY: [&str; 6] = [
+pub const PROGRAM_FILES: [&str; 6] = [
     ".crow",
     ".claude",
     ".opencode",
@@ -48,7 +49,7 @@ pub(super) struct Protected {
 impl Protected {
     pub(super) fn of_project(project_root: &Path) -> Self {
         let mut out = Self::default();
-        for name in PROJECT_POLICY {
+        for name in PROGRAM_FILES {
             out.guard(project_root.join(name));
         }
         for git_dir in git_dirs(project_root, &mut out) {
