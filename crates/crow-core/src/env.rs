@@ -125,13 +125,14 @@ pub fn name_matches(pattern: &str, name: &str) -> bool {
         return pattern == name;
     }
     let (first, last) = (parts[0], parts[parts.len() - 1]);
-    if !name.starts_with(first) || name.len() < first.len() + last.len() {
+    // Both ends checked before slicing: they are then char boundaries (a name need not be
+    // ASCII, and `rest` would otherwise be cut inside a character).
+    if !name.starts_with(first) || !name.ends_with(last) || name.len() < first.len() + last.len() {
         return false;
     }
-    let mut rest = &name[first.len()..name.len() - last.len()];
-    if !name.ends_with(last) {
+    let Some(mut rest) = name.get(first.len()..name.len() - last.len()) else {
         return false;
-    }
+    };
     for part in &parts[1..parts.len() - 1] {
         match rest.find(part) {
             Some(i) => rest = &rest[i + part.len()..],
@@ -297,6 +298,10 @@ mod tests {
         assert!(name_matches("PATH", "path"));
         assert!(!name_matches("PATH", "PATHS"));
         assert!(!name_matches("*AB*BA*", "ABA"));
+        // Not ASCII: no slicing inside a character.
+        assert!(!name_matches("*_PWD", "ⳜÔȺ"));
+        assert!(name_matches("*_PWD", "É_PWD"));
+        assert!(!looks_secret("ⳜÔȺ"));
     }
 
     #[test]
