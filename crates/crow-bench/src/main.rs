@@ -49,6 +49,9 @@ struct Args {
     /// Only the limits section (section 11: connections, growth, cold start, streaming)
     #[arg(long)]
     limits_only: bool,
+    /// Only the session store section (section 6: append, load, delete)
+    #[arg(long)]
+    store_only: bool,
 }
 
 fn main() -> ExitCode {
@@ -130,6 +133,11 @@ fn run(args: Args) -> Result<()> {
             })?]
         }
         (None, None) if args.sandbox_only => vec![crow_bench::sandbox::measure(&bench)?],
+        (None, None) if args.store_only => {
+            vec![crow_bench::store::measure(&bench, &mut |step| {
+                eprintln!("· {step}")
+            })?]
+        }
         (None, None) if args.snapshots_only => {
             vec![crow_bench::snapshot::measure(&bench, &mut |step| {
                 eprintln!("· {step}")

@@ -1,8 +1,10 @@
 //! Section 6: the session store — appending entries one by one (each its own transaction, as
-//! a live session does) and loading a long session back into provider messages, through
-//! crow-store's own timing helpers.
+//! a live session does), loading a long session back into provider messages, through
+//! crow-store's own timing helpers, and deleting a session (`crow sessions delete`; with
+//! `secure_delete` its freed pages are overwritten).
 
 use anyhow::{Context, Result, ensure};
+use crow_core::SessionStore;
 use crow_store::SqliteStore;
 use crow_store::timing::{append_latencies, create_bench_session, load_and_rebuild};
 
@@ -36,6 +38,18 @@ pub fn measure(bench: &Bench, progress: &mut dyn FnMut(&str)) -> Result<Section>
             loads.push(took.as_secs_f64() * 1000.0);
         }
     }
+    // Deleting: fresh sessions of up to 2,000 entries, one delete (one transaction) each.
+    let per = n.min(2_000);
+    progress(&format!("store: deleting sessions of {per} entries"));
+    let mut deletes = Vec::new();
+    for i in 0..bench.config.search_runs.max(3) {
+        let id = format!("delete-{i}");
+        create_bench_session(&store, &id).context("cannot create the session")?;
+        append_latencies(&store, &id, &entries[..per]).context("append failed")?;
+        let started = std::time::Instant::now();
+        store.delete_session(&id).context("delete failed")?;
+        deletes.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
     // Committed entries may still sit in the write-ahead log: count both files.
     let size: u64 = ["", "-wal"]
         .iter()
@@ -64,6 +78,12 @@ pub fn measure(bench: &Bench, progress: &mut dyn FnMut(&str)) -> Result<Section>
                 "database + WAL {}",
                 Unit::Bytes.format(size as f64)
             )),
+            Row::stats(
+                format!("delete a {per}-entry session"),
+                summarize(&deletes),
+                Unit::Ms,
+            )
+            .note("one transaction"),
         ],
     })
 }

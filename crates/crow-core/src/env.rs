@@ -5,8 +5,9 @@
 //!
 //! Order of the rules, later wins:
 //! 1. `inherit`: all of crow's environment, the [`CORE_VARS`] only, or nothing;
-//! 2. removed: crow's own key variables ([`EnvPolicy::hidden`]) and names matching
-//!    [`SECRET_PATTERNS`], unless they match an `include` pattern;
+//! 2. removed: crow's own key variables ([`EnvPolicy::hidden`]), names matching
+//!    [`SECRET_PATTERNS`] and values holding a URL with a password
+//!    ([`has_url_credentials`], whatever the name), unless they match an `include` pattern;
 //! 3. `include`: names passed through even when 1 or 2 would drop them;
 //! 4. `exclude`: names always removed (wins over `include`);
 //! 5. `set`: fixed values, always passed.
@@ -18,8 +19,33 @@ use std::ffi::OsString;
 
 use serde::{Deserialize, Serialize};
 
-/// Names that look like credentials; removed unless `include`d.
-pub const SECRET_PATTERNS: [&str; 4] = ["*KEY*", "*SECRET*", "*TOKEN*", "*PASSWORD*"];
+/// Names that look like credentials; removed unless `include`d. A user adds names of their
+/// own with `[shell_environment] exclude`. Deliberately not here: `PWD`/`OLDPWD` (the
+/// working directories, hence `*_PWD` and not `*PWD*`), `SSH_AUTH_SOCK` (the agent's socket,
+/// which git over ssh needs; hence `*_AUTH` and not `*AUTH*`), `SSL_CERT_FILE` and the other
+/// CA bundle paths (public certificates, which TLS in commands needs).
+pub const SECRET_PATTERNS: [&str; 14] = [
+    // The usual names: OPENAI_API_KEY, AWS_SECRET_ACCESS_KEY, GITHUB_TOKEN, DB_PASSWORD.
+    "*KEY*",
+    "*SECRET*",
+    "*TOKEN*",
+    "*PASSWORD*",
+    // Other spellings of a password: MYSQL_PASSWD, PGPASSWD, REDIS_PWD, GPG_PASSPHRASE.
+    "*PASSWD*",
+    "*_PWD",
+    "*PASSPHRASE*",
+    // AWS_SHARED_CREDENTIALS_FILE, GOOGLE_APPLICATION_CREDENTIALS, *_PRIVATE_KEY_PATH.
+    "*CREDENTIAL*",
+    "*PRIVATE*",
+    // Personal access tokens and auth strings: GH_PAT, AZURE_DEVOPS_PAT, NPM_CONFIG__AUTH.
+    "*_PAT",
+    "*_AUTH",
+    // Connection strings, which carry their password: DATABASE_URL, SENTRY_DSN,
+    // AZURE_STORAGE_CONNECTION_STRING.
+    "*DATABASE_URL*",
+    "*_DSN",
+    "*CONNECTION_STRING*",
+];
 
 /// What `inherit = "core"` keeps: enough for a shell, tools and locales to work.
 pub const CORE_VARS: [&str; 14] = [
@@ -99,13 +125,14 @@ pub fn name_matches(pattern: &str, name: &str) -> bool {
         return pattern == name;
     }
     let (first, last) = (parts[0], parts[parts.len() - 1]);
-    if !name.starts_with(first) || name.len() < first.len() + last.len() {
+    // Both ends checked before slicing: they are then char boundaries (a name need not be
+    // ASCII, and `rest` would otherwise be cut inside a character).
+    if !name.starts_with(first) || !name.ends_with(last) || name.len() < first.len() + last.len() {
         return false;
     }
-    let mut rest = &name[first.len()..name.len() - last.len()];
-    if !name.ends_with(last) {
+    let Some(mut rest) = name.get(first.len()..name.len() - last.len()) else {
         return false;
-    }
+    };
     for part in &parts[1..parts.len() - 1] {
         match rest.find(part) {
             Some(i) => rest = &rest[i + part.len()..],
@@ -120,20 +147,49 @@ pub fn looks_secret(name: &str) -> bool {
     SECRET_PATTERNS.iter().any(|p| name_matches(p, name))
 }
 
+/// Whether `value` holds a URL with a password (`scheme://user:pass@host`), as in
+/// `DATABASE_URL`, `PIP_EXTRA_INDEX_URL` or a git remote with a token: such a value is a
+/// credential whatever its variable is called. Every URL in the value is looked at.
+pub fn has_url_credentials(value: &str) -> bool {
+    let mut rest = value;
+    while let Some(at) = rest.find("://") {
+        let after = &rest[at + 3..];
+        // The authority ends at the path, query, fragment or the end of the word.
+        let end = after
+            .find(|c: char| matches!(c, '/' | '?' | '#') || c.is_whitespace())
+            .unwrap_or(after.len());
+        let authority = &after[..end];
+        if let Some(userinfo) = authority.rsplit_once('@').map(|(u, _)| u)
+            && let Some((_, password)) = userinfo.split_once(':')
+            && !password.is_empty()
+        {
+            return true;
+        }
+        rest = after;
+    }
+    false
+}
+
 fn any_match(patterns: &[impl AsRef<str>], name: &str) -> bool {
     patterns.iter().any(|p| name_matches(p.as_ref(), name))
 }
 
 impl EnvPolicy {
-    /// Whether a variable of the parent environment is passed on.
+    /// Whether a variable of the parent environment is passed on, by its name alone (the
+    /// value's own rule is [`EnvPolicy::passes_var`]'s).
     pub fn passes(&self, name: &str) -> bool {
+        self.passes_var(name, "")
+    }
+
+    /// Whether a variable of the parent environment, with its value, is passed on.
+    pub fn passes_var(&self, name: &str, value: &str) -> bool {
         if any_match(&self.exclude, name) {
             return false;
         }
         if any_match(&self.include, name) {
             return true;
         }
-        if self.hidden.contains(name) || looks_secret(name) {
+        if self.hidden.contains(name) || looks_secret(name) || has_url_credentials(value) {
             return false;
         }
         match self.inherit {
@@ -150,7 +206,9 @@ impl EnvPolicy {
     ) -> BTreeMap<OsString, OsString> {
         let mut out: BTreeMap<OsString, OsString> = vars
             .into_iter()
-            .filter(|(name, _)| self.passes(&name.to_string_lossy()))
+            .filter(|(name, value)| {
+                self.passes_var(&name.to_string_lossy(), &value.to_string_lossy())
+            })
             .collect();
         for (name, value) in &self.set {
             out.insert(name.into(), value.into());
@@ -190,9 +248,10 @@ fn removed(
 ) -> Vec<String> {
     let mut names: Vec<String> = vars
         .into_iter()
-        .map(|(name, _)| name)
-        .filter(|name| !policy.passes(&name.to_string_lossy()))
-        .filter_map(|name| name.to_str().map(str::to_owned))
+        .filter(|(name, value)| {
+            !policy.passes_var(&name.to_string_lossy(), &value.to_string_lossy())
+        })
+        .filter_map(|(name, _)| name.to_str().map(str::to_owned))
         .collect();
     names.sort();
     names
@@ -239,6 +298,10 @@ mod tests {
         assert!(name_matches("PATH", "path"));
         assert!(!name_matches("PATH", "PATHS"));
         assert!(!name_matches("*AB*BA*", "ABA"));
+        // Not ASCII: no slicing inside a character.
+        assert!(!name_matches("*_PWD", "ⳜÔȺ"));
+        assert!(name_matches("*_PWD", "É_PWD"));
+        assert!(!looks_secret("ⳜÔȺ"));
     }
 
     #[test]
@@ -302,5 +365,67 @@ mod tests {
             ]
         );
         assert!(!format!("{policy:?}").contains("t-123"));
+    }
+
+    #[test]
+    fn connection_strings_passwords_and_credential_urls_are_removed_but_pwd_passes() {
+        let parent = vars(&[
+            ("DATABASE_URL", "postgres://app:hunter2@db:5432/app"),
+            ("MYSQL_PASSWD", "pw"),
+            ("REDIS_PWD", "pw"),
+            ("GH_PAT", "ghp_x"),
+            ("SENTRY_DSN", "https://abc@o1.ingest.sentry.io/1"),
+            ("NPM_CONFIG__AUTH", "dXNlcjpwYXNz"),
+            ("GOOGLE_APPLICATION_CREDENTIALS", "/home/u/creds.json"),
+            ("AWS_SHARED_CREDENTIALS_FILE", "/home/u/.aws/credentials"),
+            ("SIGNING_PRIVATE_KEY_PATH", "/k"),
+            ("GPG_PASSPHRASE", "pp"),
+            ("AZURE_STORAGE_CONNECTION_STRING", "AccountKey=abc"),
+            // Innocent names, credentials in the value.
+            (
+                "PIP_EXTRA_INDEX_URL",
+                "https://pypi.org/simple https://user:s3cret@pypi.corp/simple",
+            ),
+            (
+                "UPSTREAM",
+                "https://x-access-token:ghs_abc@github.com/o/r.git",
+            ),
+            // What must pass.
+            ("PWD", "/work/p"),
+            ("OLDPWD", "/work"),
+            ("SSH_AUTH_SOCK", "/tmp/ssh-agent.sock"),
+            ("SSL_CERT_FILE", "/etc/ssl/cert.pem"),
+            ("PATH", "/bin"),
+            ("HOMEPAGE", "https://example.com/a:b@c"),
+            ("GIT_REMOTE", "ssh://git@github.com/o/r.git"),
+            ("PROXY", "http://proxy:3128"),
+        ]);
+        let env = EnvPolicy::default().apply(parent.clone());
+        assert_eq!(
+            names(&env),
+            [
+                "GIT_REMOTE",
+                "HOMEPAGE",
+                "OLDPWD",
+                "PATH",
+                "PROXY",
+                "PWD",
+                "SSH_AUTH_SOCK",
+                "SSL_CERT_FILE"
+            ]
+        );
+        // The names said to an editor's terminal are the same ones.
+        let policy = EnvPolicy::default();
+        let removed = removed(&policy, parent);
+        assert!(removed.contains(&"UPSTREAM".to_owned()), "{removed:?}");
+        assert!(!removed.contains(&"PWD".to_owned()), "{removed:?}");
+        // The user's `include` still wins, and their `exclude` adds names.
+        let policy = EnvPolicy {
+            include: vec!["UPSTREAM".into()],
+            exclude: vec!["PROXY".into()],
+            ..EnvPolicy::default()
+        };
+        let env = policy.apply(vars(&[("UPSTREAM", "https://u:p@h/"), ("PROXY", "x")]));
+        assert_eq!(names(&env), ["UPSTREAM"]);
     }
 }

@@ -1,7 +1,8 @@
 //! A snapshot's manifest: every file of the tree (relative path → content hash, mode, size),
-//! and the files that were not stored, with why.
+//! the files that were not stored, with why, and the empty directories (a directory with
+//! files is implied by them; an empty one would otherwise be invisible to undo).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crow_core::{ChangeKind, FileChange};
 use serde::{Deserialize, Serialize};
@@ -46,6 +47,10 @@ impl Entry {
 pub struct Manifest {
     /// Relative path (with `/`) → entry.
     pub files: BTreeMap<String, Entry>,
+    /// Directories with nothing recorded below them, relative, without a trailing `/`.
+    /// Left out when there are none, so a tree without any keeps the id it had before.
+    #[serde(rename = "d", default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub dirs: BTreeSet<String>,
 }
 
 impl Manifest {
@@ -56,7 +61,7 @@ impl Manifest {
         Ok((hex(&digest[..16]), bytes))
     }
 
-    /// Paths that differ from `self` to `to`, sorted.
+    /// Paths that differ from `self` to `to`, sorted; an empty directory's path ends in `/`.
     pub fn diff(&self, to: &Manifest) -> Vec<FileChange> {
         let mut out = Vec::new();
         for (path, entry) in &self.files {
@@ -70,6 +75,12 @@ impl Manifest {
             if !self.files.contains_key(path) {
                 out.push(change(path, ChangeKind::Created));
             }
+        }
+        for dir in self.dirs.difference(&to.dirs) {
+            out.push(change(&format!("{dir}/"), ChangeKind::Deleted));
+        }
+        for dir in to.dirs.difference(&self.dirs) {
+            out.push(change(&format!("{dir}/"), ChangeKind::Created));
         }
         out.sort();
         out

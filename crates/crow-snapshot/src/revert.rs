@@ -1,6 +1,8 @@
 //! Undo and redo on disk: put the files that differ between two snapshots back as in the
 //! target, after checking every one is still as in the source. Everything is checked and
 //! every blob read before the first write, so a conflict or a missing blob changes nothing.
+//! Empty directories (a change whose path ends in `/`) are made or removed too: made last,
+//! after the removals that may have taken an emptied parent with them.
 
 use std::fs;
 use std::os::unix::ffi::OsStringExt;
@@ -15,8 +17,17 @@ use crate::{Error, SnapshotStore, files, io};
 /// What to write for one path.
 enum Action {
     Remove,
-    Write { content: Vec<u8>, mode: u32 },
-    Link { target: Vec<u8> },
+    Write {
+        content: Vec<u8>,
+        mode: u32,
+    },
+    Link {
+        target: Vec<u8>,
+    },
+    /// An empty directory the target has.
+    MakeDir,
+    /// An empty directory the target does not have (removed only while empty).
+    RemoveDir,
 }
 
 pub(crate) fn revert(
@@ -30,6 +41,31 @@ pub(crate) fn revert(
     for change in from.diff(to) {
         let key = change.path.to_string_lossy().into_owned();
         let path = store.root.join(&change.path);
+        if let Some(dir) = key.strip_suffix('/') {
+            // Without the slash: `lstat("name/")` of a file fails as if nothing were there.
+            let path = store.root.join(dir);
+            let (ok, action) = if to.dirs.contains(dir) {
+                // Nothing else may stand where the directory goes back.
+                let meta = fs::symlink_metadata(&path);
+                (
+                    meta.is_err() || meta.is_ok_and(|m| m.is_dir()),
+                    Action::MakeDir,
+                )
+            } else {
+                // Removed only as the agent left it: empty (or gone already).
+                let empty = fs::read_dir(&path).map(|mut d| d.next().is_none());
+                (
+                    empty.as_ref().is_ok_and(|e| *e)
+                        || empty.is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound),
+                    Action::RemoveDir,
+                )
+            };
+            if !ok {
+                out.conflicts.push(change.path.clone());
+            }
+            plan.push((change, path, action));
+            continue;
+        }
         if !on_disk_as(&path, from.files.get(&key)) {
             out.conflicts.push(change.path.clone());
         }
@@ -74,11 +110,28 @@ pub(crate) fn revert(
     if !out.conflicts.is_empty() && !force {
         return Ok(out);
     }
-    for (change, path, action) in plan {
+    // Directories are made after every removal: removing a file takes the directories it
+    // leaves empty, one of which the target may keep.
+    let (dirs, rest): (Vec<_>, Vec<_>) = plan
+        .into_iter()
+        .partition(|(_, _, action)| matches!(action, Action::MakeDir));
+    for (change, path, action) in rest.into_iter().chain(dirs) {
         apply(&store.root, &path, action)?;
         out.restored.push(change);
     }
+    out.restored.sort();
     Ok(out)
+}
+
+/// Directories the change made and left empty go too (never the root, nothing outside it).
+fn remove_empty_parents(root: &Path, path: &Path) {
+    let mut dir = path.parent();
+    while let Some(d) = dir {
+        if d == root || !d.starts_with(root) || fs::remove_dir(d).is_err() {
+            break;
+        }
+        dir = d.parent();
+    }
 }
 
 /// Whether the file at `path` is as `expected` says (absent when `None`).
@@ -118,14 +171,16 @@ fn apply(root: &Path, path: &Path, action: Action) -> Result<(), Error> {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => return Err(io(path)(e)),
             }
-            // Directories the change made and left empty go too.
-            let mut dir = path.parent();
-            while let Some(d) = dir {
-                if d == root || !d.starts_with(root) || fs::remove_dir(d).is_err() {
-                    break;
-                }
-                dir = d.parent();
+            remove_empty_parents(root, path);
+        }
+        Action::RemoveDir => {
+            // Not empty any more (forced over a conflict): what is in it stays.
+            if fs::remove_dir(path).is_ok() {
+                remove_empty_parents(root, path);
             }
+        }
+        Action::MakeDir => {
+            fs::create_dir_all(path).map_err(io(path))?;
         }
         Action::Write { content, mode } => {
             if let Some(parent) = path.parent() {

@@ -3,7 +3,7 @@
 //! not read — unless it changed within a second of being hashed (a second write in the same
 //! timestamp tick would look unchanged), in which case it is hashed again.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
@@ -130,10 +130,12 @@ pub(crate) fn walk(
             e.file_name() != ".git" && data.as_ref().is_none_or(|d| !e.path().starts_with(d))
         })
         .build();
+    let mut dirs: Vec<String> = Vec::new();
     let mut found: Vec<Found> = walker
-        .filter_map(|item| visit(root, item, options, &cache.files))
+        .filter_map(|item| visit(root, item, options, &cache.files, &mut dirs))
         .collect();
     found.sort_unstable_by(|a, b| a.rel.cmp(&b.rel));
+    let empty = empty_dirs(dirs, &found);
 
     let mut hashed = 0;
     let mut entries = Vec::with_capacity(found.len());
@@ -199,6 +201,7 @@ pub(crate) fn walk(
     // Sorted input: the map is built in one pass.
     let manifest = Manifest {
         files: entries.into_iter().collect(),
+        dirs: empty,
     };
     if cache.files.len() != hashed {
         cache
@@ -209,12 +212,32 @@ pub(crate) fn walk(
     Ok(manifest)
 }
 
-/// One walk entry: a file or symlink, its stat, and its hash if the cache vouches for it.
+/// The directories with nothing recorded below them (neither a file nor a directory): all
+/// in memory, from what the walk listed, so a snapshot costs no extra system call.
+fn empty_dirs(mut dirs: Vec<String>, found: &[Found]) -> BTreeSet<String> {
+    dirs.sort_unstable();
+    let files: BTreeSet<&str> = found.iter().map(|f| f.rel.as_str()).collect();
+    let has_below = |set: &BTreeSet<&str>, dir: &str| {
+        let prefix = format!("{dir}/");
+        set.range(prefix.as_str()..)
+            .next()
+            .is_some_and(|p| p.starts_with(&prefix))
+    };
+    let all: BTreeSet<&str> = dirs.iter().map(String::as_str).collect();
+    dirs.iter()
+        .filter(|d| !has_below(&files, d) && !has_below(&all, d))
+        .cloned()
+        .collect()
+}
+
+/// One walk entry: a file or symlink, its stat, and its hash if the cache vouches for it; a
+/// directory (but the root) goes to `dirs`.
 fn visit(
     root: &Path,
     item: Result<ignore::DirEntry, ignore::Error>,
     options: &Options,
     files: &HashMap<String, Cached>,
+    dirs: &mut Vec<String>,
 ) -> Option<Found> {
     let entry = match item {
         Ok(entry) => entry,
@@ -224,6 +247,14 @@ fn visit(
         }
     };
     let kind = entry.file_type()?;
+    if kind.is_dir() {
+        if let Some(rel) = entry.path().strip_prefix(root).ok().and_then(Path::to_str)
+            && !rel.is_empty()
+        {
+            dirs.push(rel.to_owned());
+        }
+        return None;
+    }
     if !(kind.is_file() || kind.is_symlink()) {
         return None;
     }

@@ -245,3 +245,85 @@ fn sha(data: &[u8]) -> String {
         s
     })
 }
+
+#[test]
+fn empty_directories_are_restored_removed_and_named() {
+    let f = fixture();
+    fs::create_dir_all(f.project.join("empty")).unwrap();
+    fs::create_dir_all(f.project.join("nest/inner")).unwrap();
+    let store = SnapshotStore::open(&f.base, &f.project, Options::default()).unwrap();
+    let original = tree(&f.project);
+    let before = store.take().unwrap();
+
+    // The turn: `rmdir empty`, `rm -r nest`, `mkdir -p made/deeper`.
+    fs::remove_dir(f.project.join("empty")).unwrap();
+    fs::remove_dir_all(f.project.join("nest")).unwrap();
+    fs::create_dir_all(f.project.join("made/deeper")).unwrap();
+    let changed = tree(&f.project);
+    let after = store.take().unwrap();
+    assert_eq!(
+        store.diff(&before, &after).unwrap(),
+        vec![
+            change("empty/", ChangeKind::Deleted),
+            change("made/deeper/", ChangeKind::Created),
+            change("nest/inner/", ChangeKind::Deleted),
+        ]
+    );
+
+    let undone = store.revert(&after, &before, false).unwrap();
+    assert!(undone.conflicts.is_empty(), "{:?}", undone.conflicts);
+    assert_eq!(
+        undone.restored.len(),
+        3,
+        "each named: {:?}",
+        undone.restored
+    );
+    assert_eq!(tree(&f.project), original, "empty directories included");
+
+    let redone = store.revert(&before, &after, false).unwrap();
+    assert_eq!(tree(&f.project), changed);
+    assert_eq!(redone.restored.len(), 3);
+
+    // Something put by hand into a directory the undo would remove: a conflict.
+    fs::write(f.project.join("made/deeper/mine.txt"), "mine\n").unwrap();
+    // And a file where an empty directory would come back.
+    fs::write(f.project.join("empty"), "a file now\n").unwrap();
+    let refused = store.revert(&after, &before, false).unwrap();
+    assert_eq!(
+        refused.conflicts,
+        vec![
+            std::path::PathBuf::from("empty/"),
+            std::path::PathBuf::from("made/deeper/")
+        ]
+    );
+    assert!(refused.restored.is_empty());
+    assert!(f.project.join("made/deeper/mine.txt").exists() && !f.project.join("nest").exists());
+}
+
+#[test]
+fn a_tree_without_empty_directories_keeps_its_manifest_id() {
+    // Manifests written before empty directories were recorded stay equal (no "d" key).
+    let f = fixture();
+    let store = SnapshotStore::open(&f.base, &f.project, Options::default()).unwrap();
+    let id = store.take().unwrap();
+    let manifest = fs::read_to_string(
+        walk_manifests(&f.base)
+            .into_iter()
+            .find(|p| p.ends_with(&format!("{id}.json")))
+            .unwrap(),
+    )
+    .unwrap();
+    assert!(!manifest.contains("\"d\""), "{manifest}");
+}
+
+fn walk_manifests(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for item in fs::read_dir(dir).unwrap().flatten() {
+        if item.path().is_dir() {
+            out.extend(walk_manifests(&item.path()));
+        } else {
+            out.push(item.path().display().to_string());
+        }
+    }
+    out
+}

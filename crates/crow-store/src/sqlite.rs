@@ -278,9 +278,13 @@ impl SqliteStore {
             // Checkpoints (copying the log back into the database, with an fsync) run on a
             // thread of their own: done inline every 1000 pages they were the whole tail of
             // the append latency.
+            // secure_delete: a deleted session, learning or key-holding entry is overwritten
+            // with zeros, not left in the file's free pages for anyone with the file to read
+            // (cost: crow-bench --store-only, section 6).
             conn.execute_batch(
                 "PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;
-                 PRAGMA wal_autocheckpoint = 0; PRAGMA journal_size_limit = 16777216;",
+                 PRAGMA wal_autocheckpoint = 0; PRAGMA journal_size_limit = 16777216;
+                 PRAGMA secure_delete = ON;",
             )
             .map_err(fail)?;
             keep_log_on_close(&conn).map_err(fail)?;
@@ -290,6 +294,7 @@ impl SqliteStore {
                     Migrate::Refused(e) => e,
                 })?;
             }
+            secure_fts(&conn).map_err(fail)?;
             let tightened = files::tighten(&path);
             if !tightened.is_empty() {
                 let names: Vec<String> =
@@ -536,6 +541,27 @@ impl SqliteStore {
     pub(crate) fn err(&self, e: rusqlite::Error) -> StoreError {
         classify(&self.path, self.busy_timeout, e)
     }
+}
+
+/// Full-text indexes drop a deleted row's words at once (FTS5's `secure-delete`), rather
+/// than keep them in live index pages until a merge: `secure_delete` clears freed pages
+/// only. Set once per database (a row in each index's config table); later opens only read.
+fn secure_fts(conn: &Connection) -> rusqlite::Result<()> {
+    for table in ["learnings_fts", "entries_fts"] {
+        let set: bool = conn
+            .query_row(
+                &format!("SELECT count(*) FROM {table}_config WHERE k = 'secure-delete' AND v = 1"),
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+            .map(|n| n > 0)?;
+        if !set {
+            conn.execute_batch(&format!(
+                "INSERT INTO {table} ({table}, rank) VALUES ('secure-delete', 1)"
+            ))?;
+        }
+    }
+    Ok(())
 }
 
 impl Drop for SqliteStore {

@@ -40,7 +40,7 @@ pub use edit::EditFileTool;
 pub use glob::GlobTool;
 pub use grep::GrepTool;
 pub use list::ListDirectoryTool;
-pub use path::{PathError, resolve_path};
+pub use path::{ConfinedReadError, PathError, read_confined, resolve_path};
 pub use read::ReadFileTool;
 pub use sandbox::{LazySandbox, SandboxMode, SandboxSpec, Support as SandboxSupport};
 pub use simple::{TaskCompleteTool, ThinkTool};

@@ -1,6 +1,8 @@
-//! The shared path policy: resolve against the cwd, stay inside the project root.
+//! The shared path policy: resolve against the cwd, stay inside the project root; and
+//! [`read_confined`], how every file a project names by its place (instructions, skills,
+//! prompt templates, custom commands) is read: resolved, inside its root, a regular file.
 
-use std::io;
+use std::io::{self, Read};
 use std::path::{Component, Path, PathBuf};
 
 use crow_core::{Footprint, ToolContext};
@@ -52,6 +54,105 @@ pub fn resolve_path(ctx: &ToolContext, path: &str) -> Result<PathBuf, PathError>
             path: trimmed.to_owned(),
             root: root.display().to_string(),
         })
+    }
+}
+
+/// Why a file a project names was not read by [`read_confined`].
+#[derive(Debug, thiserror::Error)]
+pub enum ConfinedReadError {
+    /// Nothing is there (a dangling symlink is not this: it is [`Self::Io`]).
+    #[error("it does not exist")]
+    NotFound,
+    #[error("it leads outside {root} (to {target})")]
+    Outside { root: String, target: String },
+    #[error("it leads to {target}, a system file (/proc, /sys, /dev), not a project file")]
+    System { target: String },
+    #[error("it is a {kind}, not a regular file")]
+    NotRegular { kind: &'static str },
+    #[error("it is {len} bytes, over the {max}-byte limit")]
+    TooLarge { len: u64, max: u64 },
+    #[error("cannot read it: {0}")]
+    Io(#[from] io::Error),
+}
+
+/// Where no project or user file can live: reading one would hand the model the process's
+/// environment (`/proc/self/environ`), a device, or block forever.
+const SYSTEM_DIRS: [&str; 3] = ["/proc", "/sys", "/dev"];
+
+/// Reads the file at `path`, which a project (or the user) named by putting it in a known
+/// place: symlinks are resolved and the target must be inside `within` (when given, also
+/// resolved), outside `/proc`, `/sys` and `/dev`, a regular file, and at most `max_bytes`.
+///
+/// The file is opened non-blocking and without following a last symlink, and its type is
+/// checked again on the open descriptor, so a FIFO or a swap after the check cannot hang or
+/// redirect the read.
+pub fn read_confined(
+    path: &Path,
+    within: Option<&Path>,
+    max_bytes: u64,
+) -> Result<Vec<u8>, ConfinedReadError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match path.symlink_metadata() {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(ConfinedReadError::NotFound),
+        Err(e) => return Err(e.into()),
+        Ok(_) => {}
+    }
+    let resolved = std::fs::canonicalize(path)?;
+    if SYSTEM_DIRS.iter().any(|d| resolved.starts_with(d)) {
+        return Err(ConfinedReadError::System {
+            target: resolved.display().to_string(),
+        });
+    }
+    if let Some(root) = within {
+        let root = std::fs::canonicalize(root)?;
+        if !resolved.starts_with(&root) {
+            return Err(ConfinedReadError::Outside {
+                root: root.display().to_string(),
+                target: resolved.display().to_string(),
+            });
+        }
+    }
+    let check = |meta: &std::fs::Metadata| -> Result<(), ConfinedReadError> {
+        let kind = kind_of(&meta.file_type());
+        if kind != "file" {
+            return Err(ConfinedReadError::NotRegular { kind });
+        }
+        if meta.len() > max_bytes {
+            return Err(ConfinedReadError::TooLarge {
+                len: meta.len(),
+                max: max_bytes,
+            });
+        }
+        Ok(())
+    };
+    // Checked before opening too: opening some devices has effects of its own.
+    check(&std::fs::metadata(&resolved)?)?;
+    let flags = nix::fcntl::OFlag::O_NONBLOCK | nix::fcntl::OFlag::O_NOFOLLOW;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags.bits())
+        .open(&resolved)?;
+    check(&file.metadata()?)?;
+    let mut bytes = Vec::new();
+    file.take(max_bytes).read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// A file type in words, for the refusal.
+fn kind_of(t: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if t.is_file() {
+        "file"
+    } else if t.is_dir() {
+        "directory"
+    } else if t.is_fifo() {
+        "FIFO"
+    } else if t.is_socket() {
+        "socket"
+    } else if t.is_char_device() || t.is_block_device() {
+        "device"
+    } else {
+        "special file"
     }
 }
 
@@ -218,5 +319,58 @@ mod tests {
             env.root().join("g")
         );
         assert_eq!(display_path(&env.ctx, &env.root().join("sub/f")), "f");
+    }
+
+    #[test]
+    fn confined_read_refuses_what_leaves_its_root_and_special_files() {
+        let env = TestEnv::new();
+        let root = env.root();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret"), "s").unwrap();
+        std::fs::write(root.join("ok.md"), "fine").unwrap();
+        std::os::unix::fs::symlink(outside.path().join("secret"), root.join("out.md")).unwrap();
+        std::os::unix::fs::symlink(
+            "../../../../../../../../proc/self/environ",
+            root.join("env.md"),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink("/dev/zero", root.join("zero.md")).unwrap();
+        nix::unistd::mkfifo(&root.join("fifo.md"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        std::fs::create_dir(root.join("dir.md")).unwrap();
+        std::fs::write(root.join("big.md"), "x".repeat(20)).unwrap();
+
+        assert_eq!(
+            read_confined(&root.join("ok.md"), Some(root), 10).unwrap(),
+            b"fine"
+        );
+        let err = |name: &str| read_confined(&root.join(name), Some(root), 10).unwrap_err();
+        assert!(matches!(err("out.md"), ConfinedReadError::Outside { .. }));
+        assert!(matches!(err("env.md"), ConfinedReadError::System { .. }));
+        assert!(matches!(err("zero.md"), ConfinedReadError::System { .. }));
+        // Would block forever if opened for reading without O_NONBLOCK.
+        assert!(matches!(
+            err("fifo.md"),
+            ConfinedReadError::NotRegular { kind: "FIFO" }
+        ));
+        assert!(matches!(
+            err("dir.md"),
+            ConfinedReadError::NotRegular { kind: "directory" }
+        ));
+        assert!(matches!(
+            err("big.md"),
+            ConfinedReadError::TooLarge { len: 20, max: 10 }
+        ));
+        assert!(matches!(err("missing.md"), ConfinedReadError::NotFound));
+        // Without a root (the user's own files) only the system and type checks apply.
+        assert_eq!(read_confined(&root.join("out.md"), None, 10).unwrap(), b"s");
+        assert!(matches!(
+            read_confined(&root.join("env.md"), None, 10),
+            Err(ConfinedReadError::System { .. })
+        ));
+        let msg = err("out.md").to_string();
+        assert!(
+            msg.contains("leads outside") && msg.contains("secret"),
+            "{msg}"
+        );
     }
 }

@@ -54,6 +54,10 @@ impl fmt::Display for SkillScope {
 pub struct SkillRoot {
     pub path: PathBuf,
     pub scope: SkillScope,
+    /// What its files may not lead out of (symlinks resolved): the project, for a project's
+    /// folder; `None` for the user's own, where linking skills in from anywhere is how
+    /// people install them.
+    pub within: Option<PathBuf>,
 }
 
 /// The folders crow looks in, highest precedence first: the project's `.crow/skills`,
@@ -69,12 +73,14 @@ pub fn standard_roots(
         .map(|dir| SkillRoot {
             path: project_root.join(dir).join("skills"),
             scope: SkillScope::Project,
+            within: Some(project_root.to_path_buf()),
         })
         .collect();
     if let Some(dir) = config_dir {
         roots.push(SkillRoot {
             path: dir.join("skills"),
             scope: SkillScope::User,
+            within: None,
         });
     }
     if let Some(home) = home {
@@ -82,6 +88,7 @@ pub fn standard_roots(
             roots.push(SkillRoot {
                 path: home.join(dir).join("skills"),
                 scope: SkillScope::User,
+                within: None,
             });
         }
     }
@@ -104,6 +111,8 @@ pub fn standard_roots(
 pub enum SkillError {
     #[error("cannot read it: {0}")]
     Io(#[from] std::io::Error),
+    #[error("it was not read: {0}")]
+    Refused(crate::path::ConfinedReadError),
     #[error("it is over 1 MiB")]
     TooLarge,
     #[error("it must start with a YAML frontmatter block between --- lines")]
@@ -164,7 +173,7 @@ pub struct Skill {
 impl Skill {
     /// The instructions, read from SKILL.md now (the file may have changed since discovery).
     pub fn body(&self) -> Result<String, SkillError> {
-        let text = read_limited(&self.file)?;
+        let text = read_limited(&self.file, self.root.within.as_deref())?;
         let (_, body) = split_frontmatter(&text)?;
         Ok(body.trim().to_owned())
     }
@@ -193,24 +202,19 @@ impl Skill {
         }
         let dir = std::fs::canonicalize(&self.dir)
             .map_err(|e| format!("cannot open the skill's folder: {e}"))?;
-        let path = std::fs::canonicalize(dir.join(rel_path))
-            .map_err(|e| format!("cannot read '{rel}': {e}"))?;
-        // A symlink inside the skill may not lead out of it.
-        if !path.starts_with(&dir) {
-            return Err(format!("'{rel}' leads outside the skill's folder"));
-        }
-        let meta = std::fs::metadata(&path).map_err(|e| format!("cannot read '{rel}': {e}"))?;
-        if !meta.is_file() {
-            return Err(format!("'{rel}' is not a file"));
-        }
-        if meta.len() > max_bytes {
-            return Err(format!(
-                "'{rel}' is {} bytes, over the {max_bytes}-byte limit; run or search it with other tools at {}",
-                meta.len(),
-                path.display()
-            ));
-        }
-        let bytes = std::fs::read(&path).map_err(|e| format!("cannot read '{rel}': {e}"))?;
+        // A symlink inside the skill may not lead out of it, nor to a FIFO or /proc.
+        let bytes = crate::path::read_confined(&dir.join(rel_path), Some(&dir), max_bytes)
+            .map_err(|e| match e {
+                crate::path::ConfinedReadError::TooLarge { len, max } => format!(
+                    "'{rel}' is {len} bytes, over the {max}-byte limit; run or search it with other tools at {}",
+                    dir.join(rel_path).display()
+                ),
+                crate::path::ConfinedReadError::Outside { .. } => {
+                    format!("'{rel}' leads outside the skill's folder")
+                }
+                e => format!("cannot read '{rel}': {e}"),
+            })?;
+        let path = dir.join(rel_path);
         String::from_utf8(bytes).map_err(|_| {
             format!(
                 "'{rel}' is not text; it is at {} for other tools",
@@ -283,7 +287,7 @@ pub fn discover(roots: &[SkillRoot]) -> Skills {
 
 /// Reads and validates one skill folder.
 pub fn load_skill(dir: &Path, file: &Path, root: &SkillRoot) -> Result<Skill, SkillError> {
-    let text = read_limited(file)?;
+    let text = read_limited(file, root.within.as_deref())?;
     let front = parse_frontmatter(&text)?;
     let dir_name = dir
         .file_name()
@@ -303,11 +307,15 @@ pub fn load_skill(dir: &Path, file: &Path, root: &SkillRoot) -> Result<Skill, Sk
     })
 }
 
-fn read_limited(path: &Path) -> Result<String, SkillError> {
-    if std::fs::metadata(path)?.len() > MAX_SKILL_MD_BYTES {
-        return Err(SkillError::TooLarge);
+/// A SKILL.md, through the one confinement rule for files a project names.
+fn read_limited(path: &Path, within: Option<&Path>) -> Result<String, SkillError> {
+    use crate::path::ConfinedReadError as E;
+    match crate::path::read_confined(path, within, MAX_SKILL_MD_BYTES) {
+        Ok(bytes) => Ok(String::from_utf8_lossy(&bytes).into_owned()),
+        Err(E::TooLarge { .. }) => Err(SkillError::TooLarge),
+        Err(E::Io(e)) => Err(SkillError::Io(e)),
+        Err(e) => Err(SkillError::Refused(e)),
     }
-    Ok(String::from_utf8_lossy(&std::fs::read(path)?).into_owned())
 }
 
 /// The frontmatter fields crow reads; other keys (client extensions) are ignored.

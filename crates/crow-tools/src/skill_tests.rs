@@ -174,6 +174,7 @@ fn skill(name: &str, description: &str) -> Skill {
         root: SkillRoot {
             path: "/s".into(),
             scope: SkillScope::User,
+            within: None,
         },
     }
 }
@@ -229,6 +230,7 @@ fn tool_with_skill(dir: &Path) -> SkillTool {
     let root = SkillRoot {
         path: dir.to_path_buf(),
         scope: SkillScope::User,
+        within: None,
     };
     let found = discover(&[root]);
     assert!(found.problems.is_empty(), "{:?}", found.problems);
@@ -329,4 +331,62 @@ async fn an_unknown_or_missing_name_lists_the_skills() {
     );
     let listed = tool.execute(serde_json::json!({}), &env.ctx).await;
     assert!(listed.is_success() && listed.output.contains("- review:"));
+}
+
+#[cfg(unix)]
+#[test]
+fn a_project_skill_leading_out_of_the_project_is_a_problem_not_a_skill() {
+    let project = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    // A committed skill folder and a committed SKILL.md, both links out of the project.
+    write(
+        &elsewhere.path().join("stolen/SKILL.md"),
+        &skill_md("stolen", "Someone else's.", "private notes\n"),
+    );
+    write(
+        &elsewhere.path().join("secret.md"),
+        &skill_md("leak", "API_KEY=sk-live", "secret body\n"),
+    );
+    let skills = project.path().join(".crow/skills");
+    std::fs::create_dir_all(skills.join("leak")).unwrap();
+    std::os::unix::fs::symlink(elsewhere.path().join("stolen"), skills.join("stolen")).unwrap();
+    std::os::unix::fs::symlink(
+        elsewhere.path().join("secret.md"),
+        skills.join("leak/SKILL.md"),
+    )
+    .unwrap();
+    let roots = standard_roots(project.path(), None, None);
+    let found = discover(&roots);
+    assert!(found.skills.is_empty(), "{:?}", found.skills);
+    assert_eq!(found.problems.len(), 2, "{:?}", found.problems);
+    for problem in &found.problems {
+        assert!(problem.to_string().contains("leads outside"), "{problem}");
+    }
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn a_fifo_or_proc_file_in_a_skill_is_refused_without_hanging() {
+    let skills = tempfile::tempdir().unwrap();
+    let tool = tool_with_skill(skills.path());
+    nix::unistd::mkfifo(
+        &skills.path().join("review/pipe.md"),
+        nix::sys::stat::Mode::S_IRWXU,
+    )
+    .unwrap();
+    std::os::unix::fs::symlink("/proc/self/environ", skills.path().join("review/env.md")).unwrap();
+    let env = TestEnv::new();
+    for (file, why) in [("pipe.md", "FIFO"), ("env.md", "system file")] {
+        let refused = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            tool.execute(
+                serde_json::json!({"name": "review", "file": file}),
+                &env.ctx,
+            ),
+        )
+        .await
+        .expect("reading a FIFO must not block");
+        assert!(!refused.is_success(), "{}", refused.output);
+        assert!(refused.output.contains(why), "{}", refused.output);
+    }
 }

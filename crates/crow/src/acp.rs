@@ -616,7 +616,7 @@ impl SessionRunner for CrowRunner {
             .await;
             let _ = events.send(crow_core::AgentEvent::TextDelta {
                 agent: crew.primary().name.clone(),
-                delta: reply,
+                delta: reply.text,
             });
             return Ok(TurnOutcome {
                 stop: crow_acp::Stop::EndTurn,

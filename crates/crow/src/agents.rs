@@ -223,13 +223,21 @@ pub fn load_catalog(user_dir: Option<&Path>, project_dir: &Path) -> Catalog {
         catalog.compositions.insert(def.name.clone(), def);
     }
     if let Some(dir) = user_dir {
-        load_dir(&dir.join("agents"), &mut catalog, false);
+        load_dir(&dir.join("agents"), &mut catalog, None);
     }
-    load_dir(&project_dir.join("agents"), &mut catalog, true);
+    // `project_dir` is the project's `.crow`: its files may link within the project only.
+    let project = project_dir.parent().unwrap_or(project_dir);
+    load_dir(&project_dir.join("agents"), &mut catalog, Some(project));
     catalog
 }
 
-fn load_dir(dir: &Path, catalog: &mut Catalog, from_project: bool) {
+/// An agent file larger than this is not one.
+const MAX_AGENT_BYTES: u64 = 1024 * 1024;
+
+/// `project` is the project root for the project's folder (its files may not lead out of
+/// it, nor be FIFOs or /proc files: `crow_tools::read_confined`), `None` for the user's.
+fn load_dir(dir: &Path, catalog: &mut Catalog, project: Option<&Path>) {
+    let from_project = project.is_some();
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
@@ -240,12 +248,20 @@ fn load_dir(dir: &Path, catalog: &mut Catalog, from_project: bool) {
         if !matches!(ext, "md" | "toml") {
             continue;
         }
-        let text = match std::fs::read_to_string(&path) {
-            Ok(t) => t,
+        let text = match crow_tools::read_confined(&path, project, MAX_AGENT_BYTES) {
+            Ok(bytes) => match String::from_utf8(bytes) {
+                Ok(t) => t,
+                Err(_) => {
+                    catalog
+                        .problems
+                        .push(format!("{}: not UTF-8 text", path.display()));
+                    continue;
+                }
+            },
             Err(e) => {
                 catalog
                     .problems
-                    .push(format!("{}: cannot read: {e}", path.display()));
+                    .push(format!("{}: not read: {e}", path.display()));
                 continue;
             }
         };
@@ -755,6 +771,31 @@ mod tests {
             c.problems
                 .iter()
                 .any(|p| p.contains("typo.toml") && p.contains("tempurature"))
+        );
+    }
+
+    #[test]
+    fn a_project_agent_file_leading_out_or_a_fifo_is_a_problem_not_a_hang() {
+        let outer = tempfile::tempdir().unwrap();
+        let agents = outer.path().join("project/.crow/agents");
+        std::fs::create_dir_all(&agents).unwrap();
+        std::fs::write(
+            outer.path().join("secret.md"),
+            "---\ndescription: x\n---\nkey",
+        )
+        .unwrap();
+        std::os::unix::fs::symlink("../../../secret.md", agents.join("leak.md")).unwrap();
+        nix::unistd::mkfifo(&agents.join("pipe.md"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let c = load_catalog(None, &outer.path().join("project/.crow"));
+        assert!(!c.agents.contains_key("leak") && !c.agents.contains_key("pipe"));
+        let problems = c.problems.join("\n");
+        assert!(
+            problems.contains("leak.md: not read: it leads outside"),
+            "{problems}"
+        );
+        assert!(
+            problems.contains("pipe.md: not read: it is a FIFO"),
+            "{problems}"
         );
     }
 }

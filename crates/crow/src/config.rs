@@ -725,19 +725,12 @@ fn flatten(
     }
 }
 
-/// Whether a dotted key holds a secret that must never be printed.
-pub fn is_secret(key: &str) -> bool {
-    let last = key.rsplit('.').next().unwrap_or(key).to_ascii_lowercase();
-    last == "api_key"
-        || (key.starts_with("shell_environment.set.") && crow_core::env::looks_secret(&last))
-        || (key.starts_with("mcp_servers.") && (key.contains(".env.") || key.contains(".headers.")))
-        || (key.contains(".headers.")
-            && (last.contains("auth") || last.contains("key") || last.contains("token")))
-}
+pub use shown::shown;
 
 pub mod memory;
 #[cfg(test)]
 mod proptests;
+mod shown;
 
 #[cfg(test)]
 mod tests {
@@ -817,11 +810,5 @@ mod tests {
             openai.base_url.as_deref(),
             Some("https://api.openai.com/v1")
         );
-        assert!(is_secret("providers.openai.api_key"));
-        assert!(is_secret("providers.x.headers.Authorization"));
-        assert!(!is_secret("providers.openai.api_key_env"));
-        assert!(is_secret("mcp_servers.gh.env.GITHUB_TOKEN"));
-        assert!(is_secret("mcp_servers.api.headers.X-Team"));
-        assert!(!is_secret("mcp_servers.gh.command"));
     }
 }

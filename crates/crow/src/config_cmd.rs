@@ -99,11 +99,7 @@ pub fn run(command: EditCommand) -> Result<ExitCode> {
             for (name, (value, source)) in &loaded.sources {
                 if *name == key || name.starts_with(&prefix) {
                     found = true;
-                    let shown = if config::is_secret(name) {
-                        "\"[redacted]\"".to_owned()
-                    } else {
-                        value.to_string()
-                    };
+                    let shown = config::shown(name, value);
                     println!("{name} = {shown}  # {source}");
                 }
             }
@@ -569,11 +565,7 @@ pub fn render_show(loaded: &crate::config::LoadedConfig) -> String {
     let mut out = String::new();
     let width = loaded.sources.keys().map(String::len).max().unwrap_or(0);
     for (key, (value, source)) in &loaded.sources {
-        let shown = if crate::config::is_secret(key) {
-            "\"[redacted]\"".to_owned()
-        } else {
-            value.to_string()
-        };
+        let shown = crate::config::shown(key, value);
         out.push_str(&format!("{key:<width$} = {shown}  # {source}\n"));
     }
     // Names only: which of this process's variables commands will not see.

@@ -7,6 +7,11 @@
 //! `AGENTS.md`, else the first configured fallback name (`CLAUDE.md` by default). Deeper files
 //! come later, so the nearest one has the last word. Over the size budget, the root-most text is
 //! cut first (the specific files are the ones that matter most), and the user is told.
+//!
+//! A project's file is read only if it stays inside the project once symlinks are resolved
+//! and is a regular file (`crow_tools::read_confined`): a committed `AGENTS.md` linking to
+//! `~/.ssh/id_rsa` or `/proc/self/environ` would otherwise go to the provider. What is
+//! skipped is said in a notice.
 
 use std::path::{Path, PathBuf};
 
@@ -25,10 +30,37 @@ const MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
 #[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct InstructionsConfig {
-    /// Names read where a directory has no AGENTS.md (default `["CLAUDE.md"]`).
+    /// Names read where a directory has no AGENTS.md (default `["CLAUDE.md"]`): plain file
+    /// names, checked at load (a path could name a file outside the project).
+    #[serde(default, deserialize_with = "plain_names")]
     pub fallback_names: Option<Vec<String>>,
     /// Budget for all instruction text together (default 32 KiB); 0 turns instructions off.
     pub max_bytes: Option<usize>,
+}
+
+/// `fallback_names` entries must be file names: no `/`, no `..`, not empty.
+fn plain_names<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
+    let names = Option::<Vec<String>>::deserialize(d)?;
+    for name in names.iter().flatten() {
+        if let Err(why) = check_plain_name(name) {
+            return Err(serde::de::Error::custom(format!(
+                "fallback_names: '{name}' {why}; give a plain file name such as \"CLAUDE.md\""
+            )));
+        }
+    }
+    Ok(names)
+}
+
+fn check_plain_name(name: &str) -> Result<(), &'static str> {
+    if name.trim().is_empty() || name == "." || name == ".." {
+        Err("is not a file name")
+    } else if name.contains('/') || name.contains('\\') {
+        Err("is a path (a name is looked up in each directory of the project)")
+    } else if name.contains('\0') {
+        Err("is not a file name")
+    } else {
+        Ok(())
+    }
 }
 
 /// One instruction file as it goes into the prompt.
@@ -64,22 +96,41 @@ pub fn load(
         .clone()
         .unwrap_or_else(|| vec!["CLAUDE.md".to_owned()]);
     if let Some(dir) = user_dir {
+        // The user's own file: theirs to link anywhere, but never to a FIFO or /proc.
         read_into(
             &dir.join("AGENTS.md"),
             dir.join("AGENTS.md").display().to_string(),
+            None,
             &mut found,
         );
     }
+    // A cwd outside the project is its own root (only its own directory is read).
+    let within = if cwd.starts_with(project_root) {
+        project_root
+    } else {
+        cwd
+    };
     for dir in root_to(project_root, cwd) {
         let names = PRIMARY_NAMES
             .iter()
             .copied()
-            .chain(fallbacks.iter().map(String::as_str));
-        if let Some(path) = names.map(|n| dir.join(n)).find(|p| p.is_file()) {
+            // Checked at config load; checked again so no caller can pass a path.
+            .chain(
+                fallbacks
+                    .iter()
+                    .map(String::as_str)
+                    .filter(|n| check_plain_name(n).is_ok()),
+            );
+        // The first name present and not a directory (a dangling or escaping link counts, and
+        // is refused with a notice).
+        if let Some(path) = names
+            .map(|n| dir.join(n))
+            .find(|p| p.symlink_metadata().is_ok_and(|m| !m.is_dir()))
+        {
             let shown = path
                 .strip_prefix(project_root)
                 .map_or_else(|_| path.display().to_string(), |p| p.display().to_string());
-            read_into(&path, shown, &mut found);
+            read_into(&path, shown, Some(within), &mut found);
         }
     }
     enforce_budget(&mut found, max_bytes);
@@ -101,20 +152,9 @@ fn root_to(root: &Path, cwd: &Path) -> Vec<PathBuf> {
     dirs
 }
 
-fn read_into(path: &Path, shown: String, found: &mut Instructions) {
-    let Ok(meta) = std::fs::metadata(path) else {
-        return;
-    };
-    if !meta.is_file() {
-        return;
-    }
-    if meta.len() > MAX_FILE_BYTES {
-        found.notices.push(format!(
-            "{shown} is over 4 MiB and was not read as instructions"
-        ));
-        return;
-    }
-    match std::fs::read(path) {
+fn read_into(path: &Path, shown: String, within: Option<&Path>, found: &mut Instructions) {
+    use crow_tools::ConfinedReadError as E;
+    match crow_tools::read_confined(path, within, MAX_FILE_BYTES) {
         Ok(bytes) => {
             let text = String::from_utf8_lossy(&bytes).trim().to_owned();
             if !text.is_empty() {
@@ -125,7 +165,13 @@ fn read_into(path: &Path, shown: String, found: &mut Instructions) {
                 });
             }
         }
-        Err(e) => found.notices.push(format!("cannot read {shown}: {e}")),
+        Err(E::NotFound) => {}
+        Err(E::TooLarge { .. }) => found.notices.push(format!(
+            "{shown} is over 4 MiB and was not read as instructions"
+        )),
+        Err(e) => found
+            .notices
+            .push(format!("{shown} was not read as instructions: {e}")),
     }
 }
 
@@ -242,5 +288,63 @@ mod tests {
         let found = load(&tiny, None, dir.path(), &dir.path().join("a"));
         assert_eq!(found.files.len(), 1, "the root file is left out entirely");
         assert!(found.notices[0].contains("AGENTS.md left out"));
+    }
+
+    #[test]
+    fn files_leading_out_of_the_project_or_to_special_files_are_skipped_with_a_notice() {
+        use std::os::unix::fs::symlink;
+        let outer = tempfile::tempdir().unwrap();
+        let root = outer.path().join("project");
+        write(outer.path(), "secret", "SECRET_TOKEN=sk-live-123");
+        write(&root, "pkg/a/keep.txt", "");
+        // Committed links: up and out, to the environment, and a FIFO that would hang.
+        symlink("../secret", root.join("AGENTS.md")).unwrap();
+        symlink("/proc/self/environ", root.join("pkg/CLAUDE.md")).unwrap();
+        nix::unistd::mkfifo(&root.join("pkg/a/AGENTS.md"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let found = load(
+            &InstructionsConfig::default(),
+            None,
+            &root,
+            &root.join("pkg/a"),
+        );
+        assert!(found.files.is_empty(), "{:?}", found.files);
+        let notices = found.notices.join("\n");
+        assert_eq!(found.notices.len(), 3, "{notices}");
+        assert!(
+            notices.contains("AGENTS.md was not read as instructions: it leads outside"),
+            "{notices}"
+        );
+        assert!(
+            notices.contains("pkg/CLAUDE.md was not read as instructions: it leads to /proc/"),
+            "{notices}"
+        );
+        assert!(
+            notices.contains("pkg/a/AGENTS.md was not read as instructions: it is a FIFO"),
+            "{notices}"
+        );
+        assert!(!notices.contains("sk-live"), "{notices}");
+    }
+
+    #[test]
+    fn fallback_names_must_be_plain_file_names() {
+        for bad in ["../secret", "/etc/passwd", "docs/RULES.md", "..", ""] {
+            let text = format!("fallback_names = [{bad:?}]");
+            let err = toml::from_str::<InstructionsConfig>(&text).unwrap_err();
+            assert!(
+                err.message().contains("give a plain file name"),
+                "{bad}: {}",
+                err.message()
+            );
+        }
+        let ok: InstructionsConfig = toml::from_str(r#"fallback_names = ["TEAM.md"]"#).unwrap();
+        assert_eq!(ok.fallback_names, Some(vec!["TEAM.md".to_owned()]));
+        // Built in code (not parsed), a path is still never looked up.
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "inner/x.md", "not instructions");
+        let config = InstructionsConfig {
+            fallback_names: Some(vec!["inner/x.md".into()]),
+            max_bytes: None,
+        };
+        assert!(load(&config, None, dir.path(), dir.path()).files.is_empty());
     }
 }

@@ -289,7 +289,12 @@ async fn session_command(
     }
     {
         use std::io::Write as _;
-        let _ = writeln!(crate::stop::stdout(), "{reply}");
+        // A refused undo says so on stderr and in the status, as `crow undo` does.
+        if reply.status == 0 {
+            let _ = writeln!(crate::stop::stdout(), "{}", reply.text);
+        } else {
+            let _ = writeln!(crate::stop::stderr(), "{}", reply.text);
+        }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(ExitCode::from(reply.status))
 }

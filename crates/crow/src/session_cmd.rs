@@ -38,6 +38,20 @@ pub fn parse(text: &str) -> Option<SessionCommand> {
     }
 }
 
+/// What a session command answers: the text for the user, and the exit status
+/// `crow run --continue` gives it (0, or `undo.rs`'s statuses when an undo is refused).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    pub text: String,
+    pub status: u8,
+}
+
+impl From<String> for Reply {
+    fn from(text: String) -> Self {
+        Reply { text, status: 0 }
+    }
+}
+
 /// Runs the command on the primary agent's history; returns what to tell the user.
 pub async fn run(
     command: &SessionCommand,
@@ -47,19 +61,22 @@ pub async fn run(
     events: &EventSender,
     cancel: &CancellationToken,
     instructions: &crate::instructions::Instructions,
-) -> String {
+) -> Reply {
     let session = &mut crew_session.primary;
     match command {
-        SessionCommand::Undo { redo, force } => crate::undo::in_session(
-            store,
-            agent.snapshots().map(|s| s.as_ref()),
-            crew_session,
-            crate::undo::Request {
-                redo: *redo,
-                force: *force,
-                to: None,
-            },
-        ),
+        SessionCommand::Undo { redo, force } => {
+            let (text, status) = crate::undo::in_session(
+                store,
+                agent.snapshots().map(|s| s.as_ref()),
+                crew_session,
+                crate::undo::Request {
+                    redo: *redo,
+                    force: *force,
+                    to: None,
+                },
+            );
+            Reply { text, status }
+        }
         SessionCommand::Context => {
             let mut text = agent.context_breakdown(session).to_string();
             // Part of the system prompt above: which files it came from.
@@ -85,22 +102,21 @@ learnings recalled from memory: {} ({} bytes; crow memory show ID)",
                     ));
                 }
             }
-            text
+            text.into()
         }
-        SessionCommand::Compact(focus) => {
-            match agent
-                .compact_now(session, events, cancel, focus.as_deref())
-                .await
-            {
-                Some(done) => format!(
-                    "Compacted ({}): ~{} → ~{} tokens.",
-                    done.tier.as_str(),
-                    done.tokens_before,
-                    done.tokens_after
-                ),
-                None => "Nothing to compact: the history is already as short as it can be.".into(),
-            }
+        SessionCommand::Compact(focus) => match agent
+            .compact_now(session, events, cancel, focus.as_deref())
+            .await
+        {
+            Some(done) => format!(
+                "Compacted ({}): ~{} → ~{} tokens.",
+                done.tier.as_str(),
+                done.tokens_before,
+                done.tokens_after
+            ),
+            None => "Nothing to compact: the history is already as short as it can be.".into(),
         }
+        .into(),
     }
 }
 

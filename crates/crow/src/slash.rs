@@ -4,6 +4,9 @@
 //! `$ARGUMENTS` and `$1`..`$9` filled in; optional frontmatter gives a `description`,
 //! `argument-hint`, `agent` and `model`. `crow run /name args` and an editor's `/name args`
 //! (ACP) send the expanded body to the model.
+//!
+//! A project's command file is read only inside the project and only as a regular file
+//! (`crow_tools::read_confined`); one that links out, or is a FIFO, is a reported problem.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -31,23 +34,34 @@ pub struct Commands {
     pub problems: Vec<String>,
 }
 
+/// A command file larger than this is not a prompt.
+const MAX_COMMAND_BYTES: u64 = 1024 * 1024;
+
+/// A folder of command files, and what its files may not lead out of (symlinks resolved):
+/// the project for the project's folders, nothing for the user's own.
+#[derive(Debug, Clone)]
+pub struct Folder {
+    pub path: PathBuf,
+    pub within: Option<PathBuf>,
+}
+
 /// The folders, highest precedence first: the project's, then the user's.
-pub fn folders(
-    project_root: &Path,
-    config_dir: Option<&Path>,
-    home: Option<&Path>,
-) -> Vec<PathBuf> {
-    let mut folders: Vec<PathBuf> = [
+pub fn folders(project_root: &Path, config_dir: Option<&Path>, home: Option<&Path>) -> Vec<Folder> {
+    let mut folders: Vec<Folder> = [
         ".crow/commands",
         ".claude/commands",
         ".opencode/command",
         ".opencode/commands",
     ]
     .iter()
-    .map(|rel| project_root.join(rel))
+    .map(|rel| Folder {
+        path: project_root.join(rel),
+        within: Some(project_root.to_path_buf()),
+    })
     .collect();
-    folders.extend(config_dir.map(|d| d.join("commands")));
-    folders.extend(home.map(|h| h.join(".claude/commands")));
+    let user = |path: PathBuf| Folder { path, within: None };
+    folders.extend(config_dir.map(|d| user(d.join("commands"))));
+    folders.extend(home.map(|h| user(h.join(".claude/commands"))));
     folders
 }
 
@@ -60,16 +74,17 @@ pub fn load(project_root: &Path) -> Commands {
     ))
 }
 
-pub fn load_from(folders: &[PathBuf]) -> Commands {
+pub fn load_from(folders: &[Folder]) -> Commands {
     let mut found = Commands::default();
     for folder in folders {
-        let Ok(entries) = std::fs::read_dir(folder) else {
+        let Ok(entries) = std::fs::read_dir(&folder.path) else {
             continue;
         };
         let mut files: Vec<PathBuf> = entries
             .filter_map(Result::ok)
             .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|e| e == "md") && p.is_file())
+            // Not `is_file`: a FIFO or a link to a device is reported, not silently passed.
+            .filter(|p| p.extension().is_some_and(|e| e == "md") && !p.is_dir())
             .collect();
         files.sort();
         for file in files {
@@ -88,9 +103,10 @@ pub fn load_from(folders: &[PathBuf]) -> Commands {
                 );
                 continue;
             }
-            let parsed = std::fs::read(&file)
-                .map_err(|e| format!("cannot read it: {e}"))
-                .and_then(|bytes| parse(&String::from_utf8_lossy(&bytes), &name, &file));
+            let parsed =
+                crow_tools::read_confined(&file, folder.within.as_deref(), MAX_COMMAND_BYTES)
+                    .map_err(|e| format!("not read: {e}"))
+                    .and_then(|bytes| parse(&String::from_utf8_lossy(&bytes), &name, &file));
             match parsed {
                 Ok(command) => {
                     found.commands.insert(name, command);
@@ -424,5 +440,34 @@ mod tests {
         assert_eq!(invoked.prompt, "Review a.rs");
         let err = expand_invocation("/nope", &commands).unwrap().unwrap_err();
         assert!(err.contains("/nope") && err.contains("/review"), "{err}");
+    }
+
+    #[test]
+    fn a_project_command_leading_out_of_the_project_is_a_problem() {
+        let outer = tempfile::tempdir().unwrap();
+        let p = outer.path().join("project");
+        let commands = p.join(".claude/commands");
+        std::fs::create_dir_all(&commands).unwrap();
+        std::fs::write(outer.path().join("secret"), "password=hunter2").unwrap();
+        std::os::unix::fs::symlink("../../../secret", commands.join("up.md")).unwrap();
+        std::os::unix::fs::symlink("/proc/self/environ", commands.join("env.md")).unwrap();
+        nix::unistd::mkfifo(&commands.join("pipe.md"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let found = load_from(&folders(&p, None, None));
+        assert!(found.commands.is_empty(), "{:?}", found.commands);
+        let problems = found.problems.join("\n");
+        assert_eq!(found.problems.len(), 3, "{problems}");
+        assert!(
+            problems.contains("up.md: not read: it leads outside"),
+            "{problems}"
+        );
+        assert!(
+            problems.contains("env.md: not read: it leads to /proc/"),
+            "{problems}"
+        );
+        assert!(
+            problems.contains("pipe.md: not read: it is a FIFO"),
+            "{problems}"
+        );
+        assert!(!problems.contains("hunter2"), "{problems}");
     }
 }

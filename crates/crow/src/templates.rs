@@ -2,6 +2,8 @@
 //! `<config dir>/prompts/NAME.md.j2`, then the project's `.crow/prompts/NAME.md.j2` (the
 //! project wins). A template that does not parse is an error naming its file, before any
 //! session starts. What a session used is recorded with it (`template.NAME` in its settings).
+//! A project's template is read only inside the project and only as a regular file
+//! (`crow_tools::read_confined`); one that links out is skipped with a warning.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -41,6 +43,9 @@ const BUILTIN: &[(&str, &str, u32, &str)] = &[
         "the finish step's request after a completed task: project_root, transcript, omitted, known, max_learnings",
     ),
 ];
+
+/// A template larger than this is not one.
+const MAX_TEMPLATE_BYTES: u64 = 1024 * 1024;
 
 /// Where a template came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,17 +107,29 @@ impl Templates {
     /// The built-ins with the user's and then the project's files over them.
     pub fn load(user_dir: Option<&Path>, project_root: &Path) -> Result<Self> {
         let mut all = Self::builtin();
+        use crow_tools::ConfinedReadError as E;
+        // The user's own folder may link anywhere; the project's stays in the project.
         let dirs = user_dir
-            .map(|d| d.join("prompts"))
+            .map(|d| (d.join("prompts"), None))
             .into_iter()
-            .chain([project_root.join(".crow").join("prompts")]);
-        for dir in dirs {
+            .chain([(
+                project_root.join(".crow").join("prompts"),
+                Some(project_root),
+            )]);
+        for (dir, within) in dirs {
             for template in all.0.values_mut() {
                 let path = dir.join(format!("{}.md.j2", template.name));
-                let text = match std::fs::read_to_string(&path) {
-                    Ok(text) => text,
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                let bytes = match crow_tools::read_confined(&path, within, MAX_TEMPLATE_BYTES) {
+                    Ok(bytes) => bytes,
+                    Err(E::NotFound) => continue,
+                    Err(e @ (E::Outside { .. } | E::System { .. } | E::NotRegular { .. })) => {
+                        tracing::warn!("skipped the prompt template {}: {e}", path.display());
+                        continue;
+                    }
                     Err(e) => bail!("cannot read the prompt template {}: {e}", path.display()),
+                };
+                let Ok(text) = String::from_utf8(bytes) else {
+                    bail!("the prompt template {} is not UTF-8 text", path.display());
                 };
                 check(template.name, &text).with_context(|| {
                     format!("the prompt template {} is invalid", path.display())
@@ -194,5 +211,30 @@ mod tests {
         .unwrap();
         let err = format!("{:#}", Templates::load(None, project.path()).unwrap_err());
         assert!(err.contains("system.md.j2"), "{err}");
+    }
+
+    #[test]
+    fn a_project_template_leading_out_of_the_project_is_skipped() {
+        let project = tempfile::tempdir().unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        std::fs::write(
+            elsewhere.path().join("id_rsa"),
+            "-----BEGIN KEY----- {{ role }}",
+        )
+        .unwrap();
+        let prompts = project.path().join(".crow/prompts");
+        std::fs::create_dir_all(&prompts).unwrap();
+        std::os::unix::fs::symlink(
+            elsewhere.path().join("id_rsa"),
+            prompts.join("system.md.j2"),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink("/proc/self/environ", prompts.join("handoff.md.j2")).unwrap();
+        nix::unistd::mkfifo(&prompts.join("nudge.md.j2"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let all = Templates::load(None, project.path()).unwrap();
+        for name in ["system", "handoff", "nudge"] {
+            assert!(!all.get(name).unwrap().is_overridden(), "{name}");
+        }
+        assert!(!all.text("system").contains("BEGIN KEY"));
     }
 }

@@ -3,6 +3,8 @@
 //! `crow undo [--session ID] [--to TURN] [--redo] [--force]` from the shell. The turns come
 //! from the session's timeline (`Snapshot` entries, crow-core's `undo_stack`), the files
 //! from crow-snapshot; each undo or redo appends a `FilesRestored` entry the model reads.
+//! Exit status: 0 done, [`NOTHING_STATUS`] (7) nothing to undo or redo, [`CONFLICT_STATUS`]
+//! (8) refused because files changed since (nothing written), 1 an error.
 //! Also where the snapshot store is opened and pruned with its sessions.
 
 use std::collections::HashSet;
@@ -30,13 +32,39 @@ pub struct Request {
     pub to: Option<usize>,
 }
 
+/// Exit status of `crow undo` (and `crow run --continue "/undo"`) when there is nothing to
+/// undo or redo (or no such turn): nothing was changed. Above `crow run`'s own (3-6).
+pub const NOTHING_STATUS: u8 = 7;
+/// Exit status when files changed since the agent's turn: nothing was written; `--force`
+/// (`/undo force`) overwrites them.
+pub const CONFLICT_STATUS: u8 = 8;
+
+/// Whether it was done, and if not, why (each with its exit status, so scripts can tell).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    Done,
+    Nothing,
+    Conflict,
+}
+
+impl Status {
+    /// The exit status: 0, [`NOTHING_STATUS`] or [`CONFLICT_STATUS`].
+    pub fn exit_status(self) -> u8 {
+        match self {
+            Status::Done => 0,
+            Status::Nothing => NOTHING_STATUS,
+            Status::Conflict => CONFLICT_STATUS,
+        }
+    }
+}
+
 /// What happened: the text for the user, the entries to append (to `agent`'s history), and
 /// whether it was done.
 #[derive(Debug)]
 pub struct Outcome {
     pub text: String,
     pub entries: Vec<(String, EntryKind)>,
-    pub done: bool,
+    pub status: Status,
 }
 
 /// The snapshot directory: `snapshots/` beside the session database.
@@ -92,7 +120,7 @@ pub fn apply(
     let not_done = |text: String| Outcome {
         text,
         entries: Vec::new(),
-        done: false,
+        status: Status::Nothing,
     };
     // The turns to move, in the order they are undone (or redone), and the two states.
     let turns: Vec<&TurnChange> = if request.redo {
@@ -140,7 +168,10 @@ pub fn apply(
             "\nTo {verb} anyway and overwrite them: `/{verb} force` in the session, or `crow undo{} --force`.",
             if request.redo { " --redo" } else { "" }
         ));
-        return Ok(not_done(text));
+        return Ok(Outcome {
+            status: Status::Conflict,
+            ..not_done(text)
+        });
     }
 
     let mut text = if request.redo {
@@ -206,7 +237,7 @@ pub fn apply(
     Ok(Outcome {
         text,
         entries,
-        done: true,
+        status: Status::Done,
     })
 }
 
@@ -222,14 +253,15 @@ fn shown(change: &FileChange) -> String {
 
 /// `/undo [force]`, `/redo [force]` in a running session: applied on the stored timeline,
 /// the entries pushed into the in-memory histories (which write them through to the store).
+/// The text, and the exit status `crow run --continue` gives it (1 for an error).
 pub fn in_session(
     store: Option<&dyn SessionStore>,
     snapshots: Option<&dyn Snapshotter>,
     session: &mut CrewSession,
     request: Request,
-) -> String {
+) -> (String, u8) {
     let (Some(store), Some(snapshots)) = (store, snapshots) else {
-        return "Undo needs the session store and snapshots ([snapshots] enabled = true); this session has no snapshots.".into();
+        return ("Undo needs the session store and snapshots ([snapshots] enabled = true); this session has no snapshots.".into(), 1);
     };
     match apply(store, &session.primary.id.clone(), snapshots, request) {
         Ok(outcome) => {
@@ -239,11 +271,14 @@ pub fn in_session(
                     _ => session.primary.push(entry),
                 }
             }
-            outcome.text
+            (outcome.text, outcome.status.exit_status())
         }
-        Err(e) => format!(
-            "Cannot {}: {e:#}",
-            if request.redo { "redo" } else { "undo" }
+        Err(e) => (
+            format!(
+                "Cannot {}: {e:#}",
+                if request.redo { "redo" } else { "undo" }
+            ),
+            1,
         ),
     }
 }
@@ -281,13 +316,12 @@ pub fn command(
             .context("the files were restored, but the session does not record it")?;
     }
     let out = format!("{}\n(session {})", outcome.text, info.id);
-    if outcome.done {
+    if outcome.status == Status::Done {
         println!("{out}");
-        Ok(ExitCode::SUCCESS)
     } else {
         eprintln!("{out}");
-        Ok(ExitCode::from(1))
     }
+    Ok(ExitCode::from(outcome.status.exit_status()))
 }
 
 /// The snapshot ids a session's timeline records.

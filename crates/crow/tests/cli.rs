@@ -138,6 +138,46 @@ async fn config_show_reports_sources_and_redacts_secrets() {
     );
 }
 
+#[tokio::test]
+async fn config_show_and_get_redact_every_header_and_environment_value() {
+    let dir = tempfile::tempdir().unwrap();
+    write_user_config(
+        dir.path(),
+        "[telemetry]\nendpoint = \"https://otel:url-pass-1@collector:4318\"\n\
+         headers = { x-honeycomb-team = \"hc-team-secret-1\" }\n\
+         [providers.openai.headers]\nX-Org = \"org-secret-1\"\n\
+         [shell_environment.set]\nDEPLOY_REGION = \"region-secret-1\"\n\
+         [mcp_servers.gh]\ncommand = \"gh-mcp\"\nenv = { REGION = \"mcp-env-secret-1\" }\n",
+    );
+    let mut cmd = crow(dir.path());
+    cmd.args(["config", "show"]);
+    let show = output(cmd).await;
+    assert_eq!(show.code, Some(0), "{}", show.stderr);
+    let mut cmd = crow(dir.path());
+    cmd.args(["config", "get", "telemetry"]);
+    let get = output(cmd).await;
+    assert_eq!(get.code, Some(0), "{}", get.stderr);
+    for out in [&show.stdout, &get.stdout] {
+        for secret in [
+            "url-pass-1",
+            "hc-team-secret-1",
+            "org-secret-1",
+            "region-secret-1",
+            "mcp-env-secret-1",
+        ] {
+            assert!(!out.contains(secret), "{secret}: {out}");
+        }
+    }
+    assert!(
+        show.stdout.lines().any(
+            |l| l.starts_with("telemetry.headers.x-honeycomb-team") && l.contains("[redacted]")
+        ),
+        "{}",
+        show.stdout
+    );
+    assert!(show.stdout.contains("\"gh-mcp\""), "{}", show.stdout);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_project_cannot_redirect_the_users_key_until_trusted() {
     let dir = tempfile::tempdir().unwrap();

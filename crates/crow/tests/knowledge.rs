@@ -104,6 +104,51 @@ async fn instructions_over_the_budget_are_cut_with_a_notice() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_committed_agents_md_linking_out_of_the_project_is_never_sent() {
+    let repo = git_repo();
+    let dir = repo.path();
+    // Links a hostile repository could commit: crow's own environment, a file above the
+    // project, and a FIFO that would block the read forever.
+    std::os::unix::fs::symlink("/proc/self/environ", dir.join("AGENTS.md")).unwrap();
+    std::fs::create_dir_all(dir.join("pkg/sub")).unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("id_rsa"), "PRIVATE-KEY-BYTES-123").unwrap();
+    std::os::unix::fs::symlink(outside.path().join("id_rsa"), dir.join("pkg/CLAUDE.md")).unwrap();
+    nix::unistd::mkfifo(
+        &dir.join("pkg/sub/AGENTS.md"),
+        nix::sys::stat::Mode::S_IRWXU,
+    )
+    .unwrap();
+    let mock = MockLlm::start(Scenario::new().reply(Reply::text("ok")))
+        .await
+        .unwrap();
+    let mut cmd = crow_run(dir, &mock, "hi");
+    cmd.current_dir(dir.join("pkg/sub"))
+        .env("CROW_TEST_MARKER", "environ-marker-9d2e");
+    let out = tokio::time::timeout(std::time::Duration::from_secs(60), output(cmd))
+        .await
+        .expect("a FIFO must not hang crow");
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    let sent = String::from_utf8_lossy(&mock.requests()[0].raw_body).into_owned();
+    assert!(
+        !sent.contains("environ-marker-9d2e"),
+        "the environment was sent"
+    );
+    assert!(
+        !sent.contains("PRIVATE-KEY-BYTES"),
+        "a file outside was sent"
+    );
+    assert!(!sent.contains("<instructions"), "{sent}");
+    for notice in [
+        "AGENTS.md was not read as instructions: it leads to /proc/",
+        "pkg/CLAUDE.md was not read as instructions: it leads outside",
+        "pkg/sub/AGENTS.md was not read as instructions: it is a FIFO",
+    ] {
+        assert!(out.stderr.contains(notice), "{notice}: {}", out.stderr);
+    }
+}
+
 fn write_file(path: &std::path::Path, text: &str) {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(path, text).unwrap();

@@ -158,7 +158,8 @@ async fn undo_restores_what_edits_and_commands_changed_and_redo_brings_it_back()
     std::fs::write(project.join("new/deep/made.txt"), "mine now\n").unwrap();
     let edited = tree(&project, false);
     let refused = output(undo(tmp.path(), &project, &[])).await;
-    assert_eq!(refused.code, Some(1), "stdout: {}", refused.stdout);
+    // 8: refused for a conflict, nothing written (not 1, an error; not 0).
+    assert_eq!(refused.code, Some(8), "stdout: {}", refused.stdout);
     assert!(
         refused.stderr.contains("new/deep/made.txt") && refused.stderr.contains("--force"),
         "{}",
@@ -223,7 +224,7 @@ async fn slash_undo_works_in_a_plain_directory_and_notes_what_was_too_large() {
 
     // Nothing left to undo; and deleting the session removes its snapshots.
     let again = output(undo(tmp.path(), &project, &[])).await;
-    assert_eq!(again.code, Some(1));
+    assert_eq!(again.code, Some(7), "7: nothing to undo");
     assert!(again.stderr.contains("Nothing to undo"), "{}", again.stderr);
     let id = only_session(tmp.path()).id;
     let mut delete = crow(tmp.path());
@@ -283,7 +284,7 @@ async fn undo_to_a_turn_reverts_every_later_turn_and_redo_goes_one_at_a_time() {
     let after_two = tree(&project, false);
 
     let none = output(undo(tmp.path(), &project, &["--to", "3"])).await;
-    assert_eq!(none.code, Some(1));
+    assert_eq!(none.code, Some(7), "7: no such turn, nothing to undo");
     assert!(none.stderr.contains("turns 1 to 2"), "{}", none.stderr);
 
     let both = output(undo(tmp.path(), &project, &["--to", "1"])).await;
@@ -313,4 +314,61 @@ async fn undo_to_a_turn_reverts_every_later_turn_and_redo_goes_one_at_a_time() {
         shown.stdout
     );
     assert!(shown.stdout.contains("undone: a.txt"), "{}", shown.stdout);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn empty_directories_a_turn_removed_come_back_and_a_refused_slash_undo_fails() {
+    let (tmp, project) = workspace(false);
+    std::fs::create_dir_all(project.join("empty")).unwrap();
+    std::fs::create_dir_all(project.join("keep/inner")).unwrap();
+    let before = tree(&project, false);
+    let scenario = Scenario::new()
+        .reply(Reply::tool_call(
+            "bash",
+            json!({"command": "rmdir empty && rm -r keep && mkdir -p made/deeper"}),
+        ))
+        .reply(Reply::text("done"));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let out = output(in_project(crow_run(tmp.path(), &mock, "go"), &project)).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    assert!(!project.join("empty").exists() && project.join("made/deeper").is_dir());
+
+    let mut slash = in_project(crow_run(tmp.path(), &mock, "/undo"), &project);
+    slash.arg("--continue");
+    let slash = output(slash).await;
+    assert_eq!(slash.code, Some(0), "stderr: {}", slash.stderr);
+    assert_eq!(tree(&project, false), before, "empty directories included");
+    for named in [
+        "brought back empty/",
+        "brought back keep/inner/",
+        "removed made/deeper/",
+    ] {
+        assert!(slash.stdout.contains(named), "{named}: {}", slash.stdout);
+    }
+
+    // Refused inside `crow run --continue` too: a status scripts can tell from success.
+    let mut again = in_project(crow_run(tmp.path(), &mock, "/undo"), &project);
+    again.arg("--continue");
+    let again = output(again).await;
+    assert_eq!(again.code, Some(7), "stdout: {}", again.stdout);
+    assert!(again.stderr.contains("Nothing to undo"), "{}", again.stderr);
+
+    // Redo, then a file put by hand in a directory the undo would remove: a conflict.
+    let redone = output(undo(tmp.path(), &project, &["--redo"])).await;
+    assert_eq!(redone.code, Some(0), "stderr: {}", redone.stderr);
+    assert!(project.join("made/deeper").is_dir() && !project.join("empty").exists());
+    std::fs::write(project.join("made/deeper/mine.txt"), "mine\n").unwrap();
+    let mut conflict = in_project(crow_run(tmp.path(), &mock, "/undo"), &project);
+    conflict.arg("--continue");
+    let conflict = output(conflict).await;
+    assert_eq!(conflict.code, Some(8), "stdout: {}", conflict.stdout);
+    assert!(
+        conflict.stderr.contains("made/deeper/"),
+        "{}",
+        conflict.stderr
+    );
+    assert!(
+        project.join("made/deeper/mine.txt").exists(),
+        "nothing written"
+    );
 }

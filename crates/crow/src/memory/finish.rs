@@ -334,7 +334,10 @@ async fn call(provider: &dyn Provider, prompt: &str, session_id: &str) -> Result
     Ok((text, usage))
 }
 
-/// The JSON object in the model's answer (alone, in a code fence, or with words around it).
+/// The JSON object in the model's answer (alone, in a code fence, or with words around it),
+/// every string in it redacted: whatever the step stores or writes comes from here, so no
+/// field (a draft's description, a learning's files, a skill name) can carry a secret out.
+/// Redacted after JSON decoding, so an escape (`\u002d`) cannot hide a key's shape.
 fn parse(text: &str) -> Result<Report> {
     let start = text.find('{');
     let end = text.rfind('}');
@@ -344,8 +347,24 @@ fn parse(text: &str) -> Result<Report> {
     if end < start {
         bail!("the model's answer holds no JSON object");
     }
-    serde_json::from_str(&text[start..=end])
+    let mut value: serde_json::Value = serde_json::from_str(&text[start..=end])
+        .map_err(|e| anyhow!("the model's answer is not the JSON asked for: {e}"))?;
+    redact_strings(&mut value);
+    serde_json::from_value(value)
         .map_err(|e| anyhow!("the model's answer is not the JSON asked for: {e}"))
+}
+
+fn redact_strings(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::String(s) => {
+            if let std::borrow::Cow::Owned(clean) = redact::secrets(s) {
+                *s = clean;
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(redact_strings),
+        serde_json::Value::Object(map) => map.values_mut().for_each(redact_strings),
+        _ => {}
+    }
 }
 
 fn kind_of(kind: &str) -> Option<&'static str> {
@@ -498,9 +517,13 @@ fn write_draft(project_root: &Path, draft: &Draft) -> Result<Option<String>> {
     let text = format!(
         "---\nname: {name}\ndescription: {}\n---\n\n{}\n",
         serde_json::to_string(description).unwrap_or_default(),
-        redact::secrets(draft.body.trim())
+        draft.body.trim()
     );
-    std::fs::write(&file, text).with_context(|| format!("cannot write {}", file.display()))?;
+    // The fields were redacted when parsed; the file as written is too (a project file,
+    // likely to be committed), so a field added later cannot skip it.
+    let text = redact::secrets(&text);
+    std::fs::write(&file, text.as_bytes())
+        .with_context(|| format!("cannot write {}", file.display()))?;
     crow_tools::sandbox::note_own_write(&file);
     Ok(Some(name))
 }
@@ -551,5 +574,49 @@ mod tests {
         assert!(text.starts_with("[user]\nTHE TASK"));
         assert!(text.contains("THE END"));
         assert!(text.contains("middle of the session left out"));
+    }
+
+    #[test]
+    fn every_field_of_the_answer_is_redacted_and_so_is_the_draft_file() {
+        let answer = serde_json::json!({
+            "summary": "deployed with password=hunter22hunter",
+            "learnings": [{"kind": "pitfall", "text": "token: ghp_0123456789abcdefghijABCDEFGHIJ",
+                           "files": ["sk-proj-abcdefghijklmnop1234.txt"]}],
+            "skills": {"used": ["AKIAABCDEFGHIJKLMNOP"], "missing": [],
+                "draft": {"name": "deploy",
+                          "description": "Deploy with API_KEY=sk-live-0123456789abcdef",
+                          "body": "export SECRET_TOKEN=abcdefgh12345678"}}
+        });
+        // Escaped as JSON allows: the key's shape appears only once decoded.
+        let text = answer.to_string().replace("sk-proj", "sk\\u002dproj");
+        let report = parse(&text).unwrap();
+        let all = format!("{report:?}");
+        for secret in [
+            "hunter22hunter",
+            "ghp_0123",
+            "abcdefghijklmnop1234",
+            "AKIAABCD",
+            "sk-live",
+            "abcdefgh12345678",
+        ] {
+            assert!(!all.contains(secret), "{secret} in {all}");
+        }
+        let project = tempfile::tempdir().unwrap();
+        let draft = report.skills.draft.unwrap();
+        assert_eq!(
+            write_draft(project.path(), &draft).unwrap().as_deref(),
+            Some("deploy")
+        );
+        let file =
+            std::fs::read_to_string(project.path().join(".crow/skills/drafts/deploy/SKILL.md"))
+                .unwrap();
+        assert!(
+            file.contains("description: \"Deploy with API_KEY=[redacted]\""),
+            "{file}"
+        );
+        assert!(
+            !file.contains("sk-live") && !file.contains("abcdefgh12345678"),
+            "{file}"
+        );
     }
 }

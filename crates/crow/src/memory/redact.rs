@@ -1,6 +1,7 @@
 //! Secrets out of what memory stores: key-shaped strings, `NAME=value` assignments whose name
 //! says secret, private key blocks, and the values of this process's secret-looking
-//! environment variables (the same names the shell environment rules keep from commands).
+//! environment variables (the same names and values the shell environment rules keep from
+//! commands).
 
 use std::borrow::Cow;
 use std::sync::OnceLock;
@@ -49,7 +50,10 @@ fn env_secrets() -> &'static [String] {
     static VALUES: OnceLock<Vec<String>> = OnceLock::new();
     VALUES.get_or_init(|| {
         std::env::vars()
-            .filter(|(name, value)| crow_core::env::looks_secret(name) && value.len() >= 8)
+            .filter(|(name, value)| {
+                (crow_core::env::looks_secret(name) || crow_core::env::has_url_credentials(value))
+                    && value.len() >= 8
+            })
             .map(|(_, value)| value)
             .collect()
     })

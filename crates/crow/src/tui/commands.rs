@@ -450,7 +450,7 @@ async fn session_command(app: &mut App, text: &str) {
         &app.composer.instructions,
     )
     .await;
-    app.view.plain(&reply);
+    app.view.plain(&reply.text);
 }
 
 /// A stored session's "always" answers and mode, back in the gate.
