@@ -407,42 +407,6 @@ pub fn user_config_file() -> Result<PathBuf> {
         .context("cannot find the user config directory (set CROW_CONFIG_DIR or HOME)")
 }
 
-/// A config file's text; a file that does not exist yet reads as empty.
-pub fn read_or_empty(path: &Path) -> Result<String> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => Ok(text),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
-        Err(e) => bail!("cannot read {}: {e}", path.display()),
-    }
-}
-
-/// Writes a config file readable by its owner only (it names endpoints, key files, trusted
-/// projects), through a temporary file so a failed write leaves the old one whole.
-pub fn write_config_file(path: &Path, text: &str) -> Result<()> {
-    use std::io::Write as _;
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    }
-    let tmp = path.with_extension("toml.tmp");
-    {
-        let mut file = open_private(&tmp)?;
-        file.write_all(text.as_bytes())
-            .with_context(|| format!("cannot write {}", tmp.display()))?;
-    }
-    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))
-}
-
-/// Creates (or truncates) a file only its owner can read.
-pub fn open_private(path: &Path) -> Result<std::fs::File> {
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    options
-        .open(path)
-        .with_context(|| format!("cannot write {}", path.display()))
-}
-
 /// Loads every layer for a project rooted at `project_root`.
 pub fn load(project_root: &Path, flags: &Overrides) -> Result<LoadedConfig> {
     let mut layers: Vec<(toml::Table, Source)> = Vec::new();
@@ -602,17 +566,6 @@ pub fn project_fingerprint(project_root: &Path) -> Result<Vec<String>> {
     ))
 }
 
-fn read_layer(path: &Path) -> Result<Option<(toml::Table, Source)>> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => {
-            let source = Source::File(path.to_path_buf());
-            Ok(Some((parse_layer(&text, &source)?, source)))
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => bail!("cannot read config file {}: {e}", path.display()),
-    }
-}
-
 fn env_nonempty(var: &str) -> Option<String> {
     std::env::var(var).ok().filter(|v| !v.trim().is_empty())
 }
@@ -621,76 +574,6 @@ fn single(key: &str, value: toml::Value) -> toml::Table {
     let mut t = toml::Table::new();
     t.insert(key.into(), value);
     t
-}
-
-/// Parses one layer and checks it against the schema, naming the file on error.
-pub(crate) fn parse_layer(text: &str, source: &Source) -> Result<toml::Table> {
-    let table: toml::Table = toml::from_str(text)
-        .map_err(|e| anyhow::anyhow!("config error in {source}: {}", describe(text, &e)))?;
-    // Parsed again from the text (not the table) so a schema error has a position too.
-    let _: Config = toml::from_str(text)
-        .map_err(|e| anyhow::anyhow!("config error in {source}: {}", describe(text, &e)))?;
-    Ok(table)
-}
-
-/// A TOML error on one line: position, the offending line, the message. A line that may hold
-/// a secret (`api_key = "sk-…` with a typo) is not quoted, and its value is scrubbed from the
-/// message (type errors quote values).
-fn describe(text: &str, error: &toml::de::Error) -> String {
-    let message = one_line(error.message());
-    let Some(span) = error.span() else {
-        return message;
-    };
-    let start = span.start.min(text.len());
-    let before = text.get(..start).unwrap_or_default();
-    let number = before.matches('\n').count() + 1;
-    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-    let column = before[line_start..].chars().count() + 1;
-    let line = text[line_start..].lines().next().unwrap_or_default().trim();
-    if line_may_hold_secret(line) {
-        let mut message = message;
-        if let Some((_, value)) = line.split_once('=') {
-            let value = value.trim().trim_matches(['"', '\'']);
-            // A short value is no secret, and replacing it would garble the message.
-            if value.len() >= 4 {
-                message = message.replace(value, "[redacted]");
-            }
-        }
-        format!(
-            "line {number}, column {column}: {message} (the line is not shown: it may hold a secret)"
-        )
-    } else {
-        format!("line {number}, column {column}: `{line}`: {message}")
-    }
-}
-
-/// Whether any word of a config line names a credential (`api_key`, `*TOKEN*`, `Authorization`...).
-fn line_may_hold_secret(line: &str) -> bool {
-    // crow's own keys that merely look secret.
-    const PLAIN: [&str; 4] = [
-        "max_tokens",
-        "api_key_env",
-        "api_key_file",
-        "bearer_token_env_var",
-    ];
-    line.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-'))
-        .filter(|word| !PLAIN.contains(word))
-        .any(|word| {
-            let lower = word.to_ascii_lowercase();
-            crow_core::env::looks_secret(word)
-                || lower.contains("auth")
-                || lower.contains("credential")
-                || lower.contains("passwd")
-        })
-}
-
-fn one_line(message: &str) -> String {
-    message
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 fn deep_merge(into: &mut toml::Table, from: toml::Table) {
@@ -727,10 +610,14 @@ fn flatten(
 
 pub use shown::shown;
 
+mod files;
 pub mod memory;
 #[cfg(test)]
 mod proptests;
 mod shown;
+
+pub use files::{open_private, read_or_empty, write_config_file};
+pub(crate) use files::{parse_layer, read_layer};
 
 #[cfg(test)]
 mod tests {
