@@ -248,20 +248,13 @@ fn load_dir(dir: &Path, catalog: &mut Catalog, project: Option<&Path>) {
         if !matches!(ext, "md" | "toml") {
             continue;
         }
-        let text = match crow_tools::read_confined(&path, project, MAX_AGENT_BYTES) {
-            Ok(bytes) => match String::from_utf8(bytes) {
-                Ok(t) => t,
-                Err(_) => {
-                    catalog
-                        .problems
-                        .push(format!("{}: not UTF-8 text", path.display()));
-                    continue;
-                }
-            },
-            Err(e) => {
-                catalog
-                    .problems
-                    .push(format!("{}: not read: {e}", path.display()));
+        let text = crow_tools::read_confined(&path, project, MAX_AGENT_BYTES)
+            .map_err(|e| format!("not read: {e}"))
+            .and_then(|bytes| String::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_owned()));
+        let text = match text {
+            Ok(t) => t,
+            Err(why) => {
+                catalog.problems.push(format!("{}: {why}", path.display()));
                 continue;
             }
         };
