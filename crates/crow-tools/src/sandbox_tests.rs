@@ -431,3 +431,20 @@ fn what_crow_itself_writes_during_a_command_is_not_taken_for_a_plant() {
     assert!(watch.sweep().is_empty());
     assert!(root.join(".crow/config.toml").exists());
 }
+
+#[test]
+fn a_freed_inode_of_crows_own_file_does_not_let_a_plant_pass() {
+    let (_dir, root) = project();
+    // crow once wrote a file, then it went away (a rule file rewritten through a rename).
+    let old = root.join("old.toml");
+    std::fs::write(&old, "x").unwrap();
+    note_own_write(&old);
+    let s = spec(SandboxMode::WorkspaceWrite, full_support());
+    let watch = s.watch(&root);
+    std::fs::remove_file(&old).unwrap();
+    // The command's plant may get the freed inode back; its change time is its own. (The
+    // kernel stamps times at its clock tick, up to 10 ms: the plant comes a tick later.)
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    std::fs::write(root.join(".mcp.json"), "{}").unwrap();
+    assert_eq!(watch.sweep(), [Tampered::Removed(root.join(".mcp.json"))]);
+}

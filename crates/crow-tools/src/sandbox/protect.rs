@@ -217,8 +217,19 @@ fn identity(path: &Path) -> Option<(u64, u64)> {
 }
 
 /// Files and directories crow itself wrote (a permission rule saved, a file the user let a
-/// file tool write), by identity: a command running meanwhile did not plant them.
-static OWN_WRITES: std::sync::Mutex<Vec<(u64, u64)>> = std::sync::Mutex::new(Vec::new());
+/// file tool write), by identity and change time: a command running meanwhile did not plant
+/// them. The change time keeps a freed inode reused by a command's file from passing for
+/// crow's, and a directory a command added to since from passing at all.
+static OWN_WRITES: std::sync::Mutex<Vec<Stamp>> = std::sync::Mutex::new(Vec::new());
+
+/// Device, inode and change time (seconds, nanoseconds).
+type Stamp = (u64, u64, i64, i64);
+
+fn stamp(path: &Path) -> Option<Stamp> {
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|m| (m.dev(), m.ino(), m.ctime(), m.ctime_nsec()))
+}
 
 /// Records that crow wrote `path` (and made its parent directories), so a [`Watch`] of a
 /// command running at the same time does not take it for the command's.
@@ -230,7 +241,7 @@ pub fn note_own_write(path: &Path) {
         if depth > 4 {
             break;
         }
-        if let Some(id) = identity(p)
+        if let Some(id) = stamp(p)
             && !own.contains(&id)
         {
             own.push(id);
@@ -238,8 +249,8 @@ pub fn note_own_write(path: &Path) {
     }
 }
 
-fn written_by_crow(id: (u64, u64)) -> bool {
-    OWN_WRITES.lock().is_ok_and(|own| own.contains(&id))
+fn written_by_crow(path: &Path) -> bool {
+    stamp(path).is_some_and(|id| OWN_WRITES.lock().is_ok_and(|own| own.contains(&id)))
 }
 
 impl Watch {
@@ -261,7 +272,7 @@ impl Watch {
         for (path, before) in &self.before {
             let now = identity(path);
             match (before, now) {
-                (_, Some(id)) if written_by_crow(id) => {}
+                (_, Some(_)) if written_by_crow(path) => {}
                 (None, Some(_)) => {
                     let removed = match std::fs::symlink_metadata(path) {
                         Ok(m) if m.is_dir() => std::fs::remove_dir_all(path),
