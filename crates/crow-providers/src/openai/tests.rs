@@ -344,6 +344,8 @@ fn request_body_snapshot() {
                 "name": "read_file", "description": "Read a file",
                 "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
             }}],
+            // Without it llama-cpp-python leaves the tools out of the prompt.
+            "tool_choice": "auto",
             "stream": true,
             "stream_options": {"include_usage": true},
             "max_tokens": 4096,
@@ -384,7 +386,7 @@ fn minimal_body_is_exact_and_skips_empty_parts() {
     let bytes = provider(None).encode(&request).unwrap();
     assert_eq!(
         std::str::from_utf8(&bytes).unwrap(),
-        r#"{"model":"gpt-4o","stream":true,"stream_options":{"include_usage":true},"prompt_cache_key":"s","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"ls","arguments":"{}"}}]}]}"#
+        r#"{"model":"gpt-4o","stream":true,"stream_options":{"include_usage":true},"prompt_cache_key":"s","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"","tool_calls":[{"id":"c","type":"function","function":{"name":"ls","arguments":"{}"}}]}]}"#
     );
 }
 
