@@ -41,3 +41,57 @@ async fn a_tool_loop_runs_on_llama_cpp_python() {
     assert_eq!(requests[1].body["messages"][2]["role"], "assistant");
     assert_eq!(requests[1].body["messages"][2]["content"], "");
 }
+
+/// A key variable the config names but the environment lacks is one clear error before any
+/// request (LiteLLM would answer the keyless request with a 500, retried four times).
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unset_key_variable_is_named_and_nothing_is_sent() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = MockLlm::start(Scenario::new().reply(Reply::text("never")))
+        .await
+        .unwrap();
+    write_project_config(
+        dir.path(),
+        &format!(
+            "provider = \"proxy\"\n[providers.proxy]\ntype = \"openai\"\nbase_url = \"{}\"\nmodel = \"mock-model\"\napi_key_env = \"CROW_TEST_PROXY_KEY\"\n",
+            mock.openai_base_url()
+        ),
+    );
+    trust_project(dir.path());
+    for value in [None, Some("  ")] {
+        let mut cmd = crow(dir.path());
+        cmd.env_remove("CROW_TEST_PROXY_KEY")
+            .args(["run", "--json", "hi"]);
+        if let Some(value) = value {
+            cmd.env("CROW_TEST_PROXY_KEY", value);
+        }
+        let out = output(cmd).await;
+        assert_eq!(out.code, Some(1), "stdout: {}", out.stdout);
+        let errors: Vec<_> = out
+            .stderr
+            .lines()
+            .filter(|l| l.starts_with("error:"))
+            .collect();
+        assert_eq!(errors.len(), 1, "{}", out.stderr);
+        assert!(
+            errors[0].contains("CROW_TEST_PROXY_KEY is not set"),
+            "{}",
+            out.stderr
+        );
+        assert!(out.of_type("retry").is_empty());
+    }
+    assert!(mock.requests().is_empty(), "no request without the key");
+
+    // Set, it is sent; a provider with no api_key_env needs none (the mock's local server).
+    let mut cmd = crow(dir.path());
+    cmd.env("CROW_TEST_PROXY_KEY", "proxy-key")
+        .args(["run", "--json", "hi"]);
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    assert_eq!(
+        mock.requests()[0].header("authorization"),
+        Some("Bearer proxy-key")
+    );
+    let out = output(crow_run(dir.path(), &mock, "hi")).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+}
