@@ -95,3 +95,32 @@ async fn an_unset_key_variable_is_named_and_nothing_is_sent() {
     let out = output(crow_run(dir.path(), &mock, "hi")).await;
     assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
 }
+
+/// LiteLLM in front of an Anthropic model refuses `prompt_cache_key`: on the Responses wire
+/// crow sends it only to OpenAI's own endpoint (or where configured).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_responses_wire_through_litellm_sends_no_prompt_cache_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = Scenario::new()
+        .quirks(Quirks {
+            rejected_fields: vec!["prompt_cache_key".into()],
+            ..Quirks::default()
+        })
+        .reply(Reply::text("hello from claude"));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    write_user_config(
+        dir.path(),
+        &format!(
+            "provider = \"litellm\"\n[providers.litellm]\ntype = \"openai\"\nwire_api = \"responses\"\nbase_url = \"{}\"\nmodel = \"claude-sonnet-4-5\"\nmax_retries = 0\n",
+            mock.openai_base_url()
+        ),
+    );
+    let mut cmd = crow(dir.path());
+    cmd.args(["run", "--json", "hi"]);
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    assert_eq!(out.of_type("text_complete")[0]["text"], "hello from claude");
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 1);
+    assert!(requests[0].body.get("prompt_cache_key").is_none());
+}

@@ -196,3 +196,34 @@ fn openai_itself_speaks_responses_and_every_other_server_chat() {
     local.wire_api = Some(crate::OpenAiWire::Responses);
     assert_eq!(local.resolved_wire_api(), crate::OpenAiWire::Responses);
 }
+
+#[test]
+fn the_prompt_cache_key_goes_to_openai_itself_or_where_configured() {
+    let request = ChatRequest {
+        system: "",
+        messages: vec![Message::User {
+            text: "hi",
+            images: vec![],
+        }],
+        tools: &[],
+        max_tokens: None,
+        temperature: None,
+        session_id: "sess-9",
+    };
+    let key = |base: &str, cache: Option<bool>| -> serde_json::Value {
+        let mut settings = ProviderSettings::new(ProviderKind::OpenAi, "gpt-5");
+        settings.base_url = base.into();
+        settings.prompt_cache_key = cache;
+        let p = ResponsesProvider::new(&settings).unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&p.encode(&request).unwrap()).unwrap();
+        body.get("prompt_cache_key").cloned().unwrap_or_default()
+    };
+    assert_eq!(key("https://api.openai.com/v1", None), "sess-9");
+    // LiteLLM in front of an Anthropic model refuses the field.
+    assert_eq!(key("http://litellm:4000/v1", None), serde_json::Value::Null);
+    assert_eq!(key("http://litellm:4000/v1", Some(true)), "sess-9");
+    assert_eq!(
+        key("https://api.openai.com/v1", Some(false)),
+        serde_json::Value::Null
+    );
+}
