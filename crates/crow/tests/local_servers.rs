@@ -124,3 +124,55 @@ async fn the_responses_wire_through_litellm_sends_no_prompt_cache_key() {
     assert_eq!(requests.len(), 1);
     assert!(requests[0].body.get("prompt_cache_key").is_none());
 }
+
+/// llama-cpp-python reports no usage: crow estimates it (characters over the budget's
+/// ratio) and marks it estimated, in the JSON events and on the closing line.
+#[tokio::test(flavor = "multi_thread")]
+async fn usage_a_server_does_not_report_is_estimated_and_marked() {
+    let dir = tempfile::tempdir().unwrap();
+    let answer = "A fairly long answer, so that the estimate is clearly more than zero.";
+    let scenario = Scenario::new()
+        .quirks(Quirks {
+            no_usage: true,
+            ..Quirks::default()
+        })
+        .reply(Reply::text(answer))
+        .reply(Reply::text(answer));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let out = output(crow_run(dir.path(), &mock, "hi")).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    let usage = out.of_type("usage");
+    assert_eq!(usage.len(), 1, "{}", out.stdout);
+    assert_eq!(usage[0]["estimated"], true, "{}", usage[0]);
+    let input = usage[0]["input_tokens"].as_u64().unwrap();
+    let sent = mock.requests()[0].raw_body.len() as u64;
+    assert!(input > sent / 8 && input < sent, "{input} of {sent} bytes");
+    assert_eq!(
+        usage[0]["output_tokens"].as_u64().unwrap(),
+        (answer.len() as u64).div_ceil(4)
+    );
+
+    // Without --json, the closing line says so.
+    let mut cmd = crow(dir.path());
+    cmd.args([
+        "run",
+        "--provider",
+        "openai",
+        "--model",
+        "mock-model",
+        "--base-url",
+    ])
+    .arg(mock.openai_base_url())
+    .arg("hi");
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    let line = out
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("tokens: "))
+        .unwrap();
+    assert!(
+        line.contains("(estimated)") && !line.starts_with("tokens: 0 in"),
+        "{line}"
+    );
+}

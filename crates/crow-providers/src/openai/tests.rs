@@ -81,6 +81,7 @@ fn fixture_deltas() -> Vec<Result<StreamDelta, ProviderError>> {
                 reasoning_tokens: 12,
                 cache_read_tokens: 1024,
                 cache_write_tokens: 0,
+                estimated: false,
             },
         }),
         finish(FinishReason::ToolCalls),

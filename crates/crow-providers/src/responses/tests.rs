@@ -60,6 +60,7 @@ async fn a_recorded_stream_decodes_under_any_chunking() {
                 reasoning_tokens: 64,
                 cache_read_tokens: 1024,
                 cache_write_tokens: 0,
+                estimated: false,
             },
         }),
         Ok(StreamDelta::Finish {
