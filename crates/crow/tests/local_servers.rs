@@ -176,3 +176,34 @@ async fn usage_a_server_does_not_report_is_estimated_and_marked() {
         "{line}"
     );
 }
+
+/// A model's malformed tool arguments are stored as it sent them, but replayed as `{}`: an
+/// Anthropic model behind LiteLLM refuses every later request (and `--continue`) otherwise.
+#[tokio::test(flavor = "multi_thread")]
+async fn malformed_tool_arguments_are_replayed_as_an_empty_object() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = Scenario::new()
+        .quirks(Quirks {
+            strict_tool_arguments: true,
+            ..Quirks::default()
+        })
+        .reply(Reply::text("Listing.").with_raw_tool_call("list_directory", "{\"path\": "))
+        .reply(Reply::text("That call was broken; done."))
+        .reply(Reply::text("Still fine."));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let out = output(crow_run(dir.path(), &mock, "look")).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    let end = &out.of_type("tool_call_end")[0];
+    assert_ne!(end["result"]["status"], "success", "{end}");
+    let mut cmd = crow_run(dir.path(), &mock, "and now?");
+    cmd.arg("--continue");
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    assert_eq!(out.of_type("text_complete")[0]["text"], "Still fine.");
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 3, "no refusals, no retries");
+    for later in &requests[1..] {
+        let call = &later.body["messages"][2]["tool_calls"][0];
+        assert_eq!(call["function"]["arguments"], "{}", "{}", later.body);
+    }
+}

@@ -115,7 +115,7 @@ pub(super) struct WireToolCall<'a> {
 #[derive(Serialize, Hash)]
 pub(super) struct WireFunctionCall<'a> {
     name: &'a str,
-    /// The model's raw argument text, replayed verbatim.
+    /// The model's raw argument text, replayed verbatim when it is a JSON object.
     arguments: &'a str,
 }
 
@@ -215,7 +215,10 @@ fn assistant<'a>(parts: &'a [AssistantPart<'a>]) -> Option<WireMessage<'a>> {
             } => Some(WireToolCall {
                 id,
                 kind: "function",
-                function: WireFunctionCall { name, arguments },
+                function: WireFunctionCall {
+                    name,
+                    arguments: crate::wire::object_arguments_text(arguments),
+                },
             }),
             _ => None,
         })

@@ -484,3 +484,36 @@ fn reasoning_effort_and_the_prompt_cache_key_go_where_they_are_taken() {
     let off = body("gpt-5", "https://api.openai.com/v1", Some(false));
     assert!(off.get("prompt_cache_key").is_none());
 }
+
+#[test]
+fn arguments_that_are_not_a_json_object_are_replayed_as_an_empty_object() {
+    let call = |arguments| AssistantPart::ToolCall {
+        id: "c",
+        name: "ls",
+        arguments,
+    };
+    let request = ChatRequest {
+        system: "",
+        messages: vec![Message::Assistant {
+            parts: vec![
+                call("{\"path\": "),
+                call(""),
+                call("[1]"),
+                call("{\"path\": \".\"}"),
+            ],
+        }],
+        tools: &[],
+        max_tokens: None,
+        temperature: None,
+        session_id: "s",
+    };
+    let body: serde_json::Value =
+        serde_json::from_slice(&provider(None).encode(&request).unwrap()).unwrap();
+    let sent: Vec<_> = body["messages"][0]["tool_calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["function"]["arguments"].as_str().unwrap())
+        .collect();
+    assert_eq!(sent, ["{}", "{}", "{}", "{\"path\": \".\"}"]);
+}

@@ -228,3 +228,32 @@ fn the_prompt_cache_key_goes_to_openai_itself_or_where_configured() {
         serde_json::Value::Null
     );
 }
+
+#[test]
+fn arguments_that_are_not_a_json_object_are_replayed_as_an_empty_object() {
+    let request = ChatRequest {
+        system: "",
+        messages: vec![Message::Assistant {
+            parts: vec![
+                AssistantPart::ToolCall {
+                    id: "call_1",
+                    name: "ls",
+                    arguments: "{\"path\": ",
+                },
+                AssistantPart::ToolCall {
+                    id: "call_2",
+                    name: "ls",
+                    arguments: "{\"path\":\".\"}",
+                },
+            ],
+        }],
+        tools: &[],
+        max_tokens: None,
+        temperature: None,
+        session_id: "s",
+    };
+    let body: serde_json::Value =
+        serde_json::from_slice(&provider("gpt-4.1", None).encode(&request).unwrap()).unwrap();
+    assert_eq!(body["input"][0]["arguments"], "{}");
+    assert_eq!(body["input"][1]["arguments"], "{\"path\":\".\"}");
+}
