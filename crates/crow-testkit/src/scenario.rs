@@ -10,6 +10,10 @@
 //!   {"fault": {"drop_after": {"reply": {"text": "partial"}, "after_chunks": 2}}}
 //! ]}
 //! ```
+//!
+//! `"quirks": {"tools_need_tool_choice": true, "null_content_fails": true, "no_usage": true}`
+//! imitates llama-cpp-python; `strict_tool_arguments` and `rejected_fields` a LiteLLM proxy
+//! in front of Anthropic (see [`Quirks`]).
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
