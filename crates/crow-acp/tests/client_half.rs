@@ -366,6 +366,7 @@ async fn every_event_kind_translates() {
             reasoning_tokens: None,
             cache_read_tokens: 100,
             cache_write_tokens: 0,
+            estimated: false,
         },
         start("e1", "edit_file", ToolKind::Edit, json!({"path": "a.rs"})),
         start("b1", "bash", ToolKind::Execute, json!({"command": "false"})),

@@ -55,6 +55,7 @@ impl SessionRunner for Runner {
                 reasoning_tokens: None,
                 cache_read_tokens: 0,
                 cache_write_tokens: 0,
+                estimated: false,
             })
             .unwrap();
         events

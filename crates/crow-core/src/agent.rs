@@ -505,9 +505,15 @@ impl BaseAgent {
         };
 
         let partial = !matches!(outcome, Outcome::Done);
+        if acc.usage.is_empty() && !partial {
+            // The server reported no usage (llama-cpp-python): estimate it rather than
+            // report nothing, marked so, and not calibrating the budget with it.
+            acc.usage = acc.estimated_usage(&session.budget);
+        } else if !acc.usage.is_empty() {
+            session.budget.observe(acc.usage.input_tokens);
+        }
         if !acc.usage.is_empty() {
             self.emit(events, AgentEvent::usage(&self.name, &acc.usage));
-            session.budget.observe(acc.usage.input_tokens);
         }
         self.record_response(session, events, &mut acc, partial);
         match outcome {
@@ -733,6 +739,24 @@ struct Response {
 }
 
 impl Accumulator {
+    /// Usage estimated the way the budget estimates requests: the request sent, and what
+    /// the model said, in characters over the calibrated ratio.
+    fn estimated_usage(&self, budget: &crate::budget::Budget) -> Usage {
+        let thinking: usize = self.thinking.iter().map(|b| b.text.len()).sum();
+        let calls: usize = self
+            .calls
+            .values()
+            .map(|c| c.name.len() + c.arguments.len())
+            .sum();
+        let output_chars = (self.text.len() + thinking + calls) as u64;
+        Usage {
+            input_tokens: budget.last_request_tokens().unwrap_or(0),
+            output_tokens: budget.tokens(output_chars),
+            estimated: true,
+            ..Usage::default()
+        }
+    }
+
     fn into_response(self, cancelled: bool) -> Response {
         Response {
             text: self.text,

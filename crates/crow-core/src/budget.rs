@@ -93,6 +93,11 @@ impl Budget {
         }
     }
 
+    /// Tokens of the last request sent, estimated: for a server that reports no usage.
+    pub fn last_request_tokens(&self) -> Option<u64> {
+        self.last_chars.map(|chars| self.estimate(chars))
+    }
+
     /// Characters converted at the calibrated ratio, without the usage anchor.
     pub fn tokens(&self, chars: u64) -> u64 {
         (chars as f64 / self.chars_per_token).ceil() as u64

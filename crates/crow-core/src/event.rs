@@ -169,6 +169,9 @@ pub enum AgentEvent {
         reasoning_tokens: Option<u64>,
         cache_read_tokens: u64,
         cache_write_tokens: u64,
+        /// The server reported none: crow estimated these counts ([`Usage::estimated`]).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        estimated: bool,
     },
 }
 
@@ -190,6 +193,7 @@ impl AgentEvent {
             reasoning_tokens: (usage.reasoning_tokens > 0).then_some(usage.reasoning_tokens),
             cache_read_tokens: usage.cache_read_tokens,
             cache_write_tokens: usage.cache_write_tokens,
+            estimated: usage.estimated,
         }
     }
 }

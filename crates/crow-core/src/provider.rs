@@ -109,6 +109,10 @@ pub struct Usage {
     pub cache_read_tokens: u64,
     #[serde(default)]
     pub cache_write_tokens: u64,
+    /// crow's own estimate (characters over the budget's chars-per-token ratio): the server
+    /// reported no usage (llama-cpp-python). A sum is estimated when any part is.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub estimated: bool,
 }
 
 impl Usage {
@@ -122,6 +126,7 @@ impl Usage {
         add(&mut self.reasoning_tokens, other.reasoning_tokens);
         add(&mut self.cache_read_tokens, other.cache_read_tokens);
         add(&mut self.cache_write_tokens, other.cache_write_tokens);
+        self.estimated |= other.estimated;
     }
 
     /// Field-wise maximum: folds several usage frames of one call into one figure.
@@ -131,6 +136,7 @@ impl Usage {
         self.reasoning_tokens = self.reasoning_tokens.max(other.reasoning_tokens);
         self.cache_read_tokens = self.cache_read_tokens.max(other.cache_read_tokens);
         self.cache_write_tokens = self.cache_write_tokens.max(other.cache_write_tokens);
+        self.estimated |= other.estimated;
     }
 
     pub fn is_empty(&self) -> bool {

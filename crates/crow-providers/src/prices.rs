@@ -123,6 +123,7 @@ mod tests {
             reasoning_tokens: 0,
             cache_read_tokens: 800_000,
             cache_write_tokens: 100_000,
+            estimated: false,
         };
         let expected = 0.1 * 3.0 + 0.8 * 0.30 + 0.1 * 3.75 + 0.1 * 15.0;
         assert!(

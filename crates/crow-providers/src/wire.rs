@@ -63,6 +63,17 @@ impl<'a> ObjectArguments<'a> {
     }
 }
 
+/// A tool call's arguments for the APIs that take them as a string (OpenAI's): the model's
+/// own text when it is a JSON object, else `"{}"`. Malformed text replayed verbatim makes
+/// some backends (Anthropic behind LiteLLM) refuse every later request; the model already
+/// saw the error result that quotes it.
+pub(crate) fn object_arguments_text(arguments: &str) -> &str {
+    match ObjectArguments::new(arguments) {
+        ObjectArguments::Raw(_) => arguments,
+        ObjectArguments::Empty(_) => "{}",
+    }
+}
+
 /// By the text of the raw arguments (`RawValue` has no `Hash` of its own).
 impl std::hash::Hash for ObjectArguments<'_> {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {

@@ -418,6 +418,7 @@ impl SessionStore for SqliteStore {
                         reasoning_tokens: u(n[2]),
                         cache_read_tokens: u(n[3]),
                         cache_write_tokens: u(n[4]),
+                        estimated: false,
                     },
                     duration_ms: u(n[5]),
                     timestamp: parse_ts(&when)?,

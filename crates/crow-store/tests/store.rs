@@ -168,6 +168,7 @@ fn usage_rows_are_kept_per_model_call() {
             reasoning_tokens: 20,
             cache_read_tokens: 1024,
             cache_write_tokens: 5,
+            estimated: false,
         },
         duration_ms: 1500,
         timestamp: Utc::now(),

@@ -28,7 +28,7 @@ mod scenario;
 mod server;
 
 pub use scenario::{
-    DEFAULT_CHUNK_SIZE, DEFAULT_EXHAUSTED_TEXT, Fault, Reply, Scenario, Step, ToolCall,
+    DEFAULT_CHUNK_SIZE, DEFAULT_EXHAUSTED_TEXT, Fault, Quirks, Reply, Scenario, Step, ToolCall,
 };
 pub use server::{MockLlm, RecordedRequest};
 

@@ -10,6 +10,10 @@
 //!   {"fault": {"drop_after": {"reply": {"text": "partial"}, "after_chunks": 2}}}
 //! ]}
 //! ```
+//!
+//! `"quirks": {"tools_need_tool_choice": true, "null_content_fails": true, "no_usage": true}`
+//! imitates llama-cpp-python; `strict_tool_arguments` and `rejected_fields` a LiteLLM proxy
+//! in front of Anthropic (see [`Quirks`]).
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -42,6 +46,50 @@ pub struct Scenario {
     /// passes only the chat on.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub no_show: bool,
+    /// Behaviours of particular servers (llama-cpp-python, LiteLLM) the mock imitates.
+    #[serde(skip_serializing_if = "Quirks::is_none")]
+    pub quirks: Quirks,
+}
+
+/// How a particular server departs from the APIs' own behaviour. All off by default.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Quirks {
+    /// llama-cpp-python: `tools` sent without `tool_choice` are left out of the prompt, so
+    /// the model never calls one (Chat Completions: the reply's tool calls are not sent).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub tools_need_tool_choice: bool,
+    /// llama-cpp-python: an assistant message with `"content": null` fails with HTTP 500.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub null_content_fails: bool,
+    /// llama-cpp-python: no usage in the answer, even when `stream_options.include_usage`
+    /// asks for it (Chat Completions).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub no_usage: bool,
+    /// An Anthropic model behind LiteLLM: a replayed tool call whose arguments are not a JSON
+    /// object is refused with HTTP 400 (Chat Completions and Responses).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub strict_tool_arguments: bool,
+    /// Top-level body fields refused with HTTP 400 (a proxy that passes no unknown field on,
+    /// e.g. `prompt_cache_key` to an Anthropic model behind LiteLLM).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rejected_fields: Vec<String>,
+}
+
+impl Quirks {
+    pub fn is_none(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// Every llama-cpp-python quirk the mock knows.
+    pub fn llama_cpp_python() -> Self {
+        Self {
+            tools_need_tool_choice: true,
+            null_content_fails: true,
+            no_usage: true,
+            ..Self::default()
+        }
+    }
 }
 
 impl Default for Scenario {
@@ -54,6 +102,7 @@ impl Default for Scenario {
             context_window: None,
             missing_models: Vec::new(),
             no_show: false,
+            quirks: Quirks::default(),
         }
     }
 }
@@ -89,6 +138,12 @@ impl Scenario {
     /// Ollama: `/api/show` answers a bare 404.
     pub fn without_show(mut self) -> Self {
         self.no_show = true;
+        self
+    }
+
+    /// Imitates a particular server (see [`Quirks`]).
+    pub fn quirks(mut self, quirks: Quirks) -> Self {
+        self.quirks = quirks;
         self
     }
 

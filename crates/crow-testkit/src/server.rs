@@ -21,7 +21,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::frames::{Ctx, Ending, Tokens, body_stream};
-use crate::scenario::{Fault, Reply, Scenario, Step};
+use crate::scenario::{Fault, Quirks, Reply, Scenario, Step};
 use crate::{anthropic, ollama, openai, responses};
 
 /// Model name reported when a request names none.
@@ -379,7 +379,7 @@ fn handle(shared: &Shared, api: Api, path: &str, headers: &HeaderMap, raw: Bytes
         .and_then(Value::as_str)
         .unwrap_or(DEFAULT_MODEL)
         .to_owned();
-    let options = openai::Options::from_request(&body);
+    let mut options = openai::Options::from_request(&body);
     let stream = match api {
         Api::OpenAi => options.stream,
         Api::Anthropic => anthropic::wants_stream(&body),
@@ -424,6 +424,12 @@ fn handle(shared: &Shared, api: Api, path: &str, headers: &HeaderMap, raw: Bytes
             drop(inner);
             return overflow_response(api, window, tokens);
         }
+        if let Some((code, message)) = quirk_refusal(&inner.scenario.quirks, api, &record.body) {
+            record.answered_at = SystemTime::now();
+            inner.requests.push(record);
+            drop(inner);
+            return error_response(api, code, None, Some(&message));
+        }
         if api == Api::Ollama && inner.scenario.missing_models.contains(&model) {
             record.answered_at = SystemTime::now();
             inner.requests.push(record);
@@ -462,10 +468,21 @@ fn handle(shared: &Shared, api: Api, path: &str, headers: &HeaderMap, raw: Bytes
             );
         }
         let scenario = &inner.scenario;
-        let step = match chosen {
+        let mut step = match chosen {
             Some((_, step)) => step,
             None => Step::Reply(Reply::text(scenario.exhausted_text.clone())),
         };
+        if scenario.quirks.tools_need_tool_choice
+            && api == Api::OpenAi
+            && tools_without_choice(&inner.requests)
+            && let Step::Reply(reply) = &mut step
+        {
+            // The tools never reached the prompt: the model cannot call one.
+            reply.tool_calls.clear();
+        }
+        if scenario.quirks.no_usage {
+            options.include_usage = false;
+        }
         Served {
             step,
             seq,
@@ -607,6 +624,75 @@ fn overflow_response(api: Api, window: u64, tokens: u64) -> Response {
         ),
     };
     (StatusCode::BAD_REQUEST, Json(json)).into_response()
+}
+
+/// Whether the request just recorded sends `tools` without `tool_choice`.
+fn tools_without_choice(requests: &[RecordedRequest]) -> bool {
+    requests.last().is_some_and(|r| {
+        r.body
+            .get("tools")
+            .and_then(Value::as_array)
+            .is_some_and(|t| !t.is_empty())
+            && r.body.get("tool_choice").is_none()
+    })
+}
+
+/// The error status and message a quirky server answers `body` with, if it refuses it.
+fn quirk_refusal(quirks: &Quirks, api: Api, body: &Value) -> Option<(u16, String)> {
+    if let Some(field) = quirks
+        .rejected_fields
+        .iter()
+        .find(|f| body.get(f.as_str()).is_some())
+    {
+        return Some((400, format!("mock: unsupported parameter: {field}")));
+    }
+    let messages = body.get("messages").and_then(Value::as_array);
+    let assistants = || {
+        messages
+            .into_iter()
+            .flatten()
+            .filter(|m| m.get("role").and_then(Value::as_str) == Some("assistant"))
+    };
+    if quirks.null_content_fails
+        && api == Api::OpenAi
+        && assistants().any(|m| m.get("content").is_some_and(Value::is_null))
+    {
+        // llama-cpp-python's chat templates concatenate the content: a Python TypeError.
+        return Some((
+            500,
+            "mock: can only concatenate str (not \"NoneType\") to str".to_owned(),
+        ));
+    }
+    if quirks.strict_tool_arguments {
+        let arguments: Vec<&Value> = match api {
+            Api::OpenAi => assistants()
+                .filter_map(|m| m.get("tool_calls").and_then(Value::as_array))
+                .flatten()
+                .filter_map(|c| c.pointer("/function/arguments"))
+                .collect(),
+            Api::Responses => body
+                .get("input")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter(|i| i.get("type").and_then(Value::as_str) == Some("function_call"))
+                .filter_map(|i| i.get("arguments"))
+                .collect(),
+            Api::Anthropic | Api::Ollama => Vec::new(),
+        };
+        let object = |a: &&Value| {
+            a.as_str()
+                .and_then(|t| serde_json::from_str::<Value>(t).ok())
+                .is_some_and(|v| v.is_object())
+        };
+        if !arguments.iter().all(object) {
+            return Some((
+                400,
+                "mock: Failed to parse tool call arguments as JSON".to_owned(),
+            ));
+        }
+    }
+    None
 }
 
 fn common_prefix(a: &[u8], b: &[u8]) -> usize {

@@ -281,3 +281,48 @@ async fn requests_over_the_context_window_are_refused_without_consuming_a_step()
         "refused requests are recorded too"
     );
 }
+
+#[tokio::test]
+async fn quirks_refuse_like_the_servers_they_imitate_without_consuming() {
+    let quirks = crow_testkit::Quirks {
+        rejected_fields: vec!["prompt_cache_key".into()],
+        strict_tool_arguments: true,
+        ..crow_testkit::Quirks::llama_cpp_python()
+    };
+    let scenario = Scenario::new()
+        .quirks(quirks.clone())
+        .reply(Reply::text("fine").with_tool_call("ls", json!({})));
+    // The quirks survive a scenario file.
+    assert_eq!(Scenario::from_json(&scenario.to_json()).unwrap(), scenario);
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let with = |f: &dyn Fn(&mut Value)| {
+        let mut body = openai_request("s", true);
+        f(&mut body);
+        body
+    };
+    let call = |arguments: &str| {
+        json!({"role": "assistant", "content": "", "tool_calls": [
+            {"id": "c", "type": "function", "function": {"name": "ls", "arguments": arguments}}]})
+    };
+    let null = with(&|b| b["messages"][1] = json!({"role": "assistant", "content": null}));
+    assert_eq!(post_openai(&mock, &null).await.status(), 500);
+    let cache = with(&|b| b["prompt_cache_key"] = json!("s"));
+    assert_eq!(post_openai(&mock, &cache).await.status(), 400);
+    let broken = with(&|b| b["messages"][1] = call("{\"path\": "));
+    assert_eq!(post_openai(&mock, &broken).await.status(), 400);
+    assert_eq!(mock.remaining_steps(), 1, "refusals consume no step");
+
+    // Tools without tool_choice never reach the prompt; no usage either way.
+    let tools = with(&|b| {
+        b["messages"][1] = call("{}");
+        b["tools"] = json!([{"type": "function", "function": {"name": "ls", "parameters": {}}}]);
+    });
+    let resp = post_openai(&mock, &tools).await;
+    assert_eq!(resp.status(), 200);
+    let body = resp.text().await.unwrap();
+    assert!(
+        !body.contains("tool_calls") && !body.contains("prompt_tokens"),
+        "{body}"
+    );
+    assert!(body.contains("fine"));
+}

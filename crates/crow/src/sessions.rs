@@ -555,6 +555,7 @@ pub async fn record_usage(
                 reasoning_tokens,
                 cache_read_tokens,
                 cache_write_tokens,
+                estimated,
             } => {
                 let duration_ms = call_started.remove(agent).map_or(0, |t| {
                     u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX)
@@ -568,6 +569,8 @@ pub async fn record_usage(
                         reasoning_tokens: reasoning_tokens.unwrap_or(0),
                         cache_read_tokens: *cache_read_tokens,
                         cache_write_tokens: *cache_write_tokens,
+                        // The store has no column for it: an estimate is kept as a count.
+                        estimated: *estimated,
                     },
                     duration_ms,
                     timestamp: chrono::Utc::now(),

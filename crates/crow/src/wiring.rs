@@ -77,6 +77,14 @@ fn key_source(name: &str, pc: &crate::config::ProviderConfig) -> Option<String> 
         .then(|| format!("providers.{name}.api_key is set"))
 }
 
+/// Whether `var` is the key variable crow's own config gives built-in provider `name`.
+fn default_key_env(name: &str, var: &str) -> bool {
+    matches!(
+        (name, var),
+        ("openai", "OPENAI_API_KEY") | ("anthropic", "ANTHROPIC_API_KEY")
+    )
+}
+
 /// The settings of provider `name`; `model` overrides the configured model (an agent
 /// definition's own model).
 pub fn provider_settings(
@@ -118,6 +126,16 @@ pub fn provider_settings(
             Some(key)
         }
         None => {
+            // A variable the user named but did not set is a mistake to say now: a proxy
+            // answers the keyless request with a 500, retried. The built-in providers'
+            // default variables stay optional, so a local server with no key works.
+            if let Some(var) = pc.api_key_env.as_deref()
+                && !default_key_env(name, var)
+            {
+                bail!(
+                    "{var} is not set (or empty): provider '{name}' reads its API key from it (providers.{name}.api_key_env); set it, or remove api_key_env if the server needs no key"
+                );
+            }
             let hosted =
                 base_url.contains("api.openai.com") || base_url.contains("api.anthropic.com");
             if hosted {

@@ -48,7 +48,12 @@ async fn reasoning_is_carried_encrypted_from_request_to_request_and_across_conti
         .reply(Reply::text("The notes say 42."))
         .reply(Reply::text("Still 42."));
     let mock = MockLlm::start(scenario).await.unwrap();
-    responses_config(dir.path(), &mock, "reasoning_effort = \"high\"\n");
+    // The mock is not OpenAI's endpoint: the prompt cache key goes only when configured.
+    responses_config(
+        dir.path(),
+        &mock,
+        "reasoning_effort = \"high\"\nprompt_cache_key = true\n",
+    );
     let out = output(run(dir.path(), &["what do the notes say?"])).await;
     assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
     assert_eq!(

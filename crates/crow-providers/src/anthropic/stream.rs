@@ -139,6 +139,7 @@ impl AnthropicParser {
             reasoning_tokens: 0,
             cache_read_tokens: read,
             cache_write_tokens: write,
+            estimated: false,
         };
         // message_delta repeats cumulative counts: the maximum is the total.
         self.usage.merge_max(&frame);

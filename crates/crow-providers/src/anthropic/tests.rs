@@ -83,6 +83,7 @@ fn fixture_deltas() -> Vec<Item> {
                 reasoning_tokens: 0,
                 cache_read_tokens: 2000,
                 cache_write_tokens: 100,
+                estimated: false,
             },
         }),
         d(StreamDelta::Finish {

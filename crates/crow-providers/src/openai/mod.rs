@@ -67,7 +67,7 @@ impl OpenAiProvider {
 
 /// Whether `base_url` is OpenAI's own API (which takes `prompt_cache_key` and knows which of
 /// its models reason).
-fn openai_itself(base_url: &str) -> bool {
+pub(crate) fn openai_itself(base_url: &str) -> bool {
     base_url.contains("://api.openai.com")
 }
 

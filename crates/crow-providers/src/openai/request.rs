@@ -21,6 +21,10 @@ pub(crate) struct Body<'a> {
     model: &'a str,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<WireTool<'a>>,
+    /// `auto` whenever tools are sent: OpenAI's default, but llama-cpp-python leaves the
+    /// tools out of the prompt without it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<&'static str>,
     stream: bool,
     stream_options: StreamOptions,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -87,9 +91,10 @@ pub(super) enum WireMessage<'a> {
         content: UserContent<'a>,
     },
     Assistant {
-        /// `null` when the message is only tool calls (explicit null suits chat templates
-        /// that read the field unconditionally).
-        content: Option<Cow<'a, str>>,
+        /// `""` when the message is only tool calls: present for chat templates that read
+        /// the field unconditionally (llama.cpp), a string for those that concatenate it
+        /// (llama-cpp-python answers `null` with HTTP 500).
+        content: Cow<'a, str>,
         #[serde(skip_serializing_if = "Vec::is_empty")]
         tool_calls: Vec<WireToolCall<'a>>,
     },
@@ -110,7 +115,7 @@ pub(super) struct WireToolCall<'a> {
 #[derive(Serialize, Hash)]
 pub(super) struct WireFunctionCall<'a> {
     name: &'a str,
-    /// The model's raw argument text, replayed verbatim.
+    /// The model's raw argument text, replayed verbatim when it is a JSON object.
     arguments: &'a str,
 }
 
@@ -179,6 +184,7 @@ pub(crate) fn body<'a>(
     let fields = Body {
         model: options.model,
         tools: request.tools.iter().map(tool).collect(),
+        tool_choice: (!request.tools.is_empty()).then_some("auto"),
         stream: true,
         stream_options: StreamOptions {
             include_usage: true,
@@ -209,7 +215,10 @@ fn assistant<'a>(parts: &'a [AssistantPart<'a>]) -> Option<WireMessage<'a>> {
             } => Some(WireToolCall {
                 id,
                 kind: "function",
-                function: WireFunctionCall { name, arguments },
+                function: WireFunctionCall {
+                    name,
+                    arguments: crate::wire::object_arguments_text(arguments),
+                },
             }),
             _ => None,
         })
@@ -218,7 +227,7 @@ fn assistant<'a>(parts: &'a [AssistantPart<'a>]) -> Option<WireMessage<'a>> {
         return None;
     }
     Some(WireMessage::Assistant {
-        content,
+        content: content.unwrap_or(Cow::Borrowed("")),
         tool_calls,
     })
 }

@@ -279,6 +279,7 @@ fn convert_usage(wire: &WireUsage) -> Usage {
             .and_then(|d| d.cached_tokens)
             .unwrap_or(0),
         cache_write_tokens: 0,
+        estimated: false,
     }
 }
 

@@ -81,6 +81,7 @@ fn fixture_deltas() -> Vec<Result<StreamDelta, ProviderError>> {
                 reasoning_tokens: 12,
                 cache_read_tokens: 1024,
                 cache_write_tokens: 0,
+                estimated: false,
             },
         }),
         finish(FinishReason::ToolCalls),
@@ -344,6 +345,8 @@ fn request_body_snapshot() {
                 "name": "read_file", "description": "Read a file",
                 "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
             }}],
+            // Without it llama-cpp-python leaves the tools out of the prompt.
+            "tool_choice": "auto",
             "stream": true,
             "stream_options": {"include_usage": true},
             "max_tokens": 4096,
@@ -384,7 +387,7 @@ fn minimal_body_is_exact_and_skips_empty_parts() {
     let bytes = provider(None).encode(&request).unwrap();
     assert_eq!(
         std::str::from_utf8(&bytes).unwrap(),
-        r#"{"model":"gpt-4o","stream":true,"stream_options":{"include_usage":true},"prompt_cache_key":"s","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"ls","arguments":"{}"}}]}]}"#
+        r#"{"model":"gpt-4o","stream":true,"stream_options":{"include_usage":true},"prompt_cache_key":"s","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"","tool_calls":[{"id":"c","type":"function","function":{"name":"ls","arguments":"{}"}}]}]}"#
     );
 }
 
@@ -480,4 +483,37 @@ fn reasoning_effort_and_the_prompt_cache_key_go_where_they_are_taken() {
     assert_eq!(litellm["prompt_cache_key"], "0192-session");
     let off = body("gpt-5", "https://api.openai.com/v1", Some(false));
     assert!(off.get("prompt_cache_key").is_none());
+}
+
+#[test]
+fn arguments_that_are_not_a_json_object_are_replayed_as_an_empty_object() {
+    let call = |arguments| AssistantPart::ToolCall {
+        id: "c",
+        name: "ls",
+        arguments,
+    };
+    let request = ChatRequest {
+        system: "",
+        messages: vec![Message::Assistant {
+            parts: vec![
+                call("{\"path\": "),
+                call(""),
+                call("[1]"),
+                call("{\"path\": \".\"}"),
+            ],
+        }],
+        tools: &[],
+        max_tokens: None,
+        temperature: None,
+        session_id: "s",
+    };
+    let body: serde_json::Value =
+        serde_json::from_slice(&provider(None).encode(&request).unwrap()).unwrap();
+    let sent: Vec<_> = body["messages"][0]["tool_calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["function"]["arguments"].as_str().unwrap())
+        .collect();
+    assert_eq!(sent, ["{}", "{}", "{}", "{\"path\": \".\"}"]);
 }

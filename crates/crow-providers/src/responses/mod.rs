@@ -1,7 +1,8 @@
 //! OpenAI's Responses API (`POST /v1/responses`), the default for OpenAI's own endpoint:
 //! reasoning summaries streamed as thinking, the encrypted reasoning kept in crow's history
 //! (as the thinking block's signature) and sent back each request with `store: false`,
-//! `reasoning.effort`, and the session as `prompt_cache_key`.
+//! `reasoning.effort`, and the session as `prompt_cache_key` (to OpenAI's own endpoint, or
+//! where configured).
 
 mod request;
 mod stream;
@@ -59,7 +60,10 @@ impl ResponsesProvider {
                 Some(s) if s.eq_ignore_ascii_case("none") => None,
                 Some(s) => Some(s.to_owned()),
             },
-            prompt_cache_key: settings.prompt_cache_key.unwrap_or(true),
+            // Proxies (LiteLLM in front of another vendor) refuse the field.
+            prompt_cache_key: settings
+                .prompt_cache_key
+                .unwrap_or_else(|| crate::openai::openai_itself(&settings.base_url)),
             endpoint,
             encoded: PrefixCache::default(),
         })

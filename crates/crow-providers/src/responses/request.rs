@@ -177,7 +177,7 @@ pub(super) fn body<'a>(
                         } => items.push(Item::Typed(TypedItem::FunctionCall {
                             call_id: id,
                             name,
-                            arguments,
+                            arguments: crate::wire::object_arguments_text(arguments),
                         })),
                         _ => {}
                     }

@@ -56,6 +56,7 @@ fn usage(response: &Value) -> Usage {
         reasoning_tokens: n(&u["output_tokens_details"]["reasoning_tokens"]),
         cache_read_tokens: n(&u["input_tokens_details"]["cached_tokens"]),
         cache_write_tokens: 0,
+        estimated: false,
     }
 }
 

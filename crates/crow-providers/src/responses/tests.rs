@@ -60,6 +60,7 @@ async fn a_recorded_stream_decodes_under_any_chunking() {
                 reasoning_tokens: 64,
                 cache_read_tokens: 1024,
                 cache_write_tokens: 0,
+                estimated: false,
             },
         }),
         Ok(StreamDelta::Finish {
@@ -195,4 +196,64 @@ fn openai_itself_speaks_responses_and_every_other_server_chat() {
     assert_eq!(local.resolved_wire_api(), crate::OpenAiWire::Chat);
     local.wire_api = Some(crate::OpenAiWire::Responses);
     assert_eq!(local.resolved_wire_api(), crate::OpenAiWire::Responses);
+}
+
+#[test]
+fn the_prompt_cache_key_goes_to_openai_itself_or_where_configured() {
+    let request = ChatRequest {
+        system: "",
+        messages: vec![Message::User {
+            text: "hi",
+            images: vec![],
+        }],
+        tools: &[],
+        max_tokens: None,
+        temperature: None,
+        session_id: "sess-9",
+    };
+    let key = |base: &str, cache: Option<bool>| -> serde_json::Value {
+        let mut settings = ProviderSettings::new(ProviderKind::OpenAi, "gpt-5");
+        settings.base_url = base.into();
+        settings.prompt_cache_key = cache;
+        let p = ResponsesProvider::new(&settings).unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&p.encode(&request).unwrap()).unwrap();
+        body.get("prompt_cache_key").cloned().unwrap_or_default()
+    };
+    assert_eq!(key("https://api.openai.com/v1", None), "sess-9");
+    // LiteLLM in front of an Anthropic model refuses the field.
+    assert_eq!(key("http://litellm:4000/v1", None), serde_json::Value::Null);
+    assert_eq!(key("http://litellm:4000/v1", Some(true)), "sess-9");
+    assert_eq!(
+        key("https://api.openai.com/v1", Some(false)),
+        serde_json::Value::Null
+    );
+}
+
+#[test]
+fn arguments_that_are_not_a_json_object_are_replayed_as_an_empty_object() {
+    let request = ChatRequest {
+        system: "",
+        messages: vec![Message::Assistant {
+            parts: vec![
+                AssistantPart::ToolCall {
+                    id: "call_1",
+                    name: "ls",
+                    arguments: "{\"path\": ",
+                },
+                AssistantPart::ToolCall {
+                    id: "call_2",
+                    name: "ls",
+                    arguments: "{\"path\":\".\"}",
+                },
+            ],
+        }],
+        tools: &[],
+        max_tokens: None,
+        temperature: None,
+        session_id: "s",
+    };
+    let body: serde_json::Value =
+        serde_json::from_slice(&provider("gpt-4.1", None).encode(&request).unwrap()).unwrap();
+    assert_eq!(body["input"][0]["arguments"], "{}");
+    assert_eq!(body["input"][1]["arguments"], "{\"path\":\".\"}");
 }

@@ -74,6 +74,7 @@ impl Totals {
                 reasoning_tokens,
                 cache_read_tokens,
                 cache_write_tokens,
+                estimated,
                 ..
             } => self.usage.add(&Usage {
                 input_tokens: *input_tokens,
@@ -81,6 +82,7 @@ impl Totals {
                 reasoning_tokens: reasoning_tokens.unwrap_or(0),
                 cache_read_tokens: *cache_read_tokens,
                 cache_write_tokens: *cache_write_tokens,
+                estimated: *estimated,
             }),
             AgentEvent::ModelCallStart { .. } => self.model_calls += 1,
             AgentEvent::ToolCallStart { .. } => self.tool_calls += 1,
@@ -150,8 +152,10 @@ pub fn usage_line(totals: &Totals, elapsed: Duration) -> String {
     if u.reasoning_tokens > 0 {
         parts.push(format!("{} reasoning", u.reasoning_tokens));
     }
+    // The server reported no usage for some call: the counts are crow's estimate.
+    let estimated = if u.estimated { " (estimated)" } else { "" };
     format!(
-        "tokens: {} · {} model call{} · {} tool call{} · {}",
+        "tokens: {}{estimated} · {} model call{} · {} tool call{} · {}",
         parts.join(", "),
         totals.model_calls,
         if totals.model_calls == 1 { "" } else { "s" },

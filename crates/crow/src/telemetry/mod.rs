@@ -514,6 +514,7 @@ impl Trace {
                 reasoning_tokens,
                 cache_read_tokens,
                 cache_write_tokens,
+                ..
             } => {
                 if let Some(call) = self.calls.get_mut(agent) {
                     let attributes = &mut call.span.attributes;

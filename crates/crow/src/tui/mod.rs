@@ -392,8 +392,10 @@ impl App {
         let usage = &self.view.totals.usage;
         if usage.input_tokens.saturating_add(usage.output_tokens) > 0 {
             // Input counts the whole prompt, the cached part included.
+            // `~`: the server reported no usage for some call; these are crow's estimate.
             parts.push(format!(
-                "{}↑ {}↓",
+                "{}{}↑ {}↓",
+                if usage.estimated { "~" } else { "" },
                 short(usage.input_tokens),
                 short(usage.output_tokens)
             ));

@@ -1,0 +1,209 @@
+//! Local and proxied servers through the real binary: the mock imitates llama-cpp-python and
+//! LiteLLM's quirks (crow-testkit's `Quirks`), and crow's requests must work the first time.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::*;
+use crow_testkit::{MockLlm, Quirks, Reply, Scenario};
+use serde_json::json;
+
+/// llama-cpp-python drops tools sent without `tool_choice`, and answers 500 to an assistant
+/// turn whose `content` is null: a tool loop must still run to its end.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tool_loop_runs_on_llama_cpp_python() {
+    let dir = git_repo();
+    let scenario = Scenario::new()
+        .quirks(Quirks {
+            tools_need_tool_choice: true,
+            null_content_fails: true,
+            ..Quirks::default()
+        })
+        // Tool calls and no text: the assistant turn replayed next has no content.
+        .reply(Reply::tool_call("list_directory", json!({"path": "."})))
+        .reply(Reply::tool_call(
+            "task_complete",
+            json!({"summary": "looked"}),
+        ));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let out = output(crow_run(dir.path(), &mock, "look around")).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    let tools: Vec<_> = out
+        .of_type("tool_call_end")
+        .iter()
+        .map(|e| e["tool"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(tools, ["list_directory", "task_complete"], "{}", out.stdout);
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 2, "no retries");
+    assert_eq!(requests[0].body["tool_choice"], "auto");
+    assert_eq!(requests[1].body["messages"][2]["role"], "assistant");
+    assert_eq!(requests[1].body["messages"][2]["content"], "");
+}
+
+/// A key variable the config names but the environment lacks is one clear error before any
+/// request (LiteLLM would answer the keyless request with a 500, retried four times).
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unset_key_variable_is_named_and_nothing_is_sent() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = MockLlm::start(Scenario::new().reply(Reply::text("never")))
+        .await
+        .unwrap();
+    write_project_config(
+        dir.path(),
+        &format!(
+            "provider = \"proxy\"\n[providers.proxy]\ntype = \"openai\"\nbase_url = \"{}\"\nmodel = \"mock-model\"\napi_key_env = \"CROW_TEST_PROXY_KEY\"\n",
+            mock.openai_base_url()
+        ),
+    );
+    trust_project(dir.path());
+    for value in [None, Some("  ")] {
+        let mut cmd = crow(dir.path());
+        cmd.env_remove("CROW_TEST_PROXY_KEY")
+            .args(["run", "--json", "hi"]);
+        if let Some(value) = value {
+            cmd.env("CROW_TEST_PROXY_KEY", value);
+        }
+        let out = output(cmd).await;
+        assert_eq!(out.code, Some(1), "stdout: {}", out.stdout);
+        let errors: Vec<_> = out
+            .stderr
+            .lines()
+            .filter(|l| l.starts_with("error:"))
+            .collect();
+        assert_eq!(errors.len(), 1, "{}", out.stderr);
+        assert!(
+            errors[0].contains("CROW_TEST_PROXY_KEY is not set"),
+            "{}",
+            out.stderr
+        );
+        assert!(out.of_type("retry").is_empty());
+    }
+    assert!(mock.requests().is_empty(), "no request without the key");
+
+    // Set, it is sent; a provider with no api_key_env needs none (the mock's local server).
+    let mut cmd = crow(dir.path());
+    cmd.env("CROW_TEST_PROXY_KEY", "proxy-key")
+        .args(["run", "--json", "hi"]);
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    assert_eq!(
+        mock.requests()[0].header("authorization"),
+        Some("Bearer proxy-key")
+    );
+    let out = output(crow_run(dir.path(), &mock, "hi")).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+}
+
+/// LiteLLM in front of an Anthropic model refuses `prompt_cache_key`: on the Responses wire
+/// crow sends it only to OpenAI's own endpoint (or where configured).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_responses_wire_through_litellm_sends_no_prompt_cache_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = Scenario::new()
+        .quirks(Quirks {
+            rejected_fields: vec!["prompt_cache_key".into()],
+            ..Quirks::default()
+        })
+        .reply(Reply::text("hello from claude"));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    write_user_config(
+        dir.path(),
+        &format!(
+            "provider = \"litellm\"\n[providers.litellm]\ntype = \"openai\"\nwire_api = \"responses\"\nbase_url = \"{}\"\nmodel = \"claude-sonnet-4-5\"\nmax_retries = 0\n",
+            mock.openai_base_url()
+        ),
+    );
+    let mut cmd = crow(dir.path());
+    cmd.args(["run", "--json", "hi"]);
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    assert_eq!(out.of_type("text_complete")[0]["text"], "hello from claude");
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 1);
+    assert!(requests[0].body.get("prompt_cache_key").is_none());
+}
+
+/// llama-cpp-python reports no usage: crow estimates it (characters over the budget's
+/// ratio) and marks it estimated, in the JSON events and on the closing line.
+#[tokio::test(flavor = "multi_thread")]
+async fn usage_a_server_does_not_report_is_estimated_and_marked() {
+    let dir = tempfile::tempdir().unwrap();
+    let answer = "A fairly long answer, so that the estimate is clearly more than zero.";
+    let scenario = Scenario::new()
+        .quirks(Quirks {
+            no_usage: true,
+            ..Quirks::default()
+        })
+        .reply(Reply::text(answer))
+        .reply(Reply::text(answer));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let out = output(crow_run(dir.path(), &mock, "hi")).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    let usage = out.of_type("usage");
+    assert_eq!(usage.len(), 1, "{}", out.stdout);
+    assert_eq!(usage[0]["estimated"], true, "{}", usage[0]);
+    let input = usage[0]["input_tokens"].as_u64().unwrap();
+    let sent = mock.requests()[0].raw_body.len() as u64;
+    assert!(input > sent / 8 && input < sent, "{input} of {sent} bytes");
+    assert_eq!(
+        usage[0]["output_tokens"].as_u64().unwrap(),
+        (answer.len() as u64).div_ceil(4)
+    );
+
+    // Without --json, the closing line says so.
+    let mut cmd = crow(dir.path());
+    cmd.args([
+        "run",
+        "--provider",
+        "openai",
+        "--model",
+        "mock-model",
+        "--base-url",
+    ])
+    .arg(mock.openai_base_url())
+    .arg("hi");
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    let line = out
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("tokens: "))
+        .unwrap();
+    assert!(
+        line.contains("(estimated)") && !line.starts_with("tokens: 0 in"),
+        "{line}"
+    );
+}
+
+/// A model's malformed tool arguments are stored as it sent them, but replayed as `{}`: an
+/// Anthropic model behind LiteLLM refuses every later request (and `--continue`) otherwise.
+#[tokio::test(flavor = "multi_thread")]
+async fn malformed_tool_arguments_are_replayed_as_an_empty_object() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = Scenario::new()
+        .quirks(Quirks {
+            strict_tool_arguments: true,
+            ..Quirks::default()
+        })
+        .reply(Reply::text("Listing.").with_raw_tool_call("list_directory", "{\"path\": "))
+        .reply(Reply::text("That call was broken; done."))
+        .reply(Reply::text("Still fine."));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let out = output(crow_run(dir.path(), &mock, "look")).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    let end = &out.of_type("tool_call_end")[0];
+    assert_ne!(end["result"]["status"], "success", "{end}");
+    let mut cmd = crow_run(dir.path(), &mock, "and now?");
+    cmd.arg("--continue");
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    assert_eq!(out.of_type("text_complete")[0]["text"], "Still fine.");
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 3, "no refusals, no retries");
+    for later in &requests[1..] {
+        let call = &later.body["messages"][2]["tool_calls"][0];
+        assert_eq!(call["function"]["arguments"], "{}", "{}", later.body);
+    }
+}
