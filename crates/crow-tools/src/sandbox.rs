@@ -446,6 +446,7 @@ impl SandboxSpec {
         let paths = protected
             .absent
             .into_iter()
+            .chain(protected.links)
             .chain(protected.pinned)
             .chain(protected.read_only)
             .filter(|p| {

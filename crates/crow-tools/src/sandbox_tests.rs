@@ -74,6 +74,7 @@ fn git_hooks_config_and_crow_files_inside_writable_roots_stay_read_only() {
     let (_dir, root) = project();
     std::fs::create_dir_all(root.join(".git")).unwrap();
     std::fs::write(root.join(".git/config"), "[core]\n").unwrap();
+    std::fs::write(root.join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
     std::fs::create_dir_all(root.join(".crow-home")).unwrap();
     let outside = tempfile::tempdir().unwrap();
     let mut s = spec(SandboxMode::WorkspaceWrite, full_support());
@@ -111,6 +112,8 @@ fn a_worktree_protects_the_common_git_dir() {
     std::fs::create_dir_all(common.join("hooks")).unwrap();
     std::fs::create_dir_all(&gitdir).unwrap();
     std::fs::write(common.join("config"), "").unwrap();
+    std::fs::write(common.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+    std::fs::write(gitdir.join("HEAD"), "ref: refs/heads/wt\n").unwrap();
     std::fs::write(gitdir.join("commondir"), "../..\n").unwrap();
     let wt = root.join("wt");
     std::fs::create_dir_all(&wt).unwrap();
@@ -447,4 +450,35 @@ fn a_freed_inode_of_crows_own_file_does_not_let_a_plant_pass() {
     std::thread::sleep(std::time::Duration::from_millis(20));
     std::fs::write(root.join(".mcp.json"), "{}").unwrap();
     assert_eq!(watch.sweep(), [Tampered::Removed(root.join(".mcp.json"))]);
+}
+
+#[test]
+fn a_git_dir_behind_a_symlink_is_protected_and_its_link_watched() {
+    let (_dir, root) = project();
+    let real = root.join("repo.git");
+    std::fs::create_dir_all(real.join("refs")).unwrap();
+    std::fs::write(real.join("config"), "[core]\n").unwrap();
+    std::fs::write(real.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+    std::os::unix::fs::symlink(&real, root.join(".git")).unwrap();
+    let s = spec(SandboxMode::WorkspaceWrite, full_support());
+    let policy = s.policy(&root);
+    assert!(policy.pinned.contains(&real), "{policy:?}");
+    assert!(
+        policy.read_only.contains(&real.join("config")),
+        "{policy:?}"
+    );
+    // The link cannot be pinned (a mount follows it): pointing it elsewhere is reported.
+    let watch = s.watch(&root);
+    std::fs::remove_file(root.join(".git")).unwrap();
+    let elsewhere = root.join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, root.join(".git")).unwrap();
+    let found = watch.sweep();
+    assert!(
+        found.contains(&Tampered::Replaced(root.join(".git"))),
+        "{found:?}"
+    );
+    // A directory that is no git dir (no HEAD) gets nothing created in it.
+    let _ = s.policy(&root);
+    assert!(!elsewhere.join("hooks").exists());
 }

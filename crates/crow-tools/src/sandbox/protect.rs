@@ -44,6 +44,9 @@ pub(super) struct Protected {
     pub read_only: Vec<PathBuf>,
     /// Paths that do not exist now and must not be created.
     pub absent: Vec<PathBuf>,
+    /// Symlinks naming a git dir (a `.git` that links elsewhere): a mount would follow
+    /// them, so they are only watched (a replaced link is reported).
+    pub links: Vec<PathBuf>,
 }
 
 impl Protected {
@@ -94,6 +97,12 @@ fn git_dirs(project_root: &Path, out: &mut Protected) -> Vec<PathBuf> {
         };
         if meta.is_dir() {
             dirs.push(entry);
+        } else if meta.is_symlink() {
+            // The git dir it names is protected like any other; the link itself is watched.
+            if std::fs::metadata(&entry).is_ok_and(|m| m.is_dir()) {
+                out.links.push(entry.clone());
+                dirs.push(std::fs::canonicalize(&entry).unwrap_or(entry));
+            }
         } else if meta.is_file() {
             out.read_only.push(entry.clone());
             if let Some(dir) = gitdir_of_file(&entry) {
@@ -123,7 +132,9 @@ fn git_dirs(project_root: &Path, out: &mut Protected) -> Vec<PathBuf> {
         }
         i += 1;
     }
-    dirs.retain(|d| d.is_dir());
+    // Only what git would take for a git dir: a directory with a HEAD (so nothing is
+    // created in a directory a hostile `.git` file or link merely names).
+    dirs.retain(|d| d.join("HEAD").is_file());
     dirs
 }
 
@@ -174,8 +185,12 @@ fn submodule_paths(project_root: &Path) -> Vec<PathBuf> {
 /// replaced ones reported. Costs one `lstat` per path (a few dozen).
 #[derive(Debug, Default)]
 pub struct Watch {
-    before: Vec<(PathBuf, Option<(u64, u64)>)>,
+    before: Vec<(PathBuf, Option<Identity>)>,
 }
+
+/// Device and inode, and a symlink's target (a freed inode is often reused at once, so a
+/// link pointed elsewhere may keep its inode).
+type Identity = (u64, u64, Option<PathBuf>);
 
 /// What [`Watch::sweep`] found a command had done to a protected path.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -210,10 +225,13 @@ impl std::fmt::Display for Tampered {
     }
 }
 
-fn identity(path: &Path) -> Option<(u64, u64)> {
-    std::fs::symlink_metadata(path)
-        .ok()
-        .map(|m| (m.dev(), m.ino()))
+fn identity(path: &Path) -> Option<Identity> {
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    let target = meta
+        .is_symlink()
+        .then(|| std::fs::read_link(path).ok())
+        .flatten();
+    Some((meta.dev(), meta.ino(), target))
 }
 
 /// Files and directories crow itself wrote (a permission rule saved, a file the user let a
