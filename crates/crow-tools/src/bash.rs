@@ -28,7 +28,7 @@ use tokio::task::JoinHandle;
 use crate::ToolOptions;
 use crate::args::{lenient_u64, parse, require_permission};
 use crate::output::HeadTail;
-use crate::sandbox::{SandboxSpec, Watch};
+use crate::sandbox::{LaunchPolicy, SandboxSpec, Watch};
 
 const SHAPE: &str = r#"{"command": string, "timeout"?: integer (seconds)}"#;
 /// Time between SIGTERM and SIGKILL: enough for a clean exit, short enough not to stall.
@@ -195,8 +195,10 @@ async fn run(
         Some(lazy) => Some(lazy.get_async().await),
         None => None,
     };
-    let watch = sandbox.map(|spec| spec.watch(&ctx.project_root));
-    let mut child = match spawn_shell(command, ctx, &options.env, sandbox) {
+    // The protected paths are found once: the launcher's policy and the watch share them.
+    let prepared = sandbox.map(|spec| (spec, spec.prepare(&ctx.project_root)));
+    let launch = prepared.as_ref().map(|(spec, (policy, _))| (*spec, policy));
+    let mut child = match spawn_shell(command, ctx, &options.env, launch) {
         Ok(c) => c,
         Err(e) => return ToolResult::error(format!("cannot start the shell: {e}")),
     };
@@ -259,8 +261,8 @@ async fn run(
         Err(_) => String::new(),
     };
     let mut result = finish(text, ending, timeout);
-    if let Some(watch) = watch {
-        report_tampering(&mut result, &watch);
+    if let Some((_, (_, watch))) = &prepared {
+        report_tampering(&mut result, watch);
     }
     result
 }
@@ -305,8 +307,8 @@ async fn run_in_client(
     let (command, watch) = match &options.sandbox {
         Some(lazy) => {
             let spec = lazy.get();
-            let watch = spec.watch(&ctx.project_root);
-            (spec.shell_line(&ctx.project_root, command), Some(watch))
+            let (policy, watch) = spec.prepare(&ctx.project_root);
+            (spec.shell_line_for(&policy, command), Some(watch))
         }
         None => (command.to_owned(), None),
     };
@@ -349,17 +351,10 @@ fn spawn_shell(
     command: &str,
     ctx: &ToolContext,
     env: &EnvPolicy,
-    sandbox: Option<&SandboxSpec>,
+    sandbox: Option<(&SandboxSpec, &LaunchPolicy)>,
 ) -> std::io::Result<Child> {
     let build = |shell: &str| {
-        let mut cmd = Command::from(shell_command(
-            shell,
-            command,
-            &ctx.cwd,
-            &ctx.project_root,
-            env,
-            sandbox,
-        ));
+        let mut cmd = Command::from(shell_command(shell, command, &ctx.cwd, env, sandbox));
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -381,19 +376,18 @@ fn spawn_shell(
 }
 
 /// `shell -c command` as the agent runs it: the command's environment (the policy plus the
-/// quiet defaults), in `cwd`, through the sandbox's launcher when there is one. `crow
-/// sandbox` runs the same thing with the terminal attached.
+/// quiet defaults), in `cwd`, through the sandbox's launcher under its policy when there is
+/// one. `crow sandbox` runs the same thing with the terminal attached.
 pub fn shell_command(
     shell: &str,
     command: &str,
     cwd: &Path,
-    project_root: &Path,
     env: &EnvPolicy,
-    sandbox: Option<&SandboxSpec>,
+    sandbox: Option<(&SandboxSpec, &LaunchPolicy)>,
 ) -> std::process::Command {
     let mut cmd = match sandbox {
-        Some(spec) => {
-            let (launcher, args) = spec.command_line(project_root, shell, command);
+        Some((spec, policy)) => {
+            let (launcher, args) = spec.command_line_for(policy, shell, command);
             let mut cmd = std::process::Command::new(launcher);
             cmd.args(args);
             cmd

@@ -399,10 +399,31 @@ impl SandboxSpec {
         notes
     }
 
+    /// One command's confinement, worked out once: its launch policy, and the watch of
+    /// the protected paths to sweep after it.
+    pub fn prepare(&self, project_root: &Path) -> (LaunchPolicy, Watch) {
+        let writable = self.writable(project_root);
+        let protected = protect::Protected::of_project(project_root);
+        let watch = self.watch_of(&writable, &protected);
+        (self.policy_of(project_root, writable, protected), watch)
+    }
+
     /// The concrete policy for a command of the project at `project_root`.
     pub fn policy(&self, project_root: &Path) -> LaunchPolicy {
         let writable = self.writable(project_root);
-        let protected = protect::Protected::of_project(project_root);
+        self.policy_of(
+            project_root,
+            writable,
+            protect::Protected::of_project(project_root),
+        )
+    }
+
+    fn policy_of(
+        &self,
+        project_root: &Path,
+        writable: Vec<PathBuf>,
+        protected: protect::Protected,
+    ) -> LaunchPolicy {
         let mut candidates = protected.read_only;
         // A protected directory holding the project (a store kept in the project's
         // parent) would make the whole project read-only: the project wins.
@@ -436,23 +457,29 @@ impl SandboxSpec {
     }
 
     /// The protected paths of the project as they are now, to compare after a command
-    /// ([`Watch::sweep`]): only those a command could write.
+    /// ([`Watch::sweep`]).
     pub fn watch(&self, project_root: &Path) -> Watch {
+        self.prepare(project_root).1
+    }
+
+    /// Only the protected paths a command could write.
+    fn watch_of(&self, writable: &[PathBuf], protected: &protect::Protected) -> Watch {
         if !self.support.landlock_fs {
             return Watch::default();
         }
-        let writable = self.writable(project_root);
-        let protected = protect::Protected::of_project(project_root);
-        let paths = protected
-            .absent
-            .into_iter()
-            .chain(protected.links)
-            .chain(protected.pinned)
-            .chain(protected.read_only)
-            .filter(|p| {
-                p.parent()
-                    .is_some_and(|dir| within(&writable, &canonical(dir)))
-            });
+        let paths = [
+            &protected.absent,
+            &protected.links,
+            &protected.pinned,
+            &protected.read_only,
+        ]
+        .into_iter()
+        .flatten()
+        .filter(|p| {
+            p.parent()
+                .is_some_and(|dir| within(writable, &canonical(dir)))
+        })
+        .cloned();
         Watch::new(paths)
     }
 
@@ -476,10 +503,19 @@ impl SandboxSpec {
         shell: &str,
         command: &str,
     ) -> (PathBuf, Vec<OsString>) {
-        let policy = self.policy(project_root);
+        self.command_line_for(&self.policy(project_root), shell, command)
+    }
+
+    /// [`command_line`](Self::command_line) under a policy already worked out.
+    pub fn command_line_for(
+        &self,
+        policy: &LaunchPolicy,
+        shell: &str,
+        command: &str,
+    ) -> (PathBuf, Vec<OsString>) {
         // Serialising plain paths and booleans cannot fail; an empty policy would only
         // make the launcher refuse.
-        let json = serde_json::to_string(&policy).unwrap_or_default();
+        let json = serde_json::to_string(policy).unwrap_or_default();
         let args = [LAUNCHER_ARG, "--policy", &json, "--", shell, "-c", command]
             .iter()
             .map(OsString::from)
@@ -489,7 +525,12 @@ impl SandboxSpec {
 
     /// The same as one shell line, for a terminal that runs `bash -c LINE` (an editor's).
     pub fn shell_line(&self, project_root: &Path, command: &str) -> String {
-        let (program, args) = self.command_line(project_root, "bash", command);
+        self.shell_line_for(&self.policy(project_root), command)
+    }
+
+    /// [`shell_line`](Self::shell_line) under a policy already worked out.
+    pub fn shell_line_for(&self, policy: &LaunchPolicy, command: &str) -> String {
+        let (program, args) = self.command_line_for(policy, "bash", command);
         let mut line = String::from("exec ");
         line.push_str(&shell_quote(program.as_os_str()));
         for arg in &args {

@@ -551,7 +551,9 @@ async fn sandbox_command(trust_project: bool, command: &str) -> Result<ExitCode>
         }
         None => errln!("sandbox: off (commands run with your full rights)"),
     }
-    let mut cmd = crow_tools::shell_command("bash", command, &cwd, &root, &options.env, spec);
+    let policy = spec.map(|spec| spec.policy(&root));
+    let launch = spec.zip(policy.as_ref());
+    let mut cmd = crow_tools::shell_command("bash", command, &cwd, &options.env, launch);
     let status = tokio::task::spawn_blocking(move || cmd.status())
         .await
         .context("the command's waiter failed")?
