@@ -18,7 +18,7 @@ use crate::TASK_COMPLETE;
 use crate::client::ClientBridge;
 use crate::compaction::CompactionConfig;
 use crate::doom_loop::{DEFAULT_THRESHOLD, LoopDetector, Verdict};
-use crate::event::{AgentEvent, EventSender};
+use crate::event::{AgentEvent, EventSender, NoticeLevel};
 use crate::history::{EntryKind, SystemEvent};
 use crate::message::{ChatRequest, ToolDefinition};
 use crate::provider::{
@@ -619,6 +619,14 @@ impl BaseAgent {
                     },
                 );
             }
+            StreamDelta::Notice { message } => self.emit(
+                events,
+                AgentEvent::Notice {
+                    agent: self.name.clone(),
+                    level: NoticeLevel::Warning,
+                    message,
+                },
+            ),
             StreamDelta::Finish { reason } => acc.finish = Some(reason),
         }
     }

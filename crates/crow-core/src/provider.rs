@@ -81,6 +81,11 @@ pub enum StreamDelta {
         #[serde(default)]
         discard_partial: bool,
     },
+    /// Something the user should know about how the call was made (a server that cannot
+    /// stream tool calls was asked again without streaming); shown, never sent back.
+    Notice {
+        message: String,
+    },
     Finish {
         reason: FinishReason,
     },

@@ -13,7 +13,7 @@ use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 
 use crate::error::{
     CONNECT_TIMEOUT, ErrorContext, classify_status, classify_stream_error, classify_transport,
-    response_timeout_error, truncate,
+    deadline_error, response_timeout_error, truncate,
 };
 use crate::pool;
 use crate::sse::{self, EventParser, StreamLimits};
@@ -178,6 +178,38 @@ impl Endpoint {
         };
         let status = response.status().as_u16();
         Ok((status, read_body(response, limit).await))
+    }
+
+    /// POSTs `body` asking for one JSON answer (no stream): the answer's text, read whole
+    /// within the deadline, or the classified error.
+    pub(crate) async fn post_whole(&self, body: Bytes) -> Result<String, ProviderError> {
+        let request = self
+            .client
+            .post(&self.url)
+            .headers(self.headers.clone())
+            .header(CONTENT_TYPE, "application/json")
+            .header(ACCEPT, "application/json")
+            .body(body);
+        let started = tokio::time::Instant::now();
+        // The head comes only once the whole answer is generated: the deadline bounds it.
+        let response = match tokio::time::timeout(self.deadline, request.send()).await {
+            Err(_) => return Err(deadline_error(self.deadline)),
+            Ok(Err(e)) => return Err(classify_transport(&e, &self.ctx)),
+            Ok(Ok(response)) => response,
+        };
+        let status = response.status();
+        if !status.is_success() {
+            let headers = response.headers().clone();
+            let body = read_body(response, self.idle_timeout).await;
+            return Err(classify_status(status.as_u16(), &headers, &body, &self.ctx));
+        }
+        let left = self.deadline.saturating_sub(started.elapsed());
+        let bytes = match tokio::time::timeout(left, response.bytes()).await {
+            Err(_) => return Err(deadline_error(self.deadline)),
+            Ok(Err(e)) => return Err(classify_transport(&e, &self.ctx)),
+            Ok(Ok(bytes)) => bytes,
+        };
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
     }
 
     async fn post_stream<P: EventParser>(

@@ -247,7 +247,10 @@ impl<P: WireApi> Attempts<P> {
 fn is_content(delta: &StreamDelta) -> bool {
     !matches!(
         delta,
-        StreamDelta::Usage { .. } | StreamDelta::Retrying { .. } | StreamDelta::Finish { .. }
+        StreamDelta::Usage { .. }
+            | StreamDelta::Retrying { .. }
+            | StreamDelta::Notice { .. }
+            | StreamDelta::Finish { .. }
     )
 }
 

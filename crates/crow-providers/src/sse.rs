@@ -124,6 +124,7 @@ where
                     }
                 }
                 Ok(None) if st.events_seen == 0 && !st.head_is_blank() => Err(st.not_sse()),
+                Ok(None) if st.events_seen == 0 => Err(empty_stream()),
                 Ok(None) => st.parser.on_eof(&mut out).map(|()| Step::Done),
                 Err(err) => Err(err),
             };
@@ -234,6 +235,21 @@ fn event_error(err: EventStreamError<Transport>) -> ProviderError {
             format!("malformed server-sent events: {e}"),
         ),
     }
+}
+
+/// What [`empty_stream`] says; [`is_empty_stream`] recognises it.
+const EMPTY_STREAM: &str =
+    "the server answered with status 200 and an empty body instead of an event stream";
+
+/// A success status with nothing after it: llama.cpp-family servers answer so when they fail
+/// after sending the head (a request they cannot stream, a prompt over their context size).
+/// Resending the same request gets the same nothing, so it is not retried.
+pub(crate) fn empty_stream() -> ProviderError {
+    ProviderError::new(ProviderErrorKind::Protocol, EMPTY_STREAM)
+}
+
+pub(crate) fn is_empty_stream(error: &ProviderError) -> bool {
+    error.kind == ProviderErrorKind::Protocol && error.message.starts_with(EMPTY_STREAM)
 }
 
 /// The error for a stream that stopped before the API's completion marker.
@@ -484,11 +500,11 @@ mod tests {
         let err = items[0].as_ref().unwrap_err();
         assert_eq!(err.kind, ProviderErrorKind::Protocol, "{}", err.message);
         assert!(err.message.contains(r#"{\"a\":1}"#), "{}", err.message);
-        // An empty body is a cut-off stream (transient), not a protocol error.
+        // An empty body that ended cleanly was the server's whole answer (a llama.cpp-family
+        // server failing after the head): a protocol error, not a cut-off stream to retry.
         let items = run_chunks(parser(), vec![Vec::new()]).await;
-        assert_eq!(
-            items[0].as_ref().unwrap_err().kind,
-            ProviderErrorKind::Transient
-        );
+        let err = items[0].as_ref().unwrap_err();
+        assert!(is_empty_stream(err), "{err:?}");
+        assert!(!err.is_retryable());
     }
 }

@@ -433,6 +433,27 @@ async fn a_body_that_is_not_sse_is_a_protocol_error_quoting_it() {
     assert_eq!(server.requests().len(), 1, "not retried");
 }
 
+/// An empty 200 (llama.cpp over its context size) to a request without tools: nothing to ask
+/// differently, so one error naming the server setting, and no retry.
+#[tokio::test]
+async fn an_empty_answer_is_one_clear_error() {
+    let server = serve(vec![close(sse("")), close(sse(""))]).await;
+    let provider = build(settings(
+        ProviderKind::OpenAi,
+        &server.base,
+        policy(5, 5000),
+    ))
+    .unwrap();
+    let err = collect(provider.as_ref()).await.unwrap_err();
+    assert_eq!(err.kind, ProviderErrorKind::Protocol);
+    assert!(
+        err.message.contains("empty body") && err.message.contains("n_ctx"),
+        "{}",
+        err.message
+    );
+    assert_eq!(server.requests().len(), 1, "not retried");
+}
+
 #[tokio::test]
 async fn requests_carry_crows_user_agent() {
     let body = [oa_text("ok"), oa_done()].concat();

@@ -66,6 +66,11 @@ pub struct Quirks {
     /// asks for it (Chat Completions).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub no_usage: bool,
+    /// llama-cpp-python: a streamed request with tools and `"tool_choice": "auto"` is answered
+    /// with status 200 and an empty body (it cannot stream an automatic tool choice; a forced
+    /// one streams). Consumes no step.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub no_streamed_auto_tools: bool,
     /// An Anthropic model behind LiteLLM: a replayed tool call whose arguments are not a JSON
     /// object is refused with HTTP 400 (Chat Completions and Responses).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
@@ -87,6 +92,7 @@ impl Quirks {
             tools_need_tool_choice: true,
             null_content_fails: true,
             no_usage: true,
+            no_streamed_auto_tools: true,
             ..Self::default()
         }
     }

@@ -430,6 +430,21 @@ fn handle(shared: &Shared, api: Api, path: &str, headers: &HeaderMap, raw: Bytes
             drop(inner);
             return error_response(api, code, None, Some(&message));
         }
+        if inner.scenario.quirks.no_streamed_auto_tools
+            && api == Api::OpenAi
+            && stream
+            && auto_tool_choice(&record.body)
+        {
+            record.answered_at = SystemTime::now();
+            inner.requests.push(record);
+            drop(inner);
+            return (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "text/event-stream")],
+                "",
+            )
+                .into_response();
+        }
         if api == Api::Ollama && inner.scenario.missing_models.contains(&model) {
             record.answered_at = SystemTime::now();
             inner.requests.push(record);
@@ -635,6 +650,14 @@ fn tools_without_choice(requests: &[RecordedRequest]) -> bool {
             .is_some_and(|t| !t.is_empty())
             && r.body.get("tool_choice").is_none()
     })
+}
+
+/// Whether `body` offers tools and lets the model choose whether to call one.
+fn auto_tool_choice(body: &Value) -> bool {
+    body.get("tools")
+        .and_then(Value::as_array)
+        .is_some_and(|t| !t.is_empty())
+        && body.get("tool_choice").and_then(Value::as_str) == Some("auto")
 }
 
 /// The error status and message a quirky server answers `body` with, if it refuses it.

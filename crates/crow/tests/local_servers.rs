@@ -9,17 +9,15 @@ use common::*;
 use crow_testkit::{MockLlm, Quirks, Reply, Scenario};
 use serde_json::json;
 
-/// llama-cpp-python drops tools sent without `tool_choice`, and answers 500 to an assistant
-/// turn whose `content` is null: a tool loop must still run to its end.
+/// llama-cpp-python drops tools sent without `tool_choice`, answers 500 to an assistant turn
+/// whose `content` is null, and answers a streamed request with an automatic tool choice with
+/// an empty 200: a tool loop must still run to its end — the first call falls back to a
+/// non-streamed request (said once), the later ones go unstreamed at once.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_tool_loop_runs_on_llama_cpp_python() {
     let dir = git_repo();
     let scenario = Scenario::new()
-        .quirks(Quirks {
-            tools_need_tool_choice: true,
-            null_content_fails: true,
-            ..Quirks::default()
-        })
+        .quirks(Quirks::llama_cpp_python())
         // Tool calls and no text: the assistant turn replayed next has no content.
         .reply(Reply::tool_call("list_directory", json!({"path": "."})))
         .reply(Reply::tool_call(
@@ -35,11 +33,31 @@ async fn a_tool_loop_runs_on_llama_cpp_python() {
         .map(|e| e["tool"].as_str().unwrap().to_owned())
         .collect();
     assert_eq!(tools, ["list_directory", "task_complete"], "{}", out.stdout);
+    assert!(out.of_type("retry").is_empty(), "{}", out.stdout);
+    let notices = out.of_type("notice");
+    assert_eq!(notices.len(), 1, "said once: {}", out.stdout);
+    assert!(
+        notices[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("asks without streaming"),
+        "{notices:?}"
+    );
     let requests = mock.requests();
-    assert_eq!(requests.len(), 2, "no retries");
+    let streamed: Vec<bool> = requests
+        .iter()
+        .map(|r| r.body["stream"].as_bool().unwrap())
+        .collect();
+    assert_eq!(streamed, [true, false, false], "no retries");
     assert_eq!(requests[0].body["tool_choice"], "auto");
-    assert_eq!(requests[1].body["messages"][2]["role"], "assistant");
-    assert_eq!(requests[1].body["messages"][2]["content"], "");
+    assert_eq!(requests[2].body["messages"][2]["role"], "assistant");
+    assert_eq!(requests[2].body["messages"][2]["content"], "");
+    // Estimated usage is not needed: the unstreamed answer carries the server's counts.
+    let usage = out.of_type("usage");
+    assert!(
+        usage.iter().all(|u| u.get("estimated").is_none()),
+        "{usage:?}"
+    );
 }
 
 /// A key variable the config names but the environment lacks is one clear error before any

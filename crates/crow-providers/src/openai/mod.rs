@@ -2,10 +2,14 @@
 
 mod request;
 mod stream;
+mod unstreamed;
+
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use crow_core::{ChatRequest, DeltaStream, ProviderError};
+use crow_core::{ChatRequest, DeltaStream, ProviderError, StreamDelta};
+use futures::StreamExt;
 
 use crate::encode::PrefixCache;
 use crate::http::{Endpoint, WireApi};
@@ -29,6 +33,10 @@ pub struct OpenAiProvider {
     prompt_cache_key: bool,
     endpoint: Endpoint,
     encoded: PrefixCache,
+    /// Cleared once the server answered a streamed request with tools with an empty body
+    /// and the same request without streaming worked: from then on such requests go
+    /// unstreamed.
+    streams_tools: AtomicBool,
 }
 
 impl OpenAiProvider {
@@ -56,6 +64,7 @@ impl OpenAiProvider {
                 .unwrap_or_else(|| openai_itself(&settings.base_url)),
             endpoint,
             encoded: PrefixCache::default(),
+            streams_tools: AtomicBool::new(true),
         })
     }
 
@@ -116,9 +125,64 @@ impl WireApi for OpenAiProvider {
     }
 
     async fn send(&self, body: Bytes) -> Result<DeltaStream, ProviderError> {
+        if !self.streams_tools.load(Ordering::Relaxed) && unstreamed::offers_tools(&body) {
+            return self.send_unstreamed(&body, None).await;
+        }
         let parser = OpenAiParser::new(self.endpoint.ctx.clone());
-        self.endpoint.post_sse(body, parser).await
+        let mut stream = self.endpoint.post_sse(body.clone(), parser).await?;
+        // The first item tells an empty answer apart; it is put back in front otherwise.
+        match stream.next().await {
+            Some(Err(error)) if crate::sse::is_empty_stream(&error) => {
+                if !unstreamed::offers_tools(&body) {
+                    return Err(empty_answer(error));
+                }
+                let notice = format!(
+                    "{} answered a streamed request with tools with an empty body (llama.cpp-family \
+                     servers cannot stream an automatic tool choice); crow asks without streaming \
+                     from now on in this session",
+                    self.endpoint.url()
+                );
+                let answer = self.send_unstreamed(&body, Some(notice)).await?;
+                self.streams_tools.store(false, Ordering::Relaxed);
+                Ok(answer)
+            }
+            Some(first) => Ok(Box::pin(
+                futures::stream::once(async { first }).chain(stream),
+            )),
+            None => Ok(stream),
+        }
     }
+}
+
+impl OpenAiProvider {
+    /// The request once more with `"stream": false`, its answer as deltas (after `notice`).
+    async fn send_unstreamed(
+        &self,
+        body: &[u8],
+        notice: Option<String>,
+    ) -> Result<DeltaStream, ProviderError> {
+        let text = self
+            .endpoint
+            .post_whole(unstreamed::unstreamed_body(body)?)
+            .await?;
+        let deltas = unstreamed::deltas(&text, OpenAiParser::new(self.endpoint.ctx.clone()))?;
+        let notice = notice.map(|message| StreamDelta::Notice { message });
+        Ok(Box::pin(futures::stream::iter(
+            notice.into_iter().chain(deltas).map(Ok),
+        )))
+    }
+}
+
+/// An empty answer to a request without tools: nothing crow can ask differently, so the
+/// message names the server settings that cause it.
+fn empty_answer(mut error: ProviderError) -> ProviderError {
+    error.message = format!(
+        "{}; llama.cpp-family servers do this when the prompt exceeds their context size \
+         (start the server with a larger n_ctx / --ctx-size, or set context_window for this \
+         model so crow compacts before it gets there)",
+        error.message
+    );
+    error
 }
 
 #[cfg(test)]

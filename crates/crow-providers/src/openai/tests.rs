@@ -14,7 +14,7 @@ use crate::{ProviderKind, ProviderSettings};
 
 const FIXTURE: &str = include_str!("../../tests/fixtures/openai_tool_calls.sse");
 
-fn ctx() -> ErrorContext {
+pub(crate) fn ctx() -> ErrorContext {
     ErrorContext {
         provider: "openai".into(),
         model: "gpt-4o".into(),
