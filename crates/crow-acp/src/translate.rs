@@ -237,8 +237,10 @@ impl Translator {
                 ..
             } => {
                 tracing::info!(attempt, delay_ms, %reason, discard_partial, "provider retry");
+                // `attempt` is the attempt about to be made: the first retry is attempt 2.
                 let mut message = format!(
-                    "{reason} — retry {attempt} in {:.1}s",
+                    "{reason} — retry {} in {:.1}s",
+                    attempt.saturating_sub(1).max(1),
                     *delay_ms as f64 / 1000.0
                 );
                 // ACP cannot take back chunks already sent: say that they are void.

@@ -417,7 +417,7 @@ async fn every_event_kind_translates() {
         },
         AgentEvent::Retry {
             agent: "builder".into(),
-            attempt: 1,
+            attempt: 2,
             delay_ms: 10,
             reason: "429".into(),
             discard_partial: false,

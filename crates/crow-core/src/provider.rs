@@ -185,6 +185,9 @@ pub struct ProviderError {
     pub status: Option<u16>,
     /// Server-requested delay before retrying (Retry-After).
     pub retry_after: Option<Duration>,
+    /// How often a proxy in front of the model already retried this request (LiteLLM's
+    /// `x-litellm-attempted-retries`): retrying again would multiply its retries.
+    pub upstream_retries: Option<u32>,
 }
 
 impl ProviderError {
@@ -194,6 +197,7 @@ impl ProviderError {
             message: message.into(),
             status: None,
             retry_after: None,
+            upstream_retries: None,
         }
     }
 

@@ -93,6 +93,17 @@ pub(crate) fn classify_status(
             ProviderErrorKind::ContextOverflow,
             format!("the prompt does not fit the model's context window (HTTP {status}){said}"),
         ),
+        // What the server can never do for this request: no retry changes it.
+        501 | 505 | 506 | 508 | 510 | 511 => (
+            ProviderErrorKind::BadRequest,
+            format!(
+                "{} cannot serve this request (HTTP {status}{}){said} — check the base URL \
+                 ({}) and the provider's wire_api",
+                ctx.provider,
+                reason_phrase(status),
+                ctx.url
+            ),
+        ),
         408 | 500..=599 => (
             ProviderErrorKind::Transient,
             format!("{} server error (HTTP {status}){said}", ctx.provider),
@@ -102,9 +113,22 @@ pub(crate) fn classify_status(
             format!("request rejected by {} (HTTP {status}){said}", ctx.provider),
         ),
     };
-    ProviderError::new(kind, message)
+    let mut error = ProviderError::new(kind, message)
         .with_status(status)
-        .with_retry_after(parse_retry_after(headers, SystemTime::now()))
+        .with_retry_after(parse_retry_after(headers, SystemTime::now()));
+    error.upstream_retries = headers
+        .get("x-litellm-attempted-retries")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse().ok());
+    error
+}
+
+/// " Not Implemented" for 501: the words a status is known by, after its number.
+fn reason_phrase(status: u16) -> String {
+    reqwest::StatusCode::from_u16(status)
+        .ok()
+        .and_then(|s| s.canonical_reason())
+        .map_or_else(String::new, |r| format!(" {r}"))
 }
 
 /// Classifies a failure to send the request or receive the response head. Each cause gets
@@ -131,6 +155,15 @@ pub(crate) fn classify_transport(err: &reqwest::Error, ctx: &ErrorContext) -> Pr
             ProviderErrorKind::Unreachable,
             format!(
                 "could not connect to {}: connection refused — is the server running?",
+                ctx.url
+            ),
+        )
+    } else if is_tls_to_plain_http(err) {
+        (
+            ProviderErrorKind::Unreachable,
+            format!(
+                "could not start TLS with {}: the server answered in plain text — is the server \
+                 plain http? (try the base URL with http:// instead of https://)",
                 ctx.url
             ),
         )
@@ -171,6 +204,15 @@ fn is_dns_failure(err: &(dyn std::error::Error + 'static)) -> bool {
     sources(err).any(|e| {
         let text = e.to_string();
         text == "dns error" || text.contains("failed to lookup address")
+    })
+}
+
+/// An `https://` URL pointed at a plain-HTTP port: the TLS library reads the server's HTTP
+/// text as a record of the wrong type (rustls: `InvalidContentType`).
+fn is_tls_to_plain_http(err: &(dyn std::error::Error + 'static)) -> bool {
+    sources(err).any(|e| {
+        let text = e.to_string();
+        text.contains("InvalidContentType") || text.contains("wrong version number")
     })
 }
 
@@ -300,8 +342,34 @@ pub(crate) fn server_message(body: &str) -> String {
                 .or_else(|| v.get("error").and_then(pick))
         });
     let text = extracted.unwrap_or_else(|| body.to_owned());
+    let text = html_summary(&text).unwrap_or(text);
     let collapsed = text.split_whitespace().collect::<Vec<_>>().join(" ");
     truncate(&collapsed, MAX_SERVER_MESSAGE)
+}
+
+/// An HTML error page (a proxy's or a web server's) as its title, or its first heading: the
+/// markup itself tells the user nothing.
+fn html_summary(body: &str) -> Option<String> {
+    let body = body.trim();
+    let lower = body.to_ascii_lowercase();
+    if !(lower.starts_with("<!doctype html")
+        || lower.starts_with("<html")
+        || lower.contains("<body"))
+    {
+        return None;
+    }
+    let inner = |tag: &str| {
+        let open = lower.find(&format!("<{tag}"))?;
+        let start = open + lower[open..].find('>')? + 1;
+        let end = start + lower[start..].find(&format!("</{tag}"))?;
+        let text = body.get(start..end)?.trim();
+        (!text.is_empty()).then(|| text.to_owned())
+    };
+    let what = inner("title").or_else(|| inner("h1"));
+    Some(match what {
+        Some(title) => format!("an HTML page titled \"{title}\""),
+        None => "an HTML page".to_owned(),
+    })
 }
 
 /// Cuts `text` to at most `max` characters (on a char boundary), marking the cut.
@@ -392,6 +460,42 @@ mod tests {
         assert_eq!(classify(400, overflow).kind, ContextOverflow);
         let anthropic = r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}"#;
         assert_eq!(classify(400, anthropic).kind, ContextOverflow);
+        // What the server can never do is not retried, and says where to look.
+        let not_implemented = classify(501, "");
+        assert_eq!(not_implemented.kind, BadRequest);
+        assert!(
+            not_implemented.message.contains("HTTP 501 Not Implemented")
+                && not_implemented.message.contains("wire_api"),
+            "{}",
+            not_implemented.message
+        );
+    }
+
+    #[test]
+    fn an_html_error_page_is_summarised() {
+        let page = "<!DOCTYPE html>\n<html><head><title>502 Bad Gateway</title><style>body{}</style></head>\n<body><h1>Bad Gateway</h1><p>nginx</p></body></html>";
+        let error = classify(502, page);
+        assert!(
+            error
+                .message
+                .ends_with(": an HTML page titled \"502 Bad Gateway\""),
+            "{}",
+            error.message
+        );
+        assert_eq!(
+            server_message("<html><body><p>oops</p></body></html>"),
+            "an HTML page"
+        );
+        assert_eq!(server_message("plain words"), "plain words");
+    }
+
+    #[test]
+    fn a_proxys_own_retries_are_read() {
+        let mut headers = HeaderMap::new();
+        headers.insert("x-litellm-attempted-retries", HeaderValue::from_static("2"));
+        let error = classify_status(429, &headers, "", &ctx());
+        assert_eq!(error.upstream_retries, Some(2));
+        assert_eq!(classify(429, "").upstream_retries, None);
     }
 
     #[test]

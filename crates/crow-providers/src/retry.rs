@@ -37,6 +37,10 @@ pub struct RetryPolicy {
     pub idle_timeout: Duration,
     /// Longest one attempt may take, from sending to the end of the stream.
     pub deadline: Duration,
+    /// No retry after the first starts once this much time has passed since the first
+    /// attempt was sent (waits included): behind a proxy that retries too, or a server that
+    /// keeps asking to wait, the user hears the failure instead of waiting on.
+    pub max_retry_time: Duration,
 }
 
 impl Default for RetryPolicy {
@@ -48,6 +52,7 @@ impl Default for RetryPolicy {
             response_timeout: Duration::from_secs(60),
             idle_timeout: Duration::from_secs(120),
             deadline: Duration::from_secs(600),
+            max_retry_time: Duration::from_secs(180),
         }
     }
 }
@@ -123,6 +128,7 @@ impl<P: WireApi> Provider for Retrying<P> {
             policy: self.policy.clone(),
             attempts: 1,
             timeouts_retried: 0,
+            first_sent: started,
             started,
             content_seen: false,
             phase: Phase::Done,
@@ -159,6 +165,8 @@ struct Attempts<P> {
     attempts: u32,
     /// Retries spent on timeouts (at most one).
     timeouts_retried: u32,
+    /// When the first attempt was sent.
+    first_sent: Instant,
     /// When the current attempt was sent.
     started: Instant,
     /// Whether the current attempt has yielded content.
@@ -210,8 +218,27 @@ impl<P: WireApi> Attempts<P> {
             }
             _ => error.is_retryable(),
         };
-        if !worth_it || retry >= self.policy.max_attempts {
-            if error.is_retryable() && self.attempts > 1 {
+        // A proxy that retried already (LiteLLM) would multiply every retry of crow's.
+        let proxy_retried = error.upstream_retries.filter(|n| *n > 0);
+        let delay = self.policy.delay(retry, error.retry_after);
+        let out_of_time =
+            retry > 1 && self.first_sent.elapsed() + delay > self.policy.max_retry_time;
+        if !worth_it || retry >= self.policy.max_attempts || proxy_retried.is_some() || out_of_time
+        {
+            if let Some(n) = proxy_retried {
+                error.message = format!(
+                    "{} (the proxy had already retried {n} time{}; crow added none of its own)",
+                    error.message,
+                    if n == 1 { "" } else { "s" }
+                );
+            } else if out_of_time && worth_it {
+                error.message = format!(
+                    "{} (gave up after {} attempts in {} s, the limit of max_retry_secs)",
+                    error.message,
+                    self.attempts,
+                    self.first_sent.elapsed().as_secs()
+                );
+            } else if error.is_retryable() && self.attempts > 1 {
                 error.message = format!(
                     "{} (gave up after {} attempts)",
                     error.message, self.attempts
@@ -222,7 +249,6 @@ impl<P: WireApi> Attempts<P> {
         if error.kind == ProviderErrorKind::Timeout {
             self.timeouts_retried += 1;
         }
-        let delay = self.policy.delay(retry, error.retry_after);
         let discard_partial = std::mem::take(&mut self.content_seen);
         tracing::debug!(
             provider = self.inner.name(),

@@ -161,6 +161,7 @@ fn policy(max_attempts: u32, idle_ms: u64) -> RetryPolicy {
         response_timeout: Duration::from_millis(idle_ms),
         idle_timeout: Duration::from_millis(idle_ms),
         deadline: Duration::from_secs(60),
+        max_retry_time: Duration::from_secs(60),
     }
 }
 

@@ -236,6 +236,8 @@ pub struct ProviderConfig {
     pub idle_timeout_secs: Option<u64>,
     /// Longest one model call may stream (default 600).
     pub deadline_secs: Option<u64>,
+    /// No retry starts once this long has passed since a call's first attempt (default 180).
+    pub max_retry_secs: Option<u64>,
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
     #[serde(default)]

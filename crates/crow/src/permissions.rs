@@ -342,11 +342,12 @@ impl PermissionGate for Headless {
             .map(|p| format!(" ({p})"))
             .unwrap_or_default();
         PermissionDecision::Deny {
+            // Short lines: the terminal shows each whole (a long title cuts only the first).
             reason: format!(
-                "needs approval: {}{why}, and `crow run` has no one to ask; the user can allow \
-                 it with a rule in [permissions] allow (e.g. \"{}\"), `crow run --mode \
-                 full-auto`, or `crow run --approve` (every question answered yes). Do not \
-                 retry it.",
+                "needs approval: {}{why}, and `crow run` has no one to ask.\n\
+                 The user can allow it with a rule in [permissions] allow (e.g. \"{}\"),\n\
+                 or run `crow run --mode full-auto` or `crow run --approve` (answers yes).\n\
+                 Do not retry it.",
                 request.title, request.tool
             ),
         }

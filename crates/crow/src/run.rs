@@ -184,7 +184,8 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
     if crate::stop::exit_status() == Some(crate::stop::Cause::ReaderGone as u8) {
         return Ok(ExitCode::from(crate::stop::Cause::ReaderGone as u8));
     }
-    if !spec.json {
+    // Nothing spent (the first call failed): the error alone, without a line of zeros.
+    if !spec.json && !totals.usage.is_empty() {
         errln!("{}", render::usage_line(&totals, started.elapsed()));
     }
     if !spec.json && kept && spec.resume_hint {

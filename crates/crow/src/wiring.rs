@@ -163,6 +163,9 @@ pub fn provider_settings(
     if let Some(secs) = pc.deadline_secs {
         retry.deadline = Duration::from_secs(secs);
     }
+    if let Some(secs) = pc.max_retry_secs {
+        retry.max_retry_time = Duration::from_secs(secs);
+    }
     let model_name = model.clone();
     Ok(ProviderSettings {
         kind,

@@ -263,3 +263,71 @@ async fn an_unknown_model_says_which_model_and_url() {
         "{line}"
     );
 }
+
+/// A status the server will never serve (501), with a web server's HTML page: one short
+/// error quoting the page's title, no retry, and no line of zero tokens before it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_permanent_status_with_an_html_page_is_one_short_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let page = "<!DOCTYPE html>\n<html><head><title>501 Not Implemented</title></head>\n<body><h1>Not Implemented</h1><p>".to_owned()
+        + &"padding ".repeat(200)
+        + "</p></body></html>";
+    let scenario = Scenario::new().fault(Fault::Status {
+        code: 501,
+        retry_after_secs: None,
+        body: Some(page),
+    });
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let mut cmd = crow(dir.path());
+    cmd.args([
+        "run",
+        "--provider",
+        "openai",
+        "--model",
+        "mock-model",
+        "--base-url",
+    ])
+    .arg(mock.openai_base_url())
+    .arg("hi");
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(1), "stderr: {}", out.stderr);
+    assert_eq!(mock.requests().len(), 1, "501 is not retried");
+    assert!(!out.stderr.contains("tokens:"), "{}", out.stderr);
+    assert!(!out.stderr.contains("padding"), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("HTTP 501 Not Implemented): an HTML page titled \"501 Not Implemented\""),
+        "{}",
+        out.stderr
+    );
+}
+
+/// `https://` to a plain-http server: one error asking whether it is plain http, no retries.
+#[tokio::test(flavor = "multi_thread")]
+async fn https_to_a_plain_http_server_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = MockLlm::start(Scenario::new().reply(Reply::text("never")))
+        .await
+        .unwrap();
+    let url = mock.openai_base_url().replacen("http://", "https://", 1);
+    let mut cmd = crow(dir.path());
+    cmd.args([
+        "run",
+        "--json",
+        "--provider",
+        "openai",
+        "--model",
+        "mock-model",
+        "--base-url",
+    ])
+    .arg(&url)
+    .arg("hi");
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(1), "stderr: {}", out.stderr);
+    assert!(out.of_type("retry").is_empty(), "{}", out.stdout);
+    assert!(
+        out.stderr.contains("is the server plain http?"),
+        "{}",
+        out.stderr
+    );
+}

@@ -363,3 +363,49 @@ fn backoff_stays_under_the_exponential_ceiling() {
     // Full jitter actually spreads: not every draw is the ceiling.
     assert!((0..50).any(|_| policy.delay(4, None) < Duration::from_millis(700)));
 }
+
+fn rate_limited(after_secs: u64) -> ProviderError {
+    ProviderError::new(ProviderErrorKind::RateLimited, "rate limited")
+        .with_status(429)
+        .with_retry_after(Some(Duration::from_secs(after_secs)))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_proxy_that_retried_already_is_not_retried_again() {
+    let mut error = rate_limited(1);
+    error.upstream_retries = Some(3);
+    let provider = Retrying::new(Scripted::new(vec![Attempt::Refuse(error)]), policy(5));
+    let error = run(&provider).await.unwrap_err();
+    assert_eq!(provider.inner().bodies.lock().unwrap().len(), 1);
+    assert!(
+        error
+            .message
+            .contains("the proxy had already retried 3 times; crow added none of its own"),
+        "{}",
+        error.message
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn retries_stop_at_the_total_time_limit() {
+    // A server that asks for 50 s each time: the first retry is always made, then no retry
+    // starts past max_retry_time (120 s here), however many attempts are left.
+    let policy = RetryPolicy {
+        max_retry_time: Duration::from_secs(120),
+        ..policy(10)
+    };
+    let provider = Retrying::new(
+        Scripted::new((0..10).map(|_| Attempt::Refuse(rate_limited(50))).collect()),
+        policy,
+    );
+    let started = tokio::time::Instant::now();
+    let items = run(&provider).await.unwrap();
+    assert_eq!(provider.inner().bodies.lock().unwrap().len(), 3);
+    assert_eq!(started.elapsed(), Duration::from_secs(100));
+    let error = items.last().unwrap().as_ref().unwrap_err();
+    assert!(
+        error.message.contains("gave up after 3 attempts in 100 s"),
+        "{}",
+        error.message
+    );
+}

@@ -270,8 +270,10 @@ impl Renderer {
                 } else {
                     ""
                 };
+                // `attempt` is the attempt about to be made: the first retry is attempt 2.
                 let text = es.yellow(&format!(
-                    "↻ {reason} — retry {attempt} in {}{discarded}",
+                    "↻ {reason} — retry {} in {}{discarded}",
+                    attempt.saturating_sub(1).max(1),
                     format_ms(*delay_ms)
                 ));
                 self.err_line(out, err, &text);

@@ -122,7 +122,7 @@ fn session() -> Vec<AgentEvent> {
         ),
         AgentEvent::Retry {
             agent: "builder".into(),
-            attempt: 1,
+            attempt: 2,
             delay_ms: 500,
             reason: "server error (502)".into(),
             discard_partial: false,
