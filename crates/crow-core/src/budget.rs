@@ -113,6 +113,16 @@ pub fn output_reserve(window: u64, max_tokens: Option<u32>) -> u64 {
     }
 }
 
+/// One tool result takes at most this fraction (1/n) of the usable window: a bigger one is
+/// cut when it enters history, so a single command or file can never fill the context.
+pub const RESULT_SHARE: u64 = 4;
+
+/// Most characters one tool result may keep in history for a usable window of
+/// `usable_tokens`, at the calibrated ratio.
+pub fn result_cap_chars(usable_tokens: u64, chars_per_token: f64) -> usize {
+    ((usable_tokens / RESULT_SHARE) as f64 * chars_per_token) as usize
+}
+
 /// Characters of the fixed part of every request: system prompt and tool schemas.
 pub fn fixed_chars(request: &ChatRequest<'_>) -> u64 {
     let tools: u64 = request
@@ -247,6 +257,13 @@ mod tests {
         b.learn_window(8192);
         assert_eq!(b.window(Some(128_000)), Some(8192));
         assert_eq!(b.window(None), Some(8192));
+    }
+
+    #[test]
+    fn a_result_takes_at_most_a_quarter_of_the_usable_window() {
+        // 8k window, 2k kept for the answer: a result keeps about 1,536 tokens.
+        assert_eq!(result_cap_chars(6144, 4.0), 6144);
+        assert_eq!(result_cap_chars(6144, 3.0), 4608);
     }
 
     #[test]

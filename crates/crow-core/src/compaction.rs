@@ -32,7 +32,7 @@ use crate::provider::{ProviderError, StreamDelta, Usage};
 use crate::session::Session;
 
 mod parts;
-pub use parts::{boundaries, elide};
+pub use parts::{boundaries, elide, elide_with};
 use parts::{
     candidate_view, dropped, entry_chars, head_end, render_prompt, transcript, with_latest_request,
 };
@@ -146,15 +146,22 @@ impl std::fmt::Display for ContextBreakdown {
     }
 }
 
+/// What the model reads where a tool result was cut to fit the window.
+const CUT_ADVICE: &str = "the result was cut to fit the model's context window; read a part with \
+read_file's offset and limit, or narrow the command's output (grep, head, tail)";
+
+/// Smallest size a result is cut to, whatever the window: less tells the model nothing.
+const MIN_RESULT_CHARS: usize = 1000;
+
 /// The window figures of one request.
-struct Window {
+pub(crate) struct Window {
     usable: u64,
     reserve: u64,
     window: u64,
 }
 
 impl BaseAgent {
-    fn window_of(&self, session: &Session) -> Option<Window> {
+    pub(crate) fn window_of(&self, session: &Session) -> Option<Window> {
         let window = session.budget.window(self.provider().context_window())?;
         let reserve = output_reserve(window, self.config.max_tokens);
         Some(Window {
@@ -209,8 +216,99 @@ impl BaseAgent {
             }
         }
         let (_, total) = self.request_chars(session);
+        // A first request that cannot fit (a pasted file, a huge prompt): nothing to compact
+        // yet, and the server would refuse it — or, on some, silently cut it.
+        if let Some(w) = self.window_of(session) {
+            let estimate = session.budget.estimate(total);
+            let answered = session.entries().iter().any(|e| {
+                matches!(
+                    e.kind,
+                    EntryKind::AssistantText { .. } | EntryKind::ToolCall { .. }
+                )
+            });
+            if estimate > w.window && !answered {
+                let message = format!(
+                    "the request is about {estimate} tokens, more than the context window of {} \
+                     ({} tokens): shorten the prompt or attach less, use a model with a larger \
+                     window, or set context_window for this model if the server's is larger",
+                    self.provider().model(),
+                    w.window
+                );
+                self.emit_error(session, events, &message);
+                return Err(AgentError::Context(message));
+            }
+        }
         session.budget.sent(total);
         Ok(())
+    }
+
+    /// A tool result as history keeps it: `None` when it fits its share of the window
+    /// ([`budget::RESULT_SHARE`]), else its head and tail with advice on reading the rest.
+    pub(crate) fn fit_result(&self, session: &Session, output: &str) -> Option<String> {
+        let w = self.window_of(session)?;
+        let cap = budget::result_cap_chars(w.usable, session.budget.chars_per_token())
+            .max(MIN_RESULT_CHARS);
+        (output.len() > cap).then(|| elide_with(output, cap * 6 / 10, cap * 3 / 10, CUT_ADVICE))
+    }
+
+    /// The last resort after an overflow that compaction could not fix: the results of the
+    /// newest exchange (which compaction keeps whole) are cut to half their share each.
+    fn cut_newest_results(&self, session: &mut Session, events: &EventSender) -> bool {
+        let (fixed, total) = self.request_chars(session);
+        let before = session.budget.estimate(total);
+        let ratio = session.budget.chars_per_token();
+        let cap = self
+            .window_of(session)
+            .map_or(8 * MIN_RESULT_CHARS, |w| {
+                budget::result_cap_chars(w.usable, ratio) / 2
+            })
+            .max(MIN_RESULT_CHARS);
+        let entries = session.entries();
+        let view = View::of(entries);
+        let last_start = boundaries(entries).last().copied().unwrap_or(0);
+        let elided: Vec<Elided> = entries
+            .iter()
+            .enumerate()
+            .skip(last_start)
+            .filter_map(|(at, entry)| match &entry.kind {
+                EntryKind::ToolResult { output, .. } => {
+                    let shown = view.elided.get(&at).copied().unwrap_or(output);
+                    (shown.len() > cap).then(|| Elided {
+                        at: at as u64,
+                        output: elide_with(shown, cap * 6 / 10, cap * 3 / 10, CUT_ADVICE),
+                    })
+                }
+                _ => None,
+            })
+            .collect();
+        if elided.is_empty() {
+            return false;
+        }
+        let mut record = Compaction {
+            tier: CompactionTier::Elide,
+            replaced: None,
+            elided,
+            tokens_before: before,
+            tokens_after: 0,
+            template_version: TEMPLATE_VERSION,
+        };
+        record.tokens_after = {
+            let v = candidate_view(&view, &record);
+            session
+                .budget
+                .estimate(fixed + messages_chars(&to_messages_in(entries, &v)))
+        };
+        let tokens_after = record.tokens_after;
+        tracing::info!(agent = %self.name, before, after = tokens_after, "overflow: newest results cut");
+        session.push(EntryKind::Compaction(Box::new(record)));
+        let _ = events.send(AgentEvent::Compacted {
+            agent: self.name.clone(),
+            tokens_before: before,
+            tokens_after,
+            tier: CompactionTier::Elide,
+            work_us: 0,
+        });
+        true
     }
 
     /// After a context-overflow error: learns the window the error names and compacts well
@@ -233,10 +331,14 @@ impl BaseAgent {
             target = target.min((w.usable as f64 * self.config.compaction.target) as u64);
         }
         tracing::info!(agent = %self.name, estimate, target, "context overflow: compacting");
-        let done = self.compact(session, events, cancel, target, None).await;
+        let done = self
+            .compact(session, events, cancel, target, None)
+            .await
+            .is_some()
+            || self.cut_newest_results(session, events);
         let (_, total) = self.request_chars(session);
         session.budget.sent(total);
-        done.is_some()
+        done
     }
 
     /// `/compact [focus]`: summarises everything but the last exchanges now.

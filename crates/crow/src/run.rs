@@ -236,8 +236,12 @@ pub fn how_it_ended(result: &crow_core::RunResult, max_iterations: u32) -> (u8, 
         ),
         RunStop::MaxTokens => (
             4,
+            // What was sent: max_tokens when configured, else (to every server but
+            // OpenAI's own) a quarter of the context window, at most 8,192 tokens.
             Some(
-                "the model hit its output token limit; raise max_tokens in the provider config"
+                "the model hit its output token limit; set a larger max_tokens under \
+                 [providers.NAME] (without one crow asks for at most a quarter of the context \
+                 window, up to 8192 tokens)"
                     .into(),
             ),
         ),

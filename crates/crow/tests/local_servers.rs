@@ -225,3 +225,113 @@ async fn malformed_tool_arguments_are_replayed_as_an_empty_object() {
         assert_eq!(call["function"]["arguments"], "{}", "{}", later.body);
     }
 }
+
+const SMALL_WINDOW: u64 = 8192;
+
+fn small_window_config(dir: &std::path::Path) {
+    write_project_config(
+        dir,
+        &format!("[providers.openai.models.mock-model]\ncontext_window = {SMALL_WINDOW}\n"),
+    );
+}
+
+/// Without max_tokens a llama.cpp server generates until its window is full: crow sends the
+/// output reserve its budget keeps free (a quarter of the window; 8,192 when it is unknown).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_answer_is_bounded_by_the_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = MockLlm::start(
+        Scenario::new()
+            .reply(Reply::text("one"))
+            .reply(Reply::text("two")),
+    )
+    .await
+    .unwrap();
+    let out = output(crow_run(dir.path(), &mock, "hi")).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    small_window_config(dir.path());
+    let out = output(crow_run(dir.path(), &mock, "hi")).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    let limits: Vec<_> = mock
+        .requests()
+        .iter()
+        .map(|r| r.body["max_tokens"].clone())
+        .collect();
+    assert_eq!(limits, [json!(8192), json!(SMALL_WINDOW / 4)]);
+}
+
+/// A first prompt larger than the configured window is one error naming both numbers, and
+/// nothing is sent.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_first_request_over_the_window_is_refused_before_sending() {
+    let dir = tempfile::tempdir().unwrap();
+    small_window_config(dir.path());
+    let mock = MockLlm::start(Scenario::new().reply(Reply::text("never")))
+        .await
+        .unwrap();
+    let prompt = "explain this log line please. ".repeat(1500);
+    let out = output(crow_run(dir.path(), &mock, &prompt)).await;
+    assert_eq!(out.code, Some(1), "stdout: {}", out.stdout);
+    assert!(mock.requests().is_empty(), "nothing sent");
+    let errors: Vec<_> = out
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("error:"))
+        .collect();
+    assert_eq!(errors.len(), 1, "{}", out.stderr);
+    assert!(
+        errors[0].contains("more than the context window of mock-model (8192 tokens)"),
+        "{}",
+        errors[0]
+    );
+}
+
+/// A command's output far larger than the window: the model gets its share (head and tail,
+/// with advice on reading the rest) and the run goes on — where the window is configured,
+/// before sending; where the server only says so in its error, after one refusal.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_oversized_tool_result_is_cut_to_fit_and_the_run_goes_on() {
+    for configured in [true, false] {
+        let dir = git_repo();
+        if configured {
+            small_window_config(dir.path());
+        }
+        let scenario = Scenario::new()
+            .context_window(SMALL_WINDOW)
+            .reply(Reply::tool_call("bash", json!({"command": "seq 1 20000"})))
+            .reply(Reply::text("the numbers run to 20000"));
+        let mock = MockLlm::start(scenario).await.unwrap();
+        let mut cmd = crow_run(dir.path(), &mock, "count");
+        cmd.arg("--approve");
+        let out = output(cmd).await;
+        assert_eq!(
+            out.code,
+            Some(0),
+            "configured={configured} stderr: {}",
+            out.stderr
+        );
+        assert_eq!(
+            out.of_type("text_complete").last().unwrap()["text"],
+            "the numbers run to 20000"
+        );
+        let requests = mock.requests();
+        let last = requests.last().unwrap();
+        assert!(last.step.is_some(), "the last request was served");
+        let sent = last.body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["role"] == "tool")
+            .unwrap()["content"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert!(sent.starts_with("1\n2\n"), "{}", &sent[..40]);
+        assert!(
+            sent.contains("cut to fit the model's context window"),
+            "{sent}"
+        );
+        let refused = requests.iter().filter(|r| r.step.is_none()).count();
+        assert_eq!(refused, usize::from(!configured), "configured={configured}");
+    }
+}

@@ -164,11 +164,15 @@ impl BaseAgent {
                     duration_ms: call.duration_ms,
                 },
             );
+            // The user saw it whole (above); the model gets at most its share of the window.
+            let output = self
+                .fit_result(session, &call.result.output)
+                .unwrap_or_else(|| call.result.output.clone());
             session.push(EntryKind::ToolResult {
                 call_id: call.id.clone(),
                 name: call.name.clone(),
                 status: call.result.status,
-                output: call.result.output.clone(),
+                output,
                 metadata: call.result.metadata.clone(),
             });
         }

@@ -114,6 +114,11 @@ pub(super) fn entry_chars(entries: &[HistoryEntry], view: &View<'_>, at: usize) 
 /// Keeps about `head` characters from the start and `tail` from the end, on line
 /// boundaries where there are any, and says what was left out.
 pub fn elide(output: &str, head: usize, tail: usize) -> String {
+    elide_with(output, head, tail, "call the tool again for the rest")
+}
+
+/// [`elide`] with `advice` after what was left out.
+pub fn elide_with(output: &str, head: usize, tail: usize, advice: &str) -> String {
     if output.len() <= head + tail {
         return output.to_owned();
     }
@@ -140,7 +145,7 @@ pub fn elide(output: &str, head: usize, tail: usize) -> String {
         format!("{} characters", middle.len())
     };
     format!(
-        "{}\n[… {what} elided; call the tool again for the rest …]\n{}",
+        "{}\n[… {what} elided; {advice} …]\n{}",
         output[..h].trim_end_matches('\n'),
         &output[t..]
     )

@@ -153,7 +153,10 @@ impl WireApi for OllamaProvider {
         let options = request::BodyOptions {
             model: &self.model,
             num_ctx: self.window(),
-            max_tokens: self.max_tokens,
+            // Ollama generates until the window is full without a bound (num_predict -1).
+            max_tokens: self
+                .max_tokens
+                .or_else(|| Some(crate::openai::derived_max_tokens(self.window()))),
             keep_alive: self.keep_alive.as_deref(),
             think: self.think,
         };

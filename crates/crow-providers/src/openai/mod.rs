@@ -57,7 +57,12 @@ impl OpenAiProvider {
             model: settings.model.clone(),
             context_window: settings.resolved_context_window(),
             accepts_images: settings.resolved_images(),
-            max_tokens: settings.max_tokens,
+            max_tokens: settings.max_tokens.or_else(|| {
+                // OpenAI's own API stops each model at its own limit; other servers (llama.cpp,
+                // vLLM) generate until their window is full unless told otherwise.
+                (!openai_itself(&settings.base_url))
+                    .then(|| derived_max_tokens(settings.resolved_context_window()))
+            }),
             reasoning_effort: sendable_effort(settings),
             prompt_cache_key: settings
                 .prompt_cache_key
@@ -72,6 +77,14 @@ impl OpenAiProvider {
     pub fn url(&self) -> &str {
         self.endpoint.url()
     }
+}
+
+/// The answer's bound when none is configured: the output reserve compaction plans with
+/// (a quarter of the window, at most 8,192 tokens; 8,192 when the window is unknown), so what
+/// is sent and what the budget keeps free agree.
+pub(crate) fn derived_max_tokens(window: Option<u64>) -> u32 {
+    let reserve = crow_core::budget::output_reserve(window.unwrap_or(u64::MAX), None);
+    u32::try_from(reserve).unwrap_or(u32::MAX)
 }
 
 /// Whether `base_url` is OpenAI's own API (which takes `prompt_cache_key` and knows which of
