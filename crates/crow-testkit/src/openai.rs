@@ -12,6 +12,8 @@ pub(crate) struct Options {
     /// `stream_options.include_usage`: adds `"usage": null` to every chunk and a final
     /// usage-only chunk, as OpenAI does.
     pub include_usage: bool,
+    /// LiteLLM's `thinking_blocks` beside `reasoning_content` ([`crate::Quirks`]).
+    pub thinking_blocks: bool,
 }
 
 impl Options {
@@ -22,6 +24,7 @@ impl Options {
                 .pointer("/stream_options/include_usage")
                 .and_then(Value::as_bool)
                 .unwrap_or(false),
+            thinking_blocks: false,
         }
     }
 }
@@ -111,10 +114,16 @@ pub(crate) fn stream_frames(ctx: &Ctx<'_>, opts: Options) -> Vec<Frame> {
     )];
     if let Some(thinking) = &ctx.reply.thinking {
         for piece in ctx.chunks(thinking) {
-            frames.push(Frame::new(
-                FrameKind::Content,
-                delta(json!({"reasoning_content": piece})),
-            ));
+            let mut fragment = json!({"reasoning_content": piece});
+            if opts.thinking_blocks {
+                fragment["thinking_blocks"] = json!([{"type": "thinking", "thinking": piece}]);
+            }
+            frames.push(Frame::new(FrameKind::Content, delta(fragment)));
+        }
+        if opts.thinking_blocks {
+            let signed = json!({"reasoning_content": "", "thinking_blocks": [
+                {"type": "thinking", "thinking": "", "signature": signature(ctx)}]});
+            frames.push(Frame::new(FrameKind::Content, delta(signed)));
         }
     }
     if let Some(text) = &ctx.reply.text {
@@ -157,6 +166,11 @@ pub(crate) fn stream_frames(ctx: &Ctx<'_>, opts: Options) -> Vec<Frame> {
     }
     frames.push(Frame::new(FrameKind::Tail, "data: [DONE]\n\n".to_owned()));
     frames
+}
+
+/// The signature LiteLLM passes on for a reply's thinking.
+pub(crate) fn signature(ctx: &Ctx<'_>) -> String {
+    format!("sig-mock-{}", ctx.seq)
 }
 
 fn data(obj: &Value) -> String {

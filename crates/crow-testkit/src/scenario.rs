@@ -71,6 +71,12 @@ pub struct Quirks {
     /// one streams). Consumes no step.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub no_streamed_auto_tools: bool,
+    /// Claude thinking behind LiteLLM's Chat Completions: thinking streams as
+    /// `reasoning_content` plus `thinking_blocks` (the last one carrying the signature), and
+    /// an assistant turn with tool calls replayed without its signed `thinking_blocks` is
+    /// refused with HTTP 400, as Anthropic refuses it with thinking on.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub thinking_blocks: bool,
     /// An Anthropic model behind LiteLLM: a replayed tool call whose arguments are not a JSON
     /// object is refused with HTTP 400 (Chat Completions and Responses).
     #[serde(skip_serializing_if = "std::ops::Not::not")]

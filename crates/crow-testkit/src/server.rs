@@ -498,6 +498,7 @@ fn handle(shared: &Shared, api: Api, path: &str, headers: &HeaderMap, raw: Bytes
         if scenario.quirks.no_usage {
             options.include_usage = false;
         }
+        options.thinking_blocks = scenario.quirks.thinking_blocks;
         Served {
             step,
             seq,
@@ -684,6 +685,23 @@ fn quirk_refusal(quirks: &Quirks, api: Api, body: &Value) -> Option<(u16, String
         return Some((
             500,
             "mock: can only concatenate str (not \"NoneType\") to str".to_owned(),
+        ));
+    }
+    if quirks.thinking_blocks
+        && api == Api::OpenAi
+        && assistants().any(|m| {
+            m.get("tool_calls").is_some()
+                && !m
+                    .get("thinking_blocks")
+                    .and_then(Value::as_array)
+                    .is_some_and(|b| b.iter().any(|b| b.get("signature").is_some()))
+        })
+    {
+        return Some((
+            400,
+            "mock: Expected `thinking` or `redacted_thinking`, but found `tool_use`. When \
+             `thinking` is enabled, a final `assistant` message must start with a thinking block"
+                .to_owned(),
         ));
     }
     if quirks.strict_tool_arguments {

@@ -335,3 +335,31 @@ async fn an_oversized_tool_result_is_cut_to_fit_and_the_run_goes_on() {
         assert_eq!(refused, usize::from(!configured), "configured={configured}");
     }
 }
+
+/// Claude with thinking behind LiteLLM's Chat endpoint: the signed `thinking_blocks` it
+/// streams are kept and replayed with the tool calls, which Claude requires.
+#[tokio::test(flavor = "multi_thread")]
+async fn litellm_thinking_blocks_are_replayed_on_the_chat_path() {
+    let dir = git_repo();
+    let scenario = Scenario::new()
+        .quirks(Quirks {
+            thinking_blocks: true,
+            ..Quirks::default()
+        })
+        .reply(
+            Reply::thinking("I should look first.")
+                .with_tool_call("list_directory", json!({"path": "."})),
+        )
+        .reply(Reply::thinking("Now I know.").with_text("It is a git repository."));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let out = output(crow_run(dir.path(), &mock, "look around")).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 2, "no refusal, no retry");
+    let assistant = &requests[1].body["messages"][2];
+    assert_eq!(assistant["role"], "assistant");
+    assert_eq!(
+        assistant["thinking_blocks"],
+        json!([{"type": "thinking", "thinking": "I should look first.", "signature": "sig-mock-1"}])
+    );
+}

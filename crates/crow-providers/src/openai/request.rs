@@ -97,10 +97,26 @@ pub(super) enum WireMessage<'a> {
         content: Cow<'a, str>,
         #[serde(skip_serializing_if = "Vec::is_empty")]
         tool_calls: Vec<WireToolCall<'a>>,
+        /// Signed thinking handed back (LiteLLM turns it into Anthropic's blocks, which Claude
+        /// requires before tool calls when thinking is on). Only thinking a server signed.
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        thinking_blocks: Vec<WireThinkingBlock<'a>>,
     },
     Tool {
         tool_call_id: &'a str,
         content: &'a str,
+    },
+}
+
+#[derive(Serialize, Hash)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub(super) enum WireThinkingBlock<'a> {
+    Thinking {
+        thinking: &'a str,
+        signature: &'a str,
+    },
+    RedactedThinking {
+        data: &'a str,
     },
 }
 
@@ -201,8 +217,9 @@ pub(crate) fn body<'a>(
     (fields, messages)
 }
 
-/// One assistant message, or `None` when nothing in it can be sent. Thinking is dropped:
-/// OpenAI-compatible servers have no field to take it back.
+/// One assistant message, or `None` when nothing in it can be sent. Thinking goes back only
+/// where a server signed it (LiteLLM's `thinking_blocks`); plain reasoning text is dropped,
+/// since OpenAI-compatible servers have no field to take it back.
 fn assistant<'a>(parts: &'a [AssistantPart<'a>]) -> Option<WireMessage<'a>> {
     let content = crate::wire::joined_text(parts);
     let tool_calls: Vec<_> = parts
@@ -226,9 +243,26 @@ fn assistant<'a>(parts: &'a [AssistantPart<'a>]) -> Option<WireMessage<'a>> {
     if content.is_none() && tool_calls.is_empty() {
         return None;
     }
+    let thinking_blocks = parts
+        .iter()
+        .filter_map(|p| match p {
+            AssistantPart::Thinking {
+                text,
+                signature: Some(signature),
+            } => Some(WireThinkingBlock::Thinking {
+                thinking: text,
+                signature,
+            }),
+            AssistantPart::RedactedThinking(data) => {
+                Some(WireThinkingBlock::RedactedThinking { data })
+            }
+            _ => None,
+        })
+        .collect();
     Some(WireMessage::Assistant {
         content: content.unwrap_or(Cow::Borrowed("")),
         tool_calls,
+        thinking_blocks,
     })
 }
 

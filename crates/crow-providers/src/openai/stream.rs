@@ -31,6 +31,18 @@ struct Delta {
     /// OpenRouter, Ollama and vLLM (newer).
     reasoning: Option<String>,
     tool_calls: Option<Vec<ToolCallFragment>>,
+    /// LiteLLM in front of Claude: the thinking as Anthropic blocks, with the signature the
+    /// next request must carry back.
+    thinking_blocks: Option<Vec<ThinkingBlock>>,
+}
+
+#[derive(Deserialize)]
+struct ThinkingBlock {
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    thinking: Option<String>,
+    signature: Option<String>,
+    data: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -118,8 +130,24 @@ impl OpenAiParser {
                 .into_iter()
                 .flatten()
                 .find(|r| !r.is_empty());
+            let had_reasoning = reasoning.is_some();
             if let Some(text) = reasoning {
                 out.push(StreamDelta::Thinking { text });
+            }
+            for block in delta.thinking_blocks.into_iter().flatten() {
+                if block.kind.as_deref() == Some("redacted_thinking") {
+                    if let Some(data) = block.data.filter(|d| !d.is_empty()) {
+                        out.push(StreamDelta::RedactedThinking { data });
+                    }
+                    continue;
+                }
+                // The same text as `reasoning_content` when both come: taken once.
+                if !had_reasoning && let Some(text) = block.thinking.filter(|t| !t.is_empty()) {
+                    out.push(StreamDelta::Thinking { text });
+                }
+                if let Some(signature) = block.signature.filter(|s| !s.is_empty()) {
+                    out.push(StreamDelta::ThinkingSignature { signature });
+                }
             }
             if let Some(text) = delta.content
                 && !text.is_empty()

@@ -146,6 +146,46 @@ async fn reasoning_field_variant_and_whole_calls_in_one_chunk() {
 }
 
 #[tokio::test]
+async fn litellm_thinking_blocks_give_the_text_once_and_the_signature() {
+    let sse = [
+        chunk(
+            json!({"reasoning_content": "think", "thinking_blocks": [{"type": "thinking", "thinking": "think"}]}),
+            None,
+        ),
+        chunk(
+            json!({"reasoning_content": "", "thinking_blocks": [{"type": "thinking", "thinking": "", "signature": "sig"}]}),
+            None,
+        ),
+        // Only blocks (no reasoning_content): their text counts.
+        chunk(
+            json!({"thinking_blocks": [{"type": "thinking", "thinking": "more"}, {"type": "redacted_thinking", "data": "opaque"}]}),
+            None,
+        ),
+        chunk(json!({"content": "hi"}), Some("stop")),
+        "data: [DONE]\n\n".into(),
+    ]
+    .concat();
+    let got = decode(&sse).await;
+    let expected = vec![
+        Ok(StreamDelta::Thinking {
+            text: "think".into(),
+        }),
+        Ok(StreamDelta::ThinkingSignature {
+            signature: "sig".into(),
+        }),
+        Ok(StreamDelta::Thinking {
+            text: "more".into(),
+        }),
+        Ok(StreamDelta::RedactedThinking {
+            data: "opaque".into(),
+        }),
+        Ok(StreamDelta::Text { text: "hi".into() }),
+        finish(FinishReason::Stop),
+    ];
+    assert_eq!(format!("{got:?}"), format!("{expected:?}"));
+}
+
+#[tokio::test]
 async fn repeated_id_and_name_and_argumentless_calls() {
     let sse = [
         chunk(
