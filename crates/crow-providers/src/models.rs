@@ -6,7 +6,35 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::error::{classify_status, classify_transport, server_message};
 use crate::{ProviderKind, ProviderSettings, catalog};
+
+/// A plain 404 (not Ollama's "model not found") from a server configured as Ollama.
+pub(crate) fn not_ollama(url: &str, said: &str) -> String {
+    format!(
+        "not found (HTTP 404): {url}{said} — the server does not speak Ollama's API; for an \
+         OpenAI-compatible server (llama.cpp, vLLM, LM Studio) use type = \"openai\" with the \
+         base URL ending in /v1"
+    )
+}
+
+/// A 404 on the model list: the base URL is not the API the provider's type speaks. A plain
+/// 404 to Ollama's `/api/tags` is a server that is not Ollama at all.
+fn not_listed(kind: ProviderKind, url: &str, body: &str) -> String {
+    let said = server_message(body);
+    let said = if said.is_empty() {
+        String::new()
+    } else {
+        format!(" ({said})")
+    };
+    match kind {
+        ProviderKind::Ollama => not_ollama(url, &said),
+        _ => format!(
+            "not found (HTTP 404): {url}{said} — the server lists no models there; check the \
+             base URL (OpenAI-compatible servers usually end in /v1)"
+        ),
+    }
+}
 
 /// One model a provider lists.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,29 +81,31 @@ pub async fn list_models(settings: &ProviderSettings) -> Result<Vec<ListedModel>
     for (name, value) in &settings.headers {
         request = request.header(name, value);
     }
+    // The same words as a model call's errors: one wording for one failure.
+    let mut ctx = settings.error_context(match settings.kind {
+        ProviderKind::OpenAi => crate::openai::OPENAI_API_KEY_ENV,
+        ProviderKind::Anthropic => crate::anthropic::ANTHROPIC_API_KEY_ENV,
+        ProviderKind::Ollama => "OLLAMA_API_KEY",
+    });
+    ctx.url.clone_from(&url);
     let response = request
         .timeout(Duration::from_secs(30))
         .send()
         .await
-        .map_err(|e| format!("cannot list the models at {url}: {}", e.without_url()))?;
+        .map_err(|e| classify_transport(&e, &ctx).message)?;
     let status = response.status();
+    if !status.is_success() {
+        let headers = response.headers().clone();
+        let text = response.text().await.unwrap_or_default();
+        if status.as_u16() == 404 {
+            return Err(not_listed(settings.kind, &url, &text));
+        }
+        return Err(classify_status(status.as_u16(), &headers, &text, &ctx).message);
+    }
     let body: Value = response
         .json()
         .await
         .map_err(|e| format!("{url} answered {status} without a JSON model list: {e}"))?;
-    if !status.is_success() {
-        let detail = body
-            .pointer("/error/message")
-            .or_else(|| body.get("error"))
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        let hint = if matches!(status.as_u16(), 401 | 403) {
-            " (check the provider's key)"
-        } else {
-            ""
-        };
-        return Err(format!("{url} answered {status}: {detail}{hint}"));
-    }
     // OpenAI and Anthropic list `data[].id`; Ollama's `/api/tags` lists `models[].name`.
     let items = body["data"]
         .as_array()

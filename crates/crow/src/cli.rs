@@ -110,6 +110,10 @@ pub(crate) enum Command {
         /// with a key
         #[arg(long, short)]
         provider: Option<String>,
+        /// Ask this server instead (as `crow run --base-url`; without --provider, an
+        /// OpenAI-compatible server)
+        #[arg(long)]
+        base_url: Option<String>,
         /// Trust the project's own config for this run (as `crow run --trust-project`)
         #[arg(long)]
         trust_project: bool,

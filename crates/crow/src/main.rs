@@ -211,8 +211,9 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
         Command::Demo { json, dir } => demo::run(json, dir).await,
         Command::Models {
             provider,
+            base_url,
             trust_project,
-        } => models::command(provider, trust_project).await,
+        } => models::command(provider, base_url, trust_project).await,
         Command::Stats(args) => {
             let cwd = std::env::current_dir().context("cannot read the current directory")?;
             let (root, _) = wiring::find_project_root(&cwd);

@@ -9,19 +9,28 @@ use crate::config::{self, Overrides};
 use crate::wiring;
 
 /// `crow models`: each provider's list, the session's model marked.
-pub async fn command(only: Option<String>, trust_project: bool) -> Result<ExitCode> {
+pub async fn command(
+    only: Option<String>,
+    base_url: Option<String>,
+    trust_project: bool,
+) -> Result<ExitCode> {
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
     let (root, _) = wiring::find_project_root(&cwd);
     let flags = Overrides {
         trust_project,
+        // Selects the provider as `crow run` would: --provider, else the base URL's.
+        provider: only.clone(),
+        base_url,
         ..Overrides::default()
     };
     let loaded = config::load(&root, &flags)?;
     loaded.require_trust(&root)?;
     let selected = wiring::select_provider(&loaded).ok();
-    let names: Vec<String> = match &only {
-        Some(name) => vec![name.clone()],
-        None => loaded.config.providers.keys().cloned().collect(),
+    let names: Vec<String> = match (&only, &loaded.base_url_override, &selected) {
+        (Some(name), _, _) => vec![name.clone()],
+        // One server asked for: only the provider that goes there.
+        (None, Some(_), Some(selected)) => vec![selected.name.clone()],
+        _ => loaded.config.providers.keys().cloned().collect(),
     };
     let mut failed = false;
     let mut shown = 0;
@@ -64,9 +73,14 @@ pub async fn command(only: Option<String>, trust_project: bool) -> Result<ExitCo
                     } else {
                         " "
                     };
-                    let window = m
-                        .context_window
-                        .map(|w| format!("{}k context", w / 1000))
+                    // What compaction plans with: the configured window, else the server's
+                    // or the catalog's.
+                    let configured = pc
+                        .and_then(|p| p.models.get(&m.id))
+                        .and_then(|c| c.context_window);
+                    let window = configured
+                        .or(m.context_window)
+                        .map(|w| format!("{} context", tokens(w)))
                         .unwrap_or_default();
                     println!("  {mark} {:<48} {window}", m.id);
                 }
@@ -87,4 +101,13 @@ pub async fn command(only: Option<String>, trust_project: bool) -> Result<ExitCo
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// 8192 → "8k", 128000 → "128k", 1048576 → "1049k": what windows are called.
+fn tokens(n: u64) -> String {
+    if n >= 1000 && n % 1024 == 0 && n < 1_000_000 {
+        format!("{}k", n / 1024)
+    } else {
+        format!("{}k", (n + 500) / 1000)
+    }
 }

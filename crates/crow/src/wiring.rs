@@ -40,6 +40,16 @@ pub fn select_provider(loaded: &LoadedConfig) -> Result<Selection> {
                 .unwrap_or_default();
             (name.clone(), format!("provider = \"{name}\" ({source})"))
         }
+        // A server's address without a provider: an OpenAI-compatible server (vLLM,
+        // llama.cpp, LM Studio, LiteLLM), which needs no key when it is local.
+        None if loaded.base_url_override.is_some() => (
+            "openai".to_owned(),
+            "--base-url without a provider: an OpenAI-compatible server".to_owned(),
+        ),
+        None if from_env(loaded, "providers.openai.base_url") => (
+            "openai".to_owned(),
+            "OPENAI_BASE_URL is set: an OpenAI-compatible server".to_owned(),
+        ),
         None => keyed("openai")
             .or_else(|| keyed("anthropic"))
             .unwrap_or_else(|| {
@@ -55,6 +65,14 @@ pub fn select_provider(loaded: &LoadedConfig) -> Result<Selection> {
         reason,
         settings,
     })
+}
+
+/// Whether config key `key` got its value from the environment (rather than a file or flag).
+fn from_env(loaded: &LoadedConfig, key: &str) -> bool {
+    loaded
+        .sources
+        .get(key)
+        .is_some_and(|(_, source)| matches!(source, crate::config::Source::Env(_)))
 }
 
 fn env_set(var: &str) -> bool {

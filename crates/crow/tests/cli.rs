@@ -476,3 +476,73 @@ async fn models_lists_what_the_provider_serves_with_the_sessions_model_marked() 
     assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
     assert!(out.stdout.contains("mock-small"), "{}", out.stdout);
 }
+
+/// README's vLLM / llama.cpp line with no key anywhere: `--base-url` without a provider (or
+/// OPENAI_BASE_URL alone) is an OpenAI-compatible server, which needs no key.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_base_url_without_a_provider_or_key_is_an_openai_compatible_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = crow_testkit::MockLlm::start(
+        crow_testkit::Scenario::new()
+            .reply(crow_testkit::Reply::text("from flag"))
+            .reply(crow_testkit::Reply::text("from env")),
+    )
+    .await
+    .unwrap();
+    let mut cmd = crow(dir.path());
+    cmd.args([
+        "run",
+        "--json",
+        "--model",
+        "Qwen/Qwen2.5-Coder-7B",
+        "--base-url",
+    ])
+    .arg(mock.openai_base_url())
+    .arg("hi");
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    let mut cmd = crow(dir.path());
+    cmd.args(["run", "--json", "--model", "Qwen/Qwen2.5-Coder-7B", "hi"])
+        .env("OPENAI_BASE_URL", mock.openai_base_url());
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    let paths: Vec<_> = mock.requests().iter().map(|r| r.path.clone()).collect();
+    assert_eq!(paths, ["/v1/chat/completions", "/v1/chat/completions"]);
+}
+
+/// `crow models --base-url` asks that one server, and shows the window configured for a
+/// model over the server's or the catalog's.
+#[tokio::test(flavor = "multi_thread")]
+async fn models_asks_the_base_url_and_shows_configured_windows() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = crow_testkit::MockLlm::start(crow_testkit::Scenario::new())
+        .await
+        .unwrap();
+    write_user_config(
+        dir.path(),
+        "[providers.openai.models.\"mock-small\"]\ncontext_window = 8192\n",
+    );
+    let mut cmd = crow(dir.path());
+    cmd.args(["models", "--base-url"])
+        .arg(mock.openai_base_url());
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
+    assert_eq!(
+        out.stdout.lines().filter(|l| !l.starts_with(' ')).count(),
+        1,
+        "one server: {}",
+        out.stdout
+    );
+    let small = out
+        .stdout
+        .lines()
+        .find(|l| l.contains("mock-small"))
+        .unwrap();
+    assert!(small.ends_with("8k context"), "{small}");
+    let model = out
+        .stdout
+        .lines()
+        .find(|l| l.contains("mock-model"))
+        .unwrap();
+    assert!(model.ends_with("32k context"), "{model}");
+}

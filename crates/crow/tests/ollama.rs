@@ -174,3 +174,56 @@ async fn crow_models_lists_what_ollama_has() {
         out.stdout
     );
 }
+
+/// A server that answers every request with a plain 404 (llama.cpp's server, vLLM): not
+/// Ollama, whatever the config says.
+async fn plain_404_server() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        while let Ok((mut socket, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 64 * 1024];
+                let _ = socket.read(&mut buf).await;
+                let body = "404 page not found";
+                let head = format!(
+                    "HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = socket.write_all(format!("{head}{body}").as_bytes()).await;
+            });
+        }
+    });
+    url
+}
+
+/// `--provider ollama` (or `type = "ollama"`) against a server that is not Ollama: the error
+/// says so and how to configure it, instead of leading with `ollama pull`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_that_is_not_ollama_is_told_apart_from_a_missing_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = plain_404_server().await;
+    write_user_config(
+        dir.path(),
+        &format!(
+            "provider = \"local\"\n[providers.local]\ntype = \"ollama\"\nbase_url = \"{url}/v1\"\nmodel = \"qwen\"\n"
+        ),
+    );
+    let mut cmd = crow(dir.path());
+    cmd.args(["models", "--provider", "local"]);
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(1), "stdout: {}", out.stdout);
+    assert!(
+        out.stdout.contains("does not speak Ollama's API") && !out.stdout.contains("ollama pull"),
+        "{}",
+        out.stdout
+    );
+    let out = output(run(dir.path(), "hi")).await;
+    assert_eq!(out.code, Some(1), "stdout: {}", out.stdout);
+    assert!(
+        out.stderr.contains("does not speak Ollama's API") && !out.stderr.contains("ollama pull"),
+        "{}",
+        out.stderr
+    );
+}

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use crow_core::{ChatRequest, DeltaStream, ProviderError};
+use crow_core::{ChatRequest, DeltaStream, ProviderError, ProviderErrorKind};
 
 use crate::encode::PrefixCache;
 use crate::http::{Endpoint, WireApi};
@@ -170,8 +170,25 @@ impl WireApi for OllamaProvider {
             .post_ndjson(body, parser)
             .await
             .map_err(|e| match e.status {
-                // "model 'x' not found": say how to get it.
-                Some(404) => ollama_error(&e.message, &self.model).with_status(404),
+                Some(404) => {
+                    // What the server said, after the generic 404 wording.
+                    let requested = format!("(requested {})", self.endpoint.url());
+                    let said = e
+                        .message
+                        .split_once(&requested)
+                        .map_or("", |(_, rest)| rest);
+                    let lower = said.to_ascii_lowercase();
+                    if lower.contains("model") && lower.contains("not found") {
+                        // Ollama's "model 'x' not found": say how to get it.
+                        ollama_error(said.trim_start_matches(": "), &self.model).with_status(404)
+                    } else {
+                        ProviderError::new(
+                            ProviderErrorKind::NotFound,
+                            crate::models::not_ollama(self.endpoint.url(), said),
+                        )
+                        .with_status(404)
+                    }
+                }
                 _ => e,
             })
     }

@@ -37,6 +37,8 @@ pub struct OpenAiProvider {
     /// and the same request without streaming worked: from then on such requests go
     /// unstreamed.
     streams_tools: AtomicBool,
+    /// The endpoint is OpenAI's own API.
+    openai_itself: bool,
 }
 
 impl OpenAiProvider {
@@ -70,6 +72,7 @@ impl OpenAiProvider {
             endpoint,
             encoded: PrefixCache::default(),
             streams_tools: AtomicBool::new(true),
+            openai_itself: openai_itself(&settings.base_url),
         })
     }
 
@@ -132,6 +135,7 @@ impl WireApi for OpenAiProvider {
             max_tokens: self.max_tokens,
             reasoning_effort: self.reasoning_effort.map(crate::ReasoningEffort::as_str),
             prompt_cache_key: self.prompt_cache_key,
+            thinking_blocks: !self.openai_itself,
         };
         let (fields, messages) = request::body(request, &options);
         self.encoded.encode(&fields, &messages)

@@ -13,6 +13,9 @@ pub(crate) struct BodyOptions<'a> {
     pub reasoning_effort: Option<&'a str>,
     /// Send the session id as `prompt_cache_key`.
     pub prompt_cache_key: bool,
+    /// Hand signed thinking back as `thinking_blocks` (not to OpenAI's own API, which has no
+    /// such field).
+    pub thinking_blocks: bool,
 }
 
 /// The body's fields but `messages`, which [`crate::encode::PrefixCache`] appends.
@@ -183,7 +186,7 @@ pub(crate) fn body<'a>(
                 });
             }
             Message::Assistant { parts } => {
-                if let Some(m) = assistant(parts) {
+                if let Some(m) = assistant(parts, options.thinking_blocks) {
                     messages.push(m);
                 }
             }
@@ -220,7 +223,7 @@ pub(crate) fn body<'a>(
 /// One assistant message, or `None` when nothing in it can be sent. Thinking goes back only
 /// where a server signed it (LiteLLM's `thinking_blocks`); plain reasoning text is dropped,
 /// since OpenAI-compatible servers have no field to take it back.
-fn assistant<'a>(parts: &'a [AssistantPart<'a>]) -> Option<WireMessage<'a>> {
+fn assistant<'a>(parts: &'a [AssistantPart<'a>], thinking_blocks: bool) -> Option<WireMessage<'a>> {
     let content = crate::wire::joined_text(parts);
     let tool_calls: Vec<_> = parts
         .iter()
@@ -245,6 +248,7 @@ fn assistant<'a>(parts: &'a [AssistantPart<'a>]) -> Option<WireMessage<'a>> {
     }
     let thinking_blocks = parts
         .iter()
+        .filter(|_| thinking_blocks)
         .filter_map(|p| match p {
             AssistantPart::Thinking {
                 text,
