@@ -48,6 +48,9 @@ pub struct Reverted {
     pub conflicts: Vec<PathBuf>,
     /// Files that could not be restored and why (too large or unreadable when snapshotted).
     pub unrestorable: Vec<(PathBuf, String)>,
+    /// An earlier undo or redo was cut off (the process killed mid-way) and this one finished
+    /// the files it left: those already as the target count as restored, not as conflicts.
+    pub resumed: bool,
 }
 
 /// A snapshot could not be taken, read or restored.

@@ -261,6 +261,9 @@ impl Snapshotter for SnapshotStore {
     fn revert(&self, from: &str, to: &str, force: bool) -> Result<Reverted, SnapshotError> {
         let (from, to) = (self.manifest(from)?, self.manifest(to)?);
         let _lock = self.lock()?;
-        Ok(revert::revert(self, &from, &to, force)?)
+        let resumed = revert::Journal::recover(&self.dir);
+        let mut reverted = revert::revert(self, &from, &to, force)?;
+        reverted.resumed = resumed;
+        Ok(reverted)
     }
 }

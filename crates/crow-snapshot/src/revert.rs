@@ -1,6 +1,9 @@
 //! Undo and redo on disk: put the files that differ between two snapshots back as in the
-//! target, after checking every one is still as in the source. Everything is checked and
-//! every blob read before the first write, so a conflict or a missing blob changes nothing.
+//! target, after checking every one is still as in the source (or already as in the target:
+//! what a revert cut off by a kill left, so running it again finishes it). Everything is
+//! checked and every blob read before the first write, so a conflict or a missing blob
+//! changes nothing. A journal (`journal.json` in the store) names the paths being written
+//! while a revert runs; the next revert removes the temporary files a killed one left.
 //! Empty directories (a change whose path ends in `/`) are made or removed too: made last,
 //! after the removals that may have taken an emptied parent with them.
 
@@ -66,10 +69,16 @@ pub(crate) fn revert(
             plan.push((change, path, action));
             continue;
         }
+        let target = to.files.get(&key);
+        // Already as the target (an interrupted revert got here): nothing to write.
+        if target.is_none_or(|t| t.skipped.is_none()) && on_disk_as(&path, target) {
+            out.restored.push(change);
+            continue;
+        }
         if !on_disk_as(&path, from.files.get(&key)) {
             out.conflicts.push(change.path.clone());
         }
-        let action = match to.files.get(&key) {
+        let action = match target {
             None => Action::Remove,
             Some(Entry {
                 skipped: Some(why), ..
@@ -108,8 +117,17 @@ pub(crate) fn revert(
         plan.push((change, path, action));
     }
     if !out.conflicts.is_empty() && !force {
+        out.restored.clear();
         return Ok(out);
     }
+    let journal = Journal {
+        pid: std::process::id(),
+        paths: plan
+            .iter()
+            .map(|(_, path, _)| path.to_string_lossy().into_owned())
+            .collect(),
+    };
+    journal.write(&store.dir)?;
     // Directories are made after every removal: removing a file takes the directories it
     // leaves empty, one of which the target may keep.
     let (dirs, rest): (Vec<_>, Vec<_>) = plan
@@ -119,8 +137,69 @@ pub(crate) fn revert(
         apply(&store.root, &path, action)?;
         out.restored.push(change);
     }
+    Journal::remove(&store.dir);
     out.restored.sort();
     Ok(out)
+}
+
+/// The paths a revert is writing, kept until it ends: one that is still there at the next
+/// revert was cut off.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub(crate) struct Journal {
+    pid: u32,
+    paths: Vec<String>,
+}
+
+impl Journal {
+    fn path(dir: &Path) -> PathBuf {
+        dir.join("journal.json")
+    }
+
+    fn write(&self, dir: &Path) -> Result<(), Error> {
+        let path = Self::path(dir);
+        let bytes = serde_json::to_vec(self).map_err(|e| Error::Damaged {
+            path: path.clone(),
+            detail: e.to_string(),
+        })?;
+        files::write_private(&path, &bytes).map_err(io(&path))
+    }
+
+    fn remove(dir: &Path) {
+        let _ = fs::remove_file(Self::path(dir));
+    }
+
+    /// After a revert that was cut off: removes the temporary files it left beside the paths
+    /// it was writing. Whether there was one.
+    pub(crate) fn recover(dir: &Path) -> bool {
+        let Some(journal) = fs::read(Self::path(dir))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Journal>(&b).ok())
+        else {
+            return Self::path(dir).exists() && {
+                Self::remove(dir);
+                true
+            };
+        };
+        let prefix = format!(".tmp-{}-", journal.pid);
+        for path in &journal.paths {
+            let path = Path::new(path);
+            let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+                continue;
+            };
+            let suffix = format!("-{}", name.to_string_lossy());
+            let Ok(siblings) = fs::read_dir(parent) else {
+                continue;
+            };
+            for sibling in siblings.flatten() {
+                let sibling_name = sibling.file_name().to_string_lossy().into_owned();
+                if sibling_name.starts_with(&prefix) && sibling_name.ends_with(&suffix) {
+                    let _ = fs::remove_file(sibling.path());
+                }
+            }
+        }
+        Self::remove(dir);
+        true
+    }
 }
 
 /// Directories the change made and left empty go too (never the root, nothing outside it).

@@ -327,3 +327,50 @@ fn walk_manifests(dir: &Path) -> Vec<String> {
     }
     out
 }
+
+/// A revert killed half-way (what `kill -9` during `crow undo` leaves: some files restored,
+/// a temporary file, the journal) is finished by the next one: the files already restored
+/// are not conflicts, the rest are restored, and the temporary file goes.
+#[test]
+fn an_undo_cut_off_half_way_is_finished_by_the_next() {
+    let f = fixture();
+    let store = SnapshotStore::open(&f.base, &f.project, Options::default()).unwrap();
+    let original = tree(&f.project);
+    let before = store.take().unwrap();
+    fs::write(f.project.join("README.md"), "agent\n").unwrap();
+    fs::write(f.project.join("src/main.rs"), "agent\n").unwrap();
+    fs::remove_file(f.project.join("gone.txt")).unwrap();
+    let after = store.take().unwrap();
+
+    // The killed undo: README.md restored, gone.txt half-written, main.rs not reached.
+    fs::write(f.project.join("README.md"), "hello\n").unwrap();
+    fs::set_permissions(
+        f.project.join("README.md"),
+        fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    let leftover = f.project.join(".tmp-4242-7-gone.txt");
+    fs::write(&leftover, "soon").unwrap();
+    let journal = serde_json::json!({
+        "pid": 4242,
+        "paths": [
+            f.project.join("README.md"),
+            f.project.join("gone.txt"),
+            f.project.join("src/main.rs"),
+        ],
+    });
+    fs::write(store.dir().join("journal.json"), journal.to_string()).unwrap();
+
+    let finished = store.revert(&after, &before, false).unwrap();
+    assert!(finished.conflicts.is_empty(), "{:?}", finished.conflicts);
+    assert!(finished.resumed);
+    assert_eq!(finished.restored.len(), 3);
+    assert!(!leftover.exists(), "the temporary file is gone");
+    assert_eq!(tree(&f.project), original);
+    assert!(!store.dir().join("journal.json").exists());
+
+    // A revert that ran to its end leaves no journal, and the next is not "resumed".
+    let redone = store.revert(&before, &after, false).unwrap();
+    assert!(!redone.resumed && redone.conflicts.is_empty());
+    assert!(!store.dir().join("journal.json").exists());
+}

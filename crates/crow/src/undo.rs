@@ -185,6 +185,11 @@ pub fn apply(
             stack.done.len()
         )
     };
+    if reverted.resumed {
+        text.push_str(
+            "\n(An earlier undo or redo was cut off while restoring files; this one finished it.)",
+        );
+    }
     for change in &reverted.restored {
         text.push_str(&format!("\n  {}", shown(change)));
     }
