@@ -316,7 +316,7 @@ impl BaseAgent {
             let truncated = response.finish == Some(FinishReason::MaxTokens);
             let may_change = self.batch_may_change(&response.calls);
             if may_change {
-                self.snapshot_before(&mut snaps).await;
+                self.snapshot_before(session, &mut snaps).await;
             }
             let mut executed = self
                 .run_tools(session, events, &cancel, response.calls, truncated)

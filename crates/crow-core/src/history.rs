@@ -220,12 +220,23 @@ pub enum SystemEvent {
         description: String,
     },
     /// A batch of tool calls changed files (seen by comparing snapshots, `snapshot.rs`):
-    /// `turn` is the snapshot taken before the turn's first change, `after` the one after
-    /// this batch.
+    /// `turn` is the snapshot taken before the turn's first change, `before` the one before
+    /// this batch (absent in sessions older than it), `after` the one after it. `changes`
+    /// are from `before` to `after`: what others did between the agent's batches is not the
+    /// agent's. Empty `changes`: the batch changed nothing (it closes its `SnapshotStarted`).
     Snapshot {
         turn: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        before: Option<String>,
         after: String,
         changes: Vec<crate::snapshot::FileChange>,
+    },
+    /// A batch that may change files is about to run on the tree `before`. Its `Snapshot`
+    /// follows unless crow was stopped during the batch or its snapshot: undo then still
+    /// knows where the step began.
+    SnapshotStarted {
+        turn: String,
+        before: String,
     },
     /// The user undid (or redid) a turn's changes: the files that differ between snapshot
     /// `from` and `to` were put back as in `to`. The model is sent `note`.

@@ -60,7 +60,8 @@ pub use provider::{
 };
 pub use session::{HistorySink, Session, Steering};
 pub use snapshot::{
-    ChangeKind, FileChange, Reverted, SnapshotError, Snapshotter, TurnChange, UndoStack, undo_stack,
+    ChangeKind, FileChange, OPEN_END, Reverted, SnapshotError, Snapshotter, Step as SnapshotStep,
+    TurnChange, UndoStack, undo_stack,
 };
 pub use store::{
     NewSession, SessionFilter, SessionInfo, SessionSettings, SessionStatus, SessionStore,

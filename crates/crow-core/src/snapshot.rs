@@ -68,18 +68,57 @@ pub trait Snapshotter: Send + Sync {
     /// Puts the files that differ between `from` and `to` back as they are in `to`, after
     /// checking that each is on disk as in `from` (a file that is not is a conflict: without
     /// `force` nothing is written). Undo is `revert(after, before)`, redo the reverse.
-    fn revert(&self, from: &str, to: &str, force: bool) -> Result<Reverted, SnapshotError>;
+    fn revert(&self, from: &str, to: &str, force: bool) -> Result<Reverted, SnapshotError> {
+        self.revert_only(from, to, None, force)
+    }
+    /// [`revert`](Self::revert) limited to the paths in `only` (relative to the project root;
+    /// a directory's path without its trailing `/`): every other difference is left as it
+    /// is — another session's work, the user's.
+    fn revert_only(
+        &self,
+        from: &str,
+        to: &str,
+        only: Option<&std::collections::HashSet<PathBuf>>,
+        force: bool,
+    ) -> Result<Reverted, SnapshotError>;
 }
 
 /// One agent turn that changed files, as recorded in the timeline.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TurnChange {
     pub agent: String,
-    /// Snapshot before the turn's first change, and after its last one.
+    /// Snapshot before the turn's first change, and after its last one ([`OPEN_END`] when
+    /// the last step never recorded its end: the tree as it is now stands in).
     pub before: String,
     pub after: String,
-    /// The turn's net changes.
+    /// The turn's net changes (without those of a step that never recorded its end).
     pub files: Vec<FileChange>,
+    /// Each changing step's own snapshots, in order: what lies between one step's `after`
+    /// and the next one's `before` was done by someone else (another session, the user).
+    /// Empty for sessions recorded before steps were.
+    pub steps: Vec<Step>,
+}
+
+/// One batch's snapshots.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Step {
+    pub before: String,
+    /// [`OPEN_END`] for a step crow was stopped in and nothing came after.
+    pub after: String,
+    /// Crow was stopped in this step: its changes were never recorded (the turn's `files`
+    /// lack them); they are what differs from `before` to `after`.
+    pub interrupted: bool,
+}
+
+/// The `after` of a step that never recorded one: crow was stopped during it or its
+/// snapshot. Undo compares with the tree as it is then.
+pub const OPEN_END: &str = "";
+
+impl TurnChange {
+    /// Whether the turn's last step never recorded its end.
+    pub fn open_end(&self) -> bool {
+        self.after == OPEN_END
+    }
 }
 
 /// The timeline read as undo/redo stacks: `done` in order (the last is what `/undo`
@@ -97,33 +136,35 @@ pub fn undo_stack<'a>(timeline: impl IntoIterator<Item = (&'a str, &'a EntryKind
     let mut stack = UndoStack::default();
     // Whether the last `done` turn may still grow (no undo or other turn came between).
     let mut open = false;
+    // A step that began and has not recorded its end: (agent, turn, before).
+    let mut pending: Option<(&str, &str, &str)> = None;
     for (agent, kind) in timeline {
         let EntryKind::System { event } = kind else {
             continue;
         };
         match event {
+            SystemEvent::SnapshotStarted { turn, before } => {
+                // The step before never ended (crow was stopped in it): it ends where this
+                // one begins.
+                if let Some((agent, turn, start)) = pending.take() {
+                    add_step(&mut stack, &mut open, agent, turn, start, before, &[]);
+                }
+                pending = Some((agent, turn.as_str(), before.as_str()));
+            }
             SystemEvent::Snapshot {
                 turn,
+                before,
                 after,
                 changes,
             } => {
-                if open
-                    && let Some(last) = stack.done.last_mut()
-                    && last.agent == agent
-                    && last.before == *turn
-                {
-                    last.after = after.clone();
-                    merge_changes(&mut last.files, changes);
+                if pending.is_some_and(|(_, _, start)| before.as_deref() == Some(start)) {
+                    pending = None;
+                }
+                if changes.is_empty() {
                     continue;
                 }
-                stack.undone.clear();
-                stack.done.push(TurnChange {
-                    agent: agent.to_owned(),
-                    before: turn.clone(),
-                    after: after.clone(),
-                    files: changes.clone(),
-                });
-                open = true;
+                let start = before.as_deref().unwrap_or(OPEN_END);
+                add_step(&mut stack, &mut open, agent, turn, start, after, changes);
             }
             SystemEvent::FilesRestored { redo, .. } => {
                 open = false;
@@ -138,7 +179,48 @@ pub fn undo_stack<'a>(timeline: impl IntoIterator<Item = (&'a str, &'a EntryKind
             _ => {}
         }
     }
+    if let Some((agent, turn, start)) = pending {
+        add_step(&mut stack, &mut open, agent, turn, start, OPEN_END, &[]);
+    }
     stack
+}
+
+/// Adds one step to the turn it belongs to, or starts a turn. A step without a recorded
+/// `before` (an older session) adds no [`Step`]; one with an unknown end adds no changes
+/// (undo finds them).
+fn add_step(
+    stack: &mut UndoStack,
+    open: &mut bool,
+    agent: &str,
+    turn: &str,
+    before: &str,
+    after: &str,
+    changes: &[FileChange],
+) {
+    let step = (before != OPEN_END).then(|| Step {
+        before: before.to_owned(),
+        after: after.to_owned(),
+        interrupted: changes.is_empty(),
+    });
+    if *open
+        && let Some(last) = stack.done.last_mut()
+        && last.agent == agent
+        && last.before == turn
+    {
+        last.after = after.to_owned();
+        merge_changes(&mut last.files, changes);
+        last.steps.extend(step);
+        return;
+    }
+    stack.undone.clear();
+    stack.done.push(TurnChange {
+        agent: agent.to_owned(),
+        before: turn.to_owned(),
+        after: after.to_owned(),
+        files: changes.to_vec(),
+        steps: step.into_iter().collect(),
+    });
+    *open = true;
 }
 
 /// Adds a later batch's changes to a turn's: created then deleted is no change, created then
@@ -193,6 +275,7 @@ mod tests {
         EntryKind::System {
             event: SystemEvent::Snapshot {
                 turn: turn.into(),
+                before: None,
                 after: after.into(),
                 changes: files,
             },

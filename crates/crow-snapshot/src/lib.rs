@@ -258,11 +258,17 @@ impl Snapshotter for SnapshotStore {
         Ok(self.manifest(from)?.diff(&*self.manifest(to)?))
     }
 
-    fn revert(&self, from: &str, to: &str, force: bool) -> Result<Reverted, SnapshotError> {
+    fn revert_only(
+        &self,
+        from: &str,
+        to: &str,
+        only: Option<&HashSet<PathBuf>>,
+        force: bool,
+    ) -> Result<Reverted, SnapshotError> {
         let (from, to) = (self.manifest(from)?, self.manifest(to)?);
         let _lock = self.lock()?;
         let resumed = revert::Journal::recover(&self.dir);
-        let mut reverted = revert::revert(self, &from, &to, force)?;
+        let mut reverted = revert::revert(self, &from, &to, only, force)?;
         reverted.resumed = resumed;
         Ok(reverted)
     }

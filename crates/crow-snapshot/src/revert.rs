@@ -7,6 +7,7 @@
 //! Empty directories (a change whose path ends in `/`) are made or removed too: made last,
 //! after the removals that may have taken an emptied parent with them.
 
+use std::collections::HashSet;
 use std::fs;
 use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -37,12 +38,18 @@ pub(crate) fn revert(
     store: &SnapshotStore,
     from: &Manifest,
     to: &Manifest,
+    only: Option<&HashSet<PathBuf>>,
     force: bool,
 ) -> Result<Reverted, Error> {
     let mut out = Reverted::default();
     let mut plan: Vec<(FileChange, PathBuf, Action)> = Vec::new();
     for change in from.diff(to) {
         let key = change.path.to_string_lossy().into_owned();
+        if let Some(only) = only
+            && !only.contains(Path::new(key.trim_end_matches('/')))
+        {
+            continue;
+        }
         let path = store.root.join(&change.path);
         if let Some(dir) = key.strip_suffix('/') {
             // Without the slash: `lstat("name/")` of a file fails as if nothing were there.

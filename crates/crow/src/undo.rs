@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use crow_core::{
-    CrewSession, EntryKind, FileChange, SessionFilter, SessionInfo, SessionStore, Snapshotter,
-    SystemEvent, TurnChange, undo_stack,
+    CrewSession, EntryKind, FileChange, OPEN_END, SessionFilter, SessionInfo, SessionStore,
+    Snapshotter, SystemEvent, TurnChange, undo_stack,
 };
 use crow_snapshot::SnapshotStore;
 
@@ -147,15 +147,55 @@ pub fn apply(
     let (Some(first), Some(last)) = (turns.first(), turns.last()) else {
         return Ok(not_done("Nothing to do.".into()));
     };
-    let (from, to) = if request.redo {
-        (first.before.clone(), first.after.clone())
+    let err = |e: crow_core::SnapshotError| anyhow::anyhow!("{e}");
+    // A step crow was stopped in stands on the tree as it is now.
+    let cut_off = turns.iter().any(|t| t.open_end());
+    let now = if cut_off {
+        snapshots.take().map_err(err)?
     } else {
-        (first.after.clone(), last.before.clone())
+        String::new()
     };
-    let reverted = snapshots
-        .revert(&from, &to, request.force)
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let end = |id: &str| {
+        if id == OPEN_END {
+            now.clone()
+        } else {
+            id.to_owned()
+        }
+    };
+    let (from, to) = if request.redo {
+        (first.before.clone(), end(&first.after))
+    } else {
+        (end(&first.after), last.before.clone())
+    };
     let verb = if request.redo { "redo" } else { "undo" };
+    let mine = own_paths(snapshots, &turns, &end)?;
+    // Paths of the agent's that someone else changed between its steps: putting them back
+    // would take that work with them.
+    if !request.redo && !request.force {
+        let others = changed_between_steps(snapshots, &turns, &end)?;
+        let mut shared: Vec<&PathBuf> = others.iter().filter(|p| mine.contains(*p)).collect();
+        if !shared.is_empty() {
+            shared.sort();
+            let mut text = format!(
+                "Nothing was changed: {} file(s) the agent changed were also changed between its \
+                 steps, by another session or by hand:",
+                shared.len()
+            );
+            for path in shared {
+                text.push_str(&format!("\n  {}", path.display()));
+            }
+            text.push_str(
+                "\nTo undo anyway and lose those changes: `/undo force` in the session, or `crow undo --force`.",
+            );
+            return Ok(Outcome {
+                status: Status::Conflict,
+                ..not_done(text)
+            });
+        }
+    }
+    let reverted = snapshots
+        .revert_only(&from, &to, Some(&mine), request.force)
+        .map_err(err)?;
     if !reverted.conflicts.is_empty() && !request.force {
         let mut text = format!(
             "Nothing was changed: {} file(s) differ from how the agent left them (edited since?):",
@@ -190,6 +230,12 @@ pub fn apply(
             "\n(An earlier undo or redo was cut off while restoring files; this one finished it.)",
         );
     }
+    if cut_off {
+        text.push_str(
+            "\n(crow was stopped during the agent's last step before it recorded its changes; \
+             they were found by comparing with the files now.)",
+        );
+    }
     for change in &reverted.restored {
         text.push_str(&format!("\n  {}", shown(change)));
     }
@@ -221,9 +267,9 @@ pub fn apply(
                 note.push_str(&missed);
             }
             let (from, to) = if request.redo {
-                (turn.before.clone(), turn.after.clone())
+                (turn.before.clone(), end(&turn.after))
             } else {
-                (turn.after.clone(), turn.before.clone())
+                (end(&turn.after), turn.before.clone())
             };
             (
                 turn.agent.clone(),
@@ -244,6 +290,53 @@ pub fn apply(
         entries,
         status: Status::Done,
     })
+}
+
+/// The paths the turns' own steps changed: what they recorded, and for a step crow was
+/// stopped in, what differs from its start to its end (or to the tree now).
+fn own_paths(
+    snapshots: &dyn Snapshotter,
+    turns: &[&TurnChange],
+    end: &dyn Fn(&str) -> String,
+) -> Result<HashSet<PathBuf>> {
+    let mut paths: HashSet<PathBuf> = HashSet::new();
+    for turn in turns {
+        paths.extend(turn.files.iter().map(|f| trimmed(&f.path)));
+        for step in turn.steps.iter().filter(|s| s.interrupted) {
+            let changes = snapshots
+                .diff(&step.before, &end(&step.after))
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            paths.extend(changes.iter().map(|f| trimmed(&f.path)));
+        }
+    }
+    Ok(paths)
+}
+
+/// What changed between one step's end and the next one's start, over the turns (given
+/// latest first): the work of others while the agent's model was thinking.
+fn changed_between_steps(
+    snapshots: &dyn Snapshotter,
+    turns: &[&TurnChange],
+    end: &dyn Fn(&str) -> String,
+) -> Result<HashSet<PathBuf>> {
+    let steps: Vec<&crow_core::SnapshotStep> =
+        turns.iter().rev().flat_map(|t| t.steps.iter()).collect();
+    let mut paths = HashSet::new();
+    for pair in steps.windows(2) {
+        let (done, next) = (end(&pair[0].after), &pair[1].before);
+        if done != *next {
+            let changes = snapshots
+                .diff(&done, next)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            paths.extend(changes.iter().map(|f| trimmed(&f.path)));
+        }
+    }
+    Ok(paths)
+}
+
+/// A change's path as `revert_only` matches it: a directory without its trailing `/`.
+fn trimmed(path: &Path) -> PathBuf {
+    PathBuf::from(path.to_string_lossy().trim_end_matches('/'))
 }
 
 fn shown(change: &FileChange) -> String {
@@ -335,9 +428,19 @@ fn recorded(store: &dyn SessionStore, id: &str) -> HashSet<String> {
     for entry in store.timeline(id).unwrap_or_default() {
         if let EntryKind::System { event } = entry.entry.kind {
             match event {
-                SystemEvent::Snapshot { turn, after, .. } => {
+                SystemEvent::Snapshot {
+                    turn,
+                    before,
+                    after,
+                    ..
+                } => {
                     ids.insert(turn);
+                    ids.extend(before);
                     ids.insert(after);
+                }
+                SystemEvent::SnapshotStarted { turn, before } => {
+                    ids.insert(turn);
+                    ids.insert(before);
                 }
                 SystemEvent::FilesRestored { from, to, .. } => {
                     ids.insert(from);

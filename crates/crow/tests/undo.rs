@@ -372,3 +372,107 @@ async fn empty_directories_a_turn_removed_come_back_and_a_refused_slash_undo_fai
         "nothing written"
     );
 }
+
+/// Waits until the mock has received `n` requests (the agent is waiting on its model).
+async fn requests_reach(mock: &MockLlm, n: usize) {
+    while mock.requests().len() < n {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
+
+/// Two sessions in one project: what the other one did while this agent's model was thinking
+/// is not this agent's to undo — its files stay; a file both changed is a conflict, named.
+#[tokio::test(flavor = "multi_thread")]
+async fn undo_leaves_what_another_session_did_between_the_agents_steps() {
+    for shared in [false, true] {
+        let (tmp, project) = workspace(false);
+        let before = tree(&project, false);
+        let scenario = Scenario::new()
+            .reply(Reply::tool_call(
+                "bash",
+                json!({"command": "echo mine > mine.txt && echo agent >> a.txt"}),
+            ))
+            // Streamed slowly: the other session works while this one waits for it.
+            .reply(
+                Reply::tool_call("bash", json!({"command": "echo more > more.txt"}))
+                    .with_chunk_size(4)
+                    .with_chunk_delay(150),
+            )
+            .reply(Reply::tool_call(
+                "task_complete",
+                json!({"summary": "done"}),
+            ));
+        let mock = MockLlm::start(scenario).await.unwrap();
+        let mut run = in_project(crow_run(tmp.path(), &mock, "work"), &project);
+        run.arg("--approve");
+        let running = tokio::spawn(output(run));
+        requests_reach(&mock, 2).await;
+        // The other session: fifteen files of its own, and (second round) a line in a.txt.
+        for i in 0..15 {
+            std::fs::write(project.join(format!("theirs{i}.txt")), "theirs\n").unwrap();
+        }
+        if shared {
+            let mut a = std::fs::read_to_string(project.join("a.txt")).unwrap();
+            a.push_str("other session\n");
+            std::fs::write(project.join("a.txt"), a).unwrap();
+        }
+        let out = running.await.unwrap();
+        assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+        let theirs = tree(&project, false);
+
+        let undone = output(undo(tmp.path(), &project, &[])).await;
+        if shared {
+            assert_eq!(undone.code, Some(8), "stdout: {}", undone.stdout);
+            assert!(
+                undone.stderr.contains("between its steps") && undone.stderr.contains("a.txt"),
+                "{}",
+                undone.stderr
+            );
+            assert_eq!(tree(&project, false), theirs, "nothing written");
+            continue;
+        }
+        assert_eq!(undone.code, Some(0), "stderr: {}", undone.stderr);
+        let now = tree(&project, false);
+        let mut expected = before.clone();
+        for i in 0..15 {
+            let name = format!("theirs{i}.txt");
+            expected.insert(name.clone(), theirs[&name].clone());
+        }
+        assert_eq!(
+            now, expected,
+            "the agent's changes gone, the other session's kept"
+        );
+    }
+}
+
+/// crow killed during a step (before its changes were recorded): undo still finds the step
+/// and reverts what it did, comparing with the files now.
+#[tokio::test(flavor = "multi_thread")]
+async fn undo_reverts_a_step_crow_was_killed_in() {
+    let (tmp, project) = workspace(false);
+    let before = tree(&project, false);
+    let scenario = Scenario::new().reply(Reply::tool_call(
+        "bash",
+        json!({"command": "mkdir made && for i in 1 2 3; do echo $i > made/f$i.txt; done && rm gone.txt && touch ready && sleep 60"}),
+    ));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let mut run = in_project(crow_run(tmp.path(), &mock, "work"), &project);
+    run.arg("--approve");
+    let mut child = run.spawn().unwrap();
+    while !project.join("ready").exists() {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    child.start_kill().unwrap();
+    child.wait().await.unwrap();
+
+    let undone = output(undo(tmp.path(), &project, &[])).await;
+    assert_eq!(undone.code, Some(0), "stderr: {}", undone.stderr);
+    assert!(
+        undone
+            .stdout
+            .contains("stopped during the agent's last step"),
+        "{}",
+        undone.stdout
+    );
+    assert_eq!(tree(&project, false), before);
+}

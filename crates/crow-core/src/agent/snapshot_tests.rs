@@ -54,7 +54,13 @@ impl Snapshotter for Memory {
         out.sort();
         Ok(out)
     }
-    fn revert(&self, _: &str, _: &str, _: bool) -> Result<Reverted, SnapshotError> {
+    fn revert_only(
+        &self,
+        _: &str,
+        _: &str,
+        _: Option<&std::collections::HashSet<PathBuf>>,
+        _: bool,
+    ) -> Result<Reverted, SnapshotError> {
         Ok(Reverted::default())
     }
 }
@@ -151,8 +157,8 @@ async fn changes_come_from_snapshots_and_read_only_batches_take_none() {
         .await
         .unwrap();
 
-    // One before the first changing batch, one after each: none for the read.
-    assert_eq!(memory.taken.lock().unwrap().len(), 3);
+    // One before and one after each changing batch: none for the read.
+    assert_eq!(memory.taken.lock().unwrap().len(), 4);
     assert_eq!(
         turn.files_changed,
         [PathBuf::from("/p/new.txt"), PathBuf::from("/p/old.txt")]
@@ -184,15 +190,21 @@ async fn changes_come_from_snapshots_and_read_only_batches_take_none() {
             vec![("old.txt".to_owned(), ChangeKind::Deleted)],
         ]
     );
-    assert_eq!(events[1].1.as_deref(), Some("2"));
+    assert_eq!(events[1].1.as_deref(), Some("3"));
 
-    // The history records one turn: before = snapshot 0, after = snapshot 2.
+    // The history records one turn: before = snapshot 0, after = snapshot 3, in two steps.
     let stack = crate::snapshot::undo_stack(session.entries().iter().map(|e| ("builder", &e.kind)));
     assert_eq!(stack.done.len(), 1);
     assert_eq!(
         (stack.done[0].before.as_str(), stack.done[0].after.as_str()),
-        ("0", "2")
+        ("0", "3")
     );
+    let steps: Vec<(&str, &str)> = stack.done[0]
+        .steps
+        .iter()
+        .map(|s| (s.before.as_str(), s.after.as_str()))
+        .collect();
+    assert_eq!(steps, [("0", "1"), ("2", "3")]);
     assert_eq!(
         stack.done[0].files,
         [
@@ -206,4 +218,98 @@ async fn changes_come_from_snapshots_and_read_only_batches_take_none() {
             }
         ]
     );
+}
+
+/// Stands for another session (or the user) changing the tree while the agent's model
+/// thinks: a read-only call, so the loop takes no snapshot around it.
+struct Meanwhile(Disk);
+
+#[async_trait]
+impl Tool for Meanwhile {
+    fn name(&self) -> &str {
+        "meanwhile"
+    }
+    fn description(&self) -> &str {
+        "someone else writes theirs.txt"
+    }
+    fn kind(&self) -> ToolKind {
+        ToolKind::Read
+    }
+    fn parameters_schema(&self) -> serde_json::Value {
+        json!({"type": "object"})
+    }
+    async fn execute(&self, _input: serde_json::Value, _ctx: &ToolContext) -> ToolResult {
+        self.0
+            .lock()
+            .unwrap()
+            .insert("theirs.txt".into(), "z".into());
+        ToolResult::success("ok")
+    }
+}
+
+#[tokio::test]
+async fn what_others_change_between_batches_is_not_the_agents() {
+    let memory = Arc::new(Memory::default());
+    let provider = Scripted::new(vec![
+        act("w1", "shell", r#"{"write": {"mine.txt": "x"}}"#),
+        act("m", "meanwhile", "{}"),
+        act("w2", "shell", r#"{"write": {"mine2.txt": "y"}}"#),
+        say("done"),
+    ]);
+    let tools = ToolRegistry::new();
+    tools.register(Arc::new(Shell(Arc::clone(&memory.disk))));
+    tools.register(Arc::new(Meanwhile(Arc::clone(&memory.disk))));
+    let agent = BaseAgent::new(
+        "builder",
+        provider,
+        tools,
+        "test",
+        Arc::new(AllowAll),
+        AgentConfig::default(),
+    )
+    .with_snapshots(Arc::clone(&memory) as Arc<dyn Snapshotter>);
+    let mut session = Session::new("s", "builder", "/p".into(), "/p".into());
+    session.add_user_message("go");
+    let (tx, _rx) = mpsc::unbounded_channel();
+    let turn = agent
+        .execute_turn(&mut session, &tx, CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(
+        turn.files_changed,
+        [PathBuf::from("/p/mine.txt"), PathBuf::from("/p/mine2.txt")]
+    );
+    let stack = crate::snapshot::undo_stack(session.entries().iter().map(|e| ("builder", &e.kind)));
+    let files: Vec<_> = stack.done[0].files.iter().map(|f| f.path.clone()).collect();
+    assert_eq!(
+        files,
+        [PathBuf::from("mine.txt"), PathBuf::from("mine2.txt")]
+    );
+}
+
+/// A step whose end was never recorded (crow stopped during it) is still on the undo stack,
+/// ending where the next step began, or open (the tree now) when it was the last.
+#[test]
+fn a_step_that_never_recorded_its_end_is_still_undoable() {
+    let started = |turn: &str, before: &str| EntryKind::System {
+        event: SystemEvent::SnapshotStarted {
+            turn: turn.into(),
+            before: before.into(),
+        },
+    };
+    let timeline = [started("0", "0")];
+    let stack = crate::snapshot::undo_stack(timeline.iter().map(|e| ("builder", e)));
+    assert_eq!(stack.done.len(), 1);
+    assert!(stack.done[0].open_end());
+    assert_eq!(stack.done[0].before, "0");
+
+    // Resumed after the kill: the next turn's first step began on tree 5.
+    let timeline = [started("0", "0"), started("5", "5")];
+    let stack = crate::snapshot::undo_stack(timeline.iter().map(|e| ("builder", e)));
+    assert_eq!(stack.done.len(), 2);
+    assert_eq!(
+        (stack.done[0].before.as_str(), stack.done[0].after.as_str()),
+        ("0", "5")
+    );
+    assert!(stack.done[1].open_end());
 }

@@ -1,6 +1,7 @@
-//! The loop's snapshot step (`snapshot.rs`): one snapshot before the first batch of a turn
-//! that may change files, one after every such batch; what changed is their difference, so
-//! commands' changes are reported like the edit tools'. Read-only batches cost nothing.
+//! The loop's snapshot step (`snapshot.rs`): a snapshot before and after every batch that
+//! may change files; what changed is their difference, so commands' changes are reported like
+//! the edit tools', and changes others made between batches are not counted as the agent's.
+//! Read-only batches cost nothing.
 
 use std::path::PathBuf;
 
@@ -12,7 +13,7 @@ use crate::snapshot::{FileChange, Snapshotter};
 pub(super) struct TurnSnapshots {
     /// Before the turn's first change.
     before: Option<String>,
-    /// After the latest batch.
+    /// Before the batch running now.
     last: Option<String>,
 }
 
@@ -29,18 +30,22 @@ impl BaseAgent {
         })
     }
 
-    /// Before a batch that may change files: the turn's first snapshot, unless taken.
-    pub(super) async fn snapshot_before(&self, snaps: &mut TurnSnapshots) {
+    /// Before every batch that may change files: a snapshot, so the batch's changes are its
+    /// own (not what another session or the user did while the model was thinking), and an
+    /// entry saying the step began, so undo finds it even if crow is stopped during it.
+    pub(super) async fn snapshot_before(&self, session: &mut Session, snaps: &mut TurnSnapshots) {
         let Some(snapshotter) = &self.snapshots else {
             return;
         };
-        if snaps.before.is_some() {
+        let Some(id) = take(snapshotter).await else {
+            snaps.last = None;
             return;
-        }
-        if let Some(id) = take(snapshotter).await {
-            snaps.last = Some(id.clone());
-            snaps.before = Some(id);
-        }
+        };
+        let turn = snaps.before.get_or_insert_with(|| id.clone()).clone();
+        snaps.last = Some(id.clone());
+        session.push(EntryKind::System {
+            event: SystemEvent::SnapshotStarted { turn, before: id },
+        });
     }
 
     /// After a batch that may change files: snapshot, compare with the one before, record
@@ -53,13 +58,13 @@ impl BaseAgent {
         snaps: &mut TurnSnapshots,
     ) -> Option<Vec<PathBuf>> {
         let snapshotter = self.snapshots.as_ref()?;
-        let (turn, last) = (snaps.before.clone()?, snaps.last.clone()?);
+        let (turn, last) = (snaps.before.clone()?, snaps.last.take()?);
         let after = take(snapshotter).await?;
         let changes: Vec<FileChange> = if after == last {
             Vec::new()
         } else {
             let snapshotter = Arc::clone(snapshotter);
-            let pair = (last, after.clone());
+            let pair = (last.clone(), after.clone());
             match tokio::task::spawn_blocking(move || snapshotter.diff(&pair.0, &pair.1)).await {
                 Ok(Ok(changes)) => changes,
                 Ok(Err(e)) => {
@@ -72,7 +77,15 @@ impl BaseAgent {
                 }
             }
         };
-        snaps.last = Some(after.clone());
+        // Recorded even when nothing changed: it closes the step's `SnapshotStarted`.
+        session.push(EntryKind::System {
+            event: SystemEvent::Snapshot {
+                turn,
+                before: Some(last),
+                after: after.clone(),
+                changes: changes.clone(),
+            },
+        });
         if changes.is_empty() {
             return Some(Vec::new());
         }
@@ -80,13 +93,6 @@ impl BaseAgent {
             .iter()
             .map(|c| session.project_root.join(&c.path))
             .collect();
-        session.push(EntryKind::System {
-            event: SystemEvent::Snapshot {
-                turn,
-                after: after.clone(),
-                changes: changes.clone(),
-            },
-        });
         self.emit(
             events,
             AgentEvent::FilesChanged {
