@@ -123,8 +123,10 @@ where
                         other => other,
                     }
                 }
-                Ok(None) if st.events_seen == 0 && !st.head_is_blank() => Err(st.not_sse()),
-                Ok(None) if st.events_seen == 0 => Err(empty_stream()),
+                // Nothing but keep-alive comments (llama-cpp-python pings while it works, then
+                // ends the body when it fails) is as empty as no body at all.
+                Ok(None) if st.events_seen == 0 && st.head_is_comments() => Err(empty_stream()),
+                Ok(None) if st.events_seen == 0 => Err(st.not_sse()),
                 Ok(None) => st.parser.on_eof(&mut out).map(|()| Step::Done),
                 Err(err) => Err(err),
             };
@@ -203,8 +205,11 @@ impl<P> Decoder<P> {
         String::from_utf8_lossy(&head).into_owned()
     }
 
-    fn head_is_blank(&self) -> bool {
-        self.head().trim().is_empty()
+    /// Whether the body's beginning holds no event line: blank, or SSE comments only.
+    fn head_is_comments(&self) -> bool {
+        self.head()
+            .lines()
+            .all(|line| line.trim().is_empty() || line.starts_with(':'))
     }
 
     fn not_sse(&self) -> ProviderError {
@@ -506,5 +511,10 @@ mod tests {
         let err = items[0].as_ref().unwrap_err();
         assert!(is_empty_stream(err), "{err:?}");
         assert!(!err.is_retryable());
+        // The same after keep-alive comments (what llama-cpp-python sends).
+        let pings =
+            b": ping - 2026-11-25 19:41:15\r\n\r\n: ping - 2026-11-25 19:41:30\r\n\r\n".to_vec();
+        let items = run_chunks(parser(), vec![pings]).await;
+        assert!(is_empty_stream(items[0].as_ref().unwrap_err()), "{items:?}");
     }
 }

@@ -588,3 +588,79 @@ async fn an_unknown_host_is_not_retried_and_says_so() {
         err.message
     );
 }
+
+/// llama-cpp-python, when idle, drops the connection of a streamed request with an automatic
+/// tool choice before answering: the same request unstreamed works, and later ones go
+/// unstreamed at once. A real network failure (the unstreamed one fails too) stays an error.
+#[tokio::test]
+async fn a_server_that_drops_streamed_tool_requests_is_asked_unstreamed() {
+    let answer = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/llama_cpp_python_tool_call.json"
+    ))
+    .unwrap();
+    let server = serve(vec![
+        close(Vec::new()),
+        close(status(200, "OK", "", &answer)),
+        close(status(200, "OK", "", &answer)),
+    ])
+    .await;
+    let provider = build(settings(
+        ProviderKind::OpenAi,
+        &server.base,
+        policy(1, 5000),
+    ))
+    .unwrap();
+    let tools = [crow_core::ToolDefinition {
+        name: "bash".into(),
+        description: "run".into(),
+        parameters: serde_json::json!({"type": "object"}),
+    }];
+    let mut asked = request();
+    asked.tools = &tools;
+    for round in 0..2 {
+        let items: Vec<_> = provider.stream(&asked).await.unwrap().collect().await;
+        let notices = items
+            .iter()
+            .filter(|i| matches!(i, Ok(StreamDelta::Notice { .. })))
+            .count();
+        assert_eq!(notices, usize::from(round == 0), "said once: {items:?}");
+        assert!(
+            items.iter().any(|i| matches!(
+                i,
+                Ok(StreamDelta::ToolCallStart { name, .. }) if name == "bash"
+            )),
+            "{items:?}"
+        );
+    }
+    let streamed: Vec<bool> = server
+        .requests()
+        .iter()
+        .map(|r| serde_json::from_slice::<serde_json::Value>(&r.body).unwrap()["stream"] == true)
+        .collect();
+    assert_eq!(streamed, [true, false, false]);
+
+    // Both dropped: the original failure, not a fallback's.
+    let server = serve(vec![
+        close(Vec::new()),
+        close(Vec::new()),
+        close(Vec::new()),
+    ])
+    .await;
+    let provider = build(settings(
+        ProviderKind::OpenAi,
+        &server.base,
+        policy(1, 5000),
+    ))
+    .unwrap();
+    let error = match provider.stream(&asked).await {
+        Ok(stream) => stream
+            .collect::<Vec<_>>()
+            .await
+            .into_iter()
+            .find_map(Result::err)
+            .unwrap(),
+        Err(error) => error,
+    };
+    assert_eq!(error.kind, ProviderErrorKind::Transient, "{error:?}");
+}

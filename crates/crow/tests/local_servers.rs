@@ -363,3 +363,52 @@ async fn litellm_thinking_blocks_are_replayed_on_the_chat_path() {
         json!([{"type": "thinking", "thinking": "I should look first.", "signature": "sig-mock-1"}])
     );
 }
+
+/// llama-cpp-python's own answers, recorded (crates/crow-providers/tests/fixtures): the empty
+/// streamed answer to a request with tools, then its non-streamed tool call and text answer.
+#[tokio::test(flavor = "multi_thread")]
+async fn recorded_llama_cpp_python_answers_run_a_tool_loop() {
+    let fixture = |name: &str| {
+        std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../crow-providers/tests/fixtures")
+                .join(name),
+        )
+        .unwrap()
+    };
+    let raw = |body: String, content_type: &str| crow_testkit::Fault::Raw {
+        body,
+        content_type: content_type.into(),
+    };
+    let dir = git_repo();
+    let scenario = Scenario::new()
+        .fault(raw(String::new(), "text/event-stream; charset=utf-8"))
+        .fault(raw(
+            fixture("llama_cpp_python_tool_call.json"),
+            "application/json",
+        ))
+        .fault(raw(
+            fixture("llama_cpp_python_text.json"),
+            "application/json",
+        ));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let mut cmd = crow_run(dir.path(), &mock, "list the files");
+    cmd.arg("--approve");
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    let calls = out.of_type("tool_call_end");
+    assert_eq!(calls.len(), 1, "{}", out.stdout);
+    assert_eq!(calls[0]["tool"], "bash");
+    assert_eq!(
+        out.of_type("text_complete").last().unwrap()["text"],
+        "The answer to 2+2 is a mix of math and humor."
+    );
+    let usage = out.of_type("usage");
+    assert_eq!(usage[0]["input_tokens"], 1308, "the server's own counts");
+    let streamed: Vec<bool> = mock
+        .requests()
+        .iter()
+        .map(|r| r.body["stream"].as_bool().unwrap())
+        .collect();
+    assert_eq!(streamed, [true, false, false]);
+}

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use crow_core::{ChatRequest, DeltaStream, ProviderError, StreamDelta};
+use crow_core::{ChatRequest, DeltaStream, ProviderError, ProviderErrorKind, StreamDelta};
 use futures::StreamExt;
 
 use crate::encode::PrefixCache;
@@ -146,28 +146,59 @@ impl WireApi for OpenAiProvider {
             return self.send_unstreamed(&body, None).await;
         }
         let parser = OpenAiParser::new(self.endpoint.ctx.clone());
-        let mut stream = self.endpoint.post_sse(body.clone(), parser).await?;
+        let mut stream = match self.endpoint.post_sse(body.clone(), parser).await {
+            Ok(stream) => stream,
+            // llama-cpp-python fails a streamed automatic tool choice before its head when it
+            // is idle (the connection is dropped) and after it (an empty body) when busy: the
+            // same request unstreamed tells that apart from a real network failure.
+            Err(error)
+                if error.status.is_none()
+                    && error.kind == ProviderErrorKind::Transient
+                    && unstreamed::offers_tools(&body) =>
+            {
+                return match self.fall_back(&body, "dropped the connection").await {
+                    Ok(answer) => Ok(answer),
+                    Err(_) => Err(error),
+                };
+            }
+            Err(error) => return Err(error),
+        };
         // The first item tells an empty answer apart; it is put back in front otherwise.
         match stream.next().await {
             Some(Err(error)) if crate::sse::is_empty_stream(&error) => {
                 if !unstreamed::offers_tools(&body) {
                     return Err(empty_answer(error));
                 }
-                let notice = format!(
-                    "{} answered a streamed request with tools with an empty body (llama.cpp-family \
-                     servers cannot stream an automatic tool choice); crow asks without streaming \
-                     from now on in this session",
-                    self.endpoint.url()
-                );
-                let answer = self.send_unstreamed(&body, Some(notice)).await?;
-                self.streams_tools.store(false, Ordering::Relaxed);
-                Ok(answer)
+                self.fall_back(&body, "answered with an empty body").await
             }
             Some(first) => Ok(Box::pin(
                 futures::stream::once(async { first }).chain(stream),
             )),
             None => Ok(stream),
         }
+    }
+}
+
+impl OpenAiProvider {
+    /// After a streamed request with tools failed the way llama.cpp-family servers fail it
+    /// (`how`): the same request unstreamed, and when that works, every later one too.
+    async fn fall_back(&self, body: &[u8], how: &str) -> Result<DeltaStream, ProviderError> {
+        let notice = format!(
+            "{} {how} for a streamed request with tools (llama.cpp-family servers cannot \
+             stream an automatic tool choice); crow asks without streaming from now on in this \
+             session",
+            self.endpoint.url()
+        );
+        let answer = match self.send_unstreamed(body, Some(notice.clone())).await {
+            // The pool may hand back the connection the failed request was on, which the
+            // server has just closed: once more, on a new one.
+            Err(e) if e.status.is_none() && e.kind == ProviderErrorKind::Transient => {
+                self.send_unstreamed(body, Some(notice)).await?
+            }
+            other => other?,
+        };
+        self.streams_tools.store(false, Ordering::Relaxed);
+        Ok(answer)
     }
 }
 

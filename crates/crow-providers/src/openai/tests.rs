@@ -145,6 +145,31 @@ async fn reasoning_field_variant_and_whole_calls_in_one_chunk() {
     assert_eq!(format!("{got:?}"), format!("{expected:?}"));
 }
 
+/// llama-cpp-python's stream (recorded): a role-only first delta, no usage, `[DONE]`.
+#[tokio::test]
+async fn a_recorded_llama_cpp_python_stream_decodes() {
+    let sse = include_str!("../../tests/fixtures/llama_cpp_python_text.sse");
+    let got = decode(sse).await;
+    let text: String = got
+        .iter()
+        .filter_map(|d| match d {
+            Ok(StreamDelta::Text { text }) => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert!(text.starts_with("This is the list"), "{text}");
+    assert!(
+        !got.iter()
+            .any(|d| matches!(d, Ok(StreamDelta::Usage { .. })))
+    );
+    assert_eq!(
+        got.last().unwrap().as_ref().unwrap(),
+        &StreamDelta::Finish {
+            reason: FinishReason::MaxTokens
+        }
+    );
+}
+
 #[tokio::test]
 async fn litellm_thinking_blocks_give_the_text_once_and_the_signature() {
     let sse = [
