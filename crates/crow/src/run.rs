@@ -60,6 +60,13 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
         .or_else(|| resumed.as_ref().and_then(|info| info.level));
     let crew = spec.composer.crew(&composition, level)?;
     let store = opening.into_store()?;
+    // A database that cannot take the history (full disk, size limit, I/O error) stops the
+    // run at once: going on would lose every later step and fill the disk further.
+    store.on_write_failure(|e| {
+        crate::stop::fail(format!(
+            "{e}; crow stopped the run so that no more of it goes unsaved"
+        ))
+    });
     spec.composer
         .set_history_sink(Arc::clone(&store) as Arc<dyn crow_core::HistorySink>);
     let resumed_run = resumed.is_some();
@@ -204,6 +211,9 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
                 info.id
             );
         }
+    }
+    if let Some(why) = crate::stop::failure() {
+        bail!("{why}");
     }
     let result = outcome.map_err(|e| anyhow!("{e}"))?;
     let (code, note) = how_it_ended(&result, crew.primary().config.max_iterations);

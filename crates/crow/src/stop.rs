@@ -23,6 +23,8 @@ pub enum Cause {
     Terminate = 143,
     Hangup = 129,
     ReaderGone = 141,
+    /// Going on would lose work (the session database cannot be written): [`fail`].
+    Failed = 1,
 }
 
 static CAUSE: AtomicU8 = AtomicU8::new(0);
@@ -32,6 +34,22 @@ static TOKEN: LazyLock<CancellationToken> = LazyLock::new(CancellationToken::new
 pub fn request(cause: Cause) {
     let _ = CAUSE.compare_exchange(0, cause as u8, Ordering::AcqRel, Ordering::Acquire);
     TOKEN.cancel();
+}
+
+static FAILURE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Stops everything running because going on would lose work; `why` is the error the run
+/// ends with (exit status 1).
+pub fn fail(why: String) {
+    let _ = FAILURE.set(why);
+    request(Cause::Failed);
+}
+
+/// Why [`fail`] stopped crow, when that was the first cause.
+pub fn failure() -> Option<&'static str> {
+    (exit_status() == Some(Cause::Failed as u8))
+        .then(|| FAILURE.get().map(String::as_str))
+        .flatten()
 }
 
 /// The exit status of the first cause, if crow was asked to stop.

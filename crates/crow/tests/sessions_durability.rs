@@ -201,6 +201,69 @@ async fn a_database_locked_mid_run_loses_no_entry_and_the_next_run_imports_them(
     );
 }
 
+/// Issue 31: with the disk full mid-run, crow went on for 24 more tool steps whose entries
+/// were never stored, and exited 0 with one warning. Now the first write the database
+/// refuses stops the run: no further model call, a clear error and a failing status, what
+/// was stored before still there and the database valid. The size limit (`max_size_mb`,
+/// SQLite's max_page_count) makes SQLite answer SQLITE_FULL as a full disk would.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_database_that_fills_up_mid_run_stops_the_run_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    write_project_config(dir.path(), "[store]\nmax_size_mb = 1\n");
+    const STEPS: usize = 12;
+    let mut scenario = Scenario::new();
+    for i in 0..STEPS {
+        // Each call's arguments (stored, and indexed for search) take a few hundred KB.
+        let content = format!("line {i} of a generated file\n").repeat(6_000);
+        scenario = scenario.reply(Reply::tool_call(
+            "write_file",
+            json!({"path": format!("file{i}.txt"), "content": content}),
+        ));
+    }
+    let scenario = scenario.reply(Reply::tool_call(
+        "task_complete",
+        json!({"summary": "done"}),
+    ));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let out = output(crow_run(dir.path(), &mock, "write the files")).await;
+    assert_eq!(out.code, Some(1), "stderr: {}", out.stderr);
+    let errors: Vec<_> = out
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("error:"))
+        .collect();
+    assert_eq!(errors.len(), 1, "{}", out.stderr);
+    assert!(
+        errors[0].contains("is full") && errors[0].contains("stopped the run"),
+        "{}",
+        errors[0]
+    );
+    // Stopped at the first refused write: the model was not called again after it.
+    let requests = mock.requests().len();
+    assert!(requests < STEPS, "{requests} model calls: the run went on");
+    let written = (0..STEPS)
+        .filter(|i| dir.path().join(format!("file{i}.txt")).exists())
+        .count();
+    assert!(written <= requests, "{written} files for {requests} calls");
+
+    // The database is valid and holds the run up to the failure, in order.
+    let conn = rusqlite::Connection::open(db(dir.path())).unwrap();
+    let check: String = conn
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(check, "ok");
+    drop(conn);
+    let info = only_session(dir.path());
+    let history = store(dir.path()).load_history(&info.id, "builder").unwrap();
+    let kinds = kinds(&history);
+    assert!(kinds.len() >= 3, "{kinds:?}");
+    assert_eq!(
+        kinds[..3],
+        ["user", "tool_call", "tool_result"],
+        "{kinds:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn after_a_run_the_database_file_alone_holds_the_session() {
     let dir = tempfile::tempdir().unwrap();
