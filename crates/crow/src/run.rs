@@ -150,7 +150,7 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
         tokio::spawn(render::terminal(render_rx, show_agents))
     };
     // Ctrl-C, SIGTERM, SIGHUP or a closed stdout/stderr cancel the run alike (crate::stop).
-    let signals = tokio::spawn(crate::stop::watch_signals());
+    crate::stop::watch_signals(true);
     let cancel = crate::stop::token().child_token();
     let wait = spec
         .composer
@@ -165,6 +165,7 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
     }
 
     let outcome = crew.run(&mut session, &tx, cancel).await;
+    crate::stop::saving();
     drop(tx);
     let _ = recorder.await;
     mcp.finish().await;
@@ -186,7 +187,7 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
         &session,
     );
     // A second signal still exits at once until here; from now on crow is only closing.
-    signals.abort();
+    crate::stop::closing();
     // Nobody reads the rest: end quietly (the session is saved).
     if crate::stop::exit_status() == Some(crate::stop::Cause::ReaderGone as u8) {
         return Ok(ExitCode::from(crate::stop::Cause::ReaderGone as u8));

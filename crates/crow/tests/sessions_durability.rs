@@ -433,6 +433,102 @@ async fn sigterm_and_sighup_end_the_run_like_ctrl_c() {
     }
 }
 
+/// Issue 31: after SIGTERM crow exited while its command's processes lived on — one that
+/// ignores SIGTERM for good, since the cancelled tool was dropped before its SIGKILL. crow's
+/// exit now means its commands are gone: checked the moment it has exited.
+#[tokio::test(flavor = "multi_thread")]
+async fn after_sigterm_crow_exits_only_once_its_commands_are_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = Scenario::new().reply(Reply::tool_call(
+        "bash",
+        json!({"command": "trap '' TERM; sleep 60 & echo $! > pid.tmp; mv pid.tmp child.pid; wait"}),
+    ));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let mut child = crow_run(dir.path(), &mock, "sleep").spawn().unwrap();
+    let pid_file = dir.path().join("child.pid");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !pid_file.exists() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the command never started"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let pid = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .to_owned();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id().unwrap() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let code = child.wait().await.unwrap().code();
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    assert!(
+        stat.is_empty() || stat.contains(") Z "),
+        "the command's sleep {pid} outlived crow: {stat}"
+    );
+    assert_eq!(code, Some(143));
+}
+
+/// Issue 31: `crow run`'s runtime has one thread; while a step kept it busy, a SIGTERM went
+/// unheard (here: a write waiting up to a minute for a database another process locked).
+/// The signal is heard on a thread of its own, and crow exits within seconds.
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_ends_a_run_whose_only_thread_is_busy() {
+    let dir = tempfile::tempdir().unwrap();
+    write_project_config(dir.path(), "[store]\nbusy_timeout_ms = 60000\n");
+    let scenario = Scenario::new().reply(
+        Reply::text("an answer streamed slowly enough to lock the database meanwhile")
+            .with_chunk_size(4)
+            .with_chunk_delay(20),
+    );
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let mut child = crow_run(dir.path(), &mock, "answer").spawn().unwrap();
+    let pid = child.id().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    loop {
+        let mut line = String::new();
+        let n = tokio::time::timeout(Duration::from_secs(20), stdout.read_line(&mut line))
+            .await
+            .expect("the stream started")
+            .unwrap();
+        assert!(n > 0, "crow ended before the database was locked");
+        if line.contains("\"text_delta\"") {
+            break;
+        }
+    }
+    let holder = rusqlite::Connection::open(db(dir.path())).unwrap();
+    holder.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    // The answer's entry waits for the lock: SQLite's busy handler sleeps on crow's only
+    // runtime thread (the process's main thread), which then hears nothing.
+    let wchan = format!("/proc/{pid}/wchan");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&wchan)
+        .unwrap_or_default()
+        .contains("nanosleep")
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "crow never waited for the lock"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    // Well before the busy timeout of a minute.
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .expect("crow did not exit on SIGTERM while its thread was busy")
+        .unwrap();
+    assert_eq!(status.code(), Some(143));
+    holder.execute_batch("ROLLBACK").unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_closed_pipe_ends_the_run_quietly_with_the_session_saved() {
     for json in [false, true] {
