@@ -593,9 +593,8 @@ fn wait_gone(groups: &[Pid], within: Duration) -> Vec<Pid> {
 /// for its parent (init, for an orphaned background job) to reap it, yet kill(2) still
 /// finds it. Without `/proc` only kill(2) can tell.
 fn group_alive(pgid: Pid) -> bool {
-    match killpg(pgid, None) {
-        Err(Errno::ESRCH) => return false,
-        Ok(()) | Err(_) => {}
+    if killpg(pgid, None) == Err(Errno::ESRCH) {
+        return false;
     }
     let Ok(procs) = std::fs::read_dir("/proc") else {
         return true;
