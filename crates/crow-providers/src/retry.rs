@@ -17,6 +17,9 @@ use crate::http::WireApi;
 /// Longest server-requested wait honoured; a larger Retry-After is cut to this.
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 
+/// Retries a timeout gets: a silent or stalled server costs `TIMEOUT_RETRIES + 1` timeouts.
+pub(crate) const TIMEOUT_RETRIES: u32 = 1;
+
 /// How hard to retry, and how long each phase of an attempt may take.
 ///
 /// Which failures are retried: rate limits, server errors and connections lost mid-stream up
@@ -33,7 +36,9 @@ pub struct RetryPolicy {
     pub response_timeout: Duration,
     /// Longest gap between two SSE events that carry data, once the response has started.
     /// Comments (`: keep-alive`) do not count: they show the connection is open, not that
-    /// the model is getting anywhere.
+    /// the model is getting anywhere. The default equals `response_timeout`, so a server
+    /// that stalls after its headers is given up on as soon as a silent one (about two
+    /// minutes, the timeout retried once).
     pub idle_timeout: Duration,
     /// Longest one attempt may take, from sending to the end of the stream.
     pub deadline: Duration,
@@ -50,7 +55,7 @@ impl Default for RetryPolicy {
             base_delay: Duration::from_millis(500),
             max_delay: Duration::from_secs(30),
             response_timeout: Duration::from_secs(60),
-            idle_timeout: Duration::from_secs(120),
+            idle_timeout: Duration::from_secs(60),
             deadline: Duration::from_secs(600),
             max_retry_time: Duration::from_secs(180),
         }
@@ -214,7 +219,8 @@ impl<P: WireApi> Attempts<P> {
             // A silent server gets one more chance (a lost request, a model still loading);
             // an attempt that used up the whole deadline would use it up again.
             ProviderErrorKind::Timeout => {
-                self.timeouts_retried == 0 && self.started.elapsed() < self.policy.deadline
+                self.timeouts_retried < TIMEOUT_RETRIES
+                    && self.started.elapsed() < self.policy.deadline
             }
             _ => error.is_retryable(),
         };

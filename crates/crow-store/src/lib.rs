@@ -37,8 +37,8 @@ use std::path::PathBuf;
 
 pub use export::{ExportFormat, SessionDump};
 pub use memory::{
-    Added, EntryHit, Learning, LearningFilter, LearningHit, MemoryRun, NewLearning, RANK_WINDOW,
-    fts_query,
+    Added, BeginRun, EntryHit, Learning, LearningFilter, LearningHit, MemoryRun, NewLearning,
+    RANK_WINDOW, fts_query,
 };
 pub use ops::prompt_hash;
 pub use pending::Unsaved;

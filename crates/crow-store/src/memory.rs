@@ -573,43 +573,60 @@ impl SqliteStore {
         .map_err(|e| self.err(e))
     }
 
-    /// Starts a finish step over a session's entries up to `last_entry`; `None` when another
-    /// one for this session started less than `stale_secs` ago and has not ended (two
-    /// processes must not extract the same learnings twice).
+    /// Starts a finish step over a session's entries up to `last_entry`, owned by this
+    /// process; [`BeginRun::Busy`] when another one for this session is running (two
+    /// processes must not extract the same learnings twice). A running step whose process
+    /// is gone (killed) does not count: it is marked failed and this one takes over. One
+    /// whose owner cannot be checked counts until it is `stale_secs` old.
     pub fn begin_memory_run(
         &self,
         session_id: &str,
         last_entry: i64,
         stale_secs: i64,
-    ) -> Result<Option<i64>, StoreError> {
+    ) -> Result<BeginRun, StoreError> {
         let now = Utc::now();
         let cutoff = ts(&(now - chrono::Duration::seconds(stale_secs)));
         let mut conn = self.conn()?;
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(|e| self.err(e))?;
-        let busy: Option<i64> = tx
-            .query_row(
-                "SELECT id FROM memory_runs
-                 WHERE session_id = ?1 AND status = 'running' AND ts > ?2 LIMIT 1",
-                params![session_id, cutoff],
-                |r| r.get(0),
-            )
-            .optional()
-            .map_err(|e| self.err(e))?;
-        if busy.is_some() {
-            return Ok(None);
+        let running: Vec<(i64, String)> = {
+            let mut st = tx
+                .prepare_cached(
+                    "SELECT id, detail FROM memory_runs
+                     WHERE session_id = ?1 AND status = 'running' AND ts > ?2",
+                )
+                .map_err(|e| self.err(e))?;
+            st.query_map(params![session_id, cutoff], |r| Ok((r.get(0)?, r.get(1)?)))
+                .and_then(|rows| rows.collect::<rusqlite::Result<_>>())
+                .map_err(|e| self.err(e))?
+        };
+        for (id, detail) in running {
+            let owner = Owner::parse(&detail);
+            match owner {
+                Some(owner) if !owner.alive() => {
+                    tx.execute(
+                        "UPDATE memory_runs SET status = 'failed', detail = ?2 WHERE id = ?1",
+                        params![
+                            id,
+                            format!("its process (pid {}) ended before it finished", owner.pid)
+                        ],
+                    )
+                    .map_err(|e| self.err(e))?;
+                }
+                _ => return Ok(BeginRun::Busy(owner.map(|o| o.pid))),
+            }
         }
         let id = tx
             .query_row(
-                "INSERT INTO memory_runs (session_id, last_entry, status, ts)
-                 VALUES (?1, ?2, 'running', ?3) RETURNING id",
-                params![session_id, last_entry, ts(&now)],
+                "INSERT INTO memory_runs (session_id, last_entry, status, detail, ts)
+                 VALUES (?1, ?2, 'running', ?3, ?4) RETURNING id",
+                params![session_id, last_entry, Owner::current().text(), ts(&now)],
                 |r| r.get(0),
             )
             .map_err(|e| self.err(e))?;
         tx.commit().map_err(|e| self.err(e))?;
-        Ok(Some(id))
+        Ok(BeginRun::Started(id))
     }
 
     /// Ends a finish step: `ok`, `skipped` or `failed`, and what it said.
@@ -651,9 +668,104 @@ impl SqliteStore {
     }
 }
 
+/// What [`SqliteStore::begin_memory_run`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BeginRun {
+    /// This process's step, to end with [`SqliteStore::end_memory_run`].
+    Started(i64),
+    /// Another step of the session is running, in the process with this id when known.
+    Busy(Option<u32>),
+}
+
+/// The process that runs a finish step: its id and, where `/proc` tells, its start time,
+/// so a reused pid is not taken for the step's owner. A running row's `detail` holds it
+/// (`pid N started T`): no column of its own, which would need a schema migration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Owner {
+    pid: u32,
+    started: Option<u64>,
+}
+
+impl Owner {
+    fn current() -> Self {
+        let pid = std::process::id();
+        Self {
+            pid,
+            started: process_start(pid),
+        }
+    }
+
+    fn text(self) -> String {
+        match self.started {
+            Some(started) => format!("pid {} started {started}", self.pid),
+            None => format!("pid {}", self.pid),
+        }
+    }
+
+    /// The owner a running row names; `None` for a row written before owners were kept.
+    fn parse(detail: &str) -> Option<Self> {
+        let mut words = detail.split_whitespace();
+        if words.next() != Some("pid") {
+            return None;
+        }
+        let pid = words.next()?.parse().ok()?;
+        let started = match (words.next(), words.next()) {
+            (Some("started"), Some(t)) => Some(t.parse().ok()?),
+            _ => None,
+        };
+        Some(Self { pid, started })
+    }
+
+    /// Whether the process still runs. Without `/proc` nothing can be told: alive.
+    fn alive(self) -> bool {
+        if !Path::new("/proc/self/stat").exists() {
+            return true;
+        }
+        match process_start(self.pid) {
+            None => false,
+            Some(started) => self.started.is_none_or(|s| s == started),
+        }
+    }
+}
+
+/// A process's start time (clock ticks since boot, `/proc/PID/stat`'s 22nd field); `None`
+/// when it does not exist (or is a zombie: it has ended) or the platform has no `/proc`.
+fn process_start(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses: count after its end.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace();
+    if fields.next()? == "Z" {
+        return None;
+    }
+    fields.nth(18)?.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_owner_is_alive_while_its_process_runs() {
+        let me = Owner::current();
+        assert!(me.started.is_some());
+        assert_eq!(Owner::parse(&me.text()), Some(me));
+        assert!(me.alive());
+        // The same pid started at another time is another process.
+        let reused = Owner {
+            started: me.started.map(|s| s + 1),
+            ..me
+        };
+        assert!(!reused.alive());
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        assert!(
+            !Owner { pid, started: None }.alive(),
+            "a process that ended and was reaped"
+        );
+        assert_eq!(Owner::parse("2 learnings"), None);
+    }
 
     #[test]
     fn queries_quote_words_and_drop_noise() {

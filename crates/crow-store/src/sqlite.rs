@@ -2,7 +2,8 @@
 //! SQLite's failures into one-line [`StoreError`]s that name the file.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use crow_core::StoreError;
@@ -47,7 +48,13 @@ pub struct SqliteStore {
     /// Completed entries the database has not taken yet, in order (see [`pending`]).
     pending: Mutex<Pending>,
     checkpointer: Option<Checkpointer>,
+    /// Told once when a write fails for a reason waiting does not cure (see
+    /// [`SqliteStore::on_write_failure`]).
+    on_failure: OnceLock<FailureHook>,
+    failed: AtomicBool,
 }
+
+type FailureHook = Box<dyn Fn(&StoreError) + Send + Sync>;
 
 /// Commits between two checkpoints (each commit adds a few pages to the log).
 const CHECKPOINT_EVERY: u32 = 128;
@@ -322,6 +329,8 @@ impl SqliteStore {
             sink_failures: Mutex::new((0, None)),
             pending: Mutex::new(Pending::default()),
             checkpointer,
+            on_failure: OnceLock::new(),
+            failed: AtomicBool::new(false),
         })
     }
 
@@ -420,6 +429,7 @@ impl SqliteStore {
                         if pending.cause.is_none() {
                             tracing::debug!("history entry pending: {e}");
                         }
+                        self.write_failed(&e);
                         pending.cause = Some(e);
                         break;
                     }
@@ -465,6 +475,29 @@ impl SqliteStore {
         failures.0 += 1;
     }
 
+    /// Calls `hook` (once, on the thread that tried to write) the first time a history entry
+    /// or usage row cannot be written for a reason waiting does not cure: a full disk or
+    /// size limit, a read-only or damaged file, an I/O error. A database locked by another
+    /// process is not one (the row waits its turn). The entry stays queued either way; the
+    /// front end decides whether to go on (a run stops: every later entry would be lost
+    /// too, and a full disk only gets fuller).
+    pub fn on_write_failure(&self, hook: impl Fn(&StoreError) + Send + Sync + 'static) {
+        let _ = self.on_failure.set(Box::new(hook));
+    }
+
+    /// Reports a failed write to the hook, when waiting would not cure it (the first time).
+    fn write_failed(&self, error: &StoreError) {
+        if matches!(error, StoreError::Locked(_) | StoreError::NotFound(_)) {
+            return;
+        }
+        if self.failed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if let Some(hook) = self.on_failure.get() {
+            hook(error);
+        }
+    }
+
     fn lock_pending(&self) -> MutexGuard<'_, Pending> {
         self.pending
             .lock()
@@ -492,6 +525,7 @@ impl SqliteStore {
                 Err(e @ StoreError::NotFound(_)) => return Err(e),
                 Err(e) => {
                     tracing::debug!("usage row pending: {e}");
+                    self.write_failed(&e);
                     pending.cause = Some(e);
                     pending.rows.push_back(row);
                     return Ok(());

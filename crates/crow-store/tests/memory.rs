@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use crow_core::{EntryKind, HistoryEntry, NewSession, SessionStore, ToolStatus};
-use crow_store::{Added, LearningFilter, NewLearning, SqliteStore};
+use crow_store::{Added, BeginRun, LearningFilter, NewLearning, SqliteStore};
 
 fn store(dir: &Path) -> SqliteStore {
     SqliteStore::open(dir.join("crow.db")).unwrap()
@@ -263,17 +263,18 @@ fn finish_steps_remember_where_they_stopped() {
     let all = store.entries_after("s1", None).unwrap();
     assert_eq!(all.len(), 3);
     assert_eq!(store.last_memory_run("s1").unwrap(), None);
-    let run = store
-        .begin_memory_run("s1", all[1].0, 600)
-        .unwrap()
-        .unwrap();
+    let BeginRun::Started(run) = store.begin_memory_run("s1", all[1].0, 600).unwrap() else {
+        panic!("nothing else runs")
+    };
     // A second finish step of the same session waits its turn.
-    assert_eq!(store.begin_memory_run("s1", all[2].0, 600).unwrap(), None);
+    assert_eq!(
+        store.begin_memory_run("s1", all[2].0, 600).unwrap(),
+        BeginRun::Busy(Some(std::process::id()))
+    );
     store.end_memory_run(run, "ok", "2 learnings").unwrap();
-    let failed = store
-        .begin_memory_run("s1", all[2].0, 600)
-        .unwrap()
-        .unwrap();
+    let BeginRun::Started(failed) = store.begin_memory_run("s1", all[2].0, 600).unwrap() else {
+        panic!("the first one ended")
+    };
     store.end_memory_run(failed, "failed", "timeout").unwrap();
     let last = store.last_memory_run("s1").unwrap();
     assert_eq!(last, Some(all[1].0));

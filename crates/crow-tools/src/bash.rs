@@ -483,7 +483,8 @@ fn finish(text: String, ending: Ending, timeout: Duration) -> ToolResult {
 }
 
 /// Owns the process group: whoever drops it without disarming kills the group, which covers
-/// the tool's future being dropped mid-command.
+/// the tool's future being dropped mid-command. The group stays in [`live_groups`] until it
+/// is seen gone, so a front end that exits can end it first ([`end_all_commands`]).
 struct GroupGuard {
     pgid: Pid,
     done: bool,
@@ -491,18 +492,21 @@ struct GroupGuard {
 
 impl GroupGuard {
     fn new(pgid: Pid) -> Self {
+        live_groups().insert(pgid.as_raw());
         Self { pgid, done: false }
     }
 
     /// SIGTERM the group, give it [`KILL_GRACE`] to exit, then SIGKILL what is left (a
     /// process may ignore SIGTERM) and reap the shell.
     async fn terminate_now(&mut self, child: &mut Child) {
-        self.done = true;
         if signal_group(self.pgid, Signal::SIGTERM) {
             let _ = tokio::time::timeout(KILL_GRACE, child.wait()).await;
             signal_group(self.pgid, Signal::SIGKILL);
         }
+        // Only now: dropped during the grace above, the guard still sends the SIGKILL.
+        self.done = true;
         let _ = child.kill().await;
+        forget_when_gone(self.pgid);
     }
 
     /// Same as [`Self::terminate_now`] but without waiting: SIGKILL follows from a thread,
@@ -516,7 +520,10 @@ impl GroupGuard {
             std::thread::spawn(move || {
                 std::thread::sleep(KILL_GRACE);
                 signal_group(pgid, Signal::SIGKILL);
+                forget_when_gone(pgid);
             });
+        } else {
+            live_groups().remove(&pgid.as_raw());
         }
     }
 }
@@ -525,6 +532,93 @@ impl Drop for GroupGuard {
     fn drop(&mut self) {
         self.terminate_in_background();
     }
+}
+
+/// The process groups of commands that run or are being ended. A group leaves once it is
+/// seen gone, never before: its id could then name someone else's group.
+fn live_groups() -> std::sync::MutexGuard<'static, std::collections::HashSet<i32>> {
+    static GROUPS: std::sync::LazyLock<Mutex<std::collections::HashSet<i32>>> =
+        std::sync::LazyLock::new(Mutex::default);
+    GROUPS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// How long a killed group may take to be gone before crow stops waiting for it.
+const GONE_WAIT: Duration = Duration::from_secs(2);
+
+/// Waits (on a thread) until a group that was sent SIGKILL is gone, then forgets it.
+fn forget_when_gone(pgid: Pid) {
+    if !group_alive(pgid) {
+        live_groups().remove(&pgid.as_raw());
+        return;
+    }
+    std::thread::spawn(move || {
+        wait_gone(&[pgid], GONE_WAIT);
+        live_groups().remove(&pgid.as_raw());
+    });
+}
+
+/// Kills every command's process group still running (SIGKILL) and waits until they are
+/// gone, at most `within`; the groups still alive then. A front end calls it before it
+/// exits, so crow's exit means its commands have ended (a command's group outliving crow
+/// was seen for up to 2 s after a SIGTERM).
+pub fn end_all_commands(within: Duration) -> usize {
+    let groups: Vec<Pid> = live_groups().iter().map(|g| Pid::from_raw(*g)).collect();
+    for pgid in &groups {
+        signal_group(*pgid, Signal::SIGKILL);
+    }
+    let left = wait_gone(&groups, within);
+    let mut live = live_groups();
+    for pgid in groups.iter().filter(|g| !left.contains(g)) {
+        live.remove(&pgid.as_raw());
+    }
+    left.len()
+}
+
+/// Polls until none of `groups` has a live member or `within` has passed; those left.
+fn wait_gone(groups: &[Pid], within: Duration) -> Vec<Pid> {
+    let until = std::time::Instant::now() + within;
+    loop {
+        let left: Vec<Pid> = groups.iter().copied().filter(|g| group_alive(*g)).collect();
+        if left.is_empty() || std::time::Instant::now() >= until {
+            return left;
+        }
+        // Nothing tells a process that another one's group has emptied: poll, briefly.
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Whether a process of the group still runs. A zombie does not: it has ended and waits
+/// for its parent (init, for an orphaned background job) to reap it, yet kill(2) still
+/// finds it. Without `/proc` only kill(2) can tell.
+fn group_alive(pgid: Pid) -> bool {
+    if killpg(pgid, None) == Err(Errno::ESRCH) {
+        return false;
+    }
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return true;
+    };
+    procs.flatten().any(|entry| {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        else {
+            return false;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            return false;
+        };
+        // After the command name (which may hold spaces): state, ppid, pgrp.
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+            return false;
+        };
+        let mut fields = rest.split_whitespace();
+        let state = fields.next();
+        let group = fields.nth(1).and_then(|g| g.parse::<i32>().ok());
+        group == Some(pgid.as_raw()) && state != Some("Z")
+    })
 }
 
 /// Signals the group; false when it no longer exists (nothing left to kill).

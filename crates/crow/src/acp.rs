@@ -50,7 +50,7 @@ const FLUSH_GRACE: std::time::Duration = std::time::Duration::from_millis(300);
 pub async fn serve(overrides: Overrides) -> Result<ExitCode> {
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
     let factory = CrowFactory::new(&cwd, overrides)?;
-    let signals = tokio::spawn(crate::stop::watch_signals());
+    crate::stop::watch_signals(true);
     let stop = crate::stop::token();
     let serving = crow_acp::serve_stdio(Arc::new(factory));
     tokio::pin!(serving);
@@ -76,7 +76,7 @@ pub async fn serve(overrides: Overrides) -> Result<ExitCode> {
             Ok(ExitCode::from(crate::stop::exit_status().unwrap_or(1)))
         }
     };
-    signals.abort();
+    crate::stop::closing();
     // Sessions still open when the editor leaves are not dropped in order; their MCP servers
     // must not outlive crow.
     crow_mcp::kill_all_servers();

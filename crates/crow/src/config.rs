@@ -232,7 +232,7 @@ pub struct ProviderConfig {
     pub max_retries: Option<u32>,
     /// Longest wait for the server to start answering a request (default 60).
     pub response_timeout_secs: Option<u64>,
-    /// Longest silence between two pieces of streamed data (default 120).
+    /// Longest silence between two pieces of streamed data (default 60).
     pub idle_timeout_secs: Option<u64>,
     /// Longest one model call may stream (default 600).
     pub deadline_secs: Option<u64>,

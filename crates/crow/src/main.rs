@@ -83,6 +83,9 @@ fn main() -> ExitCode {
     // Do not wait for work nobody will see (a turn still running when the editor closed the
     // connection): exit promptly.
     runtime.shutdown_timeout(Duration::from_millis(200));
+    // crow's exit means its commands have ended: groups still being killed (a cancelled
+    // command, background jobs a finished one left) are killed outright and waited for.
+    crow_tools::end_all_commands(stop::COMMANDS_GONE_WAIT);
     match result {
         Ok(code) => code,
         Err(e) => {

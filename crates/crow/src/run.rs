@@ -60,6 +60,13 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
         .or_else(|| resumed.as_ref().and_then(|info| info.level));
     let crew = spec.composer.crew(&composition, level)?;
     let store = opening.into_store()?;
+    // A database that cannot take the history (full disk, size limit, I/O error) stops the
+    // run at once: going on would lose every later step and fill the disk further.
+    store.on_write_failure(|e| {
+        crate::stop::fail(format!(
+            "{e}; crow stopped the run so that no more of it goes unsaved"
+        ))
+    });
     spec.composer
         .set_history_sink(Arc::clone(&store) as Arc<dyn crow_core::HistorySink>);
     let resumed_run = resumed.is_some();
@@ -143,7 +150,7 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
         tokio::spawn(render::terminal(render_rx, show_agents))
     };
     // Ctrl-C, SIGTERM, SIGHUP or a closed stdout/stderr cancel the run alike (crate::stop).
-    let signals = tokio::spawn(crate::stop::watch_signals());
+    crate::stop::watch_signals(true);
     let cancel = crate::stop::token().child_token();
     let wait = spec
         .composer
@@ -158,6 +165,7 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
     }
 
     let outcome = crew.run(&mut session, &tx, cancel).await;
+    crate::stop::saving();
     drop(tx);
     let _ = recorder.await;
     mcp.finish().await;
@@ -179,7 +187,7 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
         &session,
     );
     // A second signal still exits at once until here; from now on crow is only closing.
-    signals.abort();
+    crate::stop::closing();
     // Nobody reads the rest: end quietly (the session is saved).
     if crate::stop::exit_status() == Some(crate::stop::Cause::ReaderGone as u8) {
         return Ok(ExitCode::from(crate::stop::Cause::ReaderGone as u8));
@@ -205,6 +213,9 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
                 info.id
             );
         }
+    }
+    if let Some(why) = crate::stop::failure() {
+        bail!("{why}");
     }
     let result = outcome.map_err(|e| anyhow!("{e}"))?;
     let (code, note) = how_it_ended(&result, crew.primary().config.max_iterations);

@@ -3,7 +3,8 @@
 //! turns through one token, so commands are killed, partial output and the `cancelled` entry
 //! are saved and the session gets its status; then crow exits with the cause's status:
 //! 130 (SIGINT), 143 (SIGTERM), 129 (SIGHUP), 141 (a closed pipe, as SIGPIPE would give).
-//! A second signal exits at once.
+//! A second signal exits at once, and so does a crow still busy a few seconds after the
+//! first; either way its commands' process groups are killed and gone first.
 //!
 //! Writes to stdout and stderr go through [`stdout`]/[`stderr`] (or `errln!`):
 //! `println!` panics on a closed pipe, and release builds abort on panics.
@@ -23,6 +24,8 @@ pub enum Cause {
     Terminate = 143,
     Hangup = 129,
     ReaderGone = 141,
+    /// Going on would lose work (the session database cannot be written): [`fail`].
+    Failed = 1,
 }
 
 static CAUSE: AtomicU8 = AtomicU8::new(0);
@@ -32,6 +35,22 @@ static TOKEN: LazyLock<CancellationToken> = LazyLock::new(CancellationToken::new
 pub fn request(cause: Cause) {
     let _ = CAUSE.compare_exchange(0, cause as u8, Ordering::AcqRel, Ordering::Acquire);
     TOKEN.cancel();
+}
+
+static FAILURE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Stops everything running because going on would lose work; `why` is the error the run
+/// ends with (exit status 1).
+pub fn fail(why: String) {
+    let _ = FAILURE.set(why);
+    request(Cause::Failed);
+}
+
+/// Why [`fail`] stopped crow, when that was the first cause.
+pub fn failure() -> Option<&'static str> {
+    (exit_status() == Some(Cause::Failed as u8))
+        .then(|| FAILURE.get().map(String::as_str))
+        .flatten()
 }
 
 /// The exit status of the first cause, if crow was asked to stop.
@@ -44,40 +63,107 @@ pub fn token() -> CancellationToken {
     TOKEN.clone()
 }
 
-/// Turns SIGINT, SIGTERM and SIGHUP into [`request`]; a second one exits at once (after
-/// killing the MCP servers' process groups, as `exit` runs no destructors).
-pub async fn watch_signals() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let kinds = [
-        (SignalKind::interrupt(), Cause::Interrupt),
-        (SignalKind::terminate(), Cause::Terminate),
-        (SignalKind::hangup(), Cause::Hangup),
-    ];
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    for (kind, cause) in kinds {
-        match signal(kind) {
-            Ok(mut stream) => {
-                let tx = tx.clone();
-                tokio::spawn(async move {
-                    while stream.recv().await.is_some() {
-                        if tx.send(cause).is_err() {
-                            break;
-                        }
-                    }
-                });
+/// How long crow may take to end after the first signal before it exits anyway: a turn's
+/// cancel, its saving and closing take well under it (ACP waits 3 s for its turns), a step
+/// that keeps the runtime's thread busy can take any time.
+const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long an exit waits for the commands it killed to be gone.
+pub const COMMANDS_GONE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Set once the work has ended and crow is saving it: no grace runs out any more.
+static SAVING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// Set once crow is only closing: a second signal no longer cuts it short either.
+static CLOSING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Turns SIGINT, SIGTERM and SIGHUP into [`request`], on a thread of its own: `crow run`'s
+/// runtime has one thread, which a long synchronous step would keep from hearing them. After
+/// the first, a second signal — or, with `grace`, [`STOP_GRACE`] without crow having ended —
+/// exits at once, after killing the commands' and MCP servers' process groups (`exit` runs
+/// no destructors) and waiting for them to be gone. The interactive terminal has no grace:
+/// it must restore the terminal itself. Started once per process; later calls do nothing.
+pub fn watch_signals(grace: bool) {
+    static STARTED: std::sync::Once = std::sync::Once::new();
+    STARTED.call_once(|| {
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+        let mut signals = match signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]) {
+            Ok(signals) => signals,
+            Err(e) => {
+                tracing::warn!("cannot watch signals: {e}");
+                return;
             }
-            Err(e) => tracing::warn!("cannot watch signal {cause:?}: {e}"),
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let spawned = std::thread::Builder::new()
+            .name("crow-signals".into())
+            .spawn(move || {
+                for signal in signals.forever() {
+                    let cause = match signal {
+                        SIGINT => Cause::Interrupt,
+                        SIGTERM => Cause::Terminate,
+                        _ => Cause::Hangup,
+                    };
+                    if tx.send(cause).is_err() {
+                        break;
+                    }
+                }
+            })
+            .and_then(|_| {
+                std::thread::Builder::new()
+                    .name("crow-stop".into())
+                    .spawn(move || supervise(&rx, grace.then_some(STOP_GRACE)))
+            });
+        if let Err(e) = spawned {
+            tracing::warn!("cannot watch signals: {e}");
         }
-    }
-    drop(tx);
-    let Some(first) = rx.recv().await else {
+    });
+}
+
+/// The first signal asks everything to stop; a second one, or the grace running out before
+/// crow is saving what it did, ends the process.
+fn supervise(signals: &std::sync::mpsc::Receiver<Cause>, grace: Option<std::time::Duration>) {
+    use std::sync::mpsc::RecvTimeoutError;
+    let Ok(first) = signals.recv() else {
         return;
     };
     request(first);
-    if let Some(second) = rx.recv().await {
-        crow_mcp::kill_all_servers();
-        std::process::exit(i32::from(second as u8));
-    }
+    let deadline = grace.map(|g| std::time::Instant::now() + g);
+    let status = loop {
+        let next = match deadline {
+            Some(at) if !SAVING.load(Ordering::Acquire) => {
+                signals.recv_timeout(at.saturating_duration_since(std::time::Instant::now()))
+            }
+            _ => signals.recv().map_err(|_| RecvTimeoutError::Disconnected),
+        };
+        match next {
+            // Closing is bounded by itself; a signal now is let go.
+            Ok(_) if CLOSING.load(Ordering::Acquire) => {}
+            Ok(second) => break second as u8,
+            // Saving started meanwhile: it ends by itself.
+            Err(RecvTimeoutError::Timeout) if SAVING.load(Ordering::Acquire) => {}
+            Err(RecvTimeoutError::Timeout) => {
+                tracing::warn!(
+                    "still busy {} s after being asked to stop; exiting",
+                    STOP_GRACE.as_secs()
+                );
+                break exit_status().unwrap_or(first as u8);
+            }
+            Err(RecvTimeoutError::Disconnected) => return,
+        }
+    };
+    crow_mcp::kill_all_servers();
+    crow_tools::end_all_commands(COMMANDS_GONE_WAIT);
+    std::process::exit(i32::from(status));
+}
+
+/// The work has ended and crow is saving it: a stop request no longer runs out of time.
+pub fn saving() {
+    SAVING.store(true, Ordering::Release);
+}
+
+/// From now on crow is only closing: a second signal no longer exits at once either.
+pub fn closing() {
+    saving();
+    CLOSING.store(true, Ordering::Release);
 }
 
 /// Turns in progress (`crow acp`), so a stop can wait for them to save.

@@ -476,3 +476,67 @@ async fn crow_acp_recalls_and_starts_the_finish_step_too() {
     drop(stdin);
     let _ = child.wait().await;
 }
+
+/// Issue 31: a `crow memory finish` killed mid-step left its row `running`, and for ten
+/// minutes every retry answered "another finish step is running" with exit 0, `--force`
+/// included. A live step still blocks a second one (now with a failing status); a dead one
+/// is taken over at once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_finish_step_is_taken_over_and_a_blocked_force_fails() {
+    let repo = git_repo();
+    let dir = repo.path();
+    // The finish step's call never gets an answer: its process is still waiting when killed.
+    let mock =
+        MockLlm::start(editing_session(Scenario::new()).fault(Fault::stall(Reply::text("{"), 0)))
+            .await
+            .unwrap();
+    let out = output(crow_run(dir, &mock, "write the greeting file")).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    let session = only_session(dir);
+    let finish = |dir: &Path| {
+        let mut c = crow(dir);
+        c.args(["memory", "finish", "--force", "--session", &session.id]);
+        c
+    };
+    let mut first = finish(dir).spawn().unwrap();
+    let first_pid = first.id().unwrap();
+    // Its row is written before its request: once the mock has the request, it runs.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while mock.requests().len() < 3 {
+        assert!(Instant::now() < deadline, "the finish step sent nothing");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let blocked = output(finish(dir)).await;
+    assert_ne!(blocked.code, Some(0), "{}", blocked.stdout);
+    assert!(
+        blocked.stderr.contains("another finish step")
+            && blocked.stderr.contains(&format!("pid {first_pid}")),
+        "{}",
+        blocked.stderr
+    );
+    assert_eq!(mock.requests().len(), 3, "the blocked step sent nothing");
+
+    first.start_kill().unwrap();
+    first.wait().await.unwrap();
+    mock.push_step(crow_testkit::Step::Reply(finish_reply()));
+    let retried = output(finish(dir)).await;
+    assert_eq!(retried.code, Some(0), "{}", retried.stderr);
+    assert!(
+        retried.stdout.contains("2 new learnings"),
+        "{}",
+        retried.stdout
+    );
+    let runs = finish_runs(&store(dir));
+    assert_eq!(runs[0].1, "ok", "{runs:?}");
+    assert_eq!(runs[1].1, "failed", "{runs:?}");
+    assert!(
+        runs[1].2.contains(&format!("pid {first_pid}")) && runs[1].2.contains("ended"),
+        "{runs:?}"
+    );
+
+    // Forced with nothing left to do, it says so and does not claim success.
+    let again = output(finish(dir)).await;
+    assert_ne!(again.code, Some(0), "{}", again.stdout);
+    assert!(again.stderr.contains("nothing new"), "{}", again.stderr);
+}

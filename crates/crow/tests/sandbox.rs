@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use common::*;
 use crow_testkit::{MockLlm, Reply, Scenario};
@@ -31,9 +31,31 @@ fn full_sandbox() -> bool {
     s["landlock_fs"] == true && s["namespaces"] == true
 }
 
-/// A directory outside the project and the temp dirs (the build's own scratch space).
+/// A directory outside the project and every place the sandbox leaves writable (`/tmp`,
+/// `$TMPDIR`): the build's scratch space, unless the checkout itself lives under a temp dir
+/// (a clone in /tmp), then `/var/tmp` or the user's home. Wherever the repository is, the
+/// directory is really outside.
 fn outside() -> tempfile::TempDir {
-    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
+    let canonical = |p: PathBuf| std::fs::canonicalize(p).ok();
+    let writable: Vec<PathBuf> = [PathBuf::from("/tmp"), std::env::temp_dir()]
+        .into_iter()
+        .filter_map(canonical)
+        .collect();
+    let candidates = [
+        Some(PathBuf::from(env!("CARGO_TARGET_TMPDIR"))),
+        Some(PathBuf::from("/var/tmp")),
+        std::env::var_os("HOME").map(PathBuf::from),
+    ];
+    let place = candidates
+        .into_iter()
+        .flatten()
+        .filter_map(canonical)
+        .find(|c| !writable.iter().any(|w| c.starts_with(w)))
+        .expect("a directory outside /tmp and $TMPDIR to test writes outside the project");
+    tempfile::Builder::new()
+        .prefix("crow-outside-")
+        .tempdir_in(place)
+        .unwrap()
 }
 
 fn user_config(dir: &Path, text: &str) {

@@ -185,7 +185,7 @@ async fn crow_home_moves_the_database() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_full_database_loses_this_sessions_entries_with_a_warning_and_no_other() {
+async fn a_full_database_stops_the_run_before_the_model_and_touches_no_other_session() {
     let dir = tempfile::tempdir().unwrap();
     let scenario = Scenario::new()
         .reply(Reply::text("first answer"))
@@ -195,7 +195,7 @@ async fn a_full_database_loses_this_sessions_entries_with_a_warning_and_no_other
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     let earlier = only_session(dir.path());
 
-    // A 1 MiB limit and a 2 MiB prompt: the session starts, its entries cannot be written.
+    // A 1 MiB limit and a 2 MiB prompt: the session starts, its prompt cannot be written.
     write_project_config(dir.path(), "[store]\nmax_size_mb = 1\n");
     let mut cmd = crow_run(dir.path(), &mock, "-");
     cmd.stdin(std::process::Stdio::piped());
@@ -207,14 +207,19 @@ async fn a_full_database_loses_this_sessions_entries_with_a_warning_and_no_other
     drop(stdin);
     let done = child.wait_with_output().await.unwrap();
     let out = parse(done.status.code(), done.stdout, done.stderr);
-    assert_eq!(out.code, Some(0), "the run itself goes on: {}", out.stderr);
-    let warning: Vec<_> = out
+    assert_eq!(out.code, Some(1), "the run stops: {}", out.stderr);
+    let error: Vec<_> = out
         .stderr
         .lines()
-        .filter(|l| l.contains("not saved"))
+        .filter(|l| l.starts_with("error:"))
         .collect();
-    assert_eq!(warning.len(), 1, "{}", out.stderr);
-    assert!(warning[0].contains("full"), "{}", warning[0]);
+    assert_eq!(error.len(), 1, "{}", out.stderr);
+    assert!(error[0].contains("full"), "{}", error[0]);
+    assert_eq!(
+        mock.requests().len(),
+        1,
+        "no model call for an unsaved prompt"
+    );
 
     let store = store(dir.path());
     assert_eq!(

@@ -201,6 +201,69 @@ async fn a_database_locked_mid_run_loses_no_entry_and_the_next_run_imports_them(
     );
 }
 
+/// Issue 31: with the disk full mid-run, crow went on for 24 more tool steps whose entries
+/// were never stored, and exited 0 with one warning. Now the first write the database
+/// refuses stops the run: no further model call, a clear error and a failing status, what
+/// was stored before still there and the database valid. The size limit (`max_size_mb`,
+/// SQLite's max_page_count) makes SQLite answer SQLITE_FULL as a full disk would.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_database_that_fills_up_mid_run_stops_the_run_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    write_project_config(dir.path(), "[store]\nmax_size_mb = 1\n");
+    const STEPS: usize = 12;
+    let mut scenario = Scenario::new();
+    for i in 0..STEPS {
+        // Each call's arguments (stored, and indexed for search) take a few hundred KB.
+        let content = format!("line {i} of a generated file\n").repeat(6_000);
+        scenario = scenario.reply(Reply::tool_call(
+            "write_file",
+            json!({"path": format!("file{i}.txt"), "content": content}),
+        ));
+    }
+    let scenario = scenario.reply(Reply::tool_call(
+        "task_complete",
+        json!({"summary": "done"}),
+    ));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let out = output(crow_run(dir.path(), &mock, "write the files")).await;
+    assert_eq!(out.code, Some(1), "stderr: {}", out.stderr);
+    let errors: Vec<_> = out
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("error:"))
+        .collect();
+    assert_eq!(errors.len(), 1, "{}", out.stderr);
+    assert!(
+        errors[0].contains("is full") && errors[0].contains("stopped the run"),
+        "{}",
+        errors[0]
+    );
+    // Stopped at the first refused write: the model was not called again after it.
+    let requests = mock.requests().len();
+    assert!(requests < STEPS, "{requests} model calls: the run went on");
+    let written = (0..STEPS)
+        .filter(|i| dir.path().join(format!("file{i}.txt")).exists())
+        .count();
+    assert!(written <= requests, "{written} files for {requests} calls");
+
+    // The database is valid and holds the run up to the failure, in order.
+    let conn = rusqlite::Connection::open(db(dir.path())).unwrap();
+    let check: String = conn
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(check, "ok");
+    drop(conn);
+    let info = only_session(dir.path());
+    let history = store(dir.path()).load_history(&info.id, "builder").unwrap();
+    let kinds = kinds(&history);
+    assert!(kinds.len() >= 3, "{kinds:?}");
+    assert_eq!(
+        kinds[..3],
+        ["user", "tool_call", "tool_result"],
+        "{kinds:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn after_a_run_the_database_file_alone_holds_the_session() {
     let dir = tempfile::tempdir().unwrap();
@@ -368,6 +431,102 @@ async fn sigterm_and_sighup_end_the_run_like_ctrl_c() {
             }
         ));
     }
+}
+
+/// Issue 31: after SIGTERM crow exited while its command's processes lived on — one that
+/// ignores SIGTERM for good, since the cancelled tool was dropped before its SIGKILL. crow's
+/// exit now means its commands are gone: checked the moment it has exited.
+#[tokio::test(flavor = "multi_thread")]
+async fn after_sigterm_crow_exits_only_once_its_commands_are_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = Scenario::new().reply(Reply::tool_call(
+        "bash",
+        json!({"command": "trap '' TERM; sleep 60 & echo $! > pid.tmp; mv pid.tmp child.pid; wait"}),
+    ));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let mut child = crow_run(dir.path(), &mock, "sleep").spawn().unwrap();
+    let pid_file = dir.path().join("child.pid");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !pid_file.exists() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the command never started"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let pid = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .to_owned();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id().unwrap() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let code = child.wait().await.unwrap().code();
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    assert!(
+        stat.is_empty() || stat.contains(") Z "),
+        "the command's sleep {pid} outlived crow: {stat}"
+    );
+    assert_eq!(code, Some(143));
+}
+
+/// Issue 31: `crow run`'s runtime has one thread; while a step kept it busy, a SIGTERM went
+/// unheard (here: a write waiting up to a minute for a database another process locked).
+/// The signal is heard on a thread of its own, and crow exits within seconds.
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_ends_a_run_whose_only_thread_is_busy() {
+    let dir = tempfile::tempdir().unwrap();
+    write_project_config(dir.path(), "[store]\nbusy_timeout_ms = 60000\n");
+    let scenario = Scenario::new().reply(
+        Reply::text("an answer streamed slowly enough to lock the database meanwhile")
+            .with_chunk_size(4)
+            .with_chunk_delay(20),
+    );
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let mut child = crow_run(dir.path(), &mock, "answer").spawn().unwrap();
+    let pid = child.id().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    loop {
+        let mut line = String::new();
+        let n = tokio::time::timeout(Duration::from_secs(20), stdout.read_line(&mut line))
+            .await
+            .expect("the stream started")
+            .unwrap();
+        assert!(n > 0, "crow ended before the database was locked");
+        if line.contains("\"text_delta\"") {
+            break;
+        }
+    }
+    let holder = rusqlite::Connection::open(db(dir.path())).unwrap();
+    holder.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    // The answer's entry waits for the lock: SQLite's busy handler sleeps on crow's only
+    // runtime thread (the process's main thread), which then hears nothing.
+    let wchan = format!("/proc/{pid}/wchan");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&wchan)
+        .unwrap_or_default()
+        .contains("nanosleep")
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "crow never waited for the lock"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    // Well before the busy timeout of a minute.
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .expect("crow did not exit on SIGTERM while its thread was busy")
+        .unwrap();
+    assert_eq!(status.code(), Some(143));
+    holder.execute_batch("ROLLBACK").unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -12,7 +12,7 @@ use crow_core::{
 };
 use futures::StreamExt;
 
-use super::{MAX_RETRY_AFTER, RetryPolicy, Retrying};
+use super::{MAX_RETRY_AFTER, RetryPolicy, Retrying, TIMEOUT_RETRIES};
 use crate::http::WireApi;
 
 type Item = Result<StreamDelta, ProviderError>;
@@ -408,4 +408,22 @@ async fn retries_stop_at_the_total_time_limit() {
         "{}",
         error.message
     );
+}
+
+/// README: with the defaults, a server that goes quiet is given up on after about two
+/// minutes — whether it never answers or stalls after its headers (issue 31: 240 s).
+#[test]
+fn with_the_defaults_a_silent_or_stalled_server_fails_in_about_two_minutes() {
+    let policy = RetryPolicy::default();
+    let timeouts = TIMEOUT_RETRIES + 1;
+    for (what, limit) in [
+        ("silent before the head", policy.response_timeout),
+        ("stalled after the head", policy.idle_timeout),
+    ] {
+        let total = limit * timeouts;
+        assert!(
+            (Duration::from_secs(100)..=Duration::from_secs(125)).contains(&total),
+            "{what}: {total:?}"
+        );
+    }
 }

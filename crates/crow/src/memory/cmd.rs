@@ -288,7 +288,14 @@ async fn finish_command(
                 println!("  a skill would have helped: {skill}");
             }
         }
+        // Asked to run it anyway, a step that did nothing failed at what it was asked.
+        Outcome::Skipped(why) if force => bail!("session {}: nothing done: {why}", short(&info.id)),
         Outcome::Skipped(why) => println!("session {}: nothing done: {why}", short(&info.id)),
+        Outcome::Busy(pid) => bail!(
+            "session {}: another finish step of it is running{}; run this again when it has ended",
+            short(&info.id),
+            pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
+        ),
     }
     Ok(ExitCode::SUCCESS)
 }

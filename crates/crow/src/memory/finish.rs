@@ -14,7 +14,7 @@ use crow_core::{
     ChatRequest, EntryKind, Message, Provider, SessionInfo, SessionStore, StoredEntry, StreamDelta,
     ToolStatus, Usage, UsageRecord,
 };
-use crow_store::{NewLearning, SqliteStore};
+use crow_store::{BeginRun, NewLearning, SqliteStore};
 use futures::StreamExt as _;
 use serde::Deserialize;
 
@@ -30,7 +30,8 @@ const MAX_LEARNINGS: usize = 6;
 const MAX_LEARNING_CHARS: usize = 600;
 /// The side call's bound, retries included.
 const CALL_TIMEOUT: Duration = Duration::from_secs(180);
-/// A finish step that started longer ago than this and never ended is taken as dead.
+/// A finish step that started longer ago than this and never ended is taken as dead, even
+/// when its process cannot be checked (a step whose process is gone is taken over at once).
 const STALE_SECS: i64 = 600;
 /// Name the step's usage rows carry (`crow stats` shows it as an agent).
 pub const AGENT: &str = "finish";
@@ -52,6 +53,8 @@ pub enum Outcome {
     },
     /// Nothing to do: the reason.
     Skipped(String),
+    /// Another finish step of the session is running (in the process with this id).
+    Busy(Option<u32>),
 }
 
 /// The model's answer.
@@ -132,10 +135,9 @@ pub async fn run(step: Step<'_>) -> Result<Outcome> {
             "no files changed ([memory] finish = \"changes\")".into(),
         ));
     }
-    let Some(run) = store.begin_memory_run(&info.id, last, STALE_SECS)? else {
-        return Ok(Outcome::Skipped(
-            "another finish step of this session is running".into(),
-        ));
+    let run = match store.begin_memory_run(&info.id, last, STALE_SECS)? {
+        BeginRun::Started(run) => run,
+        BeginRun::Busy(pid) => return Ok(Outcome::Busy(pid)),
     };
     let result = extract(store, provider, info, config, template, &entries).await;
     let (status, detail) = match &result {
@@ -159,6 +161,8 @@ pub async fn run(step: Step<'_>) -> Result<Outcome> {
             ("ok", redact::secrets(&detail).into_owned())
         }
         Ok(Outcome::Skipped(why)) => ("skipped", why.clone()),
+        // Not returned by `extract`; recorded as what it would mean.
+        Ok(Outcome::Busy(_)) => ("skipped", "another finish step was running".into()),
         Err(e) => ("failed", redact::secrets(&format!("{e:#}")).into_owned()),
     };
     store.end_memory_run(run, status, &detail)?;

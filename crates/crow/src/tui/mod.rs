@@ -219,7 +219,7 @@ pub async fn run(args: Args) -> Result<ExitCode> {
         Some(editor) => std::mem::replace(&mut editor.input, mpsc::unbounded_channel().1),
         None => line_input(),
     };
-    let signals = tokio::spawn(crate::stop::watch_signals());
+    crate::stop::watch_signals(false);
     let stop = crate::stop::token();
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     let mut input_open = true;
@@ -264,7 +264,7 @@ pub async fn run(args: Args) -> Result<ExitCode> {
             app.quit = true;
         }
     }
-    signals.abort();
+    crate::stop::closing();
     app.view.flush_open();
     if let Some(mcp) = app.mcp.take().and_then(Arc::into_inner) {
         mcp.finish().await;
