@@ -295,6 +295,19 @@ impl SessionState {
         self.returned.notify_waiters();
     }
 
+    /// Waits until no turn holds the runner; false if `deadline` came first.
+    pub async fn wait_idle(&self, deadline: tokio::time::Instant) -> bool {
+        loop {
+            let notified = self.returned.notified();
+            if lock(&self.slot).runner.is_some() {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return false;
+            }
+        }
+    }
+
     /// Cancels the running turn, if any.
     pub fn cancel(&self) {
         if let Some(turn) = &lock(&self.slot).turn {
