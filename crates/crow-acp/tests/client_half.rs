@@ -458,9 +458,10 @@ async fn every_event_kind_translates() {
         // Calls that may ask the user are announced pending (the default status, so absent
         // on the wire); the gate marks them in_progress once allowed.
         {"sessionUpdate": "tool_call", "toolCallId": "e1", "title": "Edit a.rs", "kind": "edit",
-         "locations": [{"path": project().join("a.rs")}], "rawInput": {"path": "a.rs"}},
+         "locations": [{"path": project().join("a.rs")}], "rawInput": {"path": "a.rs"},
+         "_meta": {"crow": {"agent": "builder"}}},
         {"sessionUpdate": "tool_call", "toolCallId": "b1", "title": "`false`", "kind": "execute",
-         "rawInput": {"command": "false"}},
+         "rawInput": {"command": "false"}, "_meta": {"crow": {"agent": "builder"}}},
         {"sessionUpdate": "tool_call_update", "toolCallId": "e1", "status": "completed",
          "content": [{"type": "diff", "path": "/project/a.rs", "oldText": "old\n", "newText": "new\n"}]},
         {"sessionUpdate": "tool_call_update", "toolCallId": "b1", "status": "failed",
@@ -476,7 +477,8 @@ async fn every_event_kind_translates() {
         {"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": "\nbuilder/explore finished\n"}},
         {"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": "\nℹ 429 — retry 1 in 0.0s\n"}},
         {"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": "\n⚠ MCP server 'x' failed to start\n"}},
-        {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "\n\n"}},
+        // The builder's words after the reviewer's are labelled, or they would read as its.
+        {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "\n\n**builder:** "}},
         {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "\n\nAll done."}},
     ]);
     let mut got_value = Value::Array(got);
