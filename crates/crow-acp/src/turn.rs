@@ -89,7 +89,8 @@ pub async fn prompt(
         ));
     }
     let settings = shared.settings();
-    let translator = Translator::new(shared.cwd.clone(), server.context_window(&settings.model))
+    let context_window = server.context_window(&settings.model);
+    let translator = Translator::new(shared.cwd.clone(), context_window)
         .with_notices(server.client_caps().notices)
         .with_terminal_output(server.client_caps().terminal_output);
     let (events, received) = mpsc::unbounded_channel();
@@ -101,6 +102,7 @@ pub async fn prompt(
         mode: settings.mode,
         model: settings.model,
         effort: settings.effort,
+        context_window,
     };
     let turn_cancel = cancel.clone();
     let mut turn = tokio::spawn(async move {

@@ -279,6 +279,7 @@ async fn session_command(
         &tx,
         &cancel,
         instructions,
+        None,
     )
     .await;
     drop(tx);
