@@ -283,3 +283,46 @@ async fn context_names_the_window_of_the_meter_in_markdown_lines() {
     assert!(lines.len() > 3, "{text}");
     assert!(lines.iter().all(|l| l.starts_with("- ")), "{text}");
 }
+
+/// Issue 31 item 21: an editor-run terminal is asked to run the user's command as typed
+/// (no launcher path, no policy JSON), and the command still runs confined.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_editor_terminal_shows_the_users_command_and_runs_it_confined() {
+    if !sandbox_usable() {
+        eprintln!("skipped: no sandbox on this machine");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // crow's own config is read-only to commands, even inside the project.
+    let command = "touch .home/.config/crow/written; echo ran";
+    let mock = MockLlm::start(
+        Scenario::new()
+            .reply(Reply::tool_call("bash", json!({"command": command})))
+            .reply(Reply::text("done")),
+    )
+    .await
+    .unwrap();
+    config(dir.path(), &mock);
+    let (_, seen) = drive(dir.path(), "run it", true, |_| false).await;
+    let create = seen
+        .iter()
+        .find(|m| m["method"] == "terminal/create")
+        .expect("the command ran in the editor's terminal");
+    let params = &create["params"];
+    assert_eq!(params["command"], "bash", "{params}");
+    assert_eq!(params["args"], json!(["-c", command]), "{params}");
+    assert!(!params.to_string().contains("--policy"), "{params}");
+    let result = seen
+        .iter()
+        .find(|m| {
+            m["params"]["update"]["sessionUpdate"] == "tool_call_update"
+                && m["params"]["update"]["status"].is_string()
+                && m["params"]["update"]["status"] != "in_progress"
+        })
+        .expect("the call finished");
+    assert!(result.to_string().contains("ran"), "{result}");
+    assert!(
+        !dir.path().join(".home/.config/crow/written").exists(),
+        "the command ran unconfined"
+    );
+}
