@@ -55,6 +55,7 @@ impl From<String> for Reply {
 /// Runs the command on the primary agent's history; returns what to tell the user.
 /// `assumed_window`: the window a front end shows for a model whose window nobody knows
 /// (ACP's meter), which `/context` then reports too, marked estimated.
+#[allow(clippy::too_many_arguments)]
 pub async fn run(
     command: &SessionCommand,
     agent: &BaseAgent,
