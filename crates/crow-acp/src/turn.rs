@@ -79,6 +79,8 @@ pub async fn prompt(
         ),
     })?;
     let shared = Arc::clone(&state.shared);
+    // A mode switch may change who answers: the turn's first agent says.
+    *crate::session::lock(&shared.primary) = None;
     shared.outbox.open();
     if !shared
         .titled
@@ -167,6 +169,9 @@ async fn forward(
     shared: Arc<Shared>,
 ) {
     while let Some(event) = received.recv().await {
+        if let AgentEvent::TurnStart { agent } = &event {
+            crate::session::lock(&shared.primary).get_or_insert_with(|| agent.clone());
+        }
         for update in translator.translate(&event) {
             shared.outbox.send(update);
         }
