@@ -74,7 +74,11 @@ fn answer_open<T>(
 
 /// The agent side of an ACP connection, ready to connect to a client transport.
 pub fn agent(factory: Arc<dyn AgentFactory>) -> impl ConnectTo<Client> {
-    let server = Arc::new(Server::new(factory));
+    agent_on(Arc::new(Server::new(factory)))
+}
+
+/// [`agent`] on a server the caller keeps, to end its turns when the connection ends.
+fn agent_on(server: Arc<Server>) -> impl ConnectTo<Client> {
     let (s_init, s_new, s_load, s_resume, s_list, s_prompt) = (
         Arc::clone(&server),
         Arc::clone(&server),

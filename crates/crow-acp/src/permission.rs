@@ -90,9 +90,17 @@ fn deny(reason: impl Into<String>) -> PermissionDecision {
 
 /// The tool call as the question shows it: what the call would do (the diff of the file,
 /// the command and where it runs) next to its title, so the user judges the change itself.
-fn asked_call(request: &PermissionRequest) -> acp::ToolCallUpdate {
+/// `primary`: the agent answering the user; another agent's call is titled with its name,
+/// as its card was.
+fn asked_call(request: &PermissionRequest, primary: Option<&str>) -> acp::ToolCallUpdate {
+    let title = match primary {
+        Some(primary) if primary != request.agent => {
+            format!("{}: {}", request.agent, request.title)
+        }
+        _ => request.title.clone(),
+    };
     let mut fields = acp::ToolCallUpdateFields::new()
-        .title(request.title.clone())
+        .title(title)
         .kind(tools::acp_kind(request.kind))
         .status(acp::ToolCallStatus::Pending);
     let mut input = request.input.clone();
@@ -173,7 +181,7 @@ impl AcpPermissionGate {
         });
         let ask = acp::RequestPermissionRequest::new(
             self.shared.id.clone(),
-            asked_call(request),
+            asked_call(request, lock(&self.shared.primary).clone().as_deref()),
             options(
                 key.as_deref(),
                 project

@@ -1,7 +1,9 @@
 //! A stored timeline → the `session/update`s that rebuild it in the editor (session/load): the
 //! user's messages, answers, thoughts, tool calls with their final status and content, the
 //! plan — looking as the live session did. Only the primary's user messages are the user's
-//! (a reviewer's "user" messages are handoffs); other agents' words are introduced by name.
+//! (a reviewer's "user" messages are handoffs, and so is the primary's message that follows a
+//! handoff to it: the reviewer's feedback); agents are labelled as the live session labels
+//! them ([`Speakers`]).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -10,7 +12,9 @@ use agent_client_protocol::v1::schema as acp;
 use crow_core::{EntryKind, HistoryEntry, SystemEvent, ToolKind};
 
 use crate::tools;
-use crate::translate::{message_chunk, thought_chunk, tool_call, tool_result, user_chunk};
+use crate::translate::{
+    Speakers, handoff, message_chunk, thought_chunk, tool_call, tool_result, user_chunk,
+};
 
 /// Text that ends an answer cut off by a cancel; `_meta.crow.cutOff` says so to programs.
 pub const CUT_OFF: &str = " [cut off]";
@@ -39,13 +43,25 @@ pub fn replay(
     let mut out = Vec::new();
     // Arguments of each call, for the task_complete summary.
     let mut arguments: HashMap<&str, serde_json::Value> = HashMap::new();
-    let mut speaking: Option<&str> = None;
+    let mut speakers = Speakers::new(Some(primary.to_owned()));
+    // The prompt of the last handoff to the primary: the user message carrying it is not
+    // the user's.
+    let mut handed: Option<&str> = None;
     for (agent, entry) in timeline {
         let own = agent == primary;
         match &entry.kind {
+            EntryKind::User { content } if own && handed == Some(content.as_str()) => {
+                handed = None;
+            }
             EntryKind::User { content } if own => {
                 out.push(user_chunk(content.clone()));
-                speaking = None;
+                speakers.reset();
+            }
+            EntryKind::Handoff { from, to, prompt } => {
+                out.push(handoff(from, to));
+                if to == primary {
+                    handed = Some(prompt.as_str());
+                }
             }
             EntryKind::Image { mime_type, data } if own => {
                 out.push(acp::SessionUpdate::UserMessageChunk(
@@ -56,14 +72,7 @@ pub fn replay(
                 ));
             }
             EntryKind::AssistantText { content, .. } if !content.is_empty() => {
-                if speaking != Some(agent.as_str()) {
-                    if !own {
-                        out.push(message_chunk(format!("\n\n**{agent}:** ")));
-                    } else if speaking.is_some() {
-                        out.push(message_chunk("\n\n"));
-                    }
-                    speaking = Some(agent.as_str());
-                }
+                speakers.speak(agent, &mut out);
                 out.push(message_chunk(content.clone()));
             }
             EntryKind::Thinking { content, .. } if !content.is_empty() => {
@@ -86,6 +95,8 @@ pub fn replay(
                         &args,
                         cwd,
                         acp::ToolCallStatus::Pending,
+                        agent,
+                        own,
                     ));
                 }
                 arguments.insert(id, args);
@@ -108,6 +119,7 @@ pub fn replay(
                         .and_then(|s| s.as_str())
                         .unwrap_or_default();
                     if !summary.trim().is_empty() {
+                        speakers.speak(agent, &mut out);
                         out.push(message_chunk(format!("\n\n{summary}")));
                     }
                 } else {
@@ -130,7 +142,7 @@ pub fn replay(
                 if !out.last().is_some_and(is_cut_off_mark) {
                     out.push(cut_off_mark());
                 }
-                speaking = None;
+                speakers.reset();
             }
             // Not shown: other agents' prompts (handoffs), empty parts, opaque reasoning,
             // internal events.
@@ -139,7 +151,6 @@ pub fn replay(
             | EntryKind::AssistantText { .. }
             | EntryKind::Thinking { .. }
             | EntryKind::RedactedThinking { .. }
-            | EntryKind::Handoff { .. }
             | EntryKind::System { .. }
             | EntryKind::Compaction(_)
             | EntryKind::Unknown => {}
@@ -151,7 +162,8 @@ pub fn replay(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crow_core::{FileEdit, ToolMetadata, ToolStatus};
+    use crate::translate::Translator;
+    use crow_core::{AgentEvent, FileEdit, ToolMetadata, ToolStatus};
     use serde_json::{Value, json};
 
     fn entry(kind: EntryKind) -> HistoryEntry {
@@ -303,6 +315,231 @@ mod tests {
             !updates
                 .iter()
                 .any(|u| u["content"]["text"] == "review this")
+        );
+    }
+
+    /// The words, thoughts and tool titles a user reads, in order.
+    fn shown(updates: &[acp::SessionUpdate]) -> Vec<String> {
+        updates
+            .iter()
+            .map(|u| serde_json::to_value(u).unwrap())
+            .filter_map(|u| match u["sessionUpdate"].as_str()? {
+                "agent_message_chunk" => Some(format!("say {}", u["content"]["text"].as_str()?)),
+                "agent_thought_chunk" => Some(format!("think {}", u["content"]["text"].as_str()?)),
+                "user_message_chunk" => Some(format!("user {}", u["content"]["text"].as_str()?)),
+                "tool_call" => Some(format!(
+                    "call {} by {}",
+                    u["title"].as_str()?,
+                    u["_meta"]["crow"]["agent"].as_str()?
+                )),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_review_replays_with_the_labels_it_had_live() {
+        let (b, r) = ("builder".to_owned(), "reviewer".to_owned());
+        let feedback = "Feedback from reviewer:\nNeeds a test.";
+        let at = |agent: &String, kind| (agent.clone(), entry(kind));
+        let timeline = vec![
+            at(
+                &b,
+                EntryKind::User {
+                    content: "fix it".into(),
+                },
+            ),
+            at(
+                &b,
+                EntryKind::AssistantText {
+                    content: "Done.".into(),
+                    partial: false,
+                },
+            ),
+            at(
+                &r,
+                EntryKind::Handoff {
+                    from: b.clone(),
+                    to: r.clone(),
+                    prompt: "review".into(),
+                },
+            ),
+            at(
+                &r,
+                EntryKind::User {
+                    content: "review".into(),
+                },
+            ),
+            at(
+                &r,
+                EntryKind::ToolCall {
+                    id: "c1".into(),
+                    name: "read_file".into(),
+                    arguments: "{\"path\":\"a.rs\"}".into(),
+                },
+            ),
+            at(
+                &r,
+                EntryKind::ToolResult {
+                    call_id: "c1".into(),
+                    name: "read_file".into(),
+                    status: ToolStatus::Success,
+                    output: "x".into(),
+                    metadata: ToolMetadata::default(),
+                },
+            ),
+            at(
+                &r,
+                EntryKind::AssistantText {
+                    content: "Needs a test.".into(),
+                    partial: false,
+                },
+            ),
+            at(
+                &b,
+                EntryKind::Handoff {
+                    from: r.clone(),
+                    to: b.clone(),
+                    prompt: feedback.into(),
+                },
+            ),
+            at(
+                &b,
+                EntryKind::User {
+                    content: feedback.into(),
+                },
+            ),
+            at(
+                &b,
+                EntryKind::ToolCall {
+                    id: "c2".into(),
+                    name: "bash".into(),
+                    arguments: "{\"command\":\"make test\"}".into(),
+                },
+            ),
+            at(
+                &b,
+                EntryKind::ToolResult {
+                    call_id: "c2".into(),
+                    name: "bash".into(),
+                    status: ToolStatus::Success,
+                    output: "ok".into(),
+                    metadata: ToolMetadata::default(),
+                },
+            ),
+            at(
+                &b,
+                EntryKind::AssistantText {
+                    content: "Added.".into(),
+                    partial: false,
+                },
+            ),
+            at(
+                &r,
+                EntryKind::Handoff {
+                    from: b.clone(),
+                    to: r.clone(),
+                    prompt: "again".into(),
+                },
+            ),
+            at(
+                &r,
+                EntryKind::User {
+                    content: "again".into(),
+                },
+            ),
+            at(
+                &r,
+                EntryKind::ToolCall {
+                    id: "c3".into(),
+                    name: crow_core::TASK_COMPLETE.into(),
+                    arguments: "{\"summary\":\"Approved.\"}".into(),
+                },
+            ),
+            at(
+                &r,
+                EntryKind::ToolResult {
+                    call_id: "c3".into(),
+                    name: crow_core::TASK_COMPLETE.into(),
+                    status: ToolStatus::Success,
+                    output: String::new(),
+                    metadata: ToolMetadata::default(),
+                },
+            ),
+        ];
+        let replayed = shown(&replay(&timeline, "builder", Path::new("/p"), &|_| None));
+
+        let text = |agent: &String, delta: &str| AgentEvent::TextDelta {
+            agent: agent.clone(),
+            delta: delta.into(),
+        };
+        let start =
+            |agent: &String, id: &str, tool: &str, kind, arguments| AgentEvent::ToolCallStart {
+                agent: agent.clone(),
+                call_id: id.into(),
+                tool: tool.into(),
+                kind,
+                arguments,
+            };
+        let hand = |from: &String, to: &String| AgentEvent::Handoff {
+            from: from.clone(),
+            to: to.clone(),
+            prompt: "…".into(),
+        };
+        let events = vec![
+            AgentEvent::TurnStart { agent: b.clone() },
+            text(&b, "Done."),
+            hand(&b, &r),
+            AgentEvent::TurnStart { agent: r.clone() },
+            start(
+                &r,
+                "c1",
+                "read_file",
+                ToolKind::Read,
+                json!({"path": "a.rs"}),
+            ),
+            text(&r, "Needs a test."),
+            hand(&r, &b),
+            start(
+                &b,
+                "c2",
+                "bash",
+                ToolKind::Execute,
+                json!({"command": "make test"}),
+            ),
+            text(&b, "Added."),
+            hand(&b, &r),
+            AgentEvent::TaskComplete {
+                agent: r.clone(),
+                summary: "Approved.".into(),
+            },
+        ];
+        let mut translator = Translator::new("/p".into(), None);
+        let live: Vec<acp::SessionUpdate> = events
+            .iter()
+            .flat_map(|e| translator.translate(e))
+            .collect();
+        let mut live = shown(&live);
+        live.insert(0, "user fix it".into());
+
+        assert_eq!(replayed, live);
+        assert_eq!(
+            live,
+            [
+                "user fix it",
+                "say Done.",
+                "think \nbuilder hands over to reviewer\n",
+                "call reviewer: Read a.rs by reviewer",
+                "say \n\n**reviewer:** ",
+                "say Needs a test.",
+                "think \nreviewer hands over to builder\n",
+                "call `make test` by builder",
+                "say \n\n**builder:** ",
+                "say Added.",
+                "think \nbuilder hands over to reviewer\n",
+                "say \n\n**reviewer:** ",
+                "say \n\nApproved.",
+            ]
         );
     }
 }

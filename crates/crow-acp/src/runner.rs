@@ -135,6 +135,9 @@ pub struct TurnInput {
     pub model: String,
     /// The reasoning effort: `default` (the configuration's) or a level.
     pub effort: String,
+    /// The model's context window as the editor's meter knows it (`None`: unknown; the
+    /// meter then shows [`crate::DEFAULT_CONTEXT_WINDOW`], marked estimated).
+    pub context_window: Option<u64>,
 }
 
 /// Why a prompt turn ended, as the editor is told.

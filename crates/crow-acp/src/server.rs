@@ -453,6 +453,22 @@ impl Server {
         }
     }
 
+    /// The client is gone (its input ended): every running turn is cancelled, as the
+    /// editor's cancel would, and gets until `grace` is up to save what it did (its partial
+    /// answer, its commands' ends) before the caller exits and drops it mid-write.
+    pub async fn end_all(&self, grace: std::time::Duration) {
+        let sessions: Vec<Arc<SessionState>> = lock(&self.sessions).values().cloned().collect();
+        for state in &sessions {
+            state.cancel();
+        }
+        let deadline = tokio::time::Instant::now() + grace;
+        for state in &sessions {
+            if !state.wait_idle(deadline).await {
+                tracing::warn!(session = %state.shared.id, "a turn was still running at exit");
+            }
+        }
+    }
+
     pub fn cancel(&self, id: &str) {
         match self.session(id) {
             Some(state) => state.cancel(),

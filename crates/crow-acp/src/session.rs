@@ -91,6 +91,9 @@ pub struct Shared {
     pub rule_saver: Mutex<Option<Arc<dyn RuleSaver>>>,
     /// Rules the user kept for the project during this session: they apply at once.
     pub saved_rules: Mutex<Vec<crow_core::Rule>>,
+    /// The agent answering the user in the running turn (its first to start), so a
+    /// permission question about another agent's call names that agent as its card does.
+    pub primary: Mutex<Option<String>>,
     announced: Mutex<HashSet<String>>,
     announcement: Notify,
 }
@@ -117,6 +120,7 @@ impl Shared {
             custom_commands: Mutex::new(Vec::new()),
             rule_saver: Mutex::new(None),
             saved_rules: Mutex::new(Vec::new()),
+            primary: Mutex::new(None),
             announced: Mutex::new(HashSet::new()),
             announcement: Notify::new(),
         }
@@ -293,6 +297,19 @@ impl SessionState {
             slot.turn = None;
         }
         self.returned.notify_waiters();
+    }
+
+    /// Waits until no turn holds the runner; false if `deadline` came first.
+    pub async fn wait_idle(&self, deadline: tokio::time::Instant) -> bool {
+        loop {
+            let notified = self.returned.notified();
+            if lock(&self.slot).runner.is_some() {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return false;
+            }
+        }
     }
 
     /// Cancels the running turn, if any.

@@ -95,8 +95,16 @@ pub fn title(tool: &str, args: &Value) -> String {
         "think" => "Think".to_owned(),
         "todo_read" => "Read the plan".to_owned(),
         "todo_write" => "Update the plan".to_owned(),
-        other => other.to_owned(),
+        other => mcp_title(other).unwrap_or_else(|| other.to_owned()),
     }
+}
+
+/// `mcp__SERVER__TOOL` as the permission question names it: "TOOL (MCP server SERVER)".
+/// The history keeps only the joined name, so the first `__` is taken to end the server's
+/// name (a server named with `__` in it is split there: the title is still readable).
+fn mcp_title(name: &str) -> Option<String> {
+    let (server, tool) = name.strip_prefix("mcp__")?.split_once("__")?;
+    (!server.is_empty() && !tool.is_empty()).then(|| format!("{tool} (MCP server {server})"))
 }
 
 /// Files the call touches, absolute, so the editor can follow the agent.
@@ -255,6 +263,15 @@ mod tests {
             "Search `fn main` in src"
         );
         assert_eq!(title("mcp_tool", &json!({})), "mcp_tool");
+    }
+
+    #[test]
+    fn mcp_tools_are_titled_as_their_permission_question() {
+        assert_eq!(
+            title("mcp__time__get_current_time", &json!({})),
+            "get_current_time (MCP server time)"
+        );
+        assert_eq!(title("mcp__odd", &json!({})), "mcp__odd");
     }
 
     #[test]

@@ -22,11 +22,19 @@ pub fn thought_chunk(text: impl Into<String>) -> acp::SessionUpdate {
     acp::SessionUpdate::AgentThoughtChunk(acp::ContentChunk::new(text_block(text)))
 }
 
+/// A handoff between agents, as live and replay show it (the prompt itself is internal).
+pub fn handoff(from: &str, to: &str) -> acp::SessionUpdate {
+    thought_chunk(format!("\n{from} hands over to {to}\n"))
+}
+
 pub fn user_chunk(text: impl Into<String>) -> acp::SessionUpdate {
     acp::SessionUpdate::UserMessageChunk(acp::ContentChunk::new(text_block(text)))
 }
 
-/// The `tool_call` announcing a call.
+/// The `tool_call` announcing a call. `by`: the agent that made it when it is not the one
+/// answering the user (a reviewer, a subagent): its name leads the title. Every call names
+/// its agent in `_meta.crow.agent`.
+#[allow(clippy::too_many_arguments)]
 pub fn tool_call(
     id: &str,
     tool: &str,
@@ -34,14 +42,71 @@ pub fn tool_call(
     args: &Value,
     cwd: &std::path::Path,
     status: acp::ToolCallStatus,
+    agent: &str,
+    primary: bool,
 ) -> acp::SessionUpdate {
+    let title = tools::title(tool, args);
+    let title = if primary {
+        title
+    } else {
+        format!("{agent}: {title}")
+    };
+    let meta = serde_json::json!({"crow": {"agent": agent}})
+        .as_object()
+        .cloned();
     acp::SessionUpdate::ToolCall(
-        acp::ToolCall::new(acp::ToolCallId::new(id), tools::title(tool, args))
+        acp::ToolCall::new(acp::ToolCallId::new(id), title)
             .kind(tools::acp_kind(kind))
             .status(status)
             .locations(tools::locations(tool, args, cwd))
-            .raw_input(args.clone()),
+            .raw_input(args.clone())
+            .meta(meta),
     )
+}
+
+/// Who is talking, shared by live translation and replay so both label alike: another
+/// agent's words are introduced by name, and so are the primary's when it takes over from
+/// another agent (unlabelled, they would read as the other's).
+#[derive(Debug, Default)]
+pub struct Speakers {
+    /// The agent that answers the user.
+    primary: Option<String>,
+    /// The agent whose words were streamed last (`None`: the user's turn).
+    speaking: Option<String>,
+}
+
+impl Speakers {
+    pub fn new(primary: Option<String>) -> Self {
+        Self {
+            primary,
+            speaking: None,
+        }
+    }
+
+    /// The primary, when not known yet: the first agent to start a turn.
+    pub fn first(&mut self, agent: &str) {
+        self.primary.get_or_insert_with(|| agent.to_owned());
+    }
+
+    pub fn is_primary(&mut self, agent: &str) -> bool {
+        self.primary.get_or_insert_with(|| agent.to_owned()) == agent
+    }
+
+    /// The user spoke (or a turn ended): the next words start afresh.
+    pub fn reset(&mut self) {
+        self.speaking = None;
+    }
+
+    /// A header when `agent` starts talking after someone else did.
+    pub fn speak(&mut self, agent: &str, out: &mut Vec<acp::SessionUpdate>) {
+        if self.speaking.as_deref() == Some(agent) {
+            return;
+        }
+        if !self.is_primary(agent) || self.speaking.is_some() {
+            out.push(message_chunk(format!("\n\n**{agent}:** ")));
+        }
+        self.speaking = Some(agent.to_owned());
+    }
 }
 
 /// The `tool_call_update` that finishes a call. `terminal_output`: the client renders the
@@ -81,10 +146,8 @@ pub struct Translator {
     /// Context window of the current model, for `usage_update` (`None`: unknown, see
     /// [`DEFAULT_CONTEXT_WINDOW`]).
     context_window: Option<u64>,
-    /// The agent that answers the user; words of any other agent are introduced by name.
-    primary: Option<String>,
-    /// The agent whose words were streamed last.
-    speaking: Option<String>,
+    /// Whose words were streamed last; other agents' are introduced by name.
+    speakers: Speakers,
     /// Whether the client shows `notice` updates.
     notices: bool,
     /// Whether the client renders terminal output itself.
@@ -116,8 +179,7 @@ impl Translator {
         Self {
             cwd,
             context_window,
-            primary: None,
-            speaking: None,
+            speakers: Speakers::default(),
             notices: false,
             terminal_output: false,
         }
@@ -136,30 +198,13 @@ impl Translator {
         self
     }
 
-    /// A header when another agent (a reviewer, a subagent) starts talking, so the user can
-    /// tell its words from the primary's.
-    fn speaker(&mut self, agent: &str, out: &mut Vec<acp::SessionUpdate>) {
-        let primary = self.primary.get_or_insert_with(|| agent.to_owned());
-        let changed = self.speaking.as_deref() != Some(agent);
-        if changed {
-            if agent != primary.as_str() {
-                out.push(message_chunk(format!("\n\n**{agent}:** ")));
-            } else if self.speaking.is_some() {
-                out.push(message_chunk("\n\n"));
-            }
-            self.speaking = Some(agent.to_owned());
-        }
-    }
-
     /// The updates for one event (often none: lifecycle events are internal).
     pub fn translate(&mut self, event: &AgentEvent) -> Vec<acp::SessionUpdate> {
         let mut out = Vec::new();
         match event {
-            AgentEvent::TurnStart { agent } => {
-                self.primary.get_or_insert_with(|| agent.clone());
-            }
+            AgentEvent::TurnStart { agent } => self.speakers.first(agent),
             AgentEvent::TextDelta { agent, delta } => {
-                self.speaker(agent, &mut out);
+                self.speakers.speak(agent, &mut out);
                 out.push(message_chunk(delta.clone()));
             }
             AgentEvent::ThinkingDelta { delta, .. } => out.push(thought_chunk(delta.clone())),
@@ -167,11 +212,11 @@ impl Translator {
             // the user's if a future one steers a running turn.
             AgentEvent::UserMessage { text, .. } => out.push(user_chunk(text.clone())),
             AgentEvent::ToolCallStart {
+                agent,
                 call_id,
                 tool,
                 kind,
                 arguments,
-                ..
             } => {
                 if !tools::is_hidden(tool) {
                     let status = if tools::may_ask(tool, *kind) {
@@ -179,8 +224,9 @@ impl Translator {
                     } else {
                         acp::ToolCallStatus::InProgress
                     };
+                    let primary = self.speakers.is_primary(agent);
                     out.push(tool_call(
-                        call_id, tool, *kind, arguments, &self.cwd, status,
+                        call_id, tool, *kind, arguments, &self.cwd, status, agent, primary,
                     ));
                 }
             }
@@ -207,7 +253,7 @@ impl Translator {
             }
             AgentEvent::TaskComplete { agent, summary } => {
                 if !summary.trim().is_empty() {
-                    self.speaker(agent, &mut out);
+                    self.speakers.speak(agent, &mut out);
                     out.push(message_chunk(format!("\n\n{summary}")));
                 }
             }
@@ -305,7 +351,7 @@ impl Translator {
             }
             AgentEvent::Handoff { from, to, .. } => {
                 // The prompt itself is internal (the reviewer's words were already shown).
-                out.push(thought_chunk(format!("\n{from} hands over to {to}\n")));
+                out.push(handoff(from, to));
             }
             AgentEvent::SubagentEnd { subagent, .. } => {
                 out.push(thought_chunk(format!("\n{subagent} finished\n")));

@@ -6,6 +6,11 @@
 //! - Error replies echo what they refuse (a parse error the whole line, invalid params the
 //!   whole params object): an error's `data` is cut to a short excerpt before it is written,
 //!   so 20 MB in never means 20 MB out.
+//! - A request the crate cannot read as one (no `jsonrpc: "2.0"`, a `method` that is not a
+//!   string, `params` that are neither object nor array) is answered `-32600` with `id: null`
+//!   by the crate, so a client awaiting that id waits forever: crow answers it with the id.
+//! - A diff for a new file goes out with `oldText: null` (the crate omits a missing old
+//!   text; Toad shows no preview without it).
 
 use std::io;
 use std::sync::Arc;
@@ -13,6 +18,7 @@ use std::sync::Arc;
 use agent_client_protocol::{ConnectTo, Error, Lines};
 use futures::{Sink, Stream};
 use serde_json::Value;
+use serde_json::value::RawValue;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
@@ -46,6 +52,91 @@ fn not_utf8_reply(line: &[u8]) -> String {
         },
     })
     .to_string()
+}
+
+/// The parts of a JSON-RPC message that decide whether it is one, unparsed.
+#[derive(serde::Deserialize)]
+struct Envelope<'a> {
+    #[serde(borrow, default)]
+    jsonrpc: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    id: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    method: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    params: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    result: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    error: Option<&'a RawValue>,
+}
+
+/// The reply to an object with a readable id (string or number) that is not a valid request
+/// or response; `None` for anything else (valid messages, and what the crate answers well).
+fn invalid_request_reply(line: &str) -> Option<String> {
+    let envelope: Envelope = serde_json::from_str(line).ok()?;
+    let id: Value = serde_json::from_str(envelope.id?.get()).ok()?;
+    if !(id.is_string() || id.is_number()) {
+        return None;
+    }
+    // A response is never answered, however malformed.
+    if envelope.method.is_none() && (envelope.result.is_some() || envelope.error.is_some()) {
+        return None;
+    }
+    let starts = |raw: &RawValue, first: &[char]| raw.get().trim_start().starts_with(first);
+    let version: Option<Value> = envelope
+        .jsonrpc
+        .and_then(|v| serde_json::from_str(v.get()).ok());
+    let reason = if version.as_ref().and_then(Value::as_str) != Some("2.0") {
+        "`jsonrpc` must be \"2.0\""
+    } else if let Some(method) = envelope.method {
+        if !starts(method, &['"']) {
+            "`method` must be a string"
+        } else if envelope.params.is_some_and(|p| !starts(p, &['{', '['])) {
+            "`params` must be an object or an array"
+        } else {
+            return None;
+        }
+    } else {
+        "a request needs a `method`"
+    };
+    Some(
+        serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": id,
+            "error": {"code": -32600, "message": "Invalid request", "data": reason},
+        })
+        .to_string(),
+    )
+}
+
+/// Puts `oldText: null` in every diff without one.
+fn null_old_text(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            if map.get("type").and_then(Value::as_str) == Some("diff")
+                && map.contains_key("newText")
+            {
+                map.entry("oldText").or_insert(Value::Null);
+            }
+            map.values_mut().for_each(null_old_text);
+        }
+        Value::Array(items) => items.iter_mut().for_each(null_old_text),
+        _ => {}
+    }
+}
+
+/// A line carrying a diff of a new file, with `oldText: null` written out; others unchanged.
+fn mark_new_files(line: String) -> String {
+    // A cheap look first: only tool content with a diff is parsed.
+    if !line.contains("\"type\":\"diff\"") {
+        return line;
+    }
+    let Ok(mut message) = serde_json::from_str::<Value>(&line) else {
+        return line;
+    };
+    null_old_text(&mut message);
+    message.to_string()
 }
 
 /// An error reply whose `data` quotes too much gets an excerpt instead; anything else
@@ -123,7 +214,8 @@ fn closed() -> io::Error {
 /// The lines the crate writes, each checked by [`cap_error_reply`].
 fn outgoing(out: UnboundedSender<String>) -> impl Sink<String, Error = io::Error> + Send + 'static {
     futures::sink::unfold(out, async |out, line: String| {
-        out.send(cap_error_reply(line)).map_err(|_| closed())?;
+        out.send(mark_new_files(cap_error_reply(line)))
+            .map_err(|_| closed())?;
         Ok::<_, io::Error>(out)
     })
 }
@@ -151,7 +243,15 @@ where
                 line.pop();
             }
             match String::from_utf8(line) {
-                Ok(text) => return Some((Ok(text), (reader, out))),
+                Ok(text) => match invalid_request_reply(&text) {
+                    Some(reply) => {
+                        tracing::warn!("an incoming request is malformed; answered with its id");
+                        if out.send(reply).is_err() {
+                            return Some((Err(closed()), (reader, out)));
+                        }
+                    }
+                    None => return Some((Ok(text), (reader, out))),
+                },
                 Err(e) => {
                     tracing::warn!(
                         bytes = e.as_bytes().len(),
@@ -175,7 +275,11 @@ where
     let (out, queued) = unbounded_channel();
     let writer = tokio::spawn(write_lines(output, queued));
     let lines = Lines::new(outgoing(out.clone()), incoming(input, out));
-    let served = crate::agent(factory).connect_to(lines).await;
+    let server = Arc::new(crate::server::Server::new(factory));
+    let served = crate::agent_on(Arc::clone(&server)).connect_to(lines).await;
+    // Turns still running when the input ends (the editor quit or crashed) are cancelled
+    // and given time to save, as on session/cancel; returning at once would drop them.
+    server.end_all(END_GRACE).await;
     // What is queued is written before the caller (about to exit) goes on; the senders went
     // with the transport, so the writer ends once it has written them. Bounded all the same:
     // a client that stopped reading must not keep crow alive.
@@ -184,6 +288,9 @@ where
     }
     served
 }
+
+/// How long turns get to save after the client's input ends.
+const END_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// How long the last replies may take to be written when the connection ends.
 const WRITE_GRACE: std::time::Duration = std::time::Duration::from_secs(5);

@@ -79,6 +79,8 @@ pub async fn prompt(
         ),
     })?;
     let shared = Arc::clone(&state.shared);
+    // A mode switch may change who answers: the turn's first agent says.
+    *crate::session::lock(&shared.primary) = None;
     shared.outbox.open();
     if !shared
         .titled
@@ -89,7 +91,8 @@ pub async fn prompt(
         ));
     }
     let settings = shared.settings();
-    let translator = Translator::new(shared.cwd.clone(), server.context_window(&settings.model))
+    let context_window = server.context_window(&settings.model);
+    let translator = Translator::new(shared.cwd.clone(), context_window)
         .with_notices(server.client_caps().notices)
         .with_terminal_output(server.client_caps().terminal_output);
     let (events, received) = mpsc::unbounded_channel();
@@ -101,6 +104,7 @@ pub async fn prompt(
         mode: settings.mode,
         model: settings.model,
         effort: settings.effort,
+        context_window,
     };
     let turn_cancel = cancel.clone();
     let mut turn = tokio::spawn(async move {
@@ -165,6 +169,9 @@ async fn forward(
     shared: Arc<Shared>,
 ) {
     while let Some(event) = received.recv().await {
+        if let AgentEvent::TurnStart { agent } = &event {
+            crate::session::lock(&shared.primary).get_or_insert_with(|| agent.clone());
+        }
         for update in translator.translate(&event) {
             shared.outbox.send(update);
         }

@@ -33,6 +33,8 @@ enum Script {
     UseClient(PathBuf),
     /// Echoes the input it got.
     Echo,
+    /// The builder's turn in which the reviewer asks to write a file.
+    ReviewerAsks,
 }
 
 struct Factory {
@@ -80,6 +82,37 @@ impl SessionRunner for Runner {
                         &format!("{}|{}|{}", input.text, input.mode, input.model),
                     ))
                     .unwrap();
+                done(Stop::EndTurn)
+            }
+            Script::ReviewerAsks => {
+                for event in [
+                    AgentEvent::TurnStart {
+                        agent: "builder".into(),
+                    },
+                    AgentEvent::ToolCallStart {
+                        agent: "reviewer".into(),
+                        call_id: "r1".into(),
+                        tool: "write_file".into(),
+                        kind: ToolKind::Edit,
+                        arguments: json!({"path": "a.txt"}),
+                    },
+                ] {
+                    events.send(event).unwrap();
+                }
+                self.spec
+                    .permission
+                    .check(PermissionRequest {
+                        session_id: self.spec.session_id.clone(),
+                        agent: "reviewer".into(),
+                        call_id: "r1".into(),
+                        tool: "write_file".into(),
+                        kind: ToolKind::Edit,
+                        title: "Create a.txt".into(),
+                        input: json!({"path": "a.txt"}),
+                        preview: None,
+                        policy: None,
+                    })
+                    .await;
                 done(Stop::EndTurn)
             }
             Script::AskPermission => {
@@ -458,9 +491,10 @@ async fn every_event_kind_translates() {
         // Calls that may ask the user are announced pending (the default status, so absent
         // on the wire); the gate marks them in_progress once allowed.
         {"sessionUpdate": "tool_call", "toolCallId": "e1", "title": "Edit a.rs", "kind": "edit",
-         "locations": [{"path": project().join("a.rs")}], "rawInput": {"path": "a.rs"}},
+         "locations": [{"path": project().join("a.rs")}], "rawInput": {"path": "a.rs"},
+         "_meta": {"crow": {"agent": "builder"}}},
         {"sessionUpdate": "tool_call", "toolCallId": "b1", "title": "`false`", "kind": "execute",
-         "rawInput": {"command": "false"}},
+         "rawInput": {"command": "false"}, "_meta": {"crow": {"agent": "builder"}}},
         {"sessionUpdate": "tool_call_update", "toolCallId": "e1", "status": "completed",
          "content": [{"type": "diff", "path": "/project/a.rs", "oldText": "old\n", "newText": "new\n"}]},
         {"sessionUpdate": "tool_call_update", "toolCallId": "b1", "status": "failed",
@@ -476,7 +510,8 @@ async fn every_event_kind_translates() {
         {"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": "\nbuilder/explore finished\n"}},
         {"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": "\nℹ 429 — retry 1 in 0.0s\n"}},
         {"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": "\n⚠ MCP server 'x' failed to start\n"}},
-        {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "\n\n"}},
+        // The builder's words after the reviewer's are labelled, or they would read as its.
+        {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "\n\n**builder:** "}},
         {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "\n\nAll done."}},
     ]);
     let mut got_value = Value::Array(got);
@@ -515,6 +550,23 @@ async fn stop_reasons_map() {
         Stop::MaxTurnRequests
     );
     assert_eq!(Stop::from(&crow_core::RunStop::NeedsInput), Stop::EndTurn);
+}
+
+/// Issue 31 item 20: the question about another agent's call names it, as its card does.
+#[tokio::test]
+async fn a_question_about_the_reviewers_call_names_the_reviewer() {
+    let (updates, _, _) = run(Script::ReviewerAsks, false, "allow_once", user("x")).await;
+    let card = updates
+        .iter()
+        .find(|u| u["sessionUpdate"] == "tool_call")
+        .unwrap();
+    assert_eq!(card["title"], "reviewer: Write a.txt");
+    assert_eq!(card["_meta"]["crow"]["agent"], "reviewer");
+    let asked = updates
+        .iter()
+        .find_map(|u| u.get("permission"))
+        .expect("asked");
+    assert_eq!(asked["title"], "reviewer: Create a.txt");
 }
 
 #[tokio::test]

@@ -32,10 +32,15 @@ struct Runner {
 impl SessionRunner for Runner {
     async fn prompt(
         &mut self,
-        _input: TurnInput,
+        input: TurnInput,
         events: &EventSender,
         cancel: CancellationToken,
     ) -> Result<TurnOutcome, RunnerError> {
+        match input.text.as_str() {
+            "create" => return Ok(create_a_file(events)),
+            "work" => return Ok(work_until_cancelled(events, cancel).await),
+            _ => {}
+        }
         events
             .send(AgentEvent::ToolCallStart {
                 agent: "builder".into(),
@@ -64,6 +69,61 @@ impl SessionRunner for Runner {
             stop: Stop::Cancelled,
             usage: Usage::default(),
         })
+    }
+}
+
+/// Set once a cancelled "work" turn has saved what it did.
+static SAVED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Says it is working, then waits for a cancel and takes a while to save.
+async fn work_until_cancelled(events: &EventSender, cancel: CancellationToken) -> TurnOutcome {
+    events
+        .send(AgentEvent::TextDelta {
+            agent: "builder".into(),
+            delta: "working".into(),
+        })
+        .unwrap();
+    cancel.cancelled().await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    SAVED.store(true, std::sync::atomic::Ordering::SeqCst);
+    TurnOutcome {
+        stop: Stop::Cancelled,
+        usage: Usage::default(),
+    }
+}
+
+/// Writes a new file (its diff has no old text).
+fn create_a_file(events: &EventSender) -> TurnOutcome {
+    let edit = crow_core::FileEdit {
+        path: "/p/new.txt".into(),
+        old_text: None,
+        new_text: "hi\n".into(),
+    };
+    let start = AgentEvent::ToolCallStart {
+        agent: "builder".into(),
+        call_id: "w1".into(),
+        tool: "write_file".into(),
+        kind: ToolKind::Edit,
+        arguments: json!({"path": "new.txt", "content": "hi\n"}),
+    };
+    let end = AgentEvent::ToolCallEnd {
+        agent: "builder".into(),
+        call_id: "w1".into(),
+        tool: "write_file".into(),
+        result: crow_core::ToolResult {
+            metadata: crow_core::ToolMetadata {
+                edits: vec![edit],
+                ..crow_core::ToolMetadata::default()
+            },
+            ..crow_core::ToolResult::success("Created new.txt")
+        },
+        duration_ms: 1,
+    };
+    events.send(start).unwrap();
+    events.send(end).unwrap();
+    TurnOutcome {
+        stop: Stop::EndTurn,
+        usage: Usage::default(),
     }
 }
 
@@ -101,18 +161,20 @@ struct Wire {
     from_agent: Lines<BufReader<ReadHalf<DuplexStream>>>,
     /// Every line read so far.
     seen: Vec<String>,
+    served: tokio::task::JoinHandle<Result<(), agent_client_protocol::Error>>,
 }
 
 impl Wire {
     fn start() -> Self {
         let (client, agent) = tokio::io::duplex(64 * 1024);
         let (agent_in, agent_out) = tokio::io::split(agent);
-        tokio::spawn(crow_acp::serve(Arc::new(Factory), agent_in, agent_out));
+        let served = tokio::spawn(crow_acp::serve(Arc::new(Factory), agent_in, agent_out));
         let (from_agent, to_agent) = tokio::io::split(client);
         Self {
             to_agent,
             from_agent: BufReader::new(from_agent).lines(),
             seen: Vec::new(),
+            served,
         }
     }
 
@@ -284,4 +346,89 @@ async fn a_dropped_client_request_sends_no_cancel_request() {
         .filter(|l| l.contains("$/cancel_request"))
         .collect();
     assert!(sent.is_empty(), "crow sent {sent:?}");
+}
+
+#[tokio::test]
+async fn a_malformed_request_with_a_readable_id_is_answered_with_that_id() {
+    let mut wire = Wire::start();
+    wire.initialize().await;
+    let cases = [
+        (
+            11,
+            r#"{"id":11,"method":"session/new","params":{"cwd":"/","mcpServers":[]}}"#,
+        ),
+        (
+            12,
+            r#"{"jsonrpc":"1.0","id":12,"method":"session/new","params":{}}"#,
+        ),
+        (13, r#"{"jsonrpc":"2.0","id":13,"method":5}"#),
+        (14, r#"{"jsonrpc":"2.0","id":14}"#),
+        (
+            15,
+            r#"{"jsonrpc":"2.0","id":15,"method":"session/new","params":5}"#,
+        ),
+    ];
+    for (id, line) in cases {
+        wire.send_bytes(format!("{line}\n").as_bytes()).await;
+        // Bounded: the defect was a reply with `id: null`, which a client waits for forever.
+        let (_, reply) = tokio::time::timeout(std::time::Duration::from_secs(5), wire.reply_to(id))
+            .await
+            .unwrap_or_else(|_| panic!("{line}: no reply with its id"));
+        assert_eq!(reply["error"]["code"], -32600, "{line}: {reply}");
+    }
+    // Still answered as before: an id that cannot be read, and a valid request.
+    wire.send_bytes(b"{\"jsonrpc\":\"2.0\",\"id\":{\"a\":1},\"method\":\"x\"}\n")
+        .await;
+    let (_, reply) = wire.until(|v| v.get("error").is_some()).await;
+    assert_eq!(reply["id"], Value::Null);
+    let opened = wire.new_session(16, &existing_dir()).await;
+    assert!(opened["result"]["sessionId"].is_string(), "{opened}");
+}
+
+#[tokio::test]
+async fn a_created_file_diff_says_its_old_text_is_null() {
+    let mut wire = Wire::start();
+    wire.initialize().await;
+    let opened = wire.new_session(1, &existing_dir()).await;
+    let session = opened["result"]["sessionId"].clone();
+    wire.send(
+        json!({"jsonrpc": "2.0", "id": 2, "method": "session/prompt",
+        "params": {"sessionId": session, "prompt": [{"type": "text", "text": "create"}]}}),
+    )
+    .await;
+    let (line, update) = wire
+        .until(|v| v["params"]["update"]["sessionUpdate"] == "tool_call_update")
+        .await;
+    let diff = &update["params"]["update"]["content"][0];
+    assert_eq!(diff["type"], "diff", "{line}");
+    assert!(
+        diff.as_object().unwrap().contains_key("oldText") && diff["oldText"].is_null(),
+        "{line}"
+    );
+    wire.reply_to(2).await;
+}
+
+#[tokio::test]
+async fn a_turn_running_when_the_input_ends_is_cancelled_and_saved_first() {
+    let mut wire = Wire::start();
+    wire.initialize().await;
+    let opened = wire.new_session(1, &existing_dir()).await;
+    let session = opened["result"]["sessionId"].clone();
+    wire.send(
+        json!({"jsonrpc": "2.0", "id": 2, "method": "session/prompt",
+        "params": {"sessionId": session, "prompt": [{"type": "text", "text": "work"}]}}),
+    )
+    .await;
+    wire.until(|v| v["params"]["update"]["content"]["text"] == "working")
+        .await;
+    // The editor goes away mid-turn.
+    wire.to_agent.shutdown().await.unwrap();
+    let served = tokio::time::timeout(std::time::Duration::from_secs(10), &mut wire.served)
+        .await
+        .expect("serve returned");
+    assert!(served.is_ok());
+    assert!(
+        SAVED.load(std::sync::atomic::Ordering::SeqCst),
+        "serve returned before the cancelled turn saved"
+    );
 }

@@ -105,6 +105,9 @@ pub struct ContextBreakdown {
     pub history: Vec<(String, u64)>,
     pub total_tokens: u64,
     pub compactions: usize,
+    /// `window` is a front end's assumption for a model whose window nobody knows.
+    #[serde(default)]
+    pub estimated: bool,
 }
 
 impl std::fmt::Display for ContextBreakdown {
@@ -114,6 +117,11 @@ impl std::fmt::Display for ContextBreakdown {
             _ => String::new(),
         };
         match self.window {
+            Some(w) if self.estimated => writeln!(
+                f,
+                "context window: {w} tokens, estimated: the model's is not known ({} kept for output)",
+                self.reserve
+            )?,
             Some(w) => writeln!(
                 f,
                 "context window: {w} tokens ({} kept for output)",
@@ -390,7 +398,21 @@ impl BaseAgent {
                 .iter()
                 .filter(|e| matches!(e.kind, EntryKind::Compaction(_)))
                 .count(),
+            estimated: false,
         }
+    }
+
+    /// [`Self::context_breakdown`] with `assumed` standing in for a window nobody knows
+    /// (marked estimated), so the report agrees with a meter that assumes the same (ACP's
+    /// `usage_update`).
+    pub fn context_breakdown_assuming(&self, session: &Session, assumed: u64) -> ContextBreakdown {
+        let mut breakdown = self.context_breakdown(session);
+        if breakdown.window.is_none() {
+            breakdown.window = Some(assumed);
+            breakdown.reserve = output_reserve(assumed, self.config.max_tokens);
+            breakdown.estimated = true;
+        }
+        breakdown
     }
 
     /// Compacts down to `target` tokens. `manual` (with a focus, possibly empty) skips the

@@ -303,14 +303,21 @@ async fn run_in_client(
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
         .collect();
     env.extend(options.env.client_overrides());
-    // The editor's terminal runs on this machine: the same launcher confines it there.
-    let (command, watch) = match &options.sandbox {
+    // The editor's terminal runs on this machine: the same launcher confines it there,
+    // through BASH_ENV where it can, so the editor shows the command as the user's.
+    let (command, watch, launch) = match &options.sandbox {
         Some(lazy) => {
             let spec = lazy.get();
             let (policy, watch) = spec.prepare(&ctx.project_root);
-            (spec.shell_line_for(&policy, command), Some(watch))
+            match spec.terminal_launch(&policy) {
+                Some(launch) => {
+                    env.push(("BASH_ENV".to_owned(), launch.bash_env.clone()));
+                    (command.to_owned(), Some(watch), Some(launch))
+                }
+                None => (spec.shell_line_for(&policy, command), Some(watch), None),
+            }
         }
-        None => (command.to_owned(), None),
+        None => (command.to_owned(), None, None),
     };
     let request = CommandRequest {
         command,
@@ -324,6 +331,8 @@ async fn run_in_client(
         Err(BridgeError::Cancelled) => return ToolResult::cancelled(),
         Err(e) => return ToolResult::error(format!("the editor could not run the command: {e}")),
     };
+    // The command has ended: its script may go.
+    drop(launch);
     let mut text = outcome.output;
     if outcome.truncated {
         text = format!("[earlier output was dropped]\n{text}");

@@ -201,33 +201,51 @@ fn own_image(exe: &Path) -> Option<PathBuf> {
 /// command unconfined. `None` where the kernel has no memfd.
 #[cfg(target_os = "linux")]
 pub fn pin_launcher(path: &Path) -> Option<PathBuf> {
+    let bytes = std::fs::read(path).ok()?;
+    let (file, program) = sealed_copy(LAUNCHER_BIN, &bytes)?;
+    // Open until the process ends: commands are started through this path.
+    std::mem::forget(file);
+    Some(program)
+}
+
+/// `bytes` in a sealed memfd nobody can change, and its path (`/proc/PID/fd/N`), valid while
+/// the file is open.
+#[cfg(target_os = "linux")]
+fn sealed_copy(name: &str, bytes: &[u8]) -> Option<(std::fs::File, PathBuf)> {
     use std::io::Write;
     use std::os::fd::AsRawFd;
 
     use nix::fcntl::{FcntlArg, SealFlag, fcntl};
     use nix::sys::memfd::{MFdFlags, memfd_create};
 
-    let bytes = std::fs::read(path).ok()?;
-    let fd = memfd_create(
-        LAUNCHER_BIN,
-        MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING,
-    )
-    .ok()?;
+    let fd = memfd_create(name, MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING).ok()?;
     let mut file = std::fs::File::from(fd);
-    file.write_all(&bytes).ok()?;
+    file.write_all(bytes).ok()?;
     let seals = SealFlag::F_SEAL_WRITE
         | SealFlag::F_SEAL_GROW
         | SealFlag::F_SEAL_SHRINK
         | SealFlag::F_SEAL_SEAL;
     fcntl(&file, FcntlArg::F_ADD_SEALS(seals)).ok()?;
-    let program = PathBuf::from(format!(
+    let path = PathBuf::from(format!(
         "/proc/{}/fd/{}",
         std::process::id(),
         file.as_raw_fd()
     ));
-    // Open until the process ends: commands are started through this path.
-    std::mem::forget(file);
-    Some(program)
+    Some((file, path))
+}
+
+/// How an editor's terminal runs a command confined while showing it as the user's
+/// (issue 31: the wrapper line showed machine paths and policy JSON). The terminal runs
+/// `bash -c COMMAND` with [`Self::bash_env`] as `BASH_ENV`: bash reads that script before
+/// the command, and the script re-executes the very command bash was given
+/// (`$BASH_EXECUTION_STRING`) through the launcher. Keep it until the command has ended.
+#[derive(Debug)]
+pub struct TerminalLaunch {
+    /// The `BASH_ENV` value. Should the script be unreadable when bash starts, bash would run
+    /// the command unconfined, so the value's own expansion kills that bash first.
+    pub bash_env: String,
+    /// The sealed script, open while its `/proc/PID/fd/N` path is in use.
+    _script: std::fs::File,
 }
 
 #[cfg(not(target_os = "linux"))]
@@ -538,6 +556,37 @@ impl SandboxSpec {
             line.push_str(&shell_quote(arg));
         }
         line
+    }
+
+    /// [`TerminalLaunch`] under `policy`; `None` where it cannot be relied on (no memfd, or
+    /// bash in POSIX mode, which reads no `BASH_ENV`): then the terminal runs
+    /// [`Self::shell_line_for`].
+    #[cfg(target_os = "linux")]
+    pub fn terminal_launch(&self, policy: &LaunchPolicy) -> Option<TerminalLaunch> {
+        if std::env::var_os("POSIXLY_CORRECT").is_some() {
+            return None;
+        }
+        let (program, mut args) = self.command_line_for(policy, "bash", "");
+        // The command itself: the script passes the one bash was started with.
+        args.pop();
+        let mut script = String::from("unset BASH_ENV\nexec ");
+        script.push_str(&shell_quote(program.as_os_str()));
+        for arg in &args {
+            script.push(' ');
+            script.push_str(&shell_quote(arg));
+        }
+        script.push_str(" \"$BASH_EXECUTION_STRING\"\n");
+        let (file, path) = sealed_copy("crow-terminal", script.as_bytes())?;
+        let path = path.display();
+        Some(TerminalLaunch {
+            bash_env: format!("$([ -r {path} ] || kill -9 $$){path}"),
+            _script: file,
+        })
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    pub fn terminal_launch(&self, _policy: &LaunchPolicy) -> Option<TerminalLaunch> {
+        None
     }
 
     /// A few lines saying what a command of this project runs under (`crow sandbox`).

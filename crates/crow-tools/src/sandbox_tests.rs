@@ -482,3 +482,44 @@ fn a_git_dir_behind_a_symlink_is_protected_and_its_link_watched() {
     let _ = s.policy(&root);
     assert!(!elsewhere.join("hooks").exists());
 }
+
+/// An editor's terminal runs `bash -c COMMAND` as typed; BASH_ENV sends the command through
+/// the launcher, and with the script gone bash is killed rather than run it unconfined.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_terminal_command_goes_through_the_launcher_or_not_at_all() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::ExitStatusExt;
+
+    let dir = tempfile::tempdir().unwrap();
+    // A stand-in launcher: drops `__sandbox --policy JSON --` and marks what it runs.
+    let launcher = dir.path().join("launcher");
+    std::fs::write(&launcher, "#!/bin/sh\nshift 4\nCONFINED=yes exec \"$@\"\n").unwrap();
+    std::fs::set_permissions(&launcher, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut s = spec(SandboxMode::WorkspaceWrite, full_support());
+    s.launcher = Launcher::at(&launcher);
+    let (_project, root) = project();
+    let policy = s.policy(&root);
+    let run = |bash_env: &str| {
+        std::process::Command::new("bash")
+            .args(["-c", "echo \"confined=$CONFINED env=${BASH_ENV:-unset}\""])
+            .env("BASH_ENV", bash_env)
+            .env_remove("CONFINED")
+            .output()
+            .unwrap()
+    };
+    let launch = s.terminal_launch(&policy).expect("memfd");
+    let out = run(&launch.bash_env);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "confined=yes env=unset\n"
+    );
+    // The script gone (a path that names nothing; a closed fd's number could be reused by a
+    // parallel test).
+    let script = launch.bash_env.rsplit(')').next().unwrap();
+    let out = run(&launch
+        .bash_env
+        .replace(script, "/nonexistent/crow-terminal"));
+    assert!(out.stdout.is_empty(), "{out:?}");
+    assert_eq!(out.status.signal(), Some(9), "{out:?}");
+}

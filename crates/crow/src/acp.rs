@@ -83,6 +83,15 @@ pub async fn serve(overrides: Overrides) -> Result<ExitCode> {
     served
 }
 
+/// A command's reply as a markdown list: editors render chat as markdown, where single
+/// line breaks join the lines into one paragraph.
+fn markdown_lines(text: &str) -> String {
+    text.lines()
+        .filter(|line| !line.trim().is_empty())
+        .map(|line| format!("- {}\n", line.trim()))
+        .collect()
+}
+
 /// The compositions, the default one first.
 fn modes(root: &Path) -> Vec<ModeInfo> {
     let catalog = crate::wiring::load_agents(root);
@@ -612,11 +621,19 @@ impl SessionRunner for CrowRunner {
                 events,
                 &cancel,
                 &self.composer.instructions,
+                Some(
+                    input
+                        .context_window
+                        .unwrap_or(crow_acp::DEFAULT_CONTEXT_WINDOW),
+                ),
             )
             .await;
             let _ = events.send(crow_core::AgentEvent::TextDelta {
                 agent: crew.primary().name.clone(),
-                delta: reply.text,
+                delta: match command {
+                    crate::session_cmd::SessionCommand::Context => markdown_lines(&reply.text),
+                    _ => reply.text,
+                },
             });
             return Ok(TurnOutcome {
                 stop: crow_acp::Stop::EndTurn,

@@ -295,6 +295,7 @@ async fn session_command(
         &tx,
         &cancel,
         instructions,
+        None,
     )
     .await;
     drop(tx);

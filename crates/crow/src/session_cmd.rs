@@ -53,6 +53,9 @@ impl From<String> for Reply {
 }
 
 /// Runs the command on the primary agent's history; returns what to tell the user.
+/// `assumed_window`: the window a front end shows for a model whose window nobody knows
+/// (ACP's meter), which `/context` then reports too, marked estimated.
+#[allow(clippy::too_many_arguments)]
 pub async fn run(
     command: &SessionCommand,
     agent: &BaseAgent,
@@ -61,6 +64,7 @@ pub async fn run(
     events: &EventSender,
     cancel: &CancellationToken,
     instructions: &crate::instructions::Instructions,
+    assumed_window: Option<u64>,
 ) -> Reply {
     let session = &mut crew_session.primary;
     match command {
@@ -78,7 +82,11 @@ pub async fn run(
             Reply { text, status }
         }
         SessionCommand::Context => {
-            let mut text = agent.context_breakdown(session).to_string();
+            let breakdown = match assumed_window {
+                Some(window) => agent.context_breakdown_assuming(session, window),
+                None => agent.context_breakdown(session),
+            };
+            let mut text = breakdown.to_string();
             // Part of the system prompt above: which files it came from.
             for file in &instructions.files {
                 text.push_str(&format!(

@@ -448,6 +448,7 @@ async fn session_command(app: &mut App, text: &str) {
         &app.events,
         &cancel,
         &app.composer.instructions,
+        None,
     )
     .await;
     app.view.plain(&reply.text);

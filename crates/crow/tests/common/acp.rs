@@ -16,6 +16,8 @@ pub struct Acp {
     stdin: ChildStdin,
     lines: Lines<BufReader<ChildStdout>>,
     next: i64,
+    /// Every message read (notifications and answers), for tests that look at updates.
+    pub seen: Vec<Value>,
 }
 
 impl Acp {
@@ -35,6 +37,7 @@ impl Acp {
             stdin,
             lines,
             next: 1,
+            seen: Vec::new(),
         };
         acp.call(
             "initialize",
@@ -61,6 +64,7 @@ impl Acp {
                 .unwrap()
                 .expect("crow acp is still running");
             let msg: Value = serde_json::from_str(&line).unwrap();
+            self.seen.push(msg.clone());
             if msg["id"].as_i64() == Some(id) && msg.get("method").is_none() {
                 return msg;
             }
