@@ -218,12 +218,12 @@ async fn without_a_provider_a_refused_connection_fails_at_once_naming_the_url_tr
         .lines()
         .find(|l| l.starts_with("error:"))
         .unwrap_or_else(|| panic!("{}", out.stderr));
+    // A base URL without a provider is an OpenAI-compatible server (not Ollama's API).
     assert!(
-        error.contains(&format!("tried the built-in `ollama` provider at {url}"))
-            && error.contains("connection refused"),
+        error.contains(&format!("{url}/chat/completions")) && error.contains("connection refused"),
         "{error}"
     );
-    assert!(!error.contains("11434"), "{error}");
+    assert!(!error.contains("11434") && !error.contains("ollama"), "{error}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
