@@ -523,3 +523,41 @@ async fn undo_reverts_what_a_command_did_and_redo_brings_it_back() {
     pty.send("\x04");
     assert_eq!(pty.wait_exit(20), 0);
 }
+
+/// `/model` lists what the provider serves (not only its configured default), switches to a
+/// served model, refuses one it does not serve, and names a provider added after the start.
+#[tokio::test(flavor = "multi_thread")]
+async fn model_lists_what_the_provider_serves_and_refuses_what_it_does_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = MockLlm::start(Scenario::new().reply(Reply::text("From the small one.")))
+        .await
+        .unwrap();
+    let mut pty = open(dir.path(), &mock, &[]);
+    pty.wait_for("/help for commands", 20);
+    pty.line("/model");
+    let screen = pty.wait_for("openai/mock-small", 20);
+    assert!(screen.contains("● openai/mock-model"), "{screen}");
+    pty.line("/model mock-lage");
+    let screen = pty.wait_for("does not serve", 20);
+    assert!(
+        screen.contains("openai does not serve 'mock-lage'"),
+        "{screen}"
+    );
+    // Added to the user's config while the session runs.
+    let config = dir.path().join(".home/.config/crow");
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::write(
+        config.join("config.toml"),
+        "[providers.later]\ntype = \"openai\"\nmodel = \"x\"\n",
+    )
+    .unwrap();
+    pty.line("/model later/x");
+    pty.wait_for("added to the configuration after this session started", 20);
+    pty.line("/model mock-small");
+    pty.wait_for("model openai/mock-small", 20);
+    pty.line("hi");
+    pty.wait_for("From the small one.", 20);
+    assert_eq!(mock.requests().last().unwrap().body["model"], "mock-small");
+    pty.send("\x04");
+    assert_eq!(pty.wait_exit(20), 0);
+}
