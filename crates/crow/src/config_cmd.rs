@@ -452,25 +452,40 @@ fn edit(file: &Path) -> Result<ExitCode> {
 pub fn init(yes: bool) -> Result<ExitCode> {
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
     let (root, _) = crate::wiring::find_project_root(&cwd);
+    init_project(
+        &root,
+        |question| confirm(yes, question),
+        |line| eprintln!("{line}"),
+    )?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What `crow init` does in `root`, asking `confirm` before each file and telling `say` what
+/// happened (the terminal's `/init` shows it above its prompt).
+pub fn init_project(
+    root: &Path,
+    mut confirm: impl FnMut(&str) -> Result<bool>,
+    mut say: impl FnMut(&str),
+) -> Result<()> {
     let config_file = root.join(".crow/config.toml");
     if config_file.exists() {
-        eprintln!("{} exists; left as it is", config_file.display());
-    } else if confirm(yes, &format!("write {}?", config_file.display()))? {
+        say(&format!("{} exists; left as it is", config_file.display()));
+    } else if confirm(&format!("write {}?", config_file.display()))? {
         config::write_config_file(&config_file, PROJECT_CONFIG_TEMPLATE)?;
-        eprintln!("wrote {}", config_file.display());
+        say(&format!("wrote {}", config_file.display()));
     }
     let has_instructions = ["AGENTS.md", "AGENTS.override.md", "CLAUDE.md"]
         .iter()
         .any(|n| root.join(n).exists());
     let agents_file = root.join("AGENTS.md");
     if has_instructions {
-        eprintln!("the project has instructions already; AGENTS.md not written");
-    } else if confirm(yes, &format!("write {}?", agents_file.display()))? {
-        std::fs::write(&agents_file, agents_skeleton(&root))
+        say("the project has instructions already; AGENTS.md not written");
+    } else if confirm(&format!("write {}?", agents_file.display()))? {
+        std::fs::write(&agents_file, agents_skeleton(root))
             .with_context(|| format!("cannot write {}", agents_file.display()))?;
-        eprintln!("wrote {}", agents_file.display());
+        say(&format!("wrote {}", agents_file.display()));
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 fn confirm(yes: bool, question: &str) -> Result<bool> {

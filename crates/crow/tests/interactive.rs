@@ -561,3 +561,56 @@ async fn model_lists_what_the_provider_serves_and_refuses_what_it_does_not() {
     pty.send("\x04");
     assert_eq!(pty.wait_exit(20), 0);
 }
+
+/// A trailing `\` continues the input and is no part of it; `!command` runs the command
+/// (not the model), shows its output and sends both with the next prompt.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_trailing_backslash_continues_and_bang_runs_a_command_for_the_next_prompt() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = MockLlm::start(Scenario::new().reply(Reply::text("Seen.")))
+        .await
+        .unwrap();
+    let mut pty = open(dir.path(), &mock, &[]);
+    pty.wait_for("/help for commands", 20);
+    pty.line("!echo from-the-$((40+2))-shell");
+    let screen = pty.wait_for("go with your next prompt", 20);
+    assert!(screen.contains("from-the-42-shell"), "{screen}");
+    assert!(mock.requests().is_empty(), "the command went to the model");
+    pty.line("first line \\");
+    pty.line("second line");
+    pty.wait_for("Seen.", 20);
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 1);
+    let users = user_texts(&requests[0].body);
+    assert_eq!(users.len(), 1, "{users:?}");
+    let text = &users[0];
+    assert!(
+        text.contains("$ echo from-the-$((40+2))-shell") && text.contains("from-the-42-shell"),
+        "{text}"
+    );
+    assert!(text.ends_with("first line \nsecond line"), "{text:?}");
+    pty.send("\x04");
+    assert_eq!(pty.wait_exit(20), 0);
+}
+
+/// `/init` does what `crow init` does; `/help` lists it and `/quit`, which leaves.
+#[tokio::test(flavor = "multi_thread")]
+async fn init_and_quit_work_in_the_terminal_and_help_lists_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = MockLlm::start(Scenario::new()).await.unwrap();
+    let mut pty = open(dir.path(), &mock, &[]);
+    pty.wait_for("/help for commands", 20);
+    pty.line("/help");
+    let screen = pty.wait_for("/quit", 20);
+    assert!(screen.contains("/init"), "{screen}");
+    pty.line("/init");
+    pty.wait_until(
+        |s| s.matches("wrote").count() >= 2,
+        20,
+        "both files written",
+    );
+    assert!(dir.path().join(".crow/config.toml").is_file());
+    assert!(dir.path().join("AGENTS.md").is_file());
+    pty.line("/quit");
+    assert_eq!(pty.wait_exit(20), 0);
+}

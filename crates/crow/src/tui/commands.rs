@@ -47,7 +47,12 @@ const BUILTIN: &[(&str, &str)] = &[
     ("/resume", "continue another session: /resume ID"),
     ("/new", "start a new session"),
     ("/clear", "start a new session (Ctrl-L clears the screen)"),
+    (
+        "/init",
+        "set up crow here: .crow/config.toml and AGENTS.md (as crow init)",
+    ),
     ("/exit", "leave (the session is saved)"),
+    ("/quit", "leave, as /exit"),
 ];
 
 const MODE_OPTION: &str = "mode";
@@ -106,6 +111,16 @@ pub async fn handle(app: &mut App, line: &str) -> bool {
             app.view.info("new session: the next prompt starts it");
         }
         "/sessions" => list_sessions(app),
+        "/init" => {
+            // Typing it is the yes `crow init` asks for.
+            let root = app.composer.project_root.clone();
+            let mut said = Vec::new();
+            match crate::config_cmd::init_project(&root, |_| Ok(true), |l| said.push(l.to_owned()))
+            {
+                Ok(()) => app.view.info(&said.join("\n")),
+                Err(e) => app.view.error(&format!("{e:#}")),
+            }
+        }
         "/resume" => resume(app, arg),
         "/compact" | "/context" | "/undo" | "/redo" => session_command(app, text).await,
         _ => {
@@ -141,6 +156,11 @@ fn help(app: &mut App) {
             .into(),
     );
     lines.push("  typed while the agent works: queued, delivered at its next step".into());
+    lines.push(
+        "  !command runs a command yourself (sandboxed as the agent's bash); its output goes \
+         with your next prompt"
+            .into(),
+    );
     app.view.plain(&lines.join("\n"));
 }
 

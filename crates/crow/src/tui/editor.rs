@@ -182,6 +182,12 @@ impl Validator for Continuation {
     }
 }
 
+/// A line continued with trailing backslashes, without them: they asked for a new line, and
+/// are no part of the text.
+pub fn continued(line: &str) -> String {
+    line.replace("\\\r\n", "\n").replace("\\\n", "\n")
+}
+
 /// Completes `/commands` at the start of the input and `@paths` anywhere.
 struct Completions {
     commands: Vec<(String, String)>,
@@ -365,7 +371,7 @@ impl Editor {
             .spawn(move || {
                 loop {
                     let sent = match line_editor.read_line(&prompt) {
-                        Ok(Signal::Success(line)) => tx.send(Input::Line(line)),
+                        Ok(Signal::Success(line)) => tx.send(Input::Line(continued(&line))),
                         Ok(Signal::HostCommand(command)) => tx.send(Input::Line(command)),
                         Ok(Signal::CtrlC) => tx.send(Input::Interrupt),
                         Ok(Signal::CtrlD) => tx.send(Input::Eof),
@@ -430,7 +436,13 @@ fn history(path: &Path) -> Result<Box<FileBackedHistory>, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::fit;
+    use super::{continued, fit};
+
+    #[test]
+    fn continuation_backslashes_are_dropped() {
+        assert_eq!(continued("one \\\ntwo\\\nthree"), "one \ntwo\nthree");
+        assert_eq!(continued("a\\b"), "a\\b");
+    }
 
     #[test]
     fn the_status_keeps_the_leading_parts_that_fit() {
