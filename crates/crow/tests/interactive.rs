@@ -614,3 +614,33 @@ async fn init_and_quit_work_in_the_terminal_and_help_lists_them() {
     pty.line("/quit");
     assert_eq!(pty.wait_exit(20), 0);
 }
+
+/// With no provider configured and no key, the banner says so and what to do next, before
+/// any prompt (crow falls back to a local Ollama, which was shown as a bare model name).
+#[tokio::test(flavor = "multi_thread")]
+async fn with_nothing_configured_the_banner_says_so_and_the_next_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut pty = common::pty::spawn(dir.path(), &[], 40, 110);
+    pty.wait_for("/help for commands", 20);
+    let screen = pty.wait_for("ANTHROPIC_API_KEY", 20);
+    let flat = screen.replace(char::is_whitespace, "");
+    assert!(flat.contains("nothingisconfigured"), "{screen}");
+    for step in [
+        "crowdemo",
+        "crowinit",
+        "crowconfigsetprovider",
+        "OPENAI_API_KEY",
+    ] {
+        assert!(flat.contains(step), "{step}: {screen}");
+    }
+    pty.send("\x04");
+    assert_eq!(pty.wait_exit(20), 0);
+
+    // A configured provider: no such line.
+    let mock = MockLlm::start(Scenario::new()).await.unwrap();
+    let mut pty = open(dir.path(), &mock, &[]);
+    let screen = pty.wait_for("/help for commands", 20);
+    assert!(!screen.contains("nothing is configured"), "{screen}");
+    pty.send("\x04");
+    assert_eq!(pty.wait_exit(20), 0);
+}

@@ -211,6 +211,16 @@ pub async fn run(args: Args) -> Result<ExitCode> {
             app.composer.default_provider.model
         ));
     }
+    // Without this the first sign of a missing setup is an error after the first prompt.
+    if let Some(url) = &app.ollama_fallback {
+        app.view.warn(&format!(
+            "nothing is configured: no provider and no API key, so prompts go to a local \
+             Ollama at {url} ({}).\n  next: `crow demo` shows crow at work with no setup · \
+             `crow init` sets up this project · `crow config set provider NAME` · or set \
+             OPENAI_API_KEY / ANTHROPIC_API_KEY",
+            app.composer.default_provider.model
+        ));
+    }
     if assembled.plain_root {
         app.view.info(&format!(
             "note: {} is not in a git repository; it is the project root",
