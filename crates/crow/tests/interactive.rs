@@ -644,3 +644,66 @@ async fn with_nothing_configured_the_banner_says_so_and_the_next_step() {
     pty.send("\x04");
     assert_eq!(pty.wait_exit(20), 0);
 }
+
+/// The goodbye line, alone on its row (not written over the prompt and its status).
+fn goodbye_line(screen: &str) -> String {
+    screen
+        .lines()
+        .find(|l| l.contains("continue it with crow --continue"))
+        .unwrap_or_else(|| panic!("no goodbye: {screen}"))
+        .trim()
+        .to_owned()
+}
+
+/// Leaving by `/exit`, Ctrl-D or Ctrl-C twice leaves the goodbye on a clean row, and does not
+/// start another prompt: where the terminal leaves cursor queries unanswered, that prompt
+/// waited for reedline's timeout before crow could exit.
+#[tokio::test(flavor = "multi_thread")]
+async fn leaving_prints_the_goodbye_on_a_clean_row_and_asks_the_terminal_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = Scenario::new()
+        .reply(Reply::text("One."))
+        .reply(Reply::text("Two."))
+        .reply(Reply::text("Three."));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    for (answer, leave) in [
+        ("One.", &["/exit\r"][..]),
+        ("Two.", &["\x04"]),
+        ("Three.", &["\x03", "\x03"]),
+    ] {
+        let mut pty = open(dir.path(), &mock, &[]);
+        pty.wait_for("/help for commands", 20);
+        pty.line("hi");
+        pty.wait_for(answer, 20);
+        let (last, first) = leave.split_last().unwrap();
+        for key in first {
+            let asked = pty.cursor_queries();
+            pty.send(key);
+            pty.wait_for("press Ctrl-C again", 20);
+            // The prompt comes back after the hint: its cursor query is the sign.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            while pty.cursor_queries() == asked {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "no prompt after the hint"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        }
+        pty.ignore_cursor_queries();
+        let asked = pty.cursor_queries();
+        pty.send(last);
+        assert_eq!(pty.wait_exit(20), 0);
+        let screen = pty.screen();
+        let line = goodbye_line(&screen);
+        assert!(
+            line.starts_with("session ") && line.ends_with("continue it with crow --continue"),
+            "{leave:?}: {line:?}\n{screen}"
+        );
+        assert_eq!(
+            pty.cursor_queries(),
+            asked,
+            "{leave:?}: a prompt was started on the way out\n{screen}"
+        );
+    }
+}

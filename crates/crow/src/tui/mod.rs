@@ -157,7 +157,7 @@ pub async fn run(args: Args) -> Result<ExitCode> {
             root: composer.project_root.clone(),
             colour,
         })?;
-        let screen = Screen::printer(editor.printer.clone());
+        let screen = Screen::printer(editor.printer.clone(), Arc::clone(&editor.reading));
         (Some(editor), screen)
     } else {
         (None, Screen::stdout())
@@ -262,11 +262,20 @@ pub async fn run(args: Args) -> Result<ExitCode> {
                 app.ask(question);
             }
             // Line mode takes the next line when idle, or as the answer to a question.
-            got = input.recv(), if input_open && app.takes_input() => match got {
-                Some(got) => app.on_input(got).await,
-                None => {
-                    input_open = false;
-                    app.on_input(Input::Eof).await;
+            got = input.recv(), if input_open && app.takes_input() => {
+                match got {
+                    Some(got) => app.on_input(got).await,
+                    None => {
+                        input_open = false;
+                        app.on_input(Input::Eof).await;
+                    }
+                }
+                // The next prompt, unless leaving.
+                if let Some(editor) = &app.editor
+                    && !app.quit
+                    && !app.quit_pending
+                {
+                    editor.resume();
                 }
             },
             () = stop.cancelled() => {
@@ -292,8 +301,10 @@ pub async fn run(args: Args) -> Result<ExitCode> {
     } = app;
     view.sync();
     if let Some(editor) = editor {
-        // The editor prints what it was handed at its next poll (every 16 ms).
-        tokio::time::sleep(Duration::from_millis(60)).await;
+        if editor.is_reading() {
+            // The editor prints what it was handed at its next poll (every 16 ms).
+            tokio::time::sleep(Duration::from_millis(60)).await;
+        }
         editor.close();
     }
     if let Some(id) = id {
