@@ -677,6 +677,6 @@ mod tests {
             .to_string();
         assert!(e.contains("did you mean `model`?"), "{e}");
         assert!(e.contains("nothing was written"), "{e}");
-        assert_eq!(distance("kitten", "sitting"), 3);
+        assert_eq!(config::distance("kitten", "sitting"), 3);
     }
 }

@@ -707,3 +707,53 @@ async fn leaving_prints_the_goodbye_on_a_clean_row_and_asks_the_terminal_nothing
         );
     }
 }
+
+/// A crew's turn reads in the order it happened, one event per line: the builder's thinking
+/// before its answer, its `✔ done:` with its summary, the reviewer's header on a line of its
+/// own, and the reviewer's task_complete as an approval.
+#[tokio::test(flavor = "multi_thread")]
+async fn crew_output_keeps_the_models_order_one_event_per_line() {
+    const BUILDER: &str = "You are crow, a coding agent";
+    const REVIEWER: &str = "You are crow's reviewer";
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = Scenario::new()
+        .reply(
+            Reply::text("Here is the build.")
+                .with_thinking("First I plan the build.")
+                .with_tool_call("task_complete", json!({"summary": "built it"}))
+                .matching_system(BUILDER),
+        )
+        .reply(
+            Reply::text("Looks right to me.")
+                .with_tool_call("task_complete", json!({"summary": "all checks pass"}))
+                .matching_system(REVIEWER),
+        );
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let mut pty = open(dir.path(), &mock, &["--agent", "build-judge"]);
+    pty.wait_for("/help for commands", 20);
+    pty.line("build it");
+    let screen = pty.wait_for("all checks pass", 20);
+    let lines: Vec<&str> = screen.lines().map(str::trim).collect();
+    let at = |text: &str| {
+        lines
+            .iter()
+            .position(|l| l.contains(text))
+            .unwrap_or_else(|| panic!("{text} not shown:\n{screen}"))
+    };
+    assert!(
+        at("First I plan the build.") < at("Here is the build."),
+        "{screen}"
+    );
+    assert!(lines.contains(&"[builder] ✔ done: built it"), "{screen}");
+    assert!(lines.contains(&"── reviewer reviews ──"), "{screen}");
+    assert!(
+        at("✔ done: built it") < at("── reviewer reviews ──"),
+        "{screen}"
+    );
+    assert!(
+        lines.contains(&"[reviewer] ✔ approved: all checks pass"),
+        "{screen}"
+    );
+    pty.send("\x04");
+    assert_eq!(pty.wait_exit(20), 0);
+}
