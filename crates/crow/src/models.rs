@@ -151,7 +151,7 @@ pub async fn command(
 
 /// 8192 → "8k", 128000 → "128k", 1048576 → "1049k": what windows are called.
 fn tokens(n: u64) -> String {
-    if n >= 1000 && n % 1024 == 0 && n < 1_000_000 {
+    if n >= 1000 && n.is_multiple_of(1024) && n < 1_000_000 {
         format!("{}k", n / 1024)
     } else {
         format!("{}k", (n + 500) / 1000)
