@@ -8,6 +8,7 @@
 
 use std::io::{Read, Write};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -20,6 +21,8 @@ pub struct Pty {
     child: Box<dyn Child + Send + Sync>,
     /// Everything the program wrote, for failure messages.
     raw: Arc<Mutex<Vec<u8>>>,
+    /// Whether cursor position queries are answered (some terminals never do).
+    answer_cursor: Arc<AtomicBool>,
 }
 
 impl Pty {
@@ -66,8 +69,10 @@ impl Pty {
         ));
         let parser = Arc::new(Mutex::new(vt100::Parser::new(nz(rows), nz(cols), 0)));
         let raw = Arc::new(Mutex::new(Vec::new()));
+        let answer_cursor = Arc::new(AtomicBool::new(true));
         {
             let (parser, writer, raw) = (parser.clone(), writer.clone(), raw.clone());
+            let answer_cursor = answer_cursor.clone();
             std::thread::spawn(move || {
                 let mut buf = [0u8; 8192];
                 while let Ok(n) = reader.read(&mut buf) {
@@ -80,6 +85,11 @@ impl Pty {
                     parser.process(chunk);
                     // Device status report: where is the cursor?
                     let queries = chunk.windows(4).filter(|w| w == b"\x1b[6n").count();
+                    let queries = if answer_cursor.load(Ordering::Relaxed) {
+                        queries
+                    } else {
+                        0
+                    };
                     for _ in 0..queries {
                         let (row, col) = parser.screen().cursor_position();
                         let answer = format!("\x1b[{};{}R", row + 1, col + 1);
@@ -94,7 +104,23 @@ impl Pty {
             master: pair.master,
             child,
             raw,
+            answer_cursor,
         })
+    }
+
+    /// From now on, leave cursor position queries unanswered, as some terminals do.
+    pub fn ignore_cursor_queries(&self) {
+        self.answer_cursor.store(false, Ordering::Relaxed);
+    }
+
+    /// How many cursor position queries the program has sent so far.
+    pub fn cursor_queries(&self) -> usize {
+        self.raw
+            .lock()
+            .unwrap()
+            .windows(4)
+            .filter(|w| w == b"\x1b[6n")
+            .count()
     }
 
     /// The program's process id.

@@ -23,8 +23,10 @@ pub(crate) struct Cli {
 /// `crow [PROMPT]`: the interactive terminal.
 #[derive(Args, Default)]
 pub(crate) struct SessionArgs {
-    /// A first prompt to send when the session opens
-    pub(crate) prompt: Option<String>,
+    /// A first prompt to send when the session opens; several words are joined (`crow fix
+    /// the bug` as `crow "fix the bug"`)
+    #[arg(num_args = 0.., value_name = "PROMPT")]
+    pub(crate) prompt: Vec<String>,
     #[command(flatten)]
     pub(crate) model: ModelArgs,
     /// Composition or agent: build, build-judge, pair, plan, ... (default: build, or the
@@ -244,6 +246,27 @@ pub(crate) struct ModelArgs {
     pub(crate) effort: Option<crow_providers::ReasoningEffort>,
 }
 
+/// `-p` is `--provider` here, but print mode in Claude Code: `crow -p "fix the bug"`. No
+/// provider name holds a space, so such a value is a prompt; the user is told what to type
+/// rather than "unknown provider" (running it would start a full-auto run unasked).
+pub(crate) fn check_provider_flag(model: &ModelArgs) -> anyhow::Result<()> {
+    match model.provider.as_deref() {
+        Some(text) if text.trim().contains(char::is_whitespace) => anyhow::bail!(
+            "-p is --provider in crow, and '{}' names no provider; to run a task once and print \
+             the answer: crow run {} (the interactive terminal: crow {})",
+            text.trim(),
+            shell_quote(text.trim()),
+            shell_quote(text.trim())
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// `text` as one shell word, to be pasted back.
+pub(crate) fn shell_quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', r"'\''"))
+}
+
 /// The command line. `crow run …` is parsed with the `run` subcommand's arguments alone:
 /// building the whole command tree was about 0.2 ms of every cold `crow run`. What that
 /// parse refuses, and help or version flags, go through the whole tree, which answers as
@@ -336,6 +359,18 @@ mod tests {
             };
             assert_eq!(alone, whole, "{args:?}");
         }
+    }
+
+    #[test]
+    fn unquoted_words_are_one_prompt_and_subcommands_stay_subcommands() {
+        let cli = Cli::try_parse_from(argv(&["fix", "the", "bug", "-m", "x"])).unwrap();
+        assert!(cli.command.is_none());
+        assert_eq!(cli.session.prompt.join(" "), "fix the bug");
+        assert_eq!(cli.session.model.model.as_deref(), Some("x"));
+        let cli = Cli::try_parse_from(argv(&["sessions", "list"])).unwrap();
+        assert!(matches!(cli.command, Some(Command::Sessions { .. })));
+        let cli = Cli::try_parse_from(argv(&[])).unwrap();
+        assert!(cli.session.prompt.is_empty());
     }
 
     #[test]

@@ -410,6 +410,32 @@ pub fn user_config_file() -> Result<PathBuf> {
 }
 
 /// Loads every layer for a project rooted at `project_root`.
+/// Levenshtein distance, for "did you mean".
+pub fn distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
+
+/// The candidate nearest `word`, when near enough to be what was meant (a typo, not another
+/// word).
+pub fn closest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    candidates
+        .into_iter()
+        .filter(|c| *c != word)
+        .min_by_key(|c| distance(word, c))
+        .filter(|c| distance(word, c) <= word.chars().count().max(3) / 2)
+}
+
 pub fn load(project_root: &Path, flags: &Overrides) -> Result<LoadedConfig> {
     let mut layers: Vec<(toml::Table, Source)> = Vec::new();
     layers.push((parse_layer(DEFAULTS, &Source::Default)?, Source::Default));

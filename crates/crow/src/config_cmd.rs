@@ -79,6 +79,7 @@ pub fn run(command: EditCommand) -> Result<ExitCode> {
             let text = config::read_or_empty(&file)?;
             let edited = set_in(&text, &key, value)?;
             check(&edited, &file)?;
+            check_provider_choice(&root, &key, &edited)?;
             config::write_config_file(&file, &edited)?;
             eprintln!("{key} set in {}", file.display());
             Ok(ExitCode::SUCCESS)
@@ -258,6 +259,34 @@ fn unset_in(text: &str, key: &str) -> Result<String> {
     Ok(doc.to_string())
 }
 
+/// `provider = NAME` must name a `[providers.NAME]` of the configuration it joins (this file
+/// as edited, or any other layer): every run would fail on it otherwise.
+fn check_provider_choice(root: &Path, key: &str, edited: &str) -> Result<()> {
+    if key != "provider" {
+        return Ok(());
+    }
+    let Ok(layer) = edited.parse::<toml::Table>() else {
+        return Ok(());
+    };
+    let Some(name) = layer.get("provider").and_then(toml::Value::as_str) else {
+        return Ok(());
+    };
+    let in_layer = layer
+        .get("providers")
+        .and_then(toml::Value::as_table)
+        .is_some_and(|t| t.contains_key(name));
+    // A configuration that does not load is reported by the run; this check is about the name.
+    let Ok(loaded) = config::load(root, &Overrides::default()) else {
+        return Ok(());
+    };
+    match crate::wiring::provider_problem(&loaded.config, name) {
+        Some(problem) if !in_layer => bail!(
+            "{problem}; nothing was written (define it first: crow config set providers.{name}.type openai, and its base_url)"
+        ),
+        _ => Ok(()),
+    }
+}
+
 /// Refuses a config text the schema rejects, naming the closest known key for a typo.
 fn check(text: &str, file: &Path) -> Result<()> {
     config::parse_layer(text, &Source::File(file.to_path_buf()))
@@ -283,29 +312,13 @@ fn with_suggestion(message: &str) -> String {
         .split(',')
         .map(|k| k.trim().trim_matches('`'))
         .filter(|k| !k.is_empty())
-        .min_by_key(|k| distance(unknown, k));
+        .min_by_key(|k| config::distance(unknown, k));
     match best {
-        Some(best) if distance(unknown, best) <= unknown.len().max(3) / 2 => {
+        Some(best) if config::distance(unknown, best) <= unknown.len().max(3) / 2 => {
             format!("{message} (did you mean `{best}`?)")
         }
         _ => message.to_owned(),
     }
-}
-
-/// Levenshtein distance, for "did you mean".
-fn distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut prev = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let cur = row[j + 1];
-            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
-            prev = cur;
-        }
-    }
-    row[b.len()]
 }
 
 /// One file: a config.toml, an `.mcp.json` or an agent definition, by its name.
@@ -374,8 +387,21 @@ fn validate_all(root: &Path) -> Vec<String> {
     problems.extend(catalog.problems);
     if problems.is_empty() {
         // The layers are each valid; so must be what they make together.
-        if let Err(e) = config::load(root, &Overrides::default()) {
-            problems.push(format!("{e:#}"));
+        match config::load(root, &Overrides::default()) {
+            Err(e) => problems.push(format!("{e:#}")),
+            Ok(loaded) => {
+                // A provider that is not defined fails every run.
+                if let Some(name) = &loaded.config.provider
+                    && let Some(problem) = crate::wiring::provider_problem(&loaded.config, name)
+                {
+                    let source = loaded
+                        .sources
+                        .get("provider")
+                        .map(|(_, s)| s.to_string())
+                        .unwrap_or_default();
+                    problems.push(format!("provider = \"{name}\" ({source}): {problem}"));
+                }
+            }
         }
     }
     problems
@@ -426,25 +452,40 @@ fn edit(file: &Path) -> Result<ExitCode> {
 pub fn init(yes: bool) -> Result<ExitCode> {
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
     let (root, _) = crate::wiring::find_project_root(&cwd);
+    init_project(
+        &root,
+        |question| confirm(yes, question),
+        |line| eprintln!("{line}"),
+    )?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What `crow init` does in `root`, asking `confirm` before each file and telling `say` what
+/// happened (the terminal's `/init` shows it above its prompt).
+pub fn init_project(
+    root: &Path,
+    mut confirm: impl FnMut(&str) -> Result<bool>,
+    mut say: impl FnMut(&str),
+) -> Result<()> {
     let config_file = root.join(".crow/config.toml");
     if config_file.exists() {
-        eprintln!("{} exists; left as it is", config_file.display());
-    } else if confirm(yes, &format!("write {}?", config_file.display()))? {
+        say(&format!("{} exists; left as it is", config_file.display()));
+    } else if confirm(&format!("write {}?", config_file.display()))? {
         config::write_config_file(&config_file, PROJECT_CONFIG_TEMPLATE)?;
-        eprintln!("wrote {}", config_file.display());
+        say(&format!("wrote {}", config_file.display()));
     }
     let has_instructions = ["AGENTS.md", "AGENTS.override.md", "CLAUDE.md"]
         .iter()
         .any(|n| root.join(n).exists());
     let agents_file = root.join("AGENTS.md");
     if has_instructions {
-        eprintln!("the project has instructions already; AGENTS.md not written");
-    } else if confirm(yes, &format!("write {}?", agents_file.display()))? {
-        std::fs::write(&agents_file, agents_skeleton(&root))
+        say("the project has instructions already; AGENTS.md not written");
+    } else if confirm(&format!("write {}?", agents_file.display()))? {
+        std::fs::write(&agents_file, agents_skeleton(root))
             .with_context(|| format!("cannot write {}", agents_file.display()))?;
-        eprintln!("wrote {}", agents_file.display());
+        say(&format!("wrote {}", agents_file.display()));
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 fn confirm(yes: bool, question: &str) -> Result<bool> {
@@ -636,6 +677,6 @@ mod tests {
             .to_string();
         assert!(e.contains("did you mean `model`?"), "{e}");
         assert!(e.contains("nothing was written"), "{e}");
-        assert_eq!(distance("kitten", "sitting"), 3);
+        assert_eq!(config::distance("kitten", "sitting"), 3);
     }
 }

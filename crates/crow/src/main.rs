@@ -322,8 +322,10 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
 }
 
 async fn interactive(args: SessionArgs) -> Result<ExitCode> {
+    cli::check_provider_flag(&args.model)?;
+    let prompt = args.prompt.join(" ");
     tui::run(tui::Args {
-        prompt: args.prompt.filter(|p| !p.trim().is_empty()),
+        prompt: Some(prompt).filter(|p| !p.trim().is_empty()),
         flags: overrides(&args.model, None),
         resume: resume_of(args.continue_last, args.resume),
         agent: args.agent,
@@ -346,6 +348,7 @@ fn overrides(model: &ModelArgs, max_iterations: Option<u32>) -> Overrides {
 }
 
 async fn run(args: RunArgs) -> Result<ExitCode> {
+    cli::check_provider_flag(&args.model)?;
     let prompt = if args.prompt == "-" {
         let mut text = String::new();
         std::io::stdin()

@@ -59,7 +59,22 @@ pub fn select_provider(loaded: &LoadedConfig) -> Result<Selection> {
                 )
             }),
     };
-    let settings = provider_settings(config, &name, loaded.base_url_override.as_deref(), None)?;
+    let settings = provider_settings(config, &name, loaded.base_url_override.as_deref(), None)
+        .map_err(|e| {
+            // Claude Code's `-p` is print mode: `crow -p hello` meant a prompt.
+            let by_flag = matches!(
+                loaded.sources.get("provider"),
+                Some((_, crate::config::Source::Flag(_)))
+            );
+            if by_flag && provider_problem(config, &name).is_some() {
+                anyhow!(
+                    "{e:#}; -p is --provider in crow (to run a prompt once: crow run '{}')",
+                    name.replace('\'', r"'\''")
+                )
+            } else {
+                e
+            }
+        })?;
     Ok(Selection {
         name,
         reason,
@@ -103,6 +118,23 @@ fn default_key_env(name: &str, var: &str) -> bool {
     )
 }
 
+/// What is wrong with provider name `name` in `config`: `None` when `[providers.NAME]` exists,
+/// else the message naming the closest one and the others.
+pub fn provider_problem(config: &Config, name: &str) -> Option<String> {
+    (!config.providers.contains_key(name)).then(|| unknown_provider(config, name))
+}
+
+fn unknown_provider(config: &Config, name: &str) -> String {
+    let known: Vec<_> = config.providers.keys().map(String::as_str).collect();
+    let guess = crate::config::closest(name, known.iter().copied())
+        .map(|best| format!(" (did you mean `{best}`?)"))
+        .unwrap_or_default();
+    format!(
+        "unknown provider '{name}'{guess}: define [providers.{name}] in config.toml or use one of: {}",
+        known.join(", ")
+    )
+}
+
 /// The settings of provider `name`; `model` overrides the configured model (an agent
 /// definition's own model).
 pub fn provider_settings(
@@ -112,11 +144,7 @@ pub fn provider_settings(
     model: Option<&str>,
 ) -> Result<ProviderSettings> {
     let Some(pc) = config.providers.get(name) else {
-        let known: Vec<_> = config.providers.keys().map(String::as_str).collect();
-        bail!(
-            "unknown provider '{name}': define [providers.{name}] in config.toml or use one of: {}",
-            known.join(", ")
-        );
+        bail!("{}", unknown_provider(config, name));
     };
     let kind = pc.kind.ok_or_else(|| {
         anyhow!("providers.{name}.type is missing: set it to \"openai\" (any OpenAI-compatible server), \"anthropic\" or \"ollama\"")

@@ -546,3 +546,35 @@ async fn models_asks_the_base_url_and_shows_configured_windows() {
         .unwrap();
     assert!(model.ends_with("32k context"), "{model}");
 }
+
+/// Claude Code's habits: `crow fix the bug` unquoted is the prompt "fix the bug" (it was
+/// "subcommand 'the' cannot be used"), and `crow -p "…"` (print mode there, --provider here)
+/// says what to type instead of "unknown provider".
+#[tokio::test(flavor = "multi_thread")]
+async fn habits_from_other_agents_do_what_was_meant_or_say_what_to_type() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = crow_testkit::MockLlm::start(
+        crow_testkit::Scenario::new().reply(crow_testkit::Reply::text("Fixed.")),
+    )
+    .await
+    .unwrap();
+    let mut cmd = crow(dir.path());
+    cmd.args(["fix", "the", "bug", "--model", "mock-model", "--base-url"])
+        .arg(mock.openai_base_url());
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("Fixed."), "{}", out.stdout);
+    let users = user_texts(&mock.requests()[0].body);
+    assert_eq!(users, ["fix the bug"]);
+
+    let mut cmd = crow(dir.path());
+    cmd.args(["-p", "fix the bug"]);
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("-p is --provider") && out.stderr.contains("crow run 'fix the bug'"),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains("unknown provider"), "{}", out.stderr);
+}

@@ -228,3 +228,56 @@ async fn the_schema_describes_every_section_and_refuses_unknown_keys() {
         "provider keys and kinds"
     );
 }
+
+/// `provider = NAME` without a `[providers.NAME]` fails every run: `set` refuses it with the
+/// closest name, `validate` flags one written by hand, and the run's error guesses too.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_provider_that_is_not_defined_is_refused_with_the_closest_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = crow(dir.path());
+    cmd.args(["config", "set", "provider", "opnai"]);
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("unknown provider 'opnai' (did you mean `openai`?)")
+            && out.stderr.contains("nothing was written"),
+        "{}",
+        out.stderr
+    );
+    assert!(!user_config(dir.path()).exists());
+    // Defined in the same file: accepted.
+    std::fs::create_dir_all(user_config(dir.path()).parent().unwrap()).unwrap();
+    std::fs::write(
+        user_config(dir.path()),
+        "[providers.mock]\ntype = \"openai\"\n",
+    )
+    .unwrap();
+    crow_ok(dir.path(), &["config", "set", "provider", "mock"]).await;
+    crow_ok(dir.path(), &["config", "validate"]).await;
+
+    // Written by hand: validate says so, with the file.
+    std::fs::write(user_config(dir.path()), "provider = \"mokc\"\n").unwrap();
+    let mut cmd = crow(dir.path());
+    cmd.args(["config", "validate"]);
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(1), "{}\n{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout.contains("provider = \"mokc\"")
+            && out.stdout.contains("config.toml")
+            && out.stdout.contains("unknown provider 'mokc'"),
+        "{}",
+        out.stdout
+    );
+    // The run's error guesses as well.
+    std::fs::write(user_config(dir.path()), "provider = \"olama\"\n").unwrap();
+    let mut cmd = crow(dir.path());
+    cmd.args(["run", "hi"]);
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("(did you mean `ollama`?)"),
+        "{}",
+        out.stderr
+    );
+}

@@ -523,3 +523,237 @@ async fn undo_reverts_what_a_command_did_and_redo_brings_it_back() {
     pty.send("\x04");
     assert_eq!(pty.wait_exit(20), 0);
 }
+
+/// `/model` lists what the provider serves (not only its configured default), switches to a
+/// served model, refuses one it does not serve, and names a provider added after the start.
+#[tokio::test(flavor = "multi_thread")]
+async fn model_lists_what_the_provider_serves_and_refuses_what_it_does_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = MockLlm::start(Scenario::new().reply(Reply::text("From the small one.")))
+        .await
+        .unwrap();
+    let mut pty = open(dir.path(), &mock, &[]);
+    pty.wait_for("/help for commands", 20);
+    pty.line("/model");
+    let screen = pty.wait_for("openai/mock-small", 20);
+    assert!(screen.contains("● openai/mock-model"), "{screen}");
+    pty.line("/model mock-lage");
+    let screen = pty.wait_for("does not serve", 20);
+    assert!(
+        screen.contains("openai does not serve 'mock-lage'"),
+        "{screen}"
+    );
+    // Added to the user's config while the session runs.
+    let config = dir.path().join(".home/.config/crow");
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::write(
+        config.join("config.toml"),
+        "[providers.later]\ntype = \"openai\"\nmodel = \"x\"\n",
+    )
+    .unwrap();
+    pty.line("/model later/x");
+    pty.wait_for("added to the configuration after this session started", 20);
+    pty.line("/model mock-small");
+    pty.wait_for("model openai/mock-small", 20);
+    pty.line("hi");
+    pty.wait_for("From the small one.", 20);
+    assert_eq!(mock.requests().last().unwrap().body["model"], "mock-small");
+    pty.send("\x04");
+    assert_eq!(pty.wait_exit(20), 0);
+}
+
+/// A trailing `\` continues the input and is no part of it; `!command` runs the command
+/// (not the model), shows its output and sends both with the next prompt.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_trailing_backslash_continues_and_bang_runs_a_command_for_the_next_prompt() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = MockLlm::start(Scenario::new().reply(Reply::text("Seen.")))
+        .await
+        .unwrap();
+    let mut pty = open(dir.path(), &mock, &[]);
+    pty.wait_for("/help for commands", 20);
+    pty.line("!echo from-the-$((40+2))-shell");
+    let screen = pty.wait_for("go with your next prompt", 20);
+    assert!(screen.contains("from-the-42-shell"), "{screen}");
+    assert!(mock.requests().is_empty(), "the command went to the model");
+    pty.line("first line \\");
+    pty.line("second line");
+    pty.wait_for("Seen.", 20);
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 1);
+    let users = user_texts(&requests[0].body);
+    assert_eq!(users.len(), 1, "{users:?}");
+    let text = &users[0];
+    assert!(
+        text.contains("$ echo from-the-$((40+2))-shell") && text.contains("from-the-42-shell"),
+        "{text}"
+    );
+    assert!(text.ends_with("first line \nsecond line"), "{text:?}");
+    pty.send("\x04");
+    assert_eq!(pty.wait_exit(20), 0);
+}
+
+/// `/init` does what `crow init` does; `/help` lists it and `/quit`, which leaves.
+#[tokio::test(flavor = "multi_thread")]
+async fn init_and_quit_work_in_the_terminal_and_help_lists_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = MockLlm::start(Scenario::new()).await.unwrap();
+    let mut pty = open(dir.path(), &mock, &[]);
+    pty.wait_for("/help for commands", 20);
+    pty.line("/help");
+    let screen = pty.wait_for("/quit", 20);
+    assert!(screen.contains("/init"), "{screen}");
+    pty.line("/init");
+    pty.wait_until(
+        |s| s.matches("wrote").count() >= 2,
+        20,
+        "both files written",
+    );
+    assert!(dir.path().join(".crow/config.toml").is_file());
+    assert!(dir.path().join("AGENTS.md").is_file());
+    pty.line("/quit");
+    assert_eq!(pty.wait_exit(20), 0);
+}
+
+/// With no provider configured and no key, the banner says so and what to do next, before
+/// any prompt (crow falls back to a local Ollama, which was shown as a bare model name).
+#[tokio::test(flavor = "multi_thread")]
+async fn with_nothing_configured_the_banner_says_so_and_the_next_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut pty = common::pty::spawn(dir.path(), &[], 40, 110);
+    pty.wait_for("/help for commands", 20);
+    let screen = pty.wait_for("ANTHROPIC_API_KEY", 20);
+    let flat = screen.replace(char::is_whitespace, "");
+    assert!(flat.contains("nothingisconfigured"), "{screen}");
+    for step in [
+        "crowdemo",
+        "crowinit",
+        "crowconfigsetprovider",
+        "OPENAI_API_KEY",
+    ] {
+        assert!(flat.contains(step), "{step}: {screen}");
+    }
+    pty.send("\x04");
+    assert_eq!(pty.wait_exit(20), 0);
+
+    // A configured provider: no such line.
+    let mock = MockLlm::start(Scenario::new()).await.unwrap();
+    let mut pty = open(dir.path(), &mock, &[]);
+    let screen = pty.wait_for("/help for commands", 20);
+    assert!(!screen.contains("nothing is configured"), "{screen}");
+    pty.send("\x04");
+    assert_eq!(pty.wait_exit(20), 0);
+}
+
+/// The goodbye line, alone on its row (not written over the prompt and its status).
+fn goodbye_line(screen: &str) -> String {
+    screen
+        .lines()
+        .find(|l| l.contains("continue it with crow --continue"))
+        .unwrap_or_else(|| panic!("no goodbye: {screen}"))
+        .trim()
+        .to_owned()
+}
+
+/// Leaving by `/exit`, Ctrl-D or Ctrl-C twice leaves the goodbye on a clean row, and does not
+/// start another prompt: where the terminal leaves cursor queries unanswered, that prompt
+/// waited for reedline's timeout before crow could exit.
+#[tokio::test(flavor = "multi_thread")]
+async fn leaving_prints_the_goodbye_on_a_clean_row_and_asks_the_terminal_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = Scenario::new()
+        .reply(Reply::text("One."))
+        .reply(Reply::text("Two."))
+        .reply(Reply::text("Three."));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    for (answer, leave) in [
+        ("One.", &["/exit\r"][..]),
+        ("Two.", &["\x04"]),
+        ("Three.", &["\x03", "\x03"]),
+    ] {
+        let mut pty = open(dir.path(), &mock, &[]);
+        pty.wait_for("/help for commands", 20);
+        pty.line("hi");
+        pty.wait_for(answer, 20);
+        let (last, first) = leave.split_last().unwrap();
+        for key in first {
+            let asked = pty.cursor_queries();
+            pty.send(key);
+            pty.wait_for("press Ctrl-C again", 20);
+            // The prompt comes back after the hint: its cursor query is the sign.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            while pty.cursor_queries() == asked {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "no prompt after the hint"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        }
+        pty.ignore_cursor_queries();
+        let asked = pty.cursor_queries();
+        pty.send(last);
+        assert_eq!(pty.wait_exit(20), 0);
+        let screen = pty.screen();
+        let line = goodbye_line(&screen);
+        assert!(
+            line.starts_with("session ") && line.ends_with("continue it with crow --continue"),
+            "{leave:?}: {line:?}\n{screen}"
+        );
+        assert_eq!(
+            pty.cursor_queries(),
+            asked,
+            "{leave:?}: a prompt was started on the way out\n{screen}"
+        );
+    }
+}
+
+/// A crew's turn reads in the order it happened, one event per line: the builder's thinking
+/// before its answer, its `✔ done:` with its summary, the reviewer's header on a line of its
+/// own, and the reviewer's task_complete as an approval.
+#[tokio::test(flavor = "multi_thread")]
+async fn crew_output_keeps_the_models_order_one_event_per_line() {
+    const BUILDER: &str = "You are crow, a coding agent";
+    const REVIEWER: &str = "You are crow's reviewer";
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = Scenario::new()
+        .reply(
+            Reply::text("Here is the build.")
+                .with_thinking("First I plan the build.")
+                .with_tool_call("task_complete", json!({"summary": "built it"}))
+                .matching_system(BUILDER),
+        )
+        .reply(
+            Reply::text("Looks right to me.")
+                .with_tool_call("task_complete", json!({"summary": "all checks pass"}))
+                .matching_system(REVIEWER),
+        );
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let mut pty = open(dir.path(), &mock, &["--agent", "build-judge"]);
+    pty.wait_for("/help for commands", 20);
+    pty.line("build it");
+    let screen = pty.wait_for("all checks pass", 20);
+    let lines: Vec<&str> = screen.lines().map(str::trim).collect();
+    let at = |text: &str| {
+        lines
+            .iter()
+            .position(|l| l.contains(text))
+            .unwrap_or_else(|| panic!("{text} not shown:\n{screen}"))
+    };
+    assert!(
+        at("First I plan the build.") < at("Here is the build."),
+        "{screen}"
+    );
+    assert!(lines.contains(&"[builder] ✔ done: built it"), "{screen}");
+    assert!(lines.contains(&"── reviewer reviews ──"), "{screen}");
+    assert!(
+        at("✔ done: built it") < at("── reviewer reviews ──"),
+        "{screen}"
+    );
+    assert!(
+        lines.contains(&"[reviewer] ✔ approved: all checks pass"),
+        "{screen}"
+    );
+    pty.send("\x04");
+    assert_eq!(pty.wait_exit(20), 0);
+}

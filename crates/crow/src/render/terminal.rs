@@ -67,6 +67,9 @@ pub struct Renderer {
     /// Tool calls shown so far, when their lines carry a number (`#3`) the interactive
     /// terminal expands them by; `None`: unnumbered (`crow run`).
     numbered: Option<u32>,
+    /// The agent reviewing now (between its CoagentStart and CoagentEnd): its task_complete
+    /// is an approval.
+    reviewer: Option<String>,
 }
 
 impl Renderer {
@@ -80,6 +83,7 @@ impl Renderer {
             running: BTreeMap::new(),
             waiting: None,
             numbered: None,
+            reviewer: None,
         }
     }
 
@@ -139,6 +143,29 @@ impl Renderer {
         let _ = out.flush();
         let _ = writeln!(err, "{text}");
         self.last_started = None;
+    }
+
+    /// What a task_complete is called: a reviewer's approves the work.
+    fn task_label(&self, agent: &str) -> &'static str {
+        if self.reviewer.as_deref() == Some(agent) {
+            "✔ approved"
+        } else {
+            "✔ done"
+        }
+    }
+
+    /// A task_complete as one line: label and summary (the interactive terminal's form).
+    pub fn task_complete_line(&self, agent: &str, summary: &str) -> String {
+        let es = self.err_style;
+        let summary = summary.trim();
+        let label = if summary.is_empty() {
+            self.task_label(agent).to_owned()
+        } else {
+            format!("{}:", self.task_label(agent))
+        };
+        format!("{}{} {summary}", self.prefix(es, agent), es.green(&label))
+            .trim_end()
+            .to_owned()
     }
 
     fn prefix(&self, style: Style, agent: &str) -> String {
@@ -283,8 +310,19 @@ impl Renderer {
             AgentEvent::TaskComplete { agent, summary } => {
                 self.end_line(out, err);
                 let _ = out.flush();
-                let _ = write!(err, "{}{} ", self.prefix(es, agent), es.green("✔ done:"));
-                let _ = writeln!(out, "{summary}");
+                let label = self.task_label(agent);
+                if summary.trim().is_empty() {
+                    // Nothing for stdout: the label alone, on its own line.
+                    let _ = writeln!(err, "{}{}", self.prefix(es, agent), es.green(label));
+                } else {
+                    let _ = write!(
+                        err,
+                        "{}{} ",
+                        self.prefix(es, agent),
+                        es.green(&format!("{label}:"))
+                    );
+                    let _ = writeln!(out, "{summary}");
+                }
                 let _ = out.flush();
                 self.last_started = None;
             }
@@ -329,9 +367,11 @@ impl Renderer {
                 self.err_line(out, err, &text);
             }
             AgentEvent::CoagentStart { coagent, .. } => {
+                self.reviewer = Some(coagent.clone());
                 let text = es.cyan(&format!("── {coagent} reviews ──"));
                 self.err_line(out, err, &text);
             }
+            AgentEvent::CoagentEnd { .. } => self.reviewer = None,
             AgentEvent::SubagentStart { subagent, task, .. } => {
                 let text = es.cyan(&format!(
                     "── subagent {subagent}: {} ──",

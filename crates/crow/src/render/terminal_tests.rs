@@ -205,3 +205,31 @@ fn a_cancelled_command_shows_the_end_of_its_output_so_far() {
         "● bash make\n  ⊘ cancelled\n    compiling a\n    compiling b\n"
     );
 }
+
+#[test]
+fn a_reviewers_task_complete_is_an_approval() {
+    let events = [
+        AgentEvent::TaskComplete {
+            agent: "builder".into(),
+            summary: "built it".into(),
+        },
+        AgentEvent::CoagentStart {
+            primary: "builder".into(),
+            coagent: "reviewer".into(),
+        },
+        AgentEvent::TaskComplete {
+            agent: "reviewer".into(),
+            summary: String::new(),
+        },
+        AgentEvent::CoagentEnd {
+            primary: "builder".into(),
+            coagent: "reviewer".into(),
+        },
+    ];
+    let (screen, stdout, _) = render(&events, true);
+    assert_eq!(
+        screen,
+        "[builder] ✔ done: built it\n── reviewer reviews ──\n[reviewer] ✔ approved\n"
+    );
+    assert_eq!(stdout, "built it\n");
+}

@@ -47,7 +47,12 @@ const BUILTIN: &[(&str, &str)] = &[
     ("/resume", "continue another session: /resume ID"),
     ("/new", "start a new session"),
     ("/clear", "start a new session (Ctrl-L clears the screen)"),
+    (
+        "/init",
+        "set up crow here: .crow/config.toml and AGENTS.md (as crow init)",
+    ),
     ("/exit", "leave (the session is saved)"),
+    ("/quit", "leave, as /exit"),
 ];
 
 const MODE_OPTION: &str = "mode";
@@ -93,7 +98,7 @@ pub async fn handle(app: &mut App, line: &str) -> bool {
         }
         "/agent" => agent(app, arg),
         "/level" => level(app, arg),
-        "/model" => model(app, arg),
+        "/model" => model(app, arg).await,
         "/effort" => effort(app, arg),
         "/new" | "/clear" => {
             app.session = None;
@@ -106,6 +111,16 @@ pub async fn handle(app: &mut App, line: &str) -> bool {
             app.view.info("new session: the next prompt starts it");
         }
         "/sessions" => list_sessions(app),
+        "/init" => {
+            // Typing it is the yes `crow init` asks for.
+            let root = app.composer.project_root.clone();
+            let mut said = Vec::new();
+            match crate::config_cmd::init_project(&root, |_| Ok(true), |l| said.push(l.to_owned()))
+            {
+                Ok(()) => app.view.info(&said.join("\n")),
+                Err(e) => app.view.error(&format!("{e:#}")),
+            }
+        }
         "/resume" => resume(app, arg),
         "/compact" | "/context" | "/undo" | "/redo" => session_command(app, text).await,
         _ => {
@@ -141,6 +156,11 @@ fn help(app: &mut App) {
             .into(),
     );
     lines.push("  typed while the agent works: queued, delivered at its next step".into());
+    lines.push(
+        "  !command runs a command yourself (sandboxed as the agent's bash); its output goes \
+         with your next prompt"
+            .into(),
+    );
     app.view.plain(&lines.join("\n"));
 }
 
@@ -221,32 +241,60 @@ fn level(app: &mut App, arg: &str) {
     }
 }
 
-fn model(app: &mut App, arg: &str) {
-    let config = &app.loaded.config;
+/// `/model`: what the providers serve (asked, as `crow models` does); `/model [PROVIDER/]MODEL`
+/// switches to a model the provider serves, and refuses one it does not.
+async fn model(app: &mut App, arg: &str) {
+    let current = app.composer.default_provider.clone();
     if arg.is_empty() {
-        let mut lines = vec![format!(
-            "  ● {}/{}",
-            app.composer.default_provider.name, app.composer.default_provider.model
-        )];
-        for (name, pc) in &config.providers {
-            for model in pc.model.iter().chain(pc.models.keys()) {
-                if *name != app.composer.default_provider.name
-                    || *model != app.composer.default_provider.model
-                {
-                    lines.push(format!("    {name}/{model}"));
+        let mut lines = vec![format!("  ● {}/{}", current.name, current.model)];
+        for served in crate::models::served(&app.loaded.config, &current).await {
+            let name = &served.name;
+            match served.models {
+                Ok(models) if models.is_empty() => {
+                    lines.push(format!("    {name}: no models listed"));
+                }
+                Ok(models) => lines.extend(
+                    models
+                        .into_iter()
+                        .filter(|m| !(*name == current.name && m.id == current.model))
+                        .map(|m| format!("    {name}/{}", m.id)),
+                ),
+                Err(e) => {
+                    lines.push(format!("    {name}: cannot list ({e}); configured:"));
+                    if let Some(pc) = app.loaded.config.providers.get(name) {
+                        for model in pc.model.iter().chain(pc.models.keys()) {
+                            lines.push(format!("    {name}/{model}"));
+                        }
+                    }
                 }
             }
         }
+        lines.push("  switch: /model MODEL (this provider) or /model PROVIDER/MODEL".to_owned());
         app.view.plain(&lines.join("\n"));
         return;
     }
+    let config = &app.loaded.config;
+    let named = arg.split_once('/').map(|(p, _)| p);
     let (provider, model) = match arg.split_once('/') {
         Some((p, m)) if config.providers.contains_key(p) => (p.to_owned(), m.to_owned()),
-        _ => (app.composer.default_provider.name.clone(), arg.to_owned()),
+        _ => (current.name.clone(), arg.to_owned()),
     };
+    // A provider the configuration gained since the session started is not in its config.
+    if let Some(p) = named.filter(|p| !config.providers.contains_key(*p)) {
+        let flags = crate::config::Overrides {
+            trust_project: app.loaded.trusted,
+            ..Default::default()
+        };
+        let now = crate::config::load(&app.composer.project_root, &flags);
+        if now.is_ok_and(|now| now.config.providers.contains_key(p)) {
+            return app.view.error(&format!(
+                "provider '{p}' was added to the configuration after this session started: \
+                 start crow again to use it (crow --continue keeps this conversation)"
+            ));
+        }
+    }
     // The same endpoint when the provider stays; another provider's own otherwise.
-    let base_url = (provider == app.composer.default_provider.name)
-        .then(|| app.composer.default_provider.base_url.clone());
+    let base_url = (provider == current.name).then(|| current.base_url.clone());
     let settings = match crate::wiring::provider_settings(
         config,
         &provider,
@@ -256,6 +304,21 @@ fn model(app: &mut App, arg: &str) {
         Ok(settings) => settings,
         Err(e) => return app.view.error(&format!("{e:#}")),
     };
+    match crate::models::list(&settings).await {
+        Ok(served) if !served.is_empty() && !served.iter().any(|m| m.id == model) => {
+            let guess = crate::config::closest(&model, served.iter().map(|m| m.id.as_str()))
+                .map(|best| format!(" (did you mean {provider}/{best}?)"))
+                .unwrap_or_default();
+            return app.view.error(&format!(
+                "{provider} does not serve '{model}'{guess}: /model lists what each provider serves"
+            ));
+        }
+        Ok(_) => {}
+        // A server that cannot list may still serve it: the first request will tell.
+        Err(e) => app.view.warn(&format!(
+            "cannot ask {provider} for its models ({e}); switching anyway"
+        )),
+    }
     let effort = app.composer.effort;
     if rebuild(app, settings, effort) {
         app.view.info(&format!("model {provider}/{model}"));

@@ -182,6 +182,12 @@ impl Validator for Continuation {
     }
 }
 
+/// A line continued with trailing backslashes, without them: they asked for a new line, and
+/// are no part of the text.
+pub fn continued(line: &str) -> String {
+    line.replace("\\\r\n", "\n").replace("\\\n", "\n")
+}
+
 /// Completes `/commands` at the start of the input and `@paths` anywhere.
 struct Completions {
     commands: Vec<(String, String)>,
@@ -269,6 +275,12 @@ pub struct EditorOptions {
 pub struct Editor {
     pub input: mpsc::UnboundedReceiver<Input>,
     pub printer: std::sync::mpsc::SyncSender<String>,
+    /// Whether reedline is reading (its prompt on screen): lines go through its printer then,
+    /// straight to the terminal otherwise. Held while either side changes the screen.
+    pub reading: Arc<Mutex<bool>>,
+    /// Lets the thread read the next input once the loop has taken the last one; dropped
+    /// when leaving, so no new prompt is drawn (nor the terminal asked where its cursor is).
+    resume: Option<std::sync::mpsc::Sender<()>>,
     pub status: Arc<Mutex<Status>>,
     /// Redraws the prompt in place (reedline does not export its signal type by name).
     repaint: Box<dyn Fn() + Send + Sync>,
@@ -360,16 +372,47 @@ impl Editor {
             colour: options.colour,
         };
         let stopping = Arc::clone(&stop);
+        let reading = Arc::new(Mutex::new(false));
+        let reading_flag = Arc::clone(&reading);
+        let set_reading = move |value: bool| {
+            if let Ok(mut reading) = reading_flag.lock() {
+                *reading = value;
+            }
+        };
+        let (resume, resumed) = std::sync::mpsc::channel::<()>();
+        // Raw from now on, also before the first prompt is drawn: what is typed early must
+        // reach it as keys (see below).
+        crossterm::terminal::enable_raw_mode()?;
         let thread = std::thread::Builder::new()
             .name("crow-editor".into())
             .spawn(move || {
+                let mut first = true;
                 loop {
-                    let sent = match line_editor.read_line(&prompt) {
-                        Ok(Signal::Success(line)) => tx.send(Input::Line(line)),
+                    // The next prompt only once the loop took the last input and is not
+                    // leaving: a prompt drawn on the way out stays under the goodbye line.
+                    if !first && resumed.recv().is_err() {
+                        break;
+                    }
+                    first = false;
+                    set_reading(true);
+                    let signal = line_editor.read_line(&prompt);
+                    set_reading(false);
+                    // Keys typed before the next prompt stay raw (reedline leaves raw mode on
+                    // return): cooked, the terminal would echo them and turn Enter into a
+                    // newline the next prompt inserts.
+                    let _ = crossterm::terminal::enable_raw_mode();
+                    let sent = match signal {
+                        Ok(Signal::Success(line)) => tx.send(Input::Line(continued(&line))),
                         Ok(Signal::HostCommand(command)) => tx.send(Input::Line(command)),
                         Ok(Signal::CtrlC) => tx.send(Input::Interrupt),
                         Ok(Signal::CtrlD) => tx.send(Input::Eof),
-                        Ok(Signal::ExternalBreak(_)) => break,
+                        Ok(Signal::ExternalBreak(_)) => {
+                            // Stopped while the prompt is drawn: erase it, the cursor is on it.
+                            use std::io::Write;
+                            let mut out = std::io::stdout();
+                            let _ = out.write_all(b"\r\x1b[J").and_then(|()| out.flush());
+                            break;
+                        }
                         Ok(_) => Ok(()),
                         Err(e) => {
                             tracing::warn!("the terminal's input failed: {e}");
@@ -381,10 +424,13 @@ impl Editor {
                         break;
                     }
                 }
+                let _ = crossterm::terminal::disable_raw_mode();
             })?;
         Ok(Self {
             input,
             printer: sender,
+            reading,
+            resume: Some(resume),
             status,
             repaint,
             stop,
@@ -403,12 +449,33 @@ impl Editor {
         (self.repaint)();
     }
 
+    /// The loop took the last input: read the next one.
+    pub fn resume(&self) {
+        if let Some(resume) = &self.resume {
+            let _ = resume.send(());
+        }
+    }
+
+    /// Whether reedline's prompt is on screen now.
+    pub fn is_reading(&self) -> bool {
+        self.reading.lock().is_ok_and(|r| *r)
+    }
+
     /// Stops the editor and gives the terminal back as it was.
-    pub fn close(mut self) {
+    pub fn close(self) {
+        drop(self);
+    }
+}
+
+impl Drop for Editor {
+    /// Also on an error's way out: the terminal is raw from the start, and must not stay so.
+    fn drop(&mut self) {
+        self.resume = None;
         self.stop.store(true, Ordering::Relaxed);
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
+        let _ = crossterm::terminal::disable_raw_mode();
     }
 }
 
@@ -430,7 +497,13 @@ fn history(path: &Path) -> Result<Box<FileBackedHistory>, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::fit;
+    use super::{continued, fit};
+
+    #[test]
+    fn continuation_backslashes_are_dropped() {
+        assert_eq!(continued("one \\\ntwo\\\nthree"), "one \ntwo\nthree");
+        assert_eq!(continued("a\\b"), "a\\b");
+    }
 
     #[test]
     fn the_status_keeps_the_leading_parts_that_fit() {

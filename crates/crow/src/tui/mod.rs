@@ -16,6 +16,7 @@ mod gate;
 mod markdown;
 mod mentions;
 mod screen;
+mod shell;
 mod view;
 
 use std::collections::VecDeque;
@@ -94,6 +95,9 @@ pub struct App {
     mcp_wait: Duration,
     mcp_waited: bool,
     mcp: Option<Arc<mcp::Session>>,
+    /// `!command`s run since the last prompt, for the model with the next one.
+    shell_notes: String,
+    shell_done: mpsc::UnboundedSender<shell::Done>,
 }
 
 /// Runs the interactive session until the user leaves.
@@ -153,7 +157,7 @@ pub async fn run(args: Args) -> Result<ExitCode> {
             root: composer.project_root.clone(),
             colour,
         })?;
-        let screen = Screen::printer(editor.printer.clone());
+        let screen = Screen::printer(editor.printer.clone(), Arc::clone(&editor.reading));
         (Some(editor), screen)
     } else {
         (None, Screen::stdout())
@@ -169,6 +173,7 @@ pub async fn run(args: Args) -> Result<ExitCode> {
     );
     let (events_tx, mut events_rx) = mpsc::unbounded_channel();
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Done>();
+    let (shell_tx, mut shell_rx) = mpsc::unbounded_channel::<shell::Done>();
     let mut app = App {
         mcp_wait: Duration::from_millis(composer.config.tools.mcp_startup_wait_ms.unwrap_or(3000)),
         view: View::new(screen, colour, crew.coagent().is_some()),
@@ -194,6 +199,8 @@ pub async fn run(args: Args) -> Result<ExitCode> {
         ollama_fallback: assembled.ollama_fallback.clone(),
         mcp_waited: false,
         mcp: Some(Arc::new(mcp)),
+        shell_notes: String::new(),
+        shell_done: shell_tx,
     };
     if let Some(info) = assembled.resumed {
         app.open(info)?;
@@ -201,6 +208,16 @@ pub async fn run(args: Args) -> Result<ExitCode> {
         app.view.info(&format!(
             "crow · {} · {} · /help for commands, Ctrl-C cancels, Ctrl-D leaves",
             app.composer.project_root.display(),
+            app.composer.default_provider.model
+        ));
+    }
+    // Without this the first sign of a missing setup is an error after the first prompt.
+    if let Some(url) = &app.ollama_fallback {
+        app.view.warn(&format!(
+            "nothing is configured: no provider and no API key, so prompts go to a local \
+             Ollama at {url} ({}).\n  next: `crow demo` shows crow at work with no setup · \
+             `crow init` sets up this project · `crow config set provider NAME` · or set \
+             OPENAI_API_KEY / ANTHROPIC_API_KEY",
             app.composer.default_provider.model
         ));
     }
@@ -228,6 +245,7 @@ pub async fn run(args: Args) -> Result<ExitCode> {
             biased;
             Some(event) = events_rx.recv() => app.on_event(&event),
             Some(done) = done_rx.recv() => app.finished(done),
+            Some(done) = shell_rx.recv() => app.shell_finished(done),
             Some(question) = questions_rx.recv() => {
                 // The call's start line travels through the usage recorder, the question
                 // straight here: take events until that line is shown, so it stands above
@@ -244,11 +262,20 @@ pub async fn run(args: Args) -> Result<ExitCode> {
                 app.ask(question);
             }
             // Line mode takes the next line when idle, or as the answer to a question.
-            got = input.recv(), if input_open && app.takes_input() => match got {
-                Some(got) => app.on_input(got).await,
-                None => {
-                    input_open = false;
-                    app.on_input(Input::Eof).await;
+            got = input.recv(), if input_open && app.takes_input() => {
+                match got {
+                    Some(got) => app.on_input(got).await,
+                    None => {
+                        input_open = false;
+                        app.on_input(Input::Eof).await;
+                    }
+                }
+                // The next prompt, unless leaving.
+                if let Some(editor) = &app.editor
+                    && !app.quit
+                    && !app.quit_pending
+                {
+                    editor.resume();
                 }
             },
             () = stop.cancelled() => {
@@ -274,8 +301,10 @@ pub async fn run(args: Args) -> Result<ExitCode> {
     } = app;
     view.sync();
     if let Some(editor) = editor {
-        // The editor prints what it was handed at its next poll (every 16 ms).
-        tokio::time::sleep(Duration::from_millis(60)).await;
+        if editor.is_reading() {
+            // The editor prints what it was handed at its next poll (every 16 ms).
+            tokio::time::sleep(Duration::from_millis(60)).await;
+        }
         editor.close();
     }
     if let Some(id) = id {
@@ -289,11 +318,25 @@ pub async fn run(args: Args) -> Result<ExitCode> {
 fn line_input() -> mpsc::UnboundedReceiver<Input> {
     let (tx, rx) = mpsc::unbounded_channel();
     std::thread::spawn(move || {
+        // A trailing backslash continues the input on the next line, as at the terminal.
+        let mut continued = String::new();
         for line in std::io::stdin().lines() {
             let Ok(line) = line else { break };
-            if tx.send(Input::Line(line)).is_err() {
+            if let Some(head) = line.strip_suffix('\\') {
+                continued.push_str(head);
+                continued.push('\n');
+                continue;
+            }
+            continued.push_str(&line);
+            if tx
+                .send(Input::Line(std::mem::take(&mut continued)))
+                .is_err()
+            {
                 return;
             }
+        }
+        if !continued.is_empty() {
+            let _ = tx.send(Input::Line(continued));
         }
         let _ = tx.send(Input::Eof);
     });
@@ -463,6 +506,9 @@ impl App {
         if line.trim_start().starts_with('/') && commands::handle(self, &line).await {
             return;
         }
+        if let Some(command) = line.trim_start().strip_prefix('!') {
+            return self.run_shell(command.trim());
+        }
         if self.running.is_some() {
             self.steering.push(line.clone());
             self.view.info(&format!(
@@ -473,6 +519,61 @@ impl App {
             return;
         }
         self.start_turn(line, None);
+    }
+
+    /// `!command`: the user's own command, run as the agent's `bash` would; it counts as a
+    /// turn (Esc cancels it, what is typed meanwhile waits for it).
+    fn run_shell(&mut self, command: &str) {
+        if self.running.is_some() {
+            return self
+                .view
+                .info("!command waits for the turn to end (Esc cancels it)");
+        }
+        if command.is_empty() {
+            return self.view.info(
+                "!command runs a command, e.g. !git status; its output goes with your next prompt",
+            );
+        }
+        let cancel = CancellationToken::new();
+        let started = shell::start(
+            &self.composer,
+            self.id.clone().unwrap_or_default(),
+            command.to_owned(),
+            cancel.clone(),
+            self.shell_done.clone(),
+        );
+        match started {
+            Ok(()) => {
+                self.running = Some(Running {
+                    cancel,
+                    started: Instant::now(),
+                });
+                self.refresh_status();
+            }
+            Err(e) => self.view.error(&e),
+        }
+    }
+
+    /// A `!command` ended: its output is shown and kept for the next prompt.
+    fn shell_finished(&mut self, done: shell::Done) {
+        self.running = None;
+        self.questions.clear();
+        let output = done.result.output.trim_end();
+        if done.result.status == crow_core::ToolStatus::Success {
+            self.view.plain(output);
+        } else {
+            self.view.warn(output);
+        }
+        self.shell_notes.push_str(&shell::note(&done));
+        self.view
+            .info("(the command and its output go with your next prompt)");
+        self.refresh_status();
+        let queued = self.steering.take();
+        if self.quit_pending {
+            self.quit = true;
+        } else if !queued.is_empty() {
+            self.start_turn_echo(queued.join("\n\n"), None, true);
+        }
     }
 
     /// The prompt given on the command line: shown, then run like a typed one.
@@ -541,10 +642,21 @@ impl App {
         if recalled > 0 {
             self.view.info(&crate::memory::recalled_line(recalled));
         }
+        // The user's own commands since the last prompt come first: the model sees what
+        // the user saw.
+        let text = if self.shell_notes.is_empty() {
+            mention.text
+        } else {
+            format!(
+                "{}\n{}",
+                std::mem::take(&mut self.shell_notes),
+                mention.text
+            )
+        };
         sessions::add_prompt(
             &mut session.primary,
             crew.primary().provider().as_ref(),
-            mention.text,
+            text,
             mention.images,
         );
         let cancel = CancellationToken::new();

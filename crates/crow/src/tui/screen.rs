@@ -20,9 +20,22 @@ enum Item {
 }
 
 impl Screen {
-    /// Lines go to reedline's printer (drawn above the prompt while the user edits).
-    pub fn printer(printer: mpsc::SyncSender<String>) -> Self {
+    /// Lines go to reedline's printer (drawn above the prompt while the user edits), or
+    /// straight to the terminal while no prompt is drawn (`reading` false: between an input
+    /// and the next prompt, and on the way out, when nothing would print them).
+    pub fn printer(
+        printer: mpsc::SyncSender<String>,
+        reading: std::sync::Arc<std::sync::Mutex<bool>>,
+    ) -> Self {
         Self::spawn(move |batch| {
+            // Held while printing, so no prompt is drawn meanwhile.
+            let reading = reading.lock();
+            if reading.as_deref().is_ok_and(|r| !*r) {
+                let mut out = crate::stop::stdout();
+                // The terminal is raw between prompts: a newline alone would not return.
+                let text = batch.replace('\n', "\r\n");
+                return write!(out, "{text}\r\n").and_then(|()| out.flush()).is_ok();
+            }
             // Wrapped here, at the width the terminal has now, so every line reedline counts
             // is one row: when it cannot measure where its printing ended (no answer to the
             // cursor query in time), it counts lines, and the remainder of a line the terminal

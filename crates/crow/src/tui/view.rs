@@ -34,6 +34,8 @@ pub struct View {
     calls: Vec<Call>,
     next_number: u32,
     thinking: String,
+    /// Whose thinking is being streamed.
+    thinking_agent: String,
     /// The last complete thinking, for `/thinking`.
     last_thinking: String,
     pub totals: Totals,
@@ -52,6 +54,7 @@ impl View {
             calls: Vec::new(),
             next_number: 0,
             thinking: String::new(),
+            thinking_agent: String::new(),
             last_thinking: String::new(),
             totals: Totals::default(),
         }
@@ -70,32 +73,29 @@ impl View {
     pub fn event(&mut self, event: &AgentEvent) {
         self.totals.observe(event);
         match event {
-            // Thinking folds to one line once complete.
-            AgentEvent::ThinkingDelta { delta, .. } => {
+            // Thinking folds to one line once it is over.
+            AgentEvent::ThinkingDelta { agent, delta } => {
                 self.thinking.push_str(delta);
+                self.thinking_agent.clone_from(agent);
                 return;
             }
-            AgentEvent::ThinkingComplete { agent, .. } => {
-                let text = std::mem::take(&mut self.thinking);
-                if !text.trim().is_empty() {
-                    self.flush_open();
-                    let lines = text.trim().lines().count();
-                    let more = if lines > 1 {
-                        format!(" (+{} lines: /thinking)", lines - 1)
-                    } else {
-                        String::new()
-                    };
-                    let who = if agent.contains('/') {
-                        format!("[{agent}] ")
-                    } else {
-                        String::new()
-                    };
-                    self.screen.line(
-                        self.style
-                            .dim(&format!("{who}✻ {}{more}", first_line(text.trim(), 100))),
-                    );
-                    self.last_thinking = text;
-                }
+            AgentEvent::ThinkingComplete { .. } => {
+                self.fold_thinking();
+                return;
+            }
+            _ => {}
+        }
+        // ThinkingComplete comes with the end of the model call, after the answer the
+        // thinking preceded: whatever follows the thinking shows it first, in the model's
+        // order.
+        self.fold_thinking();
+        match event {
+            // One line, label and summary (the renderer splits them over stdout and stderr
+            // for `crow run`; here the two would be printed apart).
+            AgentEvent::TaskComplete { agent, summary } => {
+                self.flush_open();
+                let line = self.renderer.task_complete_line(agent, summary);
+                self.screen.line(line);
                 return;
             }
             AgentEvent::ToolCallStart { call_id, tool, .. } if tool != crow_core::TASK_COMPLETE => {
@@ -140,6 +140,31 @@ impl View {
         self.renderer
             .event(event, &mut self.answer, &mut self.other);
         self.drain();
+    }
+
+    /// The thinking streamed so far, folded to its first line.
+    fn fold_thinking(&mut self) {
+        let text = std::mem::take(&mut self.thinking);
+        if text.trim().is_empty() {
+            return;
+        }
+        self.flush_open();
+        let lines = text.trim().lines().count();
+        let more = if lines > 1 {
+            format!(" (+{} lines: /thinking)", lines - 1)
+        } else {
+            String::new()
+        };
+        let who = if self.thinking_agent.contains('/') {
+            format!("[{}] ", self.thinking_agent)
+        } else {
+            String::new()
+        };
+        self.screen.line(
+            self.style
+                .dim(&format!("{who}✻ {}{more}", first_line(text.trim(), 100))),
+        );
+        self.last_thinking = text;
     }
 
     /// Ends open lines (a turn is over, or something else must be printed).
