@@ -15,8 +15,9 @@ mod manifest;
 mod prune;
 mod revert;
 mod walk;
+mod watch;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -93,6 +94,23 @@ struct State {
     generation: String,
     /// When this process last wrote the stat cache.
     saved_at: Option<std::time::Instant>,
+    /// The kernel's word on what changed since the last snapshot (`watch.rs`); `None` before
+    /// the first snapshot, or where inotify is unavailable.
+    watch: Option<watch::Watcher>,
+    /// Every directory of the tree as the last snapshot saw it (with the watch: kept current).
+    dirs: BTreeSet<String>,
+    walks: Walks,
+}
+
+/// How the snapshots of a store were made (for tests and crow-bench).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Walks {
+    /// The whole tree listed.
+    pub full: u64,
+    /// Only what the watch saw change.
+    pub incremental: u64,
+    /// Nothing changed: the last snapshot, without looking.
+    pub unchanged: u64,
 }
 
 /// How often a session rewrites the stat cache (it is also written when the store closes):
@@ -129,6 +147,14 @@ impl SnapshotStore {
         &self.dir
     }
 
+    /// How this store's snapshots were made so far.
+    pub fn walks(&self) -> Walks {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .walks
+    }
+
     pub fn root(&self) -> &Path {
         &self.root
     }
@@ -156,8 +182,61 @@ impl SnapshotStore {
             state.blobs.clear();
             state.generation = generation;
         }
-        let State { cache, blobs, .. } = &mut *state;
-        let manifest = walk::walk(&self.root, &self.dir, &self.options, cache, blobs)?;
+        // What changed since the last snapshot, if the watch can say.
+        let has_last = state.last.is_some();
+        let dirty = match &mut state.watch {
+            Some(watch) if has_last && watch.usable() => watch.drain(),
+            _ => watch::Dirty::All,
+        };
+        if dirty == watch::Dirty::Nothing
+            && let Some((id, last)) = &state.last
+            && self.manifest_path(id).exists()
+        {
+            let found = (id.clone(), Arc::clone(last));
+            state.walks.unchanged += 1;
+            return Ok(found);
+        }
+        let State {
+            cache,
+            blobs,
+            watch,
+            dirs,
+            last,
+            walks,
+            ..
+        } = &mut *state;
+        let manifest = match (dirty, watch.as_mut(), last.as_ref()) {
+            (watch::Dirty::Some { shallow, deep }, Some(w), Some((_, last))) => {
+                walks.incremental += 1;
+                walk::update(
+                    &self.root,
+                    &self.dir,
+                    &self.options,
+                    cache,
+                    blobs,
+                    w,
+                    last,
+                    dirs,
+                    &shallow,
+                    &deep,
+                )?
+            }
+            _ => {
+                walks.full += 1;
+                // A new watch with every directory added as the walk meets it.
+                *watch = watch::Watcher::new();
+                let (manifest, all) = walk::walk(
+                    &self.root,
+                    &self.dir,
+                    &self.options,
+                    cache,
+                    blobs,
+                    watch.as_mut(),
+                )?;
+                *dirs = all;
+                manifest
+            }
+        };
         if state.cache.dirty && state.saved_at.is_none_or(|t| t.elapsed() >= SAVE_EVERY) {
             let generation = state.generation.clone();
             state.cache.save(&self.dir.join("index.json"), &generation);

@@ -12,6 +12,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use crate::manifest::{Entry, Manifest, sha256_hex};
+use crate::watch::Watcher;
 use crate::{Error, Options, SnapshotStore, files, io};
 
 /// How long after its last change a file's cached hash is trusted without reading it.
@@ -107,36 +108,271 @@ struct Found {
 
 /// Walks `root` into a manifest, storing new contents as blobs under `dir`: first list and
 /// `lstat` everything (most of the cost), then read and hash what the cache cannot vouch for.
+/// Every directory listed is added to `watch` (before it is listed); the directories are
+/// returned for later [`update`]s.
 pub(crate) fn walk(
     root: &Path,
     dir: &Path,
     options: &Options,
     cache: &mut StatCache,
     blobs: &mut HashSet<String>,
+    mut watch: Option<&mut Watcher>,
+) -> Result<(Manifest, BTreeSet<String>), Error> {
+    if let Some(w) = watch.as_deref_mut() {
+        w.add(root, "");
+    }
+    let (found, dirs) = list(root, "", None, dir, options, cache, watch);
+    let empty = empty_dirs(dirs.iter().cloned().collect(), &found);
+    let (entries, hashed) = hash_all(root, dir, options, cache, blobs, found)?;
+    // Sorted input: the map is built in one pass.
+    let manifest = Manifest {
+        files: entries.into_iter().collect(),
+        dirs: empty,
+    };
+    if cache.files.len() != hashed {
+        cache
+            .files
+            .retain(|path, _| manifest.files.get(path).is_some_and(|e| e.hash.is_some()));
+        cache.dirty = true;
+    }
+    Ok((manifest, dirs.into_iter().collect()))
+}
+
+/// The last manifest brought up to date from what the watch saw: only the directories
+/// something happened in are listed again (`deep` ones with all below them). `dirs` is every
+/// directory the tree has, kept current.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn update(
+    root: &Path,
+    dir: &Path,
+    options: &Options,
+    cache: &mut StatCache,
+    blobs: &mut HashSet<String>,
+    watch: &mut Watcher,
+    last: &Manifest,
+    dirs: &mut BTreeSet<String>,
+    shallow: &BTreeSet<String>,
+    deep: &BTreeSet<String>,
 ) -> Result<Manifest, Error> {
-    let now = now_ns();
+    let mut manifest = last.clone();
+    let mut touched: BTreeSet<String> = BTreeSet::new();
+    for d in shallow {
+        if !d.is_empty() && !dirs.contains(d) {
+            // Not (or no longer) a directory of the tree: its parent's listing decides.
+            continue;
+        }
+        let (found, listed) = list(root, d, Some(1), dir, options, cache, Some(&mut *watch));
+        // What was directly in `d` and is not any more; subdirectories that went, whole.
+        let children = |path: &str| parent_of(path) == d.as_str();
+        let present: HashSet<&str> = found.iter().map(|f| f.rel.as_str()).collect();
+        let gone_files: Vec<String> = below(&manifest.files, d)
+            .filter(|p| children(p) && !present.contains(p.as_str()))
+            .cloned()
+            .collect();
+        drop(present);
+        for path in gone_files {
+            manifest.files.remove(&path);
+        }
+        let listed: BTreeSet<String> = listed.into_iter().filter(|l| l != d).collect();
+        let gone_dirs: Vec<String> = below_set(dirs, d)
+            .filter(|p| children(p) && !listed.contains(*p))
+            .cloned()
+            .collect();
+        for gone in gone_dirs {
+            remove_subtree(&mut manifest, dirs, &gone);
+            touched.insert(gone);
+        }
+        for sub in &listed {
+            if dirs.insert(sub.clone()) {
+                // New since the last look: everything below it too.
+                let new = deep_list(
+                    root,
+                    sub,
+                    dir,
+                    options,
+                    cache,
+                    blobs,
+                    watch,
+                    &mut manifest,
+                    dirs,
+                )?;
+                touched.extend(new);
+                touched.insert(sub.clone());
+            }
+        }
+        let (entries, _) = hash_all(root, dir, options, cache, blobs, found)?;
+        manifest.files.extend(entries);
+        touched.insert(d.clone());
+    }
+    for d in deep {
+        if dirs.contains(d) && !touched.contains(d) {
+            let new = deep_list(
+                root,
+                d,
+                dir,
+                options,
+                cache,
+                blobs,
+                watch,
+                &mut manifest,
+                dirs,
+            )?;
+            touched.extend(new);
+            touched.insert(d.clone());
+        }
+    }
+    // Emptiness can only have changed for the directories touched and those above them.
+    let mut check: BTreeSet<String> = BTreeSet::new();
+    for t in &touched {
+        let mut at = t.as_str();
+        loop {
+            check.insert(at.to_owned());
+            if at.is_empty() {
+                break;
+            }
+            at = parent_of(at);
+        }
+    }
+    for c in check.iter().filter(|c| !c.is_empty()) {
+        let empty = dirs.contains(c)
+            && below(&manifest.files, c).next().is_none()
+            && below_set(dirs, c).next().is_none();
+        if empty {
+            manifest.dirs.insert(c.clone());
+        } else {
+            manifest.dirs.remove(c);
+        }
+    }
+    manifest.dirs.retain(|d| dirs.contains(d));
+    Ok(manifest)
+}
+
+/// Lists the whole subtree `sub` into `manifest` and `dirs`; the directories it holds.
+#[allow(clippy::too_many_arguments)]
+fn deep_list(
+    root: &Path,
+    sub: &str,
+    dir: &Path,
+    options: &Options,
+    cache: &mut StatCache,
+    blobs: &mut HashSet<String>,
+    watch: &mut Watcher,
+    manifest: &mut Manifest,
+    dirs: &mut BTreeSet<String>,
+) -> Result<Vec<String>, Error> {
+    let (found, listed) = list(root, sub, None, dir, options, cache, Some(watch));
+    dirs.extend(listed.iter().cloned());
+    let (entries, _) = hash_all(root, dir, options, cache, blobs, found)?;
+    manifest.files.extend(entries);
+    Ok(listed)
+}
+
+/// Removes directory `gone` and everything recorded below it.
+fn remove_subtree(manifest: &mut Manifest, dirs: &mut BTreeSet<String>, gone: &str) {
+    let files: Vec<String> = below(&manifest.files, gone).cloned().collect();
+    for f in files {
+        manifest.files.remove(&f);
+    }
+    let subdirs: Vec<String> = below_set(dirs, gone).cloned().collect();
+    for d in subdirs {
+        dirs.remove(&d);
+        manifest.dirs.remove(&d);
+    }
+    dirs.remove(gone);
+    manifest.dirs.remove(gone);
+}
+
+/// The directory part of a relative path (`""` at the top).
+fn parent_of(path: &str) -> &str {
+    path.rfind('/').map_or("", |i| &path[..i])
+}
+
+/// The keys of `map` below directory `d` (all of them for the root).
+fn below<'a, V>(
+    map: &'a std::collections::BTreeMap<String, V>,
+    d: &str,
+) -> impl Iterator<Item = &'a String> {
+    let prefix = if d.is_empty() {
+        String::new()
+    } else {
+        format!("{d}/")
+    };
+    map.range(prefix.clone()..)
+        .map(|(k, _)| k)
+        .take_while(move |k| k.starts_with(&prefix))
+}
+
+fn below_set<'a>(set: &'a BTreeSet<String>, d: &str) -> impl Iterator<Item = &'a String> {
+    let prefix = if d.is_empty() {
+        String::new()
+    } else {
+        format!("{d}/")
+    };
+    set.range(prefix.clone()..)
+        .take_while(move |k| k.starts_with(&prefix))
+}
+
+/// Lists `start` (relative; `""` is the root) to `depth` (unlimited: `None`), as the walk
+/// sees it: ignore files respected, `.git` and crow's data directory left out. Directories
+/// are added to `watch` as they are met, before their contents are read.
+fn list(
+    root: &Path,
+    start: &str,
+    depth: Option<usize>,
+    dir: &Path,
+    options: &Options,
+    cache: &StatCache,
+    mut watch: Option<&mut Watcher>,
+) -> (Vec<Found>, Vec<String>) {
     // crow's data directory (sessions, these snapshots) when it lies inside the project.
     let data = dir
         .parent()
         .and_then(Path::parent)
         .filter(|data| *data != root && data.starts_with(root))
         .map(Path::to_path_buf);
+    let from = if start.is_empty() {
+        root.to_path_buf()
+    } else {
+        root.join(start)
+    };
     // One thread: on a busy two-core machine ignore's parallel walker measured slower.
-    let walker = ignore::WalkBuilder::new(root)
+    let walker = ignore::WalkBuilder::new(from)
         .hidden(false)
         .require_git(false)
         .follow_links(false)
+        .max_depth(depth)
         .filter_entry(move |e| {
             e.file_name() != ".git" && data.as_ref().is_none_or(|d| !e.path().starts_with(d))
         })
         .build();
     let mut dirs: Vec<String> = Vec::new();
-    let mut found: Vec<Found> = walker
-        .filter_map(|item| visit(root, item, options, &cache.files, &mut dirs))
-        .collect();
+    let mut found: Vec<Found> = Vec::new();
+    for item in walker {
+        let before = dirs.len();
+        if let Some(f) = visit(root, item, options, &cache.files, &mut dirs) {
+            found.push(f);
+        }
+        if dirs.len() > before
+            && let Some(w) = watch.as_deref_mut()
+        {
+            w.add(root, &dirs[before]);
+        }
+    }
     found.sort_unstable_by(|a, b| a.rel.cmp(&b.rel));
-    let empty = empty_dirs(dirs, &found);
+    (found, dirs)
+}
 
+/// Reads and hashes what the cache cannot vouch for, storing new contents as blobs: the
+/// entries, and how many have a hash.
+fn hash_all(
+    root: &Path,
+    dir: &Path,
+    options: &Options,
+    cache: &mut StatCache,
+    blobs: &mut HashSet<String>,
+    found: Vec<Found>,
+) -> Result<(Vec<(String, Entry)>, usize), Error> {
+    let now = now_ns();
     let mut hashed = 0;
     let mut entries = Vec::with_capacity(found.len());
     for f in found {
@@ -198,18 +434,7 @@ pub(crate) fn walk(
         }
         entries.push((f.rel, file));
     }
-    // Sorted input: the map is built in one pass.
-    let manifest = Manifest {
-        files: entries.into_iter().collect(),
-        dirs: empty,
-    };
-    if cache.files.len() != hashed {
-        cache
-            .files
-            .retain(|path, _| manifest.files.get(path).is_some_and(|e| e.hash.is_some()));
-        cache.dirty = true;
-    }
-    Ok(manifest)
+    Ok((entries, hashed))
 }
 
 /// The directories with nothing recorded below them (neither a file nor a directory): all

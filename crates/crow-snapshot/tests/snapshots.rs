@@ -374,3 +374,60 @@ fn an_undo_cut_off_half_way_is_finished_by_the_next() {
     assert!(!redone.resumed && redone.conflicts.is_empty());
     assert!(!store.dir().join("journal.json").exists());
 }
+
+/// The watch's incremental snapshots against the oracle, a fresh store's full walk, after
+/// each of many changes of every kind: files created, edited (twice within one timestamp
+/// tick too), removed, renamed; directories created with files, emptied, removed, renamed;
+/// an ignored directory filled; a `.gitignore` that changes what is ignored.
+#[test]
+fn incremental_snapshots_match_a_full_walk_after_every_kind_of_change() {
+    let f = fixture();
+    let store = SnapshotStore::open(&f.base, &f.project, Options::default()).unwrap();
+    fs::write(f.project.join(".gitignore"), "target/\n").unwrap();
+    let p = |rel: &str| f.project.join(rel);
+    let ops: Vec<Box<dyn Fn()>> = vec![
+        Box::new(|| fs::write(p("src/lib.rs"), "pub fn a() {}\n").unwrap()),
+        Box::new(|| {
+            fs::write(p("src/lib.rs"), "pub fn b() {}\n").unwrap();
+            fs::write(p("src/lib.rs"), "pub fn c() {}\n").unwrap();
+        }),
+        Box::new(|| {
+            fs::create_dir_all(p("pkg/deep/er")).unwrap();
+            fs::write(p("pkg/deep/er/x.txt"), "x").unwrap();
+            fs::write(p("pkg/top.txt"), "t").unwrap();
+        }),
+        Box::new(|| fs::remove_file(p("pkg/deep/er/x.txt")).unwrap()),
+        Box::new(|| fs::rename(p("pkg"), p("pkg2")).unwrap()),
+        Box::new(|| fs::create_dir_all(p("empty/one")).unwrap()),
+        Box::new(|| fs::remove_dir_all(p("empty")).unwrap()),
+        Box::new(|| {
+            fs::create_dir_all(p("target/debug")).unwrap();
+            fs::write(p("target/debug/big.o"), "object").unwrap();
+        }),
+        Box::new(|| fs::rename(p("README.md"), p("src/README.md")).unwrap()),
+        Box::new(|| {
+            fs::set_permissions(p("src/main.rs"), fs::Permissions::from_mode(0o700)).unwrap()
+        }),
+        Box::new(|| std::os::unix::fs::symlink("src/main.rs", p("link")).unwrap()),
+        Box::new(|| fs::write(p(".gitignore"), "target/\n*.txt\n").unwrap()),
+        Box::new(|| fs::write(p("pkg2/deep/er/y.txt"), "ignored now").unwrap()),
+        Box::new(|| fs::write(p(".gitignore"), "target/\n").unwrap()),
+        Box::new(|| fs::remove_dir_all(p("pkg2")).unwrap()),
+        Box::new(|| {}),
+    ];
+    let mut last = store.take().unwrap();
+    for (i, op) in ops.iter().enumerate() {
+        op();
+        let id = store.take().unwrap();
+        let oracle_base = f.base.parent().unwrap().join(format!("oracle{i}"));
+        let oracle = SnapshotStore::open(&oracle_base, &f.project, Options::default()).unwrap();
+        let expected = oracle.snapshot().unwrap().1;
+        let got = store.manifest(&id).unwrap();
+        assert_eq!(*got, *expected, "after change {i}");
+        if i == ops.len() - 1 {
+            assert_eq!(id, last, "an unchanged tree keeps its id");
+        }
+        last = id;
+    }
+    assert!(store.walks().incremental > 0, "{:?}", store.walks());
+}
