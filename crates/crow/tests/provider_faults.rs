@@ -223,7 +223,10 @@ async fn without_a_provider_a_refused_connection_fails_at_once_naming_the_url_tr
         error.contains(&format!("{url}/chat/completions")) && error.contains("connection refused"),
         "{error}"
     );
-    assert!(!error.contains("11434") && !error.contains("ollama"), "{error}");
+    assert!(
+        !error.contains("11434") && !error.contains("ollama"),
+        "{error}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
