@@ -122,7 +122,7 @@ pub(crate) fn walk(
         w.add(root, "");
     }
     let (found, dirs) = list(root, "", None, dir, options, cache, watch);
-    let empty = empty_dirs(dirs.iter().cloned().collect(), &found);
+    let empty = empty_dirs(dirs.to_vec(), &found);
     let (entries, hashed) = hash_all(root, dir, options, cache, blobs, found)?;
     // Sorted input: the map is built in one pass.
     let manifest = Manifest {
