@@ -104,6 +104,9 @@ impl Composer {
             )));
         }
         let snapshots = crate::undo::open_snapshots(&config, &project_root);
+        if let Some(snapshots) = &snapshots {
+            crate::undo::prewarm(snapshots);
+        }
         Self {
             snapshots,
             instructions,
