@@ -146,11 +146,14 @@ mod private {
         let Ok(entries) = std::fs::read_dir(dir) else {
             return false;
         };
+        // `snapshots/`: the snapshot store crow keeps beside its database (made 0700).
         let own = entries.into_iter().all(|entry| {
             entry.ok().is_some_and(|e| {
                 e.file_name().to_str().is_some_and(|name| {
-                    name.strip_prefix(db_name)
-                        .is_some_and(|rest| rest.is_empty() || super::SIDE_FILES.contains(&rest))
+                    name == "snapshots"
+                        || name.strip_prefix(db_name).is_some_and(|rest| {
+                            rest.is_empty() || super::SIDE_FILES.contains(&rest)
+                        })
                 })
             })
         });

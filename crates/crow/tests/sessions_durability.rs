@@ -255,13 +255,13 @@ async fn a_database_that_fills_up_mid_run_stops_the_run_at_once() {
     drop(conn);
     let info = only_session(dir.path());
     let history = store(dir.path()).load_history(&info.id, "builder").unwrap();
-    let kinds = kinds(&history);
-    assert!(kinds.len() >= 3, "{kinds:?}");
-    assert_eq!(
-        kinds[..3],
-        ["user", "tool_call", "tool_result"],
-        "{kinds:?}"
-    );
+    // Snapshot entries left out: where exactly the size cap falls depends on them.
+    let kinds: Vec<_> = kinds(&history)
+        .into_iter()
+        .filter(|k| *k != "system")
+        .collect();
+    assert!(kinds.len() >= 2, "{kinds:?}");
+    assert_eq!(kinds[..2], ["user", "tool_call"], "{kinds:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -401,19 +401,27 @@ async fn sigterm_and_sighup_end_the_run_like_ctrl_c() {
         let history = store(dir.path()).load_history(&info.id, "builder").unwrap();
         // The command wrote child.pid before it was killed: the snapshot after the
         // cancelled call records it (for /undo), then the cancel.
+        // The step's start, its cancelled result, the snapshot after it, the cancel.
         assert_eq!(
             kinds(&history),
-            ["user", "tool_call", "tool_result", "system", "system"],
+            [
+                "user",
+                "tool_call",
+                "system",
+                "tool_result",
+                "system",
+                "system"
+            ],
             "{signal}"
         );
-        match &history[2].kind {
+        match &history[3].kind {
             EntryKind::ToolResult { status, output, .. } => {
                 assert_eq!(*status, crow_core::ToolStatus::Cancelled);
                 assert!(output.contains("started"), "{output}");
             }
             other => panic!("{other:?}"),
         }
-        match &history[3].kind {
+        match &history[4].kind {
             EntryKind::System {
                 event: SystemEvent::Snapshot { changes, .. },
             } => assert!(
@@ -425,7 +433,7 @@ async fn sigterm_and_sighup_end_the_run_like_ctrl_c() {
             other => panic!("{other:?}"),
         }
         assert!(matches!(
-            history[4].kind,
+            history[5].kind,
             EntryKind::System {
                 event: SystemEvent::Cancelled
             }
