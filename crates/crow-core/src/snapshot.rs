@@ -61,7 +61,8 @@ pub struct SnapshotError(pub String);
 /// Snapshots of one project's working tree. Calls block (disk work); the loop runs them on
 /// tokio's blocking pool.
 pub trait Snapshotter: Send + Sync {
-    /// Snapshots the tree now; returns its id (equal trees give equal ids).
+    /// Snapshots the tree now; returns its id (an unchanged tree gives the id it had; the
+    /// same tree reached another way may have another id: compare with `diff`).
     fn take(&self) -> Result<String, SnapshotError>;
     /// Files that differ from snapshot `from` to snapshot `to`, sorted by path.
     fn diff(&self, from: &str, to: &str) -> Result<Vec<FileChange>, SnapshotError>;

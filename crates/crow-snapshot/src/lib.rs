@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use crow_core::{FileChange, Reverted, SnapshotError, Snapshotter};
 
-pub use manifest::{Entry, Manifest};
+pub use manifest::{Delta, Entry, Manifest};
 pub use prune::{Pruned, prune_daily, prune_older_than, remove_snapshots};
 
 /// Files larger than this are not stored by default (4 MiB).
@@ -100,6 +100,11 @@ struct State {
     /// Every directory of the tree as the last snapshot saw it (with the watch: kept current).
     dirs: BTreeSet<String>,
     walks: Walks,
+    /// How many deltas the last snapshot is from a whole manifest.
+    last_depth: u32,
+    /// The last snapshot written as a delta: (base id, id, delta), so the step's diff is
+    /// read off it instead of comparing two whole trees.
+    last_delta: Option<(String, String, Arc<manifest::Delta>)>,
 }
 
 /// How the snapshots of a store were made (for tests and crow-bench).
@@ -196,6 +201,7 @@ impl SnapshotStore {
             state.walks.unchanged += 1;
             return Ok(found);
         }
+        let depth = state.last_depth;
         let State {
             cache,
             blobs,
@@ -205,10 +211,10 @@ impl SnapshotStore {
             walks,
             ..
         } = &mut *state;
-        let manifest = match (dirty, watch.as_mut(), last.as_ref()) {
-            (watch::Dirty::Some { shallow, deep }, Some(w), Some((_, last))) => {
+        let next = match (dirty, watch.as_mut(), last.as_ref()) {
+            (watch::Dirty::Some { shallow, deep }, Some(w), Some((last_id, last))) => {
                 walks.incremental += 1;
-                walk::update(
+                let (manifest, paths) = walk::update(
                     &self.root,
                     &self.dir,
                     &self.options,
@@ -219,7 +225,15 @@ impl SnapshotStore {
                     dirs,
                     &shallow,
                     &deep,
-                )?
+                )?;
+                let delta = manifest::Delta::between(last_id, depth + 1, last, &manifest, &paths);
+                if delta.is_empty() && self.manifest_path(last_id).exists() {
+                    Next::Same(last_id.clone(), Arc::clone(last))
+                } else if delta.depth <= manifest::MAX_DEPTH {
+                    Next::Delta(delta, manifest)
+                } else {
+                    Next::Whole(manifest)
+                }
             }
             _ => {
                 walks.full += 1;
@@ -234,14 +248,15 @@ impl SnapshotStore {
                     watch.as_mut(),
                 )?;
                 *dirs = all;
-                manifest
+                Next::Whole(manifest)
             }
         };
-        if state.cache.dirty && state.saved_at.is_none_or(|t| t.elapsed() >= SAVE_EVERY) {
-            let generation = state.generation.clone();
-            state.cache.save(&self.dir.join("index.json"), &generation);
-            state.saved_at = Some(std::time::Instant::now());
-        }
+        let manifest = match next {
+            Next::Same(id, manifest) => return Ok((id, manifest)),
+            Next::Delta(delta, manifest) => return self.keep_delta(&mut state, delta, manifest),
+            Next::Whole(manifest) => manifest,
+        };
+        self.save_cache(&mut state);
         if let Some((id, last)) = &state.last
             && **last == manifest
             && self.manifest_path(id).exists()
@@ -264,7 +279,61 @@ impl SnapshotStore {
         let manifest = Arc::new(manifest);
         remember(&mut state.manifests, &id, &manifest);
         state.last = Some((id.clone(), Arc::clone(&manifest)));
+        state.last_depth = 0;
+        state.last_delta = None;
         Ok((id, manifest))
+    }
+
+    /// Writes a snapshot as its delta from the last one (unless that file is there already)
+    /// and makes it the last.
+    fn keep_delta(
+        &self,
+        state: &mut State,
+        delta: manifest::Delta,
+        manifest: Manifest,
+    ) -> Result<(String, Arc<Manifest>), Error> {
+        self.save_cache(state);
+        let (id, bytes) = delta.encode().map_err(|e| Error::Damaged {
+            path: self.dir.clone(),
+            detail: e.to_string(),
+        })?;
+        let path = self.manifest_path(&id);
+        if !path.exists() {
+            files::write_private(&path, &bytes).map_err(io(&path))?;
+        }
+        let manifest = Arc::new(manifest);
+        remember(&mut state.manifests, &id, &manifest);
+        state.last_depth = delta.depth;
+        state.last_delta = Some((delta.base.clone(), id.clone(), Arc::new(delta)));
+        state.last = Some((id.clone(), Arc::clone(&manifest)));
+        Ok((id, manifest))
+    }
+
+    /// Writes the stat cache when it changed and was not written for [`SAVE_EVERY`].
+    fn save_cache(&self, state: &mut State) {
+        if state.cache.dirty && state.saved_at.is_none_or(|t| t.elapsed() >= SAVE_EVERY) {
+            let generation = state.generation.clone();
+            state.cache.save(&self.dir.join("index.json"), &generation);
+            state.saved_at = Some(std::time::Instant::now());
+        }
+    }
+
+    /// What changed from `from` to `to`: read off the delta when `to` was written as one on
+    /// top of `from` (a step's two snapshots), else the two whole trees compared.
+    pub fn changes(&self, from: &str, to: &str) -> Result<Vec<crow_core::FileChange>, Error> {
+        let delta = {
+            let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+            state
+                .last_delta
+                .as_ref()
+                .filter(|(base, id, _)| base == from && id == to)
+                .map(|(_, _, delta)| Arc::clone(delta))
+        };
+        let before = self.manifest(from)?;
+        Ok(match delta {
+            Some(delta) => delta.changes(&before),
+            None => before.diff(&*self.manifest(to)?),
+        })
     }
 
     /// A snapshot's manifest.
@@ -276,19 +345,43 @@ impl SnapshotStore {
         if let Some(found) = state.manifests.get(id) {
             return Ok(Arc::clone(found));
         }
-        let path = self.manifest_path(id);
-        let bytes = match fs::read(&path) {
-            Ok(bytes) => bytes,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(Error::Missing(id.to_owned()));
+        // Back along the deltas to a whole manifest (or one in memory), then forward.
+        let mut chain: Vec<manifest::Delta> = Vec::new();
+        let mut at = id.to_owned();
+        let base = loop {
+            if let Some(found) = state.manifests.get(&at) {
+                break Arc::clone(found);
             }
-            Err(e) => return Err(io(&path)(e)),
+            if !manifest::valid_id(&at) || chain.len() > manifest::MAX_DEPTH as usize {
+                return Err(Error::Damaged {
+                    path: self.manifest_path(id),
+                    detail: format!("a delta's base '{at}' is not a snapshot id"),
+                });
+            }
+            match read_stored(&self.manifest_path(&at))? {
+                Some(manifest::Stored::Whole(manifest)) => break Arc::new(manifest),
+                Some(manifest::Stored::Delta(delta)) => {
+                    at.clone_from(&delta.base);
+                    chain.push(delta);
+                }
+                None if chain.is_empty() => return Err(Error::Missing(id.to_owned())),
+                None => {
+                    return Err(Error::Damaged {
+                        path: self.manifest_path(id),
+                        detail: format!("the snapshot it builds on ({at}) is gone"),
+                    });
+                }
+            }
         };
-        let manifest: Manifest = serde_json::from_slice(&bytes).map_err(|e| Error::Damaged {
-            path: path.clone(),
-            detail: e.to_string(),
-        })?;
-        let manifest = Arc::new(manifest);
+        let manifest = if chain.is_empty() {
+            base
+        } else {
+            let mut manifest = (*base).clone();
+            for delta in chain.iter().rev() {
+                delta.apply(&mut manifest);
+            }
+            Arc::new(manifest)
+        };
         remember(&mut state.manifests, id, &manifest);
         Ok(manifest)
     }
@@ -306,6 +399,28 @@ impl SnapshotStore {
     fn lock(&self) -> Result<fs::File, Error> {
         prune::lock(&self.dir)
     }
+}
+
+/// What a snapshot comes to: the last one again, a delta on top of it, or a whole manifest.
+enum Next {
+    Same(String, Arc<Manifest>),
+    Delta(manifest::Delta, Manifest),
+    Whole(Manifest),
+}
+
+/// A manifest file as stored (`None`: there is none).
+fn read_stored(path: &Path) -> Result<Option<manifest::Stored>, Error> {
+    let bytes = match fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io(path)(e)),
+    };
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|e| Error::Damaged {
+            path: path.to_owned(),
+            detail: e.to_string(),
+        })
 }
 
 /// Keeps a few recent manifests in memory (a step compares the last two); a long session's
@@ -334,7 +449,7 @@ impl Snapshotter for SnapshotStore {
     }
 
     fn diff(&self, from: &str, to: &str) -> Result<Vec<FileChange>, SnapshotError> {
-        Ok(self.manifest(from)?.diff(&*self.manifest(to)?))
+        Ok(self.changes(from, to)?)
     }
 
     fn revert_only(

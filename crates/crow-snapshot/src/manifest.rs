@@ -87,6 +87,125 @@ impl Manifest {
     }
 }
 
+/// A manifest stored as its difference from the one before (`base`): what a snapshot after a
+/// small change writes, instead of the whole tree. `depth` counts the deltas down to a whole
+/// manifest; past [`MAX_DEPTH`] a snapshot is written whole again, so loading one reads at
+/// most that many small files after one whole one.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Delta {
+    pub base: String,
+    pub depth: u32,
+    /// Entries new or changed.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub set: BTreeMap<String, Entry>,
+    /// Paths gone.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub del: BTreeSet<String>,
+    /// Empty directories that appeared, and those that went.
+    #[serde(rename = "dset", default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub dirs_set: BTreeSet<String>,
+    #[serde(rename = "ddel", default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub dirs_del: BTreeSet<String>,
+}
+
+/// Longest chain of deltas before a snapshot is written whole again.
+pub const MAX_DEPTH: u32 = 64;
+
+impl Delta {
+    /// What turns `old` into `new`, looking only at `touched` paths (every path the update
+    /// inserted or removed) and the empty directories.
+    pub fn between(
+        base: &str,
+        depth: u32,
+        old: &Manifest,
+        new: &Manifest,
+        touched: &BTreeSet<String>,
+    ) -> Self {
+        let mut delta = Delta {
+            base: base.to_owned(),
+            depth,
+            ..Delta::default()
+        };
+        for path in touched {
+            match (old.files.get(path), new.files.get(path)) {
+                (_, Some(now)) if old.files.get(path) != Some(now) => {
+                    delta.set.insert(path.clone(), now.clone());
+                }
+                (Some(_), None) => {
+                    delta.del.insert(path.clone());
+                }
+                _ => {}
+            }
+        }
+        delta.dirs_set = new.dirs.difference(&old.dirs).cloned().collect();
+        delta.dirs_del = old.dirs.difference(&new.dirs).cloned().collect();
+        delta
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.set.is_empty()
+            && self.del.is_empty()
+            && self.dirs_set.is_empty()
+            && self.dirs_del.is_empty()
+    }
+
+    /// Applies the delta to its base.
+    pub fn apply(&self, manifest: &mut Manifest) {
+        for path in &self.del {
+            manifest.files.remove(path);
+        }
+        for (path, entry) in &self.set {
+            manifest.files.insert(path.clone(), entry.clone());
+        }
+        for dir in &self.dirs_del {
+            manifest.dirs.remove(dir);
+        }
+        manifest.dirs.extend(self.dirs_set.iter().cloned());
+    }
+
+    /// The bytes written and the id they give (the base's id is in the bytes: one id, one
+    /// chain).
+    pub fn encode(&self) -> Result<(String, Vec<u8>), serde_json::Error> {
+        let bytes = serde_json::to_vec(self)?;
+        let digest = Sha256::digest(&bytes);
+        Ok((hex(&digest[..16]), bytes))
+    }
+
+    /// What changed from the base to this snapshot, sorted, as [`Manifest::diff`] would say
+    /// (`base` is the base manifest): without walking the whole tree.
+    pub fn changes(&self, base: &Manifest) -> Vec<FileChange> {
+        let mut out = Vec::new();
+        for (path, entry) in &self.set {
+            match base.files.get(path) {
+                None => out.push(change(path, ChangeKind::Created)),
+                Some(old) if !old.same(entry) => out.push(change(path, ChangeKind::Modified)),
+                Some(_) => {}
+            }
+        }
+        for path in &self.del {
+            if base.files.contains_key(path) {
+                out.push(change(path, ChangeKind::Deleted));
+            }
+        }
+        for dir in &self.dirs_del {
+            out.push(change(&format!("{dir}/"), ChangeKind::Deleted));
+        }
+        for dir in &self.dirs_set {
+            out.push(change(&format!("{dir}/"), ChangeKind::Created));
+        }
+        out.sort();
+        out
+    }
+}
+
+/// What a manifest file holds: a delta (it has a `base`) or a whole manifest.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Stored {
+    Delta(Delta),
+    Whole(Manifest),
+}
+
 fn change(path: &str, kind: ChangeKind) -> FileChange {
     FileChange {
         path: path.into(),

@@ -2,12 +2,12 @@
 //! references goes. All under the project's lock, so a snapshot being written (which may
 //! reuse an old blob) never loses one.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
-use crate::manifest::{Manifest, valid_id};
+use crate::manifest::{Stored, valid_id};
 use crate::{Error, files, io};
 
 /// What a prune removed.
@@ -42,7 +42,8 @@ pub fn remove_snapshots(
     }
     let _lock = lock(&dir)?;
     let mut pruned = Pruned::default();
-    for id in ids.iter().filter(|id| valid_id(id)) {
+    let keep = still_needed(&dir, |id| ids.contains(id))?;
+    for id in ids.iter().filter(|id| valid_id(id) && !keep.contains(*id)) {
         if fs::remove_file(dir.join("manifests").join(format!("{id}.json"))).is_ok() {
             pruned.manifests += 1;
         }
@@ -69,12 +70,19 @@ pub fn prune_older_than(base: &Path, max_age: Duration) -> Result<Pruned, Error>
         let _lock = lock(&dir)?;
         let mut removed = 0;
         let manifests = dir.join("manifests");
+        let mut old = HashSet::new();
         for item in fs::read_dir(&manifests).map_err(io(&manifests))?.flatten() {
-            let old = item
+            let aged = item
                 .metadata()
                 .and_then(|m| m.modified())
                 .is_ok_and(|t| t < cutoff);
-            if old && fs::remove_file(item.path()).is_ok() {
+            if aged && let Some(id) = id_of(&item.path()) {
+                old.insert(id);
+            }
+        }
+        let keep = still_needed(&dir, |id| old.contains(id))?;
+        for id in old.iter().filter(|id| !keep.contains(*id)) {
+            if fs::remove_file(manifests.join(format!("{id}.json"))).is_ok() {
                 removed += 1;
             }
         }
@@ -98,11 +106,17 @@ fn sweep(dir: &Path) -> Result<usize, Error> {
         }
         let bytes = fs::read(&path).map_err(io(&path))?;
         // One damaged manifest must not make its blobs look unused: stop the sweep.
-        let manifest: Manifest = serde_json::from_slice(&bytes).map_err(|e| Error::Damaged {
+        let stored: Stored = serde_json::from_slice(&bytes).map_err(|e| Error::Damaged {
             path: path.clone(),
             detail: e.to_string(),
         })?;
-        used.extend(manifest.files.into_values().filter_map(|e| e.hash));
+        // A delta's own entries; those it keeps from its base are in the base's file.
+        match stored {
+            Stored::Whole(manifest) => {
+                used.extend(manifest.files.into_values().filter_map(|e| e.hash));
+            }
+            Stored::Delta(delta) => used.extend(delta.set.into_values().filter_map(|e| e.hash)),
+        }
     }
     let generation = dir.join("generation");
     let stamp = format!(
@@ -132,6 +146,46 @@ fn sweep(dir: &Path) -> Result<usize, Error> {
     }
     // The stat cache may name removed blobs: a snapshot checks before trusting one.
     Ok(removed)
+}
+
+/// The id a manifest file is named by.
+fn id_of(path: &Path) -> Option<String> {
+    let id = path.file_name()?.to_str()?.strip_suffix(".json")?;
+    valid_id(id).then(|| id.to_owned())
+}
+
+/// The manifests that must stay although `going` says they may go: every base a remaining
+/// snapshot builds on (its deltas would not load without it), down the whole chain.
+fn still_needed(dir: &Path, going: impl Fn(&str) -> bool) -> Result<HashSet<String>, Error> {
+    #[derive(serde::Deserialize)]
+    struct Head {
+        base: Option<String>,
+    }
+    let manifests = dir.join("manifests");
+    let mut base_of: HashMap<String, Option<String>> = HashMap::new();
+    for item in fs::read_dir(&manifests).map_err(io(&manifests))?.flatten() {
+        let Some(id) = id_of(&item.path()) else {
+            continue;
+        };
+        let path = item.path();
+        let bytes = fs::read(&path).map_err(io(&path))?;
+        let head: Head = serde_json::from_slice(&bytes).map_err(|e| Error::Damaged {
+            path: path.clone(),
+            detail: e.to_string(),
+        })?;
+        base_of.insert(id, head.base);
+    }
+    let mut keep = HashSet::new();
+    for id in base_of.keys().filter(|id| !going(id)) {
+        let mut at = base_of.get(id).cloned().flatten();
+        while let Some(base) = at {
+            if !keep.insert(base.clone()) {
+                break;
+            }
+            at = base_of.get(&base).cloned().flatten();
+        }
+    }
+    Ok(keep)
 }
 
 /// Age pruning at most once a day per snapshot directory: the mark is `base/pruned`.

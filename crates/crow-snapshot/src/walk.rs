@@ -153,9 +153,11 @@ pub(crate) fn update(
     dirs: &mut BTreeSet<String>,
     shallow: &BTreeSet<String>,
     deep: &BTreeSet<String>,
-) -> Result<Manifest, Error> {
+) -> Result<(Manifest, BTreeSet<String>), Error> {
     let mut manifest = last.clone();
     let mut touched: BTreeSet<String> = BTreeSet::new();
+    // Every file path inserted or removed: where the new manifest may differ from `last`.
+    let mut paths: BTreeSet<String> = BTreeSet::new();
     for d in shallow {
         if !d.is_empty() && !dirs.contains(d) {
             // Not (or no longer) a directory of the tree: its parent's listing decides.
@@ -172,6 +174,7 @@ pub(crate) fn update(
         drop(present);
         for path in gone_files {
             manifest.files.remove(&path);
+            paths.insert(path);
         }
         let listed: BTreeSet<String> = listed.into_iter().filter(|l| l != d).collect();
         let gone_dirs: Vec<String> = below_set(dirs, d)
@@ -179,7 +182,7 @@ pub(crate) fn update(
             .cloned()
             .collect();
         for gone in gone_dirs {
-            remove_subtree(&mut manifest, dirs, &gone);
+            paths.extend(remove_subtree(&mut manifest, dirs, &gone));
             touched.insert(gone);
         }
         for sub in &listed {
@@ -195,12 +198,14 @@ pub(crate) fn update(
                     watch,
                     &mut manifest,
                     dirs,
+                    &mut paths,
                 )?;
                 touched.extend(new);
                 touched.insert(sub.clone());
             }
         }
         let (entries, _) = hash_all(root, dir, options, cache, blobs, found)?;
+        paths.extend(entries.iter().map(|(p, _)| p.clone()));
         manifest.files.extend(entries);
         touched.insert(d.clone());
     }
@@ -216,6 +221,7 @@ pub(crate) fn update(
                 watch,
                 &mut manifest,
                 dirs,
+                &mut paths,
             )?;
             touched.extend(new);
             touched.insert(d.clone());
@@ -244,7 +250,7 @@ pub(crate) fn update(
         }
     }
     manifest.dirs.retain(|d| dirs.contains(d));
-    Ok(manifest)
+    Ok((manifest, paths))
 }
 
 /// Lists the whole subtree `sub` into `manifest` and `dirs`; the directories it holds.
@@ -259,19 +265,21 @@ fn deep_list(
     watch: &mut Watcher,
     manifest: &mut Manifest,
     dirs: &mut BTreeSet<String>,
+    paths: &mut BTreeSet<String>,
 ) -> Result<Vec<String>, Error> {
     let (found, listed) = list(root, sub, None, dir, options, cache, Some(watch));
     dirs.extend(listed.iter().cloned());
     let (entries, _) = hash_all(root, dir, options, cache, blobs, found)?;
+    paths.extend(entries.iter().map(|(p, _)| p.clone()));
     manifest.files.extend(entries);
     Ok(listed)
 }
 
-/// Removes directory `gone` and everything recorded below it.
-fn remove_subtree(manifest: &mut Manifest, dirs: &mut BTreeSet<String>, gone: &str) {
+/// Removes directory `gone` and everything recorded below it; the files removed.
+fn remove_subtree(manifest: &mut Manifest, dirs: &mut BTreeSet<String>, gone: &str) -> Vec<String> {
     let files: Vec<String> = below(&manifest.files, gone).cloned().collect();
-    for f in files {
-        manifest.files.remove(&f);
+    for f in &files {
+        manifest.files.remove(f);
     }
     let subdirs: Vec<String> = below_set(dirs, gone).cloned().collect();
     for d in subdirs {
@@ -280,6 +288,7 @@ fn remove_subtree(manifest: &mut Manifest, dirs: &mut BTreeSet<String>, gone: &s
     }
     dirs.remove(gone);
     manifest.dirs.remove(gone);
+    files
 }
 
 /// The directory part of a relative path (`""` at the top).

@@ -154,9 +154,15 @@ fn a_change_right_after_a_snapshot_is_seen_despite_the_stat_cache() {
     );
     // Unchanged tree: the same id again.
     assert_eq!(store.take().unwrap(), second);
-    // A new process (a fresh store on the same directory) finds the snapshots.
+    // A new process (a fresh store on the same directory) finds the snapshots, and its own
+    // of the same tree has the same content (its id may differ: a delta's id names its chain).
     let again = SnapshotStore::open(&f.base, &f.project, Options::default()).unwrap();
-    assert_eq!(again.take().unwrap(), second);
+    let third = again.take().unwrap();
+    assert!(again.diff(&second, &third).unwrap().is_empty());
+    assert_eq!(
+        again.diff(&first, &third).unwrap(),
+        vec![change("README.md", ChangeKind::Modified)]
+    );
 }
 
 #[test]
@@ -233,8 +239,18 @@ fn the_store_is_private_and_pruning_keeps_what_a_kept_snapshot_uses() {
     assert!(store.diff(&one, &two).is_err() || store.manifest(&two).is_ok());
     // The store notices the prune: the next snapshot stores extra.txt's content again.
     let three = store.take().unwrap();
-    assert_eq!(three, two);
+    assert!(
+        store
+            .manifest(&three)
+            .unwrap()
+            .files
+            .contains_key("extra.txt")
+    );
     assert!(blob("only in two\n").exists());
+    assert_eq!(
+        store.diff(&one, &three).unwrap(),
+        vec![change("extra.txt", ChangeKind::Created)]
+    );
 }
 
 fn sha(data: &[u8]) -> String {
@@ -430,4 +446,43 @@ fn incremental_snapshots_match_a_full_walk_after_every_kind_of_change() {
         last = id;
     }
     assert!(store.walks().incremental > 0, "{:?}", store.walks());
+}
+
+/// Snapshots after small changes are stored as deltas on the one before; pruning keeps every
+/// base a kept snapshot builds on, and a snapshot whose base went is an error, not a wrong tree.
+#[test]
+fn deltas_load_as_whole_trees_and_pruning_keeps_their_bases() {
+    let f = fixture();
+    let store = SnapshotStore::open(&f.base, &f.project, Options::default()).unwrap();
+    let one = store.take().unwrap();
+    let mut ids = vec![one.clone()];
+    for i in 0..5 {
+        fs::write(f.project.join(format!("n{i}.txt")), format!("{i}\n")).unwrap();
+        ids.push(store.take().unwrap());
+    }
+    let dir = store.dir().to_path_buf();
+    let last = ids.last().unwrap().clone();
+    let text = fs::read_to_string(dir.join(format!("manifests/{last}.json"))).unwrap();
+    assert!(text.contains("\"base\""), "a delta: {text}");
+    assert!(text.len() < 400, "only the change: {text}");
+    // A new process loads it as the whole tree.
+    let other = SnapshotStore::open(&f.base, &f.project, Options::default()).unwrap();
+    let whole = other.manifest(&last).unwrap();
+    assert_eq!(whole.files.len(), 4 + 5);
+    assert!(other.diff(&one, &last).unwrap().len() == 5);
+
+    // Removing the middle ones (a deleted session's) keeps them where the last builds on them.
+    let middle: HashSet<String> = ids[1..5].iter().cloned().collect();
+    let pruned = remove_snapshots(&f.base, &f.project, &middle).unwrap();
+    assert_eq!(pruned.manifests, 0, "all are bases of the last");
+    let fresh = SnapshotStore::open(&f.base, &f.project, Options::default()).unwrap();
+    assert_eq!(fresh.manifest(&last).unwrap().files.len(), 9);
+    // Removing the last too: then the chain goes, and its blobs with it.
+    let all: HashSet<String> = ids[1..].iter().cloned().collect();
+    let pruned = remove_snapshots(&f.base, &f.project, &all).unwrap();
+    assert_eq!(pruned.manifests, 5);
+    assert_eq!(pruned.blobs, 5);
+    let fresh = SnapshotStore::open(&f.base, &f.project, Options::default()).unwrap();
+    assert!(fresh.manifest(&one).is_ok());
+    assert!(fresh.manifest(&last).is_err());
 }
