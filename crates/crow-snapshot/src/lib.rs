@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use crow_core::{FileChange, Reverted, SnapshotError, Snapshotter};
 
 pub use manifest::{Delta, Entry, Manifest};
-pub use prune::{Pruned, prune_daily, prune_older_than, remove_snapshots};
+pub use prune::{Pruned, prune_daily, prune_older_than, remove_snapshots, snapshot_ids};
 
 /// Files larger than this are not stored by default (4 MiB).
 pub const DEFAULT_MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
@@ -229,7 +229,10 @@ impl SnapshotStore {
                 let delta = manifest::Delta::between(last_id, depth + 1, last, &manifest, &paths);
                 if delta.is_empty() && self.manifest_path(last_id).exists() {
                     Next::Same(last_id.clone(), Arc::clone(last))
-                } else if delta.depth <= manifest::MAX_DEPTH {
+                } else if delta.depth <= manifest::MAX_DEPTH
+                    // A base removed meanwhile (a deleted session's): this one stands alone.
+                    && self.manifest_path(last_id).exists()
+                {
                     Next::Delta(delta, manifest)
                 } else {
                     Next::Whole(manifest)
@@ -415,7 +418,7 @@ fn read_stored(path: &Path) -> Result<Option<manifest::Stored>, Error> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(io(path)(e)),
     };
-    serde_json::from_slice(&bytes)
+    manifest::Stored::parse(&bytes)
         .map(Some)
         .map_err(|e| Error::Damaged {
             path: path.to_owned(),

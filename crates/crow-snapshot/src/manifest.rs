@@ -198,12 +198,23 @@ impl Delta {
     }
 }
 
-/// What a manifest file holds: a delta (it has a `base`) or a whole manifest.
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
+/// What a manifest file holds: a delta (it starts with its `base`) or a whole manifest.
+#[derive(Debug)]
 pub enum Stored {
     Delta(Delta),
     Whole(Manifest),
+}
+
+impl Stored {
+    /// Told apart by the first field (crow writes `base` first in a delta): serde's untagged
+    /// enums cannot hold the `i128` times of skipped files.
+    pub fn parse(bytes: &[u8]) -> Result<Self, serde_json::Error> {
+        if bytes.starts_with(b"{\"base\"") {
+            serde_json::from_slice(bytes).map(Stored::Delta)
+        } else {
+            serde_json::from_slice(bytes).map(Stored::Whole)
+        }
+    }
 }
 
 fn change(path: &str, kind: ChangeKind) -> FileChange {

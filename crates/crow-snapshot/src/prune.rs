@@ -52,6 +52,14 @@ pub fn remove_snapshots(
     Ok(pruned)
 }
 
+/// The ids of every snapshot stored for the project under `base`.
+pub fn snapshot_ids(base: &Path, project_root: &Path) -> HashSet<String> {
+    let manifests = crate::project_dir(base, project_root).join("manifests");
+    fs::read_dir(manifests)
+        .map(|items| items.flatten().filter_map(|i| id_of(&i.path())).collect())
+        .unwrap_or_default()
+}
+
 /// Removes every project's snapshots not taken (or seen again) within `max_age`, and the
 /// blobs only they used.
 pub fn prune_older_than(base: &Path, max_age: Duration) -> Result<Pruned, Error> {
@@ -106,7 +114,7 @@ fn sweep(dir: &Path) -> Result<usize, Error> {
         }
         let bytes = fs::read(&path).map_err(io(&path))?;
         // One damaged manifest must not make its blobs look unused: stop the sweep.
-        let stored: Stored = serde_json::from_slice(&bytes).map_err(|e| Error::Damaged {
+        let stored = Stored::parse(&bytes).map_err(|e| Error::Damaged {
             path: path.clone(),
             detail: e.to_string(),
         })?;

@@ -486,3 +486,21 @@ fn deltas_load_as_whole_trees_and_pruning_keeps_their_bases() {
     assert!(fresh.manifest(&one).is_ok());
     assert!(fresh.manifest(&last).is_err());
 }
+
+/// A delta holding a file too large to store (its entry carries an `i128` time) loads.
+#[test]
+fn a_delta_with_a_skipped_file_loads() {
+    let f = fixture();
+    let options = Options { max_file_bytes: 10 };
+    let store = SnapshotStore::open(&f.base, &f.project, options.clone()).unwrap();
+    let one = store.take().unwrap();
+    fs::write(f.project.join("big.bin"), vec![1u8; 100]).unwrap();
+    let two = store.take().unwrap();
+    let other = SnapshotStore::open(&f.base, &f.project, options).unwrap();
+    let whole = other.manifest(&two).unwrap();
+    assert!(whole.files["big.bin"].skipped.is_some());
+    assert_eq!(
+        other.diff(&one, &two).unwrap(),
+        vec![change("big.bin", ChangeKind::Created)]
+    );
+}

@@ -633,7 +633,7 @@ pub fn run(command: SessionsCommand, config: &Config, project_root: &Path) -> Re
             let snapshots = crate::undo::only_in(&store, &info);
             store.delete_session(&info.id).map_err(store_error)?;
             println!("deleted session {} ({})", info.id, info.title);
-            crate::undo::forget(config, &info, &snapshots);
+            crate::undo::forget(config, &store, &info, &snapshots);
         }
         SessionsCommand::Search { query, all, limit } => {
             let project = (!all).then_some(project_root);

@@ -496,8 +496,16 @@ pub fn only_in(store: &dyn SessionStore, info: &SessionInfo) -> HashSet<String> 
     ids
 }
 
-/// After `crow sessions delete`: removes its snapshots ([`only_in`]) and unused blobs.
-pub fn forget(config: &Config, info: &SessionInfo, ids: &HashSet<String>) {
+/// After `crow sessions delete` (the session's row gone): removes its snapshots
+/// ([`only_in`]), the project's snapshots no session records (taken ahead at a session's
+/// start and never needed: they hold the whole tree), and the blobs left unused. A base that
+/// a remaining snapshot builds on stays (crow-snapshot checks).
+pub fn forget(
+    config: &Config,
+    store: &dyn SessionStore,
+    info: &SessionInfo,
+    ids: &HashSet<String>,
+) {
     let Ok(base) = snapshot_base(config) else {
         return;
     };
@@ -505,7 +513,21 @@ pub fn forget(config: &Config, info: &SessionInfo, ids: &HashSet<String>) {
         .project_root
         .canonicalize()
         .unwrap_or_else(|_| info.project_root.clone());
-    match crow_snapshot::remove_snapshots(&base, &root, ids) {
+    let mut ids = ids.clone();
+    let filter = SessionFilter {
+        project_root: Some(info.project_root.clone()),
+        limit: None,
+    };
+    let mut kept = HashSet::new();
+    for other in store.list_sessions(&filter).unwrap_or_default() {
+        kept.extend(recorded(store, &other.id));
+    }
+    ids.extend(
+        crow_snapshot::snapshot_ids(&base, &root)
+            .into_iter()
+            .filter(|id| !kept.contains(id)),
+    );
+    match crow_snapshot::remove_snapshots(&base, &root, &ids) {
         Ok(p) if p.manifests > 0 => {
             eprintln!(
                 "removed {} snapshot(s) and {} stored file(s) of it",
