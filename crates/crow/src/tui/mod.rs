@@ -122,6 +122,16 @@ pub async fn run(args: Args) -> Result<ExitCode> {
     }
     let composer = assembled.composer;
     let store = assembled.store.into_store()?;
+    // A database that cannot take the history (full disk, size limit, read-only or damaged
+    // file) ends the turn and then the terminal, as it stops `crow run`: every later step
+    // would go unsaved too. What was queued is kept beside the database and imported when
+    // it opens again, so `crow --continue` resumes with nothing lost once it can be written.
+    store.on_write_failure(|e| {
+        crate::stop::fail(format!(
+            "{e}; crow stopped the turn so that no more of the session goes unsaved (crow \
+             --continue resumes it once the database can be written)"
+        ))
+    });
     if assembled.loaded.trusted
         && let Ok(mut state) = gate_state.lock()
     {
@@ -310,6 +320,9 @@ pub async fn run(args: Args) -> Result<ExitCode> {
     if let Some(id) = id {
         // The terminal is the shell's again: straight to stderr.
         eprintln!("session {id} · continue it with crow --continue");
+    }
+    if crate::stop::failure().is_some() {
+        return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -715,7 +728,9 @@ impl App {
         );
         match &outcome {
             Ok(result) => {
-                if result.stop == crow_core::RunStop::Cancelled {
+                if let Some(why) = crate::stop::failure() {
+                    self.view.error(why);
+                } else if result.stop == crow_core::RunStop::Cancelled {
                     self.view.warn("cancelled; what was done so far is kept");
                 }
                 let max = self.crew.primary().config.max_iterations;
