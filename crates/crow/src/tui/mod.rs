@@ -292,7 +292,13 @@ pub async fn run(args: Args) -> Result<ExitCode> {
                 // SIGTERM, SIGHUP (or SIGINT in line mode): end the turn, then leave.
                 app.cancel_turn();
                 app.quit_when_idle();
-                if app.running.is_none() { break; }
+                if app.running.is_none() {
+                    // A refused write between turns: no turn's end says it.
+                    if let Some(why) = crate::stop::failure() {
+                        app.view.error(why);
+                    }
+                    break;
+                }
             }
             _ = tick.tick(), if app.running.is_some() => app.refresh_status(),
         }
@@ -727,10 +733,12 @@ impl App {
             &session,
         );
         match &outcome {
+            // The database's error is why the turn ended, however the run answered.
+            _ if crate::stop::failure().is_some() => {
+                self.view.error(crate::stop::failure().unwrap_or_default());
+            }
             Ok(result) => {
-                if let Some(why) = crate::stop::failure() {
-                    self.view.error(why);
-                } else if result.stop == crow_core::RunStop::Cancelled {
+                if result.stop == crow_core::RunStop::Cancelled {
                     self.view.warn("cancelled; what was done so far is kept");
                 }
                 let max = self.crew.primary().config.max_iterations;
