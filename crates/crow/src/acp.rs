@@ -297,6 +297,8 @@ pub struct CrowRunner {
     effort: String,
     session: CrewSession,
     store: Option<Arc<SqliteStore>>,
+    /// Set once the store refused a write (see [`WriteFailure`]).
+    write_failure: Arc<WriteFailure>,
     /// Whether the session has its row in the store yet.
     stored: bool,
     /// Whether its row has a title (a session is named after its first prompt).
@@ -305,6 +307,38 @@ pub struct CrowRunner {
     mcp: McpManager,
     /// The first prompt waited for servers still starting (`[tools] mcp_startup_wait_ms`).
     mcp_waited: bool,
+}
+
+/// A write the session database refused for a reason waiting does not cure (full disk,
+/// size limit, read-only or damaged file; [`SqliteStore::on_write_failure`]): the running
+/// prompt ends with it at once, and so does every later prompt of the session, whose steps
+/// could not be saved either (what was queued is kept beside the database and imported
+/// when it next opens).
+#[derive(Default)]
+struct WriteFailure {
+    why: std::sync::OnceLock<String>,
+    fired: CancellationToken,
+}
+
+impl WriteFailure {
+    /// Watches `store`'s writes (none to watch without a store).
+    fn watch(store: Option<&SqliteStore>) -> Arc<Self> {
+        let failure = Arc::new(Self::default());
+        if let Some(store) = store {
+            let hook = Arc::clone(&failure);
+            store.on_write_failure(move |e| {
+                let _ = hook.why.set(format!(
+                    "{e}; crow stopped the prompt so that no more of the session goes unsaved"
+                ));
+                hook.fired.cancel();
+            });
+        }
+        failure
+    }
+
+    fn error(&self) -> Option<RunnerError> {
+        self.why.get().map(failed)
+    }
 }
 
 impl CrowRunner {
@@ -366,6 +400,7 @@ impl CrowRunner {
             model: spec.model.clone(),
             effort: EFFORT_DEFAULT.to_owned(),
             session,
+            write_failure: WriteFailure::watch(store.as_deref()),
             store,
             stored,
             titled: false,
@@ -415,6 +450,7 @@ impl CrowRunner {
             tools,
             composer,
             session,
+            write_failure: WriteFailure::watch(Some(&store)),
             store: Some(store),
             stored: true,
             titled: title.is_some(),
@@ -577,6 +613,9 @@ impl SessionRunner for CrowRunner {
         events: &EventSender,
         cancel: CancellationToken,
     ) -> Result<TurnOutcome, RunnerError> {
+        if let Some(e) = self.write_failure.error() {
+            return Err(e);
+        }
         if input.model != self.model || input.effort != self.effort {
             self.composer = compose(
                 &self.spec,
@@ -699,9 +738,16 @@ impl SessionRunner for CrowRunner {
         let _active = crate::stop::ActiveTurn::start();
         let stop = crate::stop::token();
         let turn_cancel = cancel.clone();
+        // A refused write stops the run alone: the server answers a cancelled turn as
+        // cancelled, and this one must end with the error.
+        let run_cancel = cancel.child_token();
+        let failure_cancel = run_cancel.clone();
+        let write_failure = Arc::clone(&self.write_failure);
         let on_stop = tokio::spawn(async move {
-            stop.cancelled().await;
-            turn_cancel.cancel();
+            tokio::select! {
+                () = stop.cancelled() => turn_cancel.cancel(),
+                () = write_failure.fired.cancelled() => failure_cancel.cancel(),
+            }
         });
         // As in `crow run`: servers still starting get their time before the first model
         // call, so their tools are offered from the start (a tool list that changes mid-
@@ -713,10 +759,10 @@ impl SessionRunner for CrowRunner {
             );
             tokio::select! {
                 () = self.mcp.wait_settled(limit) => {}
-                () = cancel.cancelled() => {}
+                () = run_cancel.cancelled() => {}
             }
         }
-        let outcome = crew.run(&mut self.session, sender, cancel).await;
+        let outcome = crew.run(&mut self.session, sender, run_cancel).await;
         on_stop.abort();
         drop(tx);
         if let Some(recorder) = recorder {
@@ -732,6 +778,9 @@ impl SessionRunner for CrowRunner {
                 &outcome,
                 &self.session,
             );
+        }
+        if let Some(e) = self.write_failure.error() {
+            return Err(e);
         }
         let run = outcome.map_err(failed)?;
         Ok(TurnOutcome {

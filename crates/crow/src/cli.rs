@@ -278,8 +278,62 @@ pub(crate) fn parse_cli() -> Cli {
             command: Some(Command::Run(run)),
             session: SessionArgs::default(),
         },
-        None => Cli::parse_from(args),
+        None => {
+            if let Some(message) = misspelled_subcommand(&args) {
+                // As clap answers a usage error: stderr and exit code 2.
+                eprintln!("error: {message}");
+                std::process::exit(2);
+            }
+            Cli::parse_from(args)
+        }
     }
+}
+
+/// Words within one edit of a subcommand's name that start a prompt as often as a typo
+/// (`crow unit tests fail`): they stay a prompt unless the next word is the subcommand's.
+const PROMPT_WORDS: &[&str] = &[
+    "bun", "crust", "demon", "demos", "fun", "gun", "knit", "memo", "memos", "modes", "ran", "rub",
+    "ruin", "rung", "runs", "rut", "state", "states", "sun", "truss", "unit", "units",
+];
+
+/// `crow WORD MORE…` where WORD is a typo of a subcommand's name (`crow sesions list`): what
+/// to say instead of sending the words to the model as a prompt. Only near misses count
+/// (one edit, two in names of 7 letters or more), and a word that starts prompts as often
+/// (`unit`, a subcommand's singular like `session`) only when the next word is one the
+/// subcommand takes (`crow session list`).
+fn misspelled_subcommand(args: &[std::ffi::OsString]) -> Option<String> {
+    use clap::CommandFactory as _;
+    let word = args.get(1)?.to_str()?;
+    let next = args.get(2)?.to_str()?;
+    if word.len() < 3 || !word.chars().all(|c| c.is_ascii_lowercase()) {
+        return None;
+    }
+    let command = Cli::command();
+    let names: Vec<&str> = command.get_subcommands().map(|c| c.get_name()).collect();
+    if names.contains(&word) {
+        return None;
+    }
+    let near = if word.len() >= 7 { 2 } else { 1 };
+    let best = names
+        .into_iter()
+        .map(|n| (crate::config::distance(word, n), n))
+        .filter(|(d, _)| *d <= near)
+        .min()?
+        .1;
+    let subcommand = command.find_subcommand(best)?;
+    let takes_next =
+        next.starts_with('-') || subcommand.get_subcommands().any(|c| c.get_name() == next);
+    let prompt_word =
+        PROMPT_WORDS.contains(&word) || format!("{word}s") == best || format!("{best}s") == word;
+    if prompt_word && !takes_next {
+        return None;
+    }
+    let words: Vec<&str> = args[1..].iter().filter_map(|a| a.to_str()).collect();
+    Some(format!(
+        "'{word}' is not a command; did you mean `crow {best}`? (to send the words as a \
+         prompt, quote them: crow {})",
+        shell_quote(&words.join(" "))
+    ))
 }
 
 /// `args` (the program's name first) as `crow run`'s arguments, when they are exactly that
@@ -308,6 +362,33 @@ mod tests {
             .chain(args.iter().copied())
             .map(Into::into)
             .collect()
+    }
+
+    #[test]
+    fn a_near_miss_of_a_subcommand_is_named_and_prompts_stay_prompts() {
+        let said = |args: &[&str]| misspelled_subcommand(&argv(args));
+        let message = said(&["sesions", "list"]).unwrap_or_default();
+        assert!(
+            message.contains("did you mean `crow sessions`?")
+                && message.contains("crow 'sesions list'"),
+            "{message}"
+        );
+        assert!(
+            said(&["sesion", "list"]).is_none(),
+            "two edits in a short word"
+        );
+        assert!(said(&["confg", "show"]).is_some());
+        assert!(said(&["session", "list"]).is_some());
+        for prompt in [
+            &["fix", "the", "bug"][..],
+            &["session", "timeouts", "are", "wrong"],
+            &["unit", "tests", "fail"],
+            &["sessions", "list"],
+            &["sesions"],
+            &["Sesions", "list"],
+        ] {
+            assert_eq!(said(prompt), None, "{prompt:?}");
+        }
     }
 
     #[test]

@@ -66,7 +66,10 @@ pub fn select_provider(loaded: &LoadedConfig) -> Result<Selection> {
                 loaded.sources.get("provider"),
                 Some((_, crate::config::Source::Flag(_)))
             );
-            if by_flag && provider_problem(config, &name).is_some() {
+            // A name close to a provider's is a typo of it: the did-you-mean is the answer.
+            let typo = crate::config::closest(&name, config.providers.keys().map(String::as_str))
+                .is_some();
+            if by_flag && !typo && provider_problem(config, &name).is_some() {
                 anyhow!(
                     "{e:#}; -p is --provider in crow (to run a prompt once: crow run '{}')",
                     name.replace('\'', r"'\''")

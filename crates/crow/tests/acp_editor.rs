@@ -326,3 +326,43 @@ async fn an_editor_terminal_shows_the_users_command_and_runs_it_confined() {
         "the command ran unconfined"
     );
 }
+
+/// A session database that fills up mid-prompt ends the prompt at its first refused write
+/// with an error the editor sees, rather than going on unsaved.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_database_that_fills_up_mid_prompt_ends_it_with_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    const STEPS: usize = 12;
+    let mut scenario = Scenario::new();
+    for i in 0..STEPS {
+        // Each call's arguments (stored, and indexed for search) take a few hundred KB.
+        let content = format!("line {i} of a generated file\n").repeat(6_000);
+        scenario = scenario.reply(Reply::tool_call(
+            "write_file",
+            json!({"path": format!("file{i}.txt"), "content": content}),
+        ));
+    }
+    let mock = MockLlm::start(scenario.reply(Reply::text("All written.")))
+        .await
+        .unwrap();
+    write_project_config(
+        dir.path(),
+        &format!("{}\n[store]\nmax_size_mb = 1\n", mock_provider(&mock)),
+    );
+    trust_project(dir.path());
+    let (_, seen) = drive(dir.path(), "write the files", false, |_| false).await;
+    let answer = seen
+        .iter()
+        .find(|m| m["id"] == 3 && m.get("method").is_none())
+        .expect("the prompt is answered");
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("is full") && message.contains("stopped the prompt"),
+        "{answer}"
+    );
+    let requests = mock.requests().len();
+    assert!(
+        requests < STEPS,
+        "{requests} model calls: the prompt went on"
+    );
+}

@@ -578,3 +578,42 @@ async fn habits_from_other_agents_do_what_was_meant_or_say_what_to_type() {
     );
     assert!(!out.stderr.contains("unknown provider"), "{}", out.stderr);
 }
+
+/// `-p WORD` naming no provider gets the "-p is --provider" hint; a typo of a provider's name
+/// gets only the did-you-mean.
+#[tokio::test]
+async fn a_provider_typo_gets_the_did_you_mean_without_the_print_flag_hint() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = crow(dir.path());
+    cmd.args(["run", "-p", "opnai", "hi"]);
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("(did you mean `openai`?)"),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains("-p is --provider"), "{}", out.stderr);
+
+    let mut cmd = crow(dir.path());
+    cmd.args(["run", "-p", "hello", "hi"]);
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    assert!(out.stderr.contains("-p is --provider"), "{}", out.stderr);
+}
+
+/// `crow sesions list` stops with the command meant (and how to send it as a prompt),
+/// rather than opening a session with "sesions list" as its first prompt.
+#[tokio::test]
+async fn a_misspelled_subcommand_says_which_was_meant() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = crow(dir.path());
+    cmd.args(["sesions", "list"]);
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("did you mean `crow sessions`?"),
+        "{}",
+        out.stderr
+    );
+}

@@ -757,3 +757,36 @@ async fn crew_output_keeps_the_models_order_one_event_per_line() {
     pty.send("\x04");
     assert_eq!(pty.wait_exit(20), 0);
 }
+
+/// A session database that fills up mid-turn ends the turn at its first refused write with
+/// the error on screen, then the terminal (exit status 1): later turns could not be saved.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_database_that_fills_up_mid_turn_ends_it_with_the_error() {
+    let dir = tempfile::tempdir().unwrap();
+    common::write_project_config(dir.path(), "[store]\nmax_size_mb = 1\n");
+    const STEPS: usize = 12;
+    let mut scenario = Scenario::new();
+    for i in 0..STEPS {
+        // Each call's arguments (stored, and indexed for search) take a few hundred KB.
+        let content = format!("line {i} of a generated file\n").repeat(6_000);
+        scenario = scenario.reply(Reply::tool_call(
+            "write_file",
+            json!({"path": format!("file{i}.txt"), "content": content}),
+        ));
+    }
+    let mock = MockLlm::start(scenario.reply(Reply::text("All written.")))
+        .await
+        .unwrap();
+    let mut pty = open(dir.path(), &mock, &["--mode", "full-auto"]);
+    pty.wait_for("/help for commands", 20);
+    pty.line("write the files");
+    let screen = pty.wait_for("stopped the turn", 60);
+    assert!(
+        screen.contains("error:") && screen.contains("is full"),
+        "{screen}"
+    );
+    assert_eq!(pty.wait_exit(20), 1);
+    let requests = mock.requests().len();
+    assert!(requests < STEPS, "{requests} model calls: the turn went on");
+    assert!(!pty.screen().contains("All written."), "{}", pty.screen());
+}

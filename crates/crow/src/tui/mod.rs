@@ -122,6 +122,16 @@ pub async fn run(args: Args) -> Result<ExitCode> {
     }
     let composer = assembled.composer;
     let store = assembled.store.into_store()?;
+    // A database that cannot take the history (full disk, size limit, read-only or damaged
+    // file) ends the turn and then the terminal, as it stops `crow run`: every later step
+    // would go unsaved too. What was queued is kept beside the database and imported when
+    // it opens again, so `crow --continue` resumes with nothing lost once it can be written.
+    store.on_write_failure(|e| {
+        crate::stop::fail(format!(
+            "{e}; crow stopped the turn so that no more of the session goes unsaved (crow \
+             --continue resumes it once the database can be written)"
+        ))
+    });
     if assembled.loaded.trusted
         && let Ok(mut state) = gate_state.lock()
     {
@@ -282,7 +292,13 @@ pub async fn run(args: Args) -> Result<ExitCode> {
                 // SIGTERM, SIGHUP (or SIGINT in line mode): end the turn, then leave.
                 app.cancel_turn();
                 app.quit_when_idle();
-                if app.running.is_none() { break; }
+                if app.running.is_none() {
+                    // A refused write between turns: no turn's end says it.
+                    if let Some(why) = crate::stop::failure() {
+                        app.view.error(why);
+                    }
+                    break;
+                }
             }
             _ = tick.tick(), if app.running.is_some() => app.refresh_status(),
         }
@@ -310,6 +326,9 @@ pub async fn run(args: Args) -> Result<ExitCode> {
     if let Some(id) = id {
         // The terminal is the shell's again: straight to stderr.
         eprintln!("session {id} · continue it with crow --continue");
+    }
+    if crate::stop::failure().is_some() {
+        return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -714,6 +733,10 @@ impl App {
             &session,
         );
         match &outcome {
+            // The database's error is why the turn ended, however the run answered.
+            _ if crate::stop::failure().is_some() => {
+                self.view.error(crate::stop::failure().unwrap_or_default());
+            }
             Ok(result) => {
                 if result.stop == crow_core::RunStop::Cancelled {
                     self.view.warn("cancelled; what was done so far is kept");

@@ -117,7 +117,10 @@ impl View {
                     call.result = Some(result.clone());
                 }
             }
-            AgentEvent::TurnStart { .. } => self.markdown.reset(),
+            AgentEvent::TurnStart { .. } => {
+                self.show_held();
+                self.markdown.reset();
+            }
             // What the tree's snapshots saw change, commands included: one line.
             AgentEvent::FilesChanged { changes, .. } if !changes.is_empty() => {
                 let mut shown: Vec<String> = changes
@@ -177,13 +180,26 @@ impl View {
             }
         }
         self.drain();
+        self.show_held();
+    }
+
+    /// What markdown holds back (a table not yet ended), shown.
+    fn show_held(&mut self) {
+        if let Some(held) = self.markdown.finish(self.style) {
+            self.screen.line(held);
+        }
     }
 
     /// Complete lines to the screen: answers through markdown, the rest as rendered.
     fn drain(&mut self) {
         for line in self.answer.lines.drain(..) {
-            let styled = self.markdown.line(&line, self.style);
-            self.screen.line(styled);
+            if let Some(styled) = self.markdown.line(&line, self.style) {
+                self.screen.line(styled);
+            }
+        }
+        if !self.other.lines.is_empty() {
+            // A table the answer was in ends before what follows it.
+            self.show_held();
         }
         for line in self.other.lines.drain(..) {
             self.screen.line(line);
@@ -290,8 +306,12 @@ impl View {
                 EntryKind::User { content } => self.user(content),
                 EntryKind::AssistantText { content, .. } => {
                     for line in content.lines() {
-                        let styled = self.markdown.line(line, style);
-                        self.screen.line(styled);
+                        if let Some(styled) = self.markdown.line(line, style) {
+                            self.screen.line(styled);
+                        }
+                    }
+                    if let Some(held) = self.markdown.finish(style) {
+                        self.screen.line(held);
                     }
                     self.markdown.reset();
                 }
