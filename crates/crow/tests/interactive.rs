@@ -691,7 +691,17 @@ async fn leaving_prints_the_goodbye_on_a_clean_row_and_asks_the_terminal_nothing
             }
         }
         pty.ignore_cursor_queries();
-        let asked = pty.cursor_queries();
+        // The prompt after the answer may still be asking (reedline queries as it paints):
+        // count from when it has settled.
+        let mut asked = pty.cursor_queries();
+        loop {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            let now = pty.cursor_queries();
+            if now == asked {
+                break;
+            }
+            asked = now;
+        }
         pty.send(last);
         assert_eq!(pty.wait_exit(20), 0);
         let screen = pty.screen();
