@@ -690,9 +690,8 @@ async fn leaving_prints_the_goodbye_on_a_clean_row_and_asks_the_terminal_nothing
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
         }
-        pty.ignore_cursor_queries();
         // The prompt after the answer may still be asking (reedline queries as it paints):
-        // count from when it has settled.
+        // count from when it has settled, answered, then stop answering.
         let mut asked = pty.cursor_queries();
         loop {
             std::thread::sleep(std::time::Duration::from_millis(300));
@@ -702,6 +701,8 @@ async fn leaving_prints_the_goodbye_on_a_clean_row_and_asks_the_terminal_nothing
             }
             asked = now;
         }
+        pty.ignore_cursor_queries();
+        let asked = pty.cursor_queries();
         pty.send(last);
         assert_eq!(pty.wait_exit(20), 0);
         let screen = pty.screen();
