@@ -104,7 +104,7 @@ struct State {
     last_depth: u32,
     /// The last snapshot written as a delta: (base id, id, delta), so the step's diff is
     /// read off it instead of comparing two whole trees.
-    last_delta: Option<(String, String, Arc<manifest::Delta>)>,
+    last_delta: Option<(String, String, Arc<(manifest::Delta, walk::Old)>)>,
 }
 
 /// How the snapshots of a store were made (for tests and crow-bench).
@@ -201,65 +201,95 @@ impl SnapshotStore {
             state.walks.unchanged += 1;
             return Ok(found);
         }
-        let depth = state.last_depth;
+        if let watch::Dirty::Some { shallow, deep } = dirty
+            && state.watch.is_some()
+        {
+            return self.incremental(&mut state, &shallow, &deep);
+        }
+        state.walks.full += 1;
         let State {
             cache,
             blobs,
             watch,
             dirs,
-            last,
-            walks,
             ..
         } = &mut *state;
-        let next = match (dirty, watch.as_mut(), last.as_ref()) {
-            (watch::Dirty::Some { shallow, deep }, Some(w), Some((last_id, last))) => {
-                walks.incremental += 1;
-                let (manifest, paths) = walk::update(
-                    &self.root,
-                    &self.dir,
-                    &self.options,
-                    cache,
-                    blobs,
-                    w,
-                    last,
-                    dirs,
-                    &shallow,
-                    &deep,
-                )?;
-                let delta = manifest::Delta::between(last_id, depth + 1, last, &manifest, &paths);
-                if delta.is_empty() && self.manifest_path(last_id).exists() {
-                    Next::Same(last_id.clone(), Arc::clone(last))
-                } else if delta.depth <= manifest::MAX_DEPTH
-                    // A base removed meanwhile (a deleted session's): this one stands alone.
-                    && self.manifest_path(last_id).exists()
-                {
-                    Next::Delta(delta, manifest)
-                } else {
-                    Next::Whole(manifest)
-                }
-            }
-            _ => {
-                walks.full += 1;
-                // A new watch with every directory added as the walk meets it.
-                *watch = watch::Watcher::new();
-                let (manifest, all) = walk::walk(
-                    &self.root,
-                    &self.dir,
-                    &self.options,
-                    cache,
-                    blobs,
-                    watch.as_mut(),
-                )?;
-                *dirs = all;
-                Next::Whole(manifest)
-            }
+        // A new watch with every directory added as the walk meets it.
+        *watch = watch::Watcher::new();
+        let (manifest, all) = walk::walk(
+            &self.root,
+            &self.dir,
+            &self.options,
+            cache,
+            blobs,
+            watch.as_mut(),
+        )?;
+        *dirs = all;
+        self.keep_whole(&mut state, manifest)
+    }
+
+    /// The last snapshot brought up to date in place from what the watch saw (no copy of
+    /// the tree's list), and kept as a delta on it. On an error the last snapshot is
+    /// forgotten: the next one walks the whole tree.
+    fn incremental(
+        &self,
+        state: &mut State,
+        shallow: &BTreeSet<String>,
+        deep: &BTreeSet<String>,
+    ) -> Result<(String, Arc<Manifest>), Error> {
+        let Some((last_id, mut manifest)) = state.last.take() else {
+            return Err(Error::Missing(String::new()));
         };
-        let manifest = match next {
-            Next::Same(id, manifest) => return Ok((id, manifest)),
-            Next::Delta(delta, manifest) => return self.keep_delta(&mut state, delta, manifest),
-            Next::Whole(manifest) => manifest,
+        // Unshared, the update changes it without a copy.
+        state.manifests.remove(&last_id);
+        state.last_delta = None;
+        state.walks.incremental += 1;
+        let old_dirs = manifest.dirs.clone();
+        let State {
+            cache,
+            blobs,
+            watch,
+            dirs,
+            ..
+        } = &mut *state;
+        let Some(w) = watch.as_mut() else {
+            return Err(Error::Missing(last_id));
         };
-        self.save_cache(&mut state);
+        let tree = Arc::make_mut(&mut manifest);
+        let old = walk::update(
+            &self.root,
+            &self.dir,
+            &self.options,
+            cache,
+            blobs,
+            w,
+            tree,
+            dirs,
+            shallow,
+            deep,
+        )?;
+        let delta = manifest::Delta::between(&last_id, state.last_depth + 1, &old, tree, &old_dirs);
+        let base_kept = self.manifest_path(&last_id).exists();
+        if delta.is_empty() && base_kept {
+            remember(&mut state.manifests, &last_id, &manifest);
+            state.last = Some((last_id.clone(), Arc::clone(&manifest)));
+            return Ok((last_id, manifest));
+        }
+        // A base removed meanwhile (a deleted session's): this one stands alone.
+        if delta.depth <= manifest::MAX_DEPTH && base_kept {
+            return self.keep_delta(state, delta, old, manifest);
+        }
+        let whole = Arc::try_unwrap(manifest).unwrap_or_else(|shared| (*shared).clone());
+        self.keep_whole(state, whole)
+    }
+
+    /// Keeps `manifest` whole (its id is its content's hash) and makes it the last.
+    fn keep_whole(
+        &self,
+        state: &mut State,
+        manifest: Manifest,
+    ) -> Result<(String, Arc<Manifest>), Error> {
+        self.save_cache(state);
         if let Some((id, last)) = &state.last
             && **last == manifest
             && self.manifest_path(id).exists()
@@ -293,7 +323,8 @@ impl SnapshotStore {
         &self,
         state: &mut State,
         delta: manifest::Delta,
-        manifest: Manifest,
+        old: walk::Old,
+        manifest: Arc<Manifest>,
     ) -> Result<(String, Arc<Manifest>), Error> {
         self.save_cache(state);
         let (id, bytes) = delta.encode().map_err(|e| Error::Damaged {
@@ -304,10 +335,9 @@ impl SnapshotStore {
         if !path.exists() {
             files::write_private(&path, &bytes).map_err(io(&path))?;
         }
-        let manifest = Arc::new(manifest);
         remember(&mut state.manifests, &id, &manifest);
         state.last_depth = delta.depth;
-        state.last_delta = Some((delta.base.clone(), id.clone(), Arc::new(delta)));
+        state.last_delta = Some((delta.base.clone(), id.clone(), Arc::new((delta, old))));
         state.last = Some((id.clone(), Arc::clone(&manifest)));
         Ok((id, manifest))
     }
@@ -332,10 +362,9 @@ impl SnapshotStore {
                 .filter(|(base, id, _)| base == from && id == to)
                 .map(|(_, _, delta)| Arc::clone(delta))
         };
-        let before = self.manifest(from)?;
         Ok(match delta {
-            Some(delta) => delta.changes(&before),
-            None => before.diff(&*self.manifest(to)?),
+            Some(delta) => delta.0.changes(&delta.1),
+            None => self.manifest(from)?.diff(&*self.manifest(to)?),
         })
     }
 
@@ -402,13 +431,6 @@ impl SnapshotStore {
     fn lock(&self) -> Result<fs::File, Error> {
         prune::lock(&self.dir)
     }
-}
-
-/// What a snapshot comes to: the last one again, a delta on top of it, or a whole manifest.
-enum Next {
-    Same(String, Arc<Manifest>),
-    Delta(manifest::Delta, Manifest),
-    Whole(Manifest),
 }
 
 /// A manifest file as stored (`None`: there is none).

@@ -112,23 +112,23 @@ pub struct Delta {
 pub const MAX_DEPTH: u32 = 64;
 
 impl Delta {
-    /// What turns `old` into `new`, looking only at `touched` paths (every path the update
-    /// inserted or removed) and the empty directories.
+    /// What turned the last snapshot into `new`: `old` holds every path the update changed
+    /// with the entry it had before; `old_dirs` are the last snapshot's empty directories.
     pub fn between(
         base: &str,
         depth: u32,
-        old: &Manifest,
+        old: &BTreeMap<String, Option<Entry>>,
         new: &Manifest,
-        touched: &BTreeSet<String>,
+        old_dirs: &BTreeSet<String>,
     ) -> Self {
         let mut delta = Delta {
             base: base.to_owned(),
             depth,
             ..Delta::default()
         };
-        for path in touched {
-            match (old.files.get(path), new.files.get(path)) {
-                (_, Some(now)) if old.files.get(path) != Some(now) => {
+        for (path, was) in old {
+            match (was, new.files.get(path)) {
+                (was, Some(now)) if was.as_ref() != Some(now) => {
                     delta.set.insert(path.clone(), now.clone());
                 }
                 (Some(_), None) => {
@@ -137,8 +137,8 @@ impl Delta {
                 _ => {}
             }
         }
-        delta.dirs_set = new.dirs.difference(&old.dirs).cloned().collect();
-        delta.dirs_del = old.dirs.difference(&new.dirs).cloned().collect();
+        delta.dirs_set = new.dirs.difference(old_dirs).cloned().collect();
+        delta.dirs_del = old_dirs.difference(&new.dirs).cloned().collect();
         delta
     }
 
@@ -171,21 +171,19 @@ impl Delta {
         Ok((hex(&digest[..16]), bytes))
     }
 
-    /// What changed from the base to this snapshot, sorted, as [`Manifest::diff`] would say
-    /// (`base` is the base manifest): without walking the whole tree.
-    pub fn changes(&self, base: &Manifest) -> Vec<FileChange> {
+    /// What changed from the base to this snapshot, sorted, as [`Manifest::diff`] would say:
+    /// `old` is what each changed path had in the base (from the update that made it).
+    pub fn changes(&self, old: &BTreeMap<String, Option<Entry>>) -> Vec<FileChange> {
         let mut out = Vec::new();
         for (path, entry) in &self.set {
-            match base.files.get(path) {
+            match old.get(path).and_then(Option::as_ref) {
                 None => out.push(change(path, ChangeKind::Created)),
-                Some(old) if !old.same(entry) => out.push(change(path, ChangeKind::Modified)),
+                Some(was) if !was.same(entry) => out.push(change(path, ChangeKind::Modified)),
                 Some(_) => {}
             }
         }
         for path in &self.del {
-            if base.files.contains_key(path) {
-                out.push(change(path, ChangeKind::Deleted));
-            }
+            out.push(change(path, ChangeKind::Deleted));
         }
         for dir in &self.dirs_del {
             out.push(change(&format!("{dir}/"), ChangeKind::Deleted));

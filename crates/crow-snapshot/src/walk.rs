@@ -149,15 +149,15 @@ pub(crate) fn update(
     cache: &mut StatCache,
     blobs: &mut HashSet<String>,
     watch: &mut Watcher,
-    last: &Manifest,
+    manifest: &mut Manifest,
     dirs: &mut BTreeSet<String>,
     shallow: &BTreeSet<String>,
     deep: &BTreeSet<String>,
-) -> Result<(Manifest, BTreeSet<String>), Error> {
-    let mut manifest = last.clone();
+) -> Result<Old, Error> {
     let mut touched: BTreeSet<String> = BTreeSet::new();
-    // Every file path inserted or removed: where the new manifest may differ from `last`.
-    let mut paths: BTreeSet<String> = BTreeSet::new();
+    // Every file path inserted or removed, with the entry it had before: where the manifest
+    // may now differ from the last snapshot.
+    let mut paths = Old::new();
     for d in shallow {
         if !d.is_empty() && !dirs.contains(d) {
             // Not (or no longer) a directory of the tree: its parent's listing decides.
@@ -173,8 +173,8 @@ pub(crate) fn update(
             .collect();
         drop(present);
         for path in gone_files {
-            manifest.files.remove(&path);
-            paths.insert(path);
+            let was = manifest.files.remove(&path);
+            paths.entry(path).or_insert(was);
         }
         let listed: BTreeSet<String> = listed.into_iter().filter(|l| l != d).collect();
         let gone_dirs: Vec<String> = below_set(dirs, d)
@@ -182,46 +182,29 @@ pub(crate) fn update(
             .cloned()
             .collect();
         for gone in gone_dirs {
-            paths.extend(remove_subtree(&mut manifest, dirs, &gone));
+            for (path, was) in remove_subtree(manifest, dirs, &gone) {
+                paths.entry(path).or_insert(Some(was));
+            }
             touched.insert(gone);
         }
         for sub in &listed {
             if dirs.insert(sub.clone()) {
                 // New since the last look: everything below it too.
                 let new = deep_list(
-                    root,
-                    sub,
-                    dir,
-                    options,
-                    cache,
-                    blobs,
-                    watch,
-                    &mut manifest,
-                    dirs,
-                    &mut paths,
+                    root, sub, dir, options, cache, blobs, watch, manifest, dirs, &mut paths,
                 )?;
                 touched.extend(new);
                 touched.insert(sub.clone());
             }
         }
         let (entries, _) = hash_all(root, dir, options, cache, blobs, found)?;
-        paths.extend(entries.iter().map(|(p, _)| p.clone()));
-        manifest.files.extend(entries);
+        put(manifest, &mut paths, entries);
         touched.insert(d.clone());
     }
     for d in deep {
         if dirs.contains(d) && !touched.contains(d) {
             let new = deep_list(
-                root,
-                d,
-                dir,
-                options,
-                cache,
-                blobs,
-                watch,
-                &mut manifest,
-                dirs,
-                &mut paths,
+                root, d, dir, options, cache, blobs, watch, manifest, dirs, &mut paths,
             )?;
             touched.extend(new);
             touched.insert(d.clone());
@@ -250,7 +233,18 @@ pub(crate) fn update(
         }
     }
     manifest.dirs.retain(|d| dirs.contains(d));
-    Ok((manifest, paths))
+    Ok(paths)
+}
+
+/// Paths an update changed, with the entry each had before (`None`: it was not there).
+pub(crate) type Old = std::collections::BTreeMap<String, Option<Entry>>;
+
+/// Inserts `entries`, noting what each path had before its first change.
+fn put(manifest: &mut Manifest, old: &mut Old, entries: Vec<(String, Entry)>) {
+    for (path, entry) in entries {
+        let was = manifest.files.insert(path.clone(), entry);
+        old.entry(path).or_insert(was);
+    }
 }
 
 /// Lists the whole subtree `sub` into `manifest` and `dirs`; the directories it holds.
@@ -265,21 +259,27 @@ fn deep_list(
     watch: &mut Watcher,
     manifest: &mut Manifest,
     dirs: &mut BTreeSet<String>,
-    paths: &mut BTreeSet<String>,
+    paths: &mut Old,
 ) -> Result<Vec<String>, Error> {
     let (found, listed) = list(root, sub, None, dir, options, cache, Some(watch));
     dirs.extend(listed.iter().cloned());
     let (entries, _) = hash_all(root, dir, options, cache, blobs, found)?;
-    paths.extend(entries.iter().map(|(p, _)| p.clone()));
-    manifest.files.extend(entries);
+    put(manifest, paths, entries);
     Ok(listed)
 }
 
 /// Removes directory `gone` and everything recorded below it; the files removed.
-fn remove_subtree(manifest: &mut Manifest, dirs: &mut BTreeSet<String>, gone: &str) -> Vec<String> {
-    let files: Vec<String> = below(&manifest.files, gone).cloned().collect();
-    for f in &files {
-        manifest.files.remove(f);
+fn remove_subtree(
+    manifest: &mut Manifest,
+    dirs: &mut BTreeSet<String>,
+    gone: &str,
+) -> Vec<(String, Entry)> {
+    let paths: Vec<String> = below(&manifest.files, gone).cloned().collect();
+    let mut files = Vec::with_capacity(paths.len());
+    for f in paths {
+        if let Some(entry) = manifest.files.remove(&f) {
+            files.push((f, entry));
+        }
     }
     let subdirs: Vec<String> = below_set(dirs, gone).cloned().collect();
     for d in subdirs {
