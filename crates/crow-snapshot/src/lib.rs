@@ -104,7 +104,7 @@ struct State {
     last_depth: u32,
     /// The last snapshot written as a delta: (base id, id, delta), so the step's diff is
     /// read off it instead of comparing two whole trees.
-    last_delta: Option<(String, String, Arc<(manifest::Delta, walk::Old)>)>,
+    last_delta: Option<LastDelta>,
 }
 
 /// How the snapshots of a store were made (for tests and crow-bench).
@@ -152,7 +152,11 @@ impl SnapshotStore {
         &self.dir
     }
 
-    /// How this store's snapshots were made so far.
+    /// The last snapshot written as a delta: its base's id, its id, the delta and the entries
+/// it replaced.
+type LastDelta = (String, String, Arc<(manifest::Delta, walk::Old)>);
+
+/// How this store's snapshots were made so far.
     pub fn walks(&self) -> Walks {
         self.state
             .lock()
