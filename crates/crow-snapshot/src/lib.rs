@@ -80,6 +80,10 @@ pub struct SnapshotStore {
     state: Mutex<State>,
 }
 
+/// The last snapshot written as a delta: its base's id, its id, the delta and the entries
+/// it replaced.
+type LastDelta = (String, String, Arc<(manifest::Delta, walk::Old)>);
+
 #[derive(Default)]
 struct State {
     cache: walk::StatCache,
@@ -152,11 +156,7 @@ impl SnapshotStore {
         &self.dir
     }
 
-    /// The last snapshot written as a delta: its base's id, its id, the delta and the entries
-/// it replaced.
-type LastDelta = (String, String, Arc<(manifest::Delta, walk::Old)>);
-
-/// How this store's snapshots were made so far.
+    /// How this store's snapshots were made so far.
     pub fn walks(&self) -> Walks {
         self.state
             .lock()
