@@ -205,10 +205,11 @@ impl SnapshotStore {
             state.walks.unchanged += 1;
             return Ok(found);
         }
+        // Only a watch says `Some`, and only with a last snapshot to update.
         if let watch::Dirty::Some { shallow, deep } = dirty
-            && state.watch.is_some()
+            && let Some(last) = state.last.take()
         {
-            return self.incremental(&mut state, &shallow, &deep);
+            return self.incremental(&mut state, last, &shallow, &deep);
         }
         state.walks.full += 1;
         let State {
@@ -238,12 +239,10 @@ impl SnapshotStore {
     fn incremental(
         &self,
         state: &mut State,
+        (last_id, mut manifest): (String, Arc<Manifest>),
         shallow: &BTreeSet<String>,
         deep: &BTreeSet<String>,
     ) -> Result<(String, Arc<Manifest>), Error> {
-        let Some((last_id, mut manifest)) = state.last.take() else {
-            return Err(Error::Missing(String::new()));
-        };
         // Unshared, the update changes it without a copy.
         state.manifests.remove(&last_id);
         state.last_delta = None;

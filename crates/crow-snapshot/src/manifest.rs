@@ -56,9 +56,7 @@ pub struct Manifest {
 impl Manifest {
     /// The bytes written and the id they give: equal trees, equal ids.
     pub fn encode(&self) -> Result<(String, Vec<u8>), serde_json::Error> {
-        let bytes = serde_json::to_vec(self)?;
-        let digest = Sha256::digest(&bytes);
-        Ok((hex(&digest[..16]), bytes))
+        encode(self)
     }
 
     /// Paths that differ from `self` to `to`, sorted; an empty directory's path ends in `/`.
@@ -166,9 +164,7 @@ impl Delta {
     /// The bytes written and the id they give (the base's id is in the bytes: one id, one
     /// chain).
     pub fn encode(&self) -> Result<(String, Vec<u8>), serde_json::Error> {
-        let bytes = serde_json::to_vec(self)?;
-        let digest = Sha256::digest(&bytes);
-        Ok((hex(&digest[..16]), bytes))
+        encode(self)
     }
 
     /// What changed from the base to this snapshot, sorted, as [`Manifest::diff`] would say:
@@ -213,6 +209,13 @@ impl Stored {
             serde_json::from_slice(bytes).map(Stored::Whole)
         }
     }
+}
+
+/// JSON bytes and the id they give (the first 16 bytes of their SHA-256, in hex).
+fn encode<T: Serialize>(value: &T) -> Result<(String, Vec<u8>), serde_json::Error> {
+    let bytes = serde_json::to_vec(value)?;
+    let digest = Sha256::digest(&bytes);
+    Ok((hex(&digest[..16]), bytes))
 }
 
 fn change(path: &str, kind: ChangeKind) -> FileChange {
