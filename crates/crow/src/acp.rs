@@ -11,14 +11,14 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use async_trait::async_trait;
 use crow_acp::{
-    AgentFactory, Choice, EFFORT_DEFAULT, McpServerSpec, ModeInfo, ModelInfo, RestoredSession,
-    RunnerError, SessionRunner, SessionSpec, SessionSummary, SettingsSink, TurnInput, TurnOutcome,
+    AgentFactory, Choice, EFFORT_DEFAULT, ModeInfo, ModelInfo, RestoredSession, RunnerError,
+    SessionRunner, SessionSpec, SessionSummary, SettingsSink, TurnInput, TurnOutcome,
 };
 use crow_core::{
     CrewSession, EntryKind, EventSender, HistorySink, SessionFilter, SessionStore, StoreError,
     ToolKind, ToolRegistry,
 };
-use crow_mcp::{McpManager, McpOptions, McpServerConfig, McpTransport};
+use crow_mcp::McpManager;
 use crow_providers::ProviderSettings;
 use crow_store::SqliteStore;
 use tokio_util::sync::CancellationToken;
@@ -28,8 +28,10 @@ use crate::config::{self, LoadedConfig, Overrides};
 use crate::sessions;
 use crate::wiring::{find_project_root, provider_settings, select_provider};
 
+mod mcp;
 mod models;
 mod settings;
+use mcp::start_mcp;
 use models::{Listed, model_id, models};
 use settings::{StoreSink, stored_answers};
 
@@ -249,41 +251,6 @@ impl AgentFactory for CrowFactory {
     }
 }
 
-/// The editor's MCP servers in crow-mcp's terms (SSE is not supported by crow-mcp: skipped).
-fn mcp_configs(specs: &[McpServerSpec]) -> Vec<McpServerConfig> {
-    specs
-        .iter()
-        .filter_map(|spec| match spec {
-            McpServerSpec::Stdio {
-                name,
-                command,
-                args,
-                env,
-            } => Some(McpServerConfig::with_transport(
-                crow_mcp::config::server_name_from(name),
-                McpTransport::Stdio {
-                    command: command.display().to_string(),
-                    args: args.clone(),
-                    env: env.iter().cloned().collect(),
-                    cwd: None,
-                },
-            )),
-            McpServerSpec::Http { name, url, headers } => Some(McpServerConfig::with_transport(
-                crow_mcp::config::server_name_from(name),
-                McpTransport::Http {
-                    url: url.clone(),
-                    headers: headers.iter().cloned().collect(),
-                    bearer_token_env_var: None,
-                },
-            )),
-            McpServerSpec::Sse { name, .. } => {
-                tracing::warn!(server = %name, "MCP over SSE is not supported; server skipped");
-                None
-            }
-        })
-        .collect()
-}
-
 /// One ACP session: its composer (rebuilt when the model changes), its histories, its MCP
 /// servers and its row in the store (written when the session is created, so a session
 /// never prompted can be loaded too).
@@ -500,52 +467,6 @@ fn known_mode<'a>(composer: &Composer, mode: &'a str) -> &'a str {
     } else {
         DEFAULT_MODE
     }
-}
-
-/// Starts the project's configured MCP servers and the editor's into the session's tools.
-fn start_mcp(spec: &SessionSpec, loaded: &LoadedConfig, tools: &ToolRegistry) -> McpManager {
-    // An editor's server replaces a configured one of the same name (no duplicate tools).
-    let servers = crate::mcp::with_editor_servers(
-        crate::mcp::servers(&loaded.config),
-        mcp_configs(&spec.mcp_servers),
-    );
-    let options = crate::wiring::tool_options(&loaded.config);
-    let (manager, mut events) = McpManager::start(
-        servers,
-        tools.clone(),
-        McpOptions {
-            max_output_bytes: options.max_output_bytes,
-            cwd: spec.cwd.clone(),
-            env: options.env,
-        },
-    );
-    let notices = spec.notices.clone();
-    // Where the kernel has no sandbox, the editor's user is told once per session why each
-    // command asks before it runs.
-    if let Some(reason) = options.sandbox.as_ref().and_then(|s| s.get().unavailable()) {
-        let _ = notices.send(crow_core::AgentEvent::Notice {
-            agent: "crow".into(),
-            level: crow_core::NoticeLevel::Warning,
-            message: format!(
-                "the sandbox is unavailable on this machine: {reason}; each command asks before \
-                 it runs unconfined"
-            ),
-        });
-    }
-    tokio::spawn(async move {
-        while let Some(event) = events.recv().await {
-            if let Some(warning) = event.warning() {
-                tracing::warn!("{warning}");
-                // The editor shows it too: a server the user configured is not there.
-                let _ = notices.send(crow_core::AgentEvent::Notice {
-                    agent: "crow".into(),
-                    level: crow_core::NoticeLevel::Warning,
-                    message: warning,
-                });
-            }
-        }
-    });
-    manager
 }
 
 /// Provider settings for a model id `provider/model` (or the configured default).
