@@ -513,3 +513,32 @@ mod tests {
         assert_eq!(fit(status, 5), "");
     }
 }
+
+/// Lines of a stdin that is not a terminal, as inputs.
+pub(super) fn line_input() -> mpsc::UnboundedReceiver<Input> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        // A trailing backslash continues the input on the next line, as at the terminal.
+        let mut continued = String::new();
+        for line in std::io::stdin().lines() {
+            let Ok(line) = line else { break };
+            if let Some(head) = line.strip_suffix('\\') {
+                continued.push_str(head);
+                continued.push('\n');
+                continue;
+            }
+            continued.push_str(&line);
+            if tx
+                .send(Input::Line(std::mem::take(&mut continued)))
+                .is_err()
+            {
+                return;
+            }
+        }
+        if !continued.is_empty() {
+            let _ = tx.send(Input::Line(continued));
+        }
+        let _ = tx.send(Input::Eof);
+    });
+    rx
+}

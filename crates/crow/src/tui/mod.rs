@@ -244,7 +244,7 @@ pub async fn run(args: Args) -> Result<ExitCode> {
 
     let mut input = match app.editor.as_mut() {
         Some(editor) => std::mem::replace(&mut editor.input, mpsc::unbounded_channel().1),
-        None => line_input(),
+        None => editor::line_input(),
     };
     crate::stop::watch_signals(false);
     let stop = crate::stop::token();
@@ -331,35 +331,6 @@ pub async fn run(args: Args) -> Result<ExitCode> {
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// Lines of a stdin that is not a terminal, as inputs.
-fn line_input() -> mpsc::UnboundedReceiver<Input> {
-    let (tx, rx) = mpsc::unbounded_channel();
-    std::thread::spawn(move || {
-        // A trailing backslash continues the input on the next line, as at the terminal.
-        let mut continued = String::new();
-        for line in std::io::stdin().lines() {
-            let Ok(line) = line else { break };
-            if let Some(head) = line.strip_suffix('\\') {
-                continued.push_str(head);
-                continued.push('\n');
-                continue;
-            }
-            continued.push_str(&line);
-            if tx
-                .send(Input::Line(std::mem::take(&mut continued)))
-                .is_err()
-            {
-                return;
-            }
-        }
-        if !continued.is_empty() {
-            let _ = tx.send(Input::Line(continued));
-        }
-        let _ = tx.send(Input::Eof);
-    });
-    rx
 }
 
 /// A file name for a project's input history: its root path, hashed (FNV-1a).
@@ -538,61 +509,6 @@ impl App {
             return;
         }
         self.start_turn(line, None);
-    }
-
-    /// `!command`: the user's own command, run as the agent's `bash` would; it counts as a
-    /// turn (Esc cancels it, what is typed meanwhile waits for it).
-    fn run_shell(&mut self, command: &str) {
-        if self.running.is_some() {
-            return self
-                .view
-                .info("!command waits for the turn to end (Esc cancels it)");
-        }
-        if command.is_empty() {
-            return self.view.info(
-                "!command runs a command, e.g. !git status; its output goes with your next prompt",
-            );
-        }
-        let cancel = CancellationToken::new();
-        let started = shell::start(
-            &self.composer,
-            self.id.clone().unwrap_or_default(),
-            command.to_owned(),
-            cancel.clone(),
-            self.shell_done.clone(),
-        );
-        match started {
-            Ok(()) => {
-                self.running = Some(Running {
-                    cancel,
-                    started: Instant::now(),
-                });
-                self.refresh_status();
-            }
-            Err(e) => self.view.error(&e),
-        }
-    }
-
-    /// A `!command` ended: its output is shown and kept for the next prompt.
-    fn shell_finished(&mut self, done: shell::Done) {
-        self.running = None;
-        self.questions.clear();
-        let output = done.result.output.trim_end();
-        if done.result.status == crow_core::ToolStatus::Success {
-            self.view.plain(output);
-        } else {
-            self.view.warn(output);
-        }
-        self.shell_notes.push_str(&shell::note(&done));
-        self.view
-            .info("(the command and its output go with your next prompt)");
-        self.refresh_status();
-        let queued = self.steering.take();
-        if self.quit_pending {
-            self.quit = true;
-        } else if !queued.is_empty() {
-            self.start_turn_echo(queued.join("\n\n"), None, true);
-        }
     }
 
     /// The prompt given on the command line: shown, then run like a typed one.

@@ -74,3 +74,61 @@ pub fn note(done: &Done) -> String {
         done.result.output.trim_end()
     )
 }
+
+/// The terminal's side of `!command`.
+impl super::App {
+    /// `!command`: the user's own command, run as the agent's `bash` would; it counts as a
+    /// turn (Esc cancels it, what is typed meanwhile waits for it).
+    pub(super) fn run_shell(&mut self, command: &str) {
+        if self.running.is_some() {
+            return self
+                .view
+                .info("!command waits for the turn to end (Esc cancels it)");
+        }
+        if command.is_empty() {
+            return self.view.info(
+                "!command runs a command, e.g. !git status; its output goes with your next prompt",
+            );
+        }
+        let cancel = CancellationToken::new();
+        let started = start(
+            &self.composer,
+            self.id.clone().unwrap_or_default(),
+            command.to_owned(),
+            cancel.clone(),
+            self.shell_done.clone(),
+        );
+        match started {
+            Ok(()) => {
+                self.running = Some(super::Running {
+                    cancel,
+                    started: std::time::Instant::now(),
+                });
+                self.refresh_status();
+            }
+            Err(e) => self.view.error(&e),
+        }
+    }
+
+    /// A `!command` ended: its output is shown and kept for the next prompt.
+    pub(super) fn shell_finished(&mut self, done: Done) {
+        self.running = None;
+        self.questions.clear();
+        let output = done.result.output.trim_end();
+        if done.result.status == crow_core::ToolStatus::Success {
+            self.view.plain(output);
+        } else {
+            self.view.warn(output);
+        }
+        self.shell_notes.push_str(&note(&done));
+        self.view
+            .info("(the command and its output go with your next prompt)");
+        self.refresh_status();
+        let queued = self.steering.take();
+        if self.quit_pending {
+            self.quit = true;
+        } else if !queued.is_empty() {
+            self.start_turn_echo(queued.join("\n\n"), None, true);
+        }
+    }
+}
