@@ -495,25 +495,6 @@ fn history(path: &Path) -> Result<Box<FileBackedHistory>, String> {
         .map_err(|e| e.to_string())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::{continued, fit};
-
-    #[test]
-    fn continuation_backslashes_are_dropped() {
-        assert_eq!(continued("one \\\ntwo\\\nthree"), "one \ntwo\nthree");
-        assert_eq!(continued("a\\b"), "a\\b");
-    }
-
-    #[test]
-    fn the_status_keeps_the_leading_parts_that_fit() {
-        let status = "mock-model · build · ask · 3.3k↑ 19↓ · 01a20b17";
-        assert_eq!(fit(status, 80), status);
-        assert_eq!(fit(status, 20), "mock-model · build");
-        assert_eq!(fit(status, 5), "");
-    }
-}
-
 /// Lines of a stdin that is not a terminal, as inputs.
 pub(super) fn line_input() -> mpsc::UnboundedReceiver<Input> {
     let (tx, rx) = mpsc::unbounded_channel();
@@ -541,4 +522,23 @@ pub(super) fn line_input() -> mpsc::UnboundedReceiver<Input> {
         let _ = tx.send(Input::Eof);
     });
     rx
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{continued, fit};
+
+    #[test]
+    fn continuation_backslashes_are_dropped() {
+        assert_eq!(continued("one \\\ntwo\\\nthree"), "one \ntwo\nthree");
+        assert_eq!(continued("a\\b"), "a\\b");
+    }
+
+    #[test]
+    fn the_status_keeps_the_leading_parts_that_fit() {
+        let status = "mock-model · build · ask · 3.3k↑ 19↓ · 01a20b17";
+        assert_eq!(fit(status, 80), status);
+        assert_eq!(fit(status, 20), "mock-model · build");
+        assert_eq!(fit(status, 5), "");
+    }
 }
