@@ -504,3 +504,34 @@ fn a_delta_with_a_skipped_file_loads() {
         vec![change("big.bin", ChangeKind::Created)]
     );
 }
+
+/// A hostile repository's symlinked directory pointing outside the project: the snapshot
+/// records the link, never what is behind it, and the watch does not follow it — a file
+/// written out there changes no snapshot.
+#[test]
+fn a_symlinked_directory_out_of_the_project_is_recorded_as_a_link_and_never_followed() {
+    let f = fixture();
+    let outside = f.base.parent().unwrap().join("outside");
+    fs::create_dir_all(&outside).unwrap();
+    fs::write(outside.join("secret.txt"), "secret").unwrap();
+    std::os::unix::fs::symlink(&outside, f.project.join("out")).unwrap();
+    let store = SnapshotStore::open(&f.base, &f.project, Options::default()).unwrap();
+    let first = store.take().unwrap();
+    let manifest = store.manifest(&first).unwrap();
+    assert!(manifest.files["out"].link);
+    assert!(
+        manifest.files.keys().all(|p| !p.starts_with("out/")),
+        "{:?}",
+        manifest.files.keys()
+    );
+    fs::write(outside.join("new.txt"), "more").unwrap();
+    fs::write(outside.join("secret.txt"), "changed").unwrap();
+    assert_eq!(
+        store.take().unwrap(),
+        first,
+        "nothing in the project changed"
+    );
+    // Renaming the link's target away and back is outside too.
+    fs::rename(&outside, outside.with_extension("moved")).unwrap();
+    assert_eq!(store.take().unwrap(), first);
+}
