@@ -30,6 +30,7 @@ use crate::wiring::{find_project_root, provider_settings, select_provider};
 
 mod mcp;
 mod models;
+mod rules;
 mod settings;
 use mcp::start_mcp;
 use models::{Listed, model_id, models};
@@ -731,7 +732,7 @@ impl SessionRunner for CrowRunner {
         if !self.loaded.trusted {
             return None;
         }
-        Some(Arc::new(crate::permissions::ProjectRules::new(
+        Some(Arc::new(rules::ProjectRules::new(
             &self.composer.project_root,
         )))
     }

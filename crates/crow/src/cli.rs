@@ -3,7 +3,8 @@
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::{config_cmd, mcp, memory, sessions, skills, stats};
+use crate::cmd::{mcp, sessions, skills};
+use crate::{config_cmd, memory_cmd, stats};
 
 #[derive(Parser)]
 #[command(
@@ -102,7 +103,7 @@ pub(crate) enum Command {
     /// What crow learned from finished sessions: list, search, show, add, edit, forget
     Memory {
         #[command(subcommand)]
-        command: memory::MemoryCommand,
+        command: memory_cmd::MemoryCommand,
     },
     /// Tokens, cache hits, calls and time per model and per agent, from the stored sessions
     Stats(stats::StatsArgs),

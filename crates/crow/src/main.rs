@@ -8,32 +8,22 @@
 mod stop;
 
 mod acp;
-mod agents;
 mod cli;
-mod compose;
-mod config;
+mod cmd;
 mod config_cmd;
 mod demo;
-mod instructions;
-mod mcp;
-mod memory;
+mod memory_cmd;
 mod models;
-mod permissions;
-mod prompt;
 mod render;
 mod run;
-mod session_cmd;
-mod sessions;
-mod setup;
-mod skills;
-mod slash;
 mod stats;
-mod telemetry;
-mod templates;
-mod trust;
 mod tui;
-mod undo;
-mod wiring;
+
+// The application layer's modules, under their old paths (`crate::config::…`).
+use crow_app::{
+    agents, compose, config, instructions, mcp, memory, permissions, session_cmd, sessions, setup,
+    skills, slash, telemetry, templates, trust, undo, wiring,
+};
 
 use std::io::Read;
 use std::process::ExitCode;
@@ -64,6 +54,8 @@ fn main() -> ExitCode {
     }
     let cli = parse_cli();
     init_logging();
+    // The application layer's lines for the user go where the binary's own go.
+    crow_app::say::route(|line| stop::err_line(format_args!("{line}")));
     let runtime = match runtime_for(cli.command.as_ref()).enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -227,7 +219,7 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
             let cwd = std::env::current_dir().context("cannot read the current directory")?;
             let (root, _) = wiring::find_project_root(&cwd);
             let loaded = config::load(&root, &Overrides::default())?;
-            sessions::run(command, &loaded.config, &root)
+            cmd::sessions::run(command, &loaded.config, &root)
         }
         Command::Undo {
             session,
@@ -239,10 +231,10 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
             let (root, _) = wiring::find_project_root(&cwd);
             let loaded = config::load(&root, &Overrides::default())?;
             let request = undo::Request { redo, force, to };
-            undo::command(&loaded.config, &root, session.as_deref(), request)
+            cmd::undo::command(&loaded.config, &root, session.as_deref(), request)
         }
-        Command::Memory { command } => memory::command(command).await,
-        Command::Mcp { command } => mcp::command(command).await,
+        Command::Memory { command } => memory_cmd::command(command).await,
+        Command::Mcp { command } => cmd::mcp::command(command).await,
         Command::Init { yes } => config_cmd::init(yes),
         Command::Prompts { command } => prompts_command(command),
         Command::Config {
@@ -268,7 +260,7 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
         Command::Agents { command } => agents_command(command),
         Command::Skills { command } => {
             let cwd = std::env::current_dir().context("cannot read the current directory")?;
-            skills::command(command, &wiring::find_project_root(&cwd).0)
+            cmd::skills::command(command, &wiring::find_project_root(&cwd).0)
         }
         Command::Acp(model) => acp::serve(overrides(&model, None)).await,
         Command::Sandbox {

@@ -9,8 +9,8 @@ use clap::Subcommand;
 use crow_core::SessionStore;
 use crow_store::{Learning, LearningFilter, NewLearning, SqliteStore};
 
-use super::finish::{self, Outcome};
 use crate::config::{self, Overrides};
+use crate::memory::finish::{self, Outcome};
 use crate::sessions::{self, Resume, store_error};
 use crate::wiring;
 
@@ -180,7 +180,7 @@ pub async fn command(command: MemoryCommand) -> Result<ExitCode> {
                     project_root: root.clone(),
                     global,
                     kind,
-                    text: super::redact::secrets(text).into_owned(),
+                    text: crate::memory::redact::secrets(text).into_owned(),
                     files,
                     source: "user".into(),
                     ..Default::default()
@@ -207,7 +207,7 @@ pub async fn command(command: MemoryCommand) -> Result<ExitCode> {
             if text.is_none() && scope.is_none() {
                 bail!("nothing to change: give --text, --global or --local");
             }
-            let text = text.map(|t| super::redact::secrets(t.trim()).into_owned());
+            let text = text.map(|t| crate::memory::redact::secrets(t.trim()).into_owned());
             if text.as_deref() == Some("") {
                 bail!("the learning's text is empty; crow memory forget {id} deletes it");
             }

@@ -20,7 +20,6 @@ use crate::config::Source;
 pub mod opencode;
 mod save;
 
-pub use save::ProjectRules;
 // The API the interactive terminal calls when the user keeps an "always" for the project.
 #[allow(unused_imports)]
 pub use save::{SavedRule, save_rule};
@@ -223,7 +222,7 @@ pub fn sensitive_dirs(config: &crate::config::Config, project_root: &Path) -> Ve
 }
 
 /// A path with its existing part resolved (tools and commands report resolved paths).
-pub(crate) fn canonical(path: &Path) -> PathBuf {
+pub fn canonical(path: &Path) -> PathBuf {
     resolved(path, &mut std::collections::HashMap::new())
 }
 

@@ -645,7 +645,7 @@ mod proptests;
 mod shown;
 
 pub use files::{open_private, read_or_empty, write_config_file};
-pub(crate) use files::{parse_layer, read_layer};
+pub use files::{parse_layer, read_layer};
 
 #[cfg(test)]
 mod tests {

@@ -44,7 +44,7 @@ pub fn open_private(path: &Path) -> Result<std::fs::File> {
         .with_context(|| format!("cannot write {}", path.display()))
 }
 
-pub(crate) fn read_layer(path: &Path) -> Result<Option<(toml::Table, Source)>> {
+pub fn read_layer(path: &Path) -> Result<Option<(toml::Table, Source)>> {
     match std::fs::read_to_string(path) {
         Ok(text) => {
             let source = Source::File(path.to_path_buf());
@@ -56,7 +56,7 @@ pub(crate) fn read_layer(path: &Path) -> Result<Option<(toml::Table, Source)>> {
 }
 
 /// Parses one layer and checks it against the schema, naming the file on error.
-pub(crate) fn parse_layer(text: &str, source: &Source) -> Result<toml::Table> {
+pub fn parse_layer(text: &str, source: &Source) -> Result<toml::Table> {
     let table: toml::Table = toml::from_str(text)
         .map_err(|e| anyhow::anyhow!("config error in {source}: {}", describe(text, &e)))?;
     // Parsed again from the text (not the table) so a schema error has a position too.

@@ -6,9 +6,9 @@
 //!   writes a summary and learnings into the store. It runs in a detached `crow memory finish`
 //!   process, so no front end waits for it and it outlives the one that started it;
 //! - **`memory_search`** (`tool.rs`): the model looks further into learnings and past sessions;
-//! - **`crow memory …`** and **`crow sessions search`** (`cmd.rs`) for the user.
+//! - **`crow memory …`** and **`crow sessions search`** (the binary's `memory_cmd.rs`) for the
+//!   user.
 
-mod cmd;
 pub mod finish;
 pub mod redact;
 mod tool;
@@ -20,7 +20,6 @@ use crow_core::{AgentError, EntryKind, RunResult, RunStop, Session, SystemEvent}
 use crow_store::SqliteStore;
 
 pub use crate::config::memory::{FinishWhen, MemoryConfig};
-pub use cmd::{MemoryCommand, command};
 
 /// The finish step's built-in request template (`crow prompts show finish`).
 pub const FINISH_TEMPLATE: &str = include_str!("../../prompts/finish.md.j2");

@@ -6,7 +6,7 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use minijinja::{Environment, context};
 
-pub(crate) const SYSTEM_TEMPLATE: &str = include_str!("../prompts/system.md.j2");
+pub const SYSTEM_TEMPLATE: &str = include_str!("../prompts/system.md.j2");
 
 /// Facts the prompt mentions. `date` is fixed when the session starts.
 pub struct PromptFacts<'a> {

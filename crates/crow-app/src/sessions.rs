@@ -2,21 +2,18 @@
 //! |delete`, and finding the session `crow run --continue` / `--resume` picks up.
 
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
 
-use anyhow::{Context, Result, anyhow, bail};
-use clap::Subcommand;
+use anyhow::{Context, Result, anyhow};
 use crow_core::{
     AgentError, AgentEvent, Crew, CrewSession, HistorySink, NewSession, RunResult, RunStop,
-    Session, SessionFilter, SessionInfo, SessionStatus, SessionStore, StoreError, Usage,
-    UsageRecord,
+    Session, SessionInfo, SessionStatus, SessionStore, StoreError, Usage, UsageRecord,
 };
-use crow_store::{ExportFormat, SqliteStore, StoreOptions};
+use crow_store::{SqliteStore, StoreOptions};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
 use crate::compose::Composer;
@@ -73,40 +70,6 @@ pub fn add_prompt(
             session.add_image(mime_type, data);
         }
     }
-}
-
-#[derive(Subcommand)]
-pub enum SessionsCommand {
-    /// List sessions, newest first (this project's unless --all)
-    List {
-        /// Sessions of every project
-        #[arg(long)]
-        all: bool,
-    },
-    /// Print a session's timeline
-    Show {
-        /// Session id, or a unique prefix of it
-        id: String,
-    },
-    /// Print a whole session as JSON lines or Markdown
-    Export {
-        id: String,
-        #[arg(long, default_value = "jsonl", value_parser = ["jsonl", "markdown", "md"])]
-        format: String,
-    },
-    /// Delete a session with its history and usage
-    Delete { id: String },
-    /// Full-text search over every session's prompts, answers, commands and outputs (this
-    /// project's unless --all), best match first, with the id to resume
-    Search {
-        query: String,
-        /// Sessions of every project
-        #[arg(long)]
-        all: bool,
-        /// Most matches shown
-        #[arg(long, default_value_t = 20)]
-        limit: usize,
-    },
 }
 
 /// Which stored session `crow run` continues.
@@ -586,122 +549,4 @@ pub async fn record_usage(
     if let Some(trace) = trace {
         trace.finish();
     }
-}
-
-pub fn run(command: SessionsCommand, config: &Config, project_root: &Path) -> Result<ExitCode> {
-    let Some(store) = open_for_reading(config)? else {
-        if matches!(command, SessionsCommand::List { .. }) {
-            eprintln!("no sessions yet");
-            return Ok(ExitCode::SUCCESS);
-        }
-        bail!(
-            "no sessions yet (no database at {})",
-            crate::wiring::db_path(config)?.display()
-        );
-    };
-    match command {
-        SessionsCommand::List { all } => {
-            let filter = SessionFilter {
-                project_root: (!all).then(|| project_root.to_path_buf()),
-                limit: None,
-            };
-            let sessions = store.list_sessions(&filter).map_err(store_error)?;
-            if sessions.is_empty() {
-                if all {
-                    eprintln!("no sessions yet");
-                } else {
-                    eprintln!(
-                        "no sessions in {} yet; `crow sessions list --all` shows every project's",
-                        project_root.display()
-                    );
-                }
-                return Ok(ExitCode::SUCCESS);
-            }
-            print!("{}", list_table(&sessions, all));
-        }
-        SessionsCommand::Show { id } => {
-            let dump = crow_store::dump(&store, &id).map_err(store_error)?;
-            print!("{}", dump.timeline_text());
-        }
-        SessionsCommand::Export { id, format } => {
-            let format: ExportFormat = format.parse().map_err(|e: String| anyhow!(e))?;
-            let dump = crow_store::dump(&store, &id).map_err(store_error)?;
-            print!("{}", dump.render(format));
-        }
-        SessionsCommand::Delete { id } => {
-            let info = store.session(&id).map_err(store_error)?;
-            let snapshots = crate::undo::only_in(&store, &info);
-            store.delete_session(&info.id).map_err(store_error)?;
-            println!("deleted session {} ({})", info.id, info.title);
-            crate::undo::forget(config, &store, &info, &snapshots);
-        }
-        SessionsCommand::Search { query, all, limit } => {
-            let project = (!all).then_some(project_root);
-            let found = search(&store, &query, project, limit)?;
-            if found.is_empty() {
-                eprintln!(
-                    "nothing matches{}",
-                    if all {
-                        ""
-                    } else {
-                        " in this project's sessions (--all searches every project's)"
-                    }
-                );
-            }
-            print!("{found}");
-        }
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-/// Matches as lines: session id, time, kind, title, then the text around the match.
-fn search(
-    store: &SqliteStore,
-    query: &str,
-    project: Option<&Path>,
-    limit: usize,
-) -> Result<String> {
-    if crow_store::fts_query(query).is_none() {
-        bail!("nothing to search for: give words of three letters or more");
-    }
-    let hits = store
-        .search_entries(query, project, limit)
-        .map_err(store_error)?;
-    let mut out = String::new();
-    for h in hits {
-        out.push_str(&format!(
-            "{}  {}  {:<14} {}\n    {}\n",
-            h.session_id,
-            h.ts.with_timezone(&chrono::Local).format("%Y-%m-%d %H:%M"),
-            h.kind,
-            h.session_title,
-            h.snippet
-        ));
-    }
-    Ok(out)
-}
-
-fn list_table(sessions: &[SessionInfo], all: bool) -> String {
-    let mut out = format!(
-        "{:<36}  {:<16}  {:<9}  {:>7}  {}\n",
-        "ID", "UPDATED", "STATUS", "ENTRIES", "TITLE"
-    );
-    for s in sessions {
-        let updated = s
-            .updated_at
-            .with_timezone(&chrono::Local)
-            .format("%Y-%m-%d %H:%M");
-        out.push_str(&format!(
-            "{:<36}  {updated:<16}  {:<9}  {:>7}  {}",
-            s.id,
-            s.status.as_str(),
-            s.entries,
-            s.title
-        ));
-        if all {
-            out.push_str(&format!("  ({})", s.project_root.display()));
-        }
-        out.push('\n');
-    }
-    out
 }

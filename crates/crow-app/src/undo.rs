@@ -9,11 +9,10 @@
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::Result;
 use crow_core::{
     CrewSession, EntryKind, FileChange, OPEN_END, SessionFilter, SessionInfo, SessionStore,
     Snapshotter, SystemEvent, TurnChange, undo_stack,
@@ -403,47 +402,6 @@ pub fn in_session(
     }
 }
 
-/// `crow undo`: the latest session of this project unless `--session` names one.
-pub fn command(
-    config: &Config,
-    project_root: &Path,
-    session: Option<&str>,
-    request: Request,
-) -> Result<ExitCode> {
-    let store = crate::sessions::open(config)?;
-    let info = match session {
-        Some(id) => store.session(id).map_err(crate::sessions::store_error)?,
-        None => match store
-            .latest_session(project_root)
-            .map_err(crate::sessions::store_error)?
-        {
-            Some(info) => info,
-            None => bail!(
-                "no session in {} yet; name one with --session ID",
-                project_root.display()
-            ),
-        },
-    };
-    let Some(snapshots) = open_snapshots(config, &info.project_root) else {
-        bail!("snapshots are off ([snapshots] enabled = false): nothing to undo with");
-    };
-    let outcome = apply(store.as_ref(), &info.id, snapshots.as_ref(), request)?;
-    for (agent, entry) in &outcome.entries {
-        let entry = crow_core::HistoryEntry::now(entry.clone());
-        store
-            .append_entry(&info.id, agent, &entry)
-            .map_err(crate::sessions::store_error)
-            .context("the files were restored, but the session does not record it")?;
-    }
-    let out = format!("{}\n(session {})", outcome.text, info.id);
-    if outcome.status == Status::Done {
-        println!("{out}");
-    } else {
-        eprintln!("{out}");
-    }
-    Ok(ExitCode::from(outcome.status.exit_status()))
-}
-
 /// The snapshot ids a session's timeline records.
 fn recorded(store: &dyn SessionStore, id: &str) -> HashSet<String> {
     let mut ids = HashSet::new();
@@ -529,9 +487,10 @@ pub fn forget(
     );
     match crow_snapshot::remove_snapshots(&base, &root, &ids) {
         Ok(p) if p.manifests > 0 => {
-            eprintln!(
+            errln!(
                 "removed {} snapshot(s) and {} stored file(s) of it",
-                p.manifests, p.blobs
+                p.manifests,
+                p.blobs
             );
         }
         Ok(_) => {}

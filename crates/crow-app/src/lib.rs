@@ -1,0 +1,28 @@
+//! crow's application layer, under every front end (`crow run`, the interactive terminal,
+//! `crow acp`): layered configuration and trust, the permission policy's rule files, the agent
+//! catalog, composition of crews, sessions in the store, undo, memory, telemetry, project
+//! instructions, skills, prompt templates and custom commands. The `crow` binary keeps the
+//! command line, the terminal, the ACP glue, rendering and the subcommands' output; nothing
+//! here prints to stdout.
+
+#[macro_use]
+pub mod say;
+
+pub mod agents;
+pub mod compose;
+pub mod config;
+pub mod instructions;
+pub mod mcp;
+pub mod memory;
+pub mod permissions;
+pub mod prompt;
+pub mod session_cmd;
+pub mod sessions;
+pub mod setup;
+pub mod skills;
+pub mod slash;
+pub mod telemetry;
+pub mod templates;
+pub mod trust;
+pub mod undo;
+pub mod wiring;
