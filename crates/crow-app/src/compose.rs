@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result, anyhow, bail};
 use crow_core::{
-    AgentConfig, AllowAll, BaseAgent, ClientBridge, ControlFlow, Crew, PermissionGate, Provider,
+    AgentConfig, BaseAgent, ClientBridge, ControlFlow, Crew, PermissionGate, Provider,
     SubagentFactory, TaskTool, ToolRegistry,
 };
 use crow_providers::ProviderSettings;
@@ -18,21 +18,23 @@ use crate::config::Config;
 use crate::prompt::{PromptFacts, render_system_prompt_from};
 use crate::wiring::{find_project_root, provider_settings};
 
-/// Everything needed to turn a composition name into a [`Crew`].
+/// Everything needed to turn a composition name into a [`Crew`]. Built whole by
+/// [`Composer::build`] from [`ComposerParts`]: who answers permission questions and the
+/// policy every call goes through are required, so no front end can build a session that
+/// skips them.
 pub struct Composer {
     pub config: Config,
     /// The session's provider and model (what agents without their own model use).
     pub default_provider: ProviderSettings,
     pub catalog: Catalog,
     pub tools: ToolRegistry,
-    pub permission: Arc<dyn PermissionGate>,
-    /// The permission policy every agent's calls go through (`None`: the tools' own
-    /// questions only).
-    pub policy: Option<Arc<crow_core::Policy>>,
+    permission: Arc<dyn PermissionGate>,
+    /// The permission policy every agent's calls go through.
+    policy: Arc<crow_core::Policy>,
     /// The project is trusted: allow rules in its agent files count.
-    pub trusted: bool,
+    trusted: bool,
     /// The editor's files and terminals (`crow acp`), handed to every agent's tools.
-    pub client: Option<Arc<dyn ClientBridge>>,
+    client: Option<Arc<dyn ClientBridge>>,
     /// The project's working-tree snapshots (`undo.rs`), given to the crew's agents (not to
     /// subagents: their changes are the calling turn's).
     pub snapshots: Option<Arc<dyn crow_core::Snapshotter>>,
@@ -57,23 +59,53 @@ pub struct Composer {
     providers: Mutex<HashMap<ProviderKey, Arc<dyn Provider>>>,
     /// The reasoning effort the user picked for this session (an editor's selector, `crow
     /// run --effort`); it wins over agent definitions and the provider's config.
-    pub effort: Option<crow_providers::ReasoningEffort>,
+    effort: Option<crow_providers::ReasoningEffort>,
     /// Agents whose model alias could not be mapped and has been warned about.
     alias_warned: Mutex<std::collections::HashSet<String>>,
+}
+
+/// What a [`Composer`] is built from.
+pub struct ComposerParts {
+    pub config: Config,
+    /// The session's provider and model.
+    pub provider: ProviderSettings,
+    pub catalog: Catalog,
+    pub tools: ToolRegistry,
+    pub cwd: PathBuf,
+    pub max_iterations: u32,
+    /// Who answers the questions the policy or a tool asks.
+    pub gate: Arc<dyn PermissionGate>,
+    pub policy: Arc<crow_core::Policy>,
+    pub trusted: bool,
+    /// The editor's files and terminals, if the front end has an editor.
+    pub client: Option<Arc<dyn ClientBridge>>,
+    /// The user's reasoning effort for the session, applied to the provider too.
+    pub effort: Option<crow_providers::ReasoningEffort>,
 }
 
 /// A built provider per provider name, model and reasoning effort.
 type ProviderKey = (String, String, Option<crow_providers::ReasoningEffort>);
 
 impl Composer {
-    pub fn new(
-        config: Config,
-        default_provider: ProviderSettings,
-        catalog: Catalog,
-        tools: ToolRegistry,
-        cwd: PathBuf,
-        max_iterations: u32,
-    ) -> Self {
+    /// Reads the project's instructions, templates and skills, opens its snapshots, and
+    /// gives the agents the `task` tool ([`with_subagents`]).
+    pub fn build(parts: ComposerParts) -> Arc<Self> {
+        let ComposerParts {
+            config,
+            mut provider,
+            catalog,
+            tools,
+            cwd,
+            max_iterations,
+            gate,
+            policy,
+            trusted,
+            client,
+            effort,
+        } = parts;
+        if effort.is_some() {
+            provider.reasoning_effort = effort;
+        }
         let (project_root, is_git) = find_project_root(&cwd);
         let instructions = crate::instructions::load(
             &config.instructions,
@@ -107,20 +139,20 @@ impl Composer {
         if let Some(snapshots) = &snapshots {
             crate::undo::prewarm(snapshots);
         }
-        Self {
+        with_subagents(Self {
             snapshots,
             instructions,
             templates,
             template_error,
             skill_index,
             config,
-            default_provider,
+            default_provider: provider,
             catalog,
             tools,
-            permission: Arc::new(AllowAll),
-            policy: None,
-            trusted: false,
-            client: None,
+            permission: gate,
+            policy,
+            trusted,
+            client,
             cwd,
             project_root,
             is_git,
@@ -129,9 +161,76 @@ impl Composer {
             stored_prompts: Mutex::new(HashMap::new()),
             history_sink: std::sync::OnceLock::new(),
             providers: Mutex::new(HashMap::new()),
-            effort: None,
+            effort,
             alias_warned: Mutex::new(std::collections::HashSet::new()),
+        })
+    }
+
+    /// The same session's composer with another provider (a model switch) and effort:
+    /// everything else — gate, policy, trust, editor, tools, instructions, templates,
+    /// snapshots, stored prompts, history sink — is kept, nothing is read again.
+    pub fn switched(
+        &self,
+        mut provider: ProviderSettings,
+        effort: Option<crow_providers::ReasoningEffort>,
+    ) -> Arc<Self> {
+        if effort.is_some() {
+            provider.reasoning_effort = effort;
         }
+        let composer = Self {
+            config: self.config.clone(),
+            default_provider: provider,
+            catalog: crate::wiring::load_agents(&self.project_root),
+            tools: self.tools.clone(),
+            permission: Arc::clone(&self.permission),
+            policy: Arc::clone(&self.policy),
+            trusted: self.trusted,
+            client: self.client.clone(),
+            snapshots: self.snapshots.clone(),
+            cwd: self.cwd.clone(),
+            project_root: self.project_root.clone(),
+            is_git: self.is_git,
+            date: self.date.clone(),
+            instructions: self.instructions.clone(),
+            templates: self.templates.clone(),
+            template_error: self.template_error.clone(),
+            skill_index: self.skill_index.clone(),
+            max_iterations: self.max_iterations,
+            stored_prompts: Mutex::new(
+                self.stored_prompts
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .clone(),
+            ),
+            history_sink: std::sync::OnceLock::new(),
+            providers: Mutex::new(HashMap::new()),
+            effort,
+            alias_warned: Mutex::new(std::collections::HashSet::new()),
+        };
+        if let Some(sink) = self.history_sink.get() {
+            let _ = composer.history_sink.set(Arc::clone(sink));
+        }
+        with_subagents(composer)
+    }
+
+    /// Who answers permission questions.
+    pub fn gate(&self) -> &Arc<dyn PermissionGate> {
+        &self.permission
+    }
+
+    /// The permission policy of the session.
+    pub fn policy(&self) -> &Arc<crow_core::Policy> {
+        &self.policy
+    }
+
+    /// The project's own configuration counts in full.
+    pub fn trusted(&self) -> bool {
+        self.trusted
+    }
+
+    /// The reasoning effort the user picked for the session, if any.
+    pub fn effort(&self) -> Option<crow_providers::ReasoningEffort> {
+        self.effort
     }
 
     /// Subagent histories are written here too.
@@ -318,24 +417,19 @@ impl Composer {
             Arc::clone(&self.permission),
             config,
         );
-        let agent = match &self.policy {
-            Some(policy) => {
-                // A subagent is shown under its callers (`planner/explore`): theirs count too.
-                let ancestors: Vec<&AgentDef> = shown
-                    .split('/')
-                    .rev()
-                    .skip(1)
-                    .filter_map(|name| self.ancestor(name))
-                    .collect();
-                agent.with_policy(crate::permissions::for_agent(
-                    policy,
-                    def,
-                    &ancestors,
-                    self.trusted,
-                )?)
-            }
-            None => agent,
-        };
+        // A subagent is shown under its callers (`planner/explore`): theirs count too.
+        let ancestors: Vec<&AgentDef> = shown
+            .split('/')
+            .rev()
+            .skip(1)
+            .filter_map(|name| self.ancestor(name))
+            .collect();
+        let agent = agent.with_policy(crate::permissions::for_agent(
+            &self.policy,
+            def,
+            &ancestors,
+            self.trusted,
+        )?);
         Ok(match &self.client {
             Some(client) => agent.with_client(Arc::clone(client)),
             None => agent,
@@ -470,7 +564,7 @@ pub const MAX_PARALLEL_SUBAGENTS: usize = 4;
 
 /// Shares the composer and gives its agents the `task` tool (which holds it weakly, so the
 /// composer and its registry do not keep each other alive).
-pub fn with_subagents(composer: Composer) -> Arc<Composer> {
+fn with_subagents(composer: Composer) -> Arc<Composer> {
     let composer = Arc::new(composer);
     let weak: std::sync::Weak<Composer> = Arc::downgrade(&composer);
     let factory: std::sync::Weak<dyn SubagentFactory> = weak;

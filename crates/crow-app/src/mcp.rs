@@ -47,6 +47,11 @@ pub struct Session {
 }
 
 impl Session {
+    /// The servers, for the session driver to wait on.
+    pub fn manager(&self) -> McpManager {
+        self.manager.clone()
+    }
+
     /// Waits up to `limit` for the servers still starting, so their tools are registered
     /// before the first model call (servers that take longer join later, as before).
     pub async fn wait_started(&self, limit: Duration) {

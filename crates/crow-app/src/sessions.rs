@@ -322,7 +322,7 @@ pub const EFFORT_OPTION: &str = "reasoning_effort";
 
 /// Records the session's provider, model and endpoint (the session's choice, which agents
 /// without a model of their own use), keeping its other settings.
-fn record_choices(store: &SqliteStore, id: &str, composer: &Composer) -> Result<SessionInfo> {
+pub fn record_choices(store: &SqliteStore, id: &str, composer: &Composer) -> Result<SessionInfo> {
     let chosen = &composer.default_provider;
     store
         .set_model(id, &chosen.name, &chosen.model)
@@ -344,7 +344,7 @@ fn choices(
 ) -> crow_core::SessionSettings {
     settings.base_url = Some(composer.default_provider.base_url.clone());
     // The effort the user picked for the session (`--effort`, an editor's selector).
-    match composer.effort {
+    match composer.effort() {
         Some(effort) => settings
             .options
             .insert(EFFORT_OPTION.to_owned(), effort.as_str().to_owned()),

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use crow_core::{Mode, PermissionGate, SessionInfo};
 
-use crate::compose::{self, Composer};
+use crate::compose::{Composer, ComposerParts};
 use crate::config::{self, LoadedConfig, Overrides};
 use crate::{mcp, memory, permissions, sessions, wiring};
 
@@ -107,14 +107,19 @@ pub fn assemble(request: Request) -> Result<Assembled> {
         rules = policy.rules.len(),
         "permissions"
     );
-    let mut composer = Composer::new(
-        loaded.config.clone(),
-        selection.settings,
+    let composer = Composer::build(ComposerParts {
+        config: loaded.config.clone(),
+        provider: selection.settings,
         catalog,
         tools,
         cwd,
         max_iterations,
-    );
+        gate: request.gate,
+        policy: Arc::new(policy),
+        trusted: loaded.trusted,
+        client: None,
+        effort: flags.effort,
+    });
     // Once the store is open. The registry is shared and ordered by name: registering after
     // the composer (and the crew) are built changes nothing the model sees.
     let (tools, memory, project) = (
@@ -126,16 +131,9 @@ pub fn assemble(request: Request) -> Result<Assembled> {
     opening.then(move |store| {
         memory::register_tool(&tools, store, &memory, &project, current.as_deref());
     });
-    composer.permission = request.gate;
-    composer.policy = Some(Arc::new(policy));
-    composer.trusted = loaded.trusted;
-    composer.effort = flags.effort;
-    if let Some(effort) = flags.effort {
-        composer.default_provider.reasoning_effort = Some(effort);
-    }
     Ok(Assembled {
         loaded,
-        composer: compose::with_subagents(composer),
+        composer,
         store: opening,
         resumed,
         mcp_servers,

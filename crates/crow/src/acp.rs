@@ -15,15 +15,15 @@ use crow_acp::{
     SessionRunner, SessionSpec, SessionSummary, SettingsSink, TurnInput, TurnOutcome,
 };
 use crow_core::{
-    CrewSession, EntryKind, EventSender, HistorySink, SessionFilter, SessionStore, StoreError,
-    ToolKind, ToolRegistry,
+    EntryKind, EventSender, SessionFilter, SessionStore, StoreError, ToolKind, ToolRegistry,
 };
 use crow_mcp::McpManager;
 use crow_providers::ProviderSettings;
-use crow_store::SqliteStore;
 use tokio_util::sync::CancellationToken;
 
-use crate::compose::{Composer, with_subagents};
+use crow_app::driver::{self, Driver, Input, Open};
+
+use crate::compose::{Composer, ComposerParts};
 use crate::config::{self, LoadedConfig, Overrides};
 use crate::sessions;
 use crate::wiring::{find_project_root, provider_settings, select_provider};
@@ -252,61 +252,19 @@ impl AgentFactory for CrowFactory {
     }
 }
 
-/// One ACP session: its composer (rebuilt when the model changes), its histories, its MCP
-/// servers and its row in the store (written when the session is created, so a session
-/// never prompted can be loaded too).
+/// One ACP session: its [`Driver`] (the same as every front end's), the editor's spec and
+/// its MCP servers. The session's row is written when the session is created, so a session
+/// never prompted can be loaded too.
 pub struct CrowRunner {
     spec: SessionSpec,
     loaded: Arc<LoadedConfig>,
     tools: ToolRegistry,
-    composer: Arc<Composer>,
+    driver: Driver,
     model: String,
-    /// The reasoning effort the composer was built with (`default` or a level).
+    /// The reasoning effort the session was built with (`default` or a level).
     effort: String,
-    session: CrewSession,
-    store: Option<Arc<SqliteStore>>,
-    /// Set once the store refused a write (see [`WriteFailure`]).
-    write_failure: Arc<WriteFailure>,
-    /// Whether the session has its row in the store yet.
-    stored: bool,
-    /// Whether its row has a title (a session is named after its first prompt).
-    titled: bool,
     /// Kept for the session's life: dropping it stops the servers.
-    mcp: McpManager,
-    /// The first prompt waited for servers still starting (`[tools] mcp_startup_wait_ms`).
-    mcp_waited: bool,
-}
-
-/// A write the session database refused for a reason waiting does not cure (full disk,
-/// size limit, read-only or damaged file; [`SqliteStore::on_write_failure`]): the running
-/// prompt ends with it at once, and so does every later prompt of the session, whose steps
-/// could not be saved either (what was queued is kept beside the database and imported
-/// when it next opens).
-#[derive(Default)]
-struct WriteFailure {
-    why: std::sync::OnceLock<String>,
-    fired: CancellationToken,
-}
-
-impl WriteFailure {
-    /// Watches `store`'s writes (none to watch without a store).
-    fn watch(store: Option<&SqliteStore>) -> Arc<Self> {
-        let failure = Arc::new(Self::default());
-        if let Some(store) = store {
-            let hook = Arc::clone(&failure);
-            store.on_write_failure(move |e| {
-                let _ = hook.why.set(format!(
-                    "{e}; crow stopped the prompt so that no more of the session goes unsaved"
-                ));
-                hook.fired.cancel();
-            });
-        }
-        failure
-    }
-
-    fn error(&self) -> Option<RunnerError> {
-        self.why.get().map(failed)
-    }
+    _mcp: McpManager,
 }
 
 impl CrowRunner {
@@ -324,7 +282,6 @@ impl CrowRunner {
             }
         };
         if let Some(store) = &store {
-            composer.set_history_sink(Arc::clone(store) as Arc<dyn HistorySink>);
             crate::memory::register_tool(
                 &tools,
                 store,
@@ -333,47 +290,25 @@ impl CrowRunner {
                 Some(&spec.session_id),
             );
         }
-        let mut session = CrewSession {
-            primary: crow_core::Session::new(
-                spec.session_id.clone(),
-                "builder",
-                spec.cwd.clone(),
-                composer.project_root.clone(),
-            ),
-            coagent: None,
-        };
-        // Stored now, untitled: a client that starts an agent per prompt loads it in the
-        // next process.
-        let mut stored = false;
-        if let Some(store) = &store {
-            let created = composer
-                .crew(known_mode(&composer, &spec.mode), None)
-                .and_then(|crew| {
-                    sessions::create_with_id(store, &crew, &composer, &spec.session_id, "")
-                });
-            match created {
-                Ok((_, opened)) => {
-                    session = opened;
-                    stored = true;
-                }
-                Err(e) => tracing::warn!("the session is not saved yet: {e:#}"),
-            }
-        }
         let mcp = start_mcp(spec, &loaded, &tools);
+        let driver = Driver::open(driver::Spec {
+            composition: Some(known_mode(&composer, &spec.mode).to_owned()),
+            composer,
+            store: store.map(sessions::Opening::ready),
+            level: None,
+            // Stored now, untitled: a client that starts an agent per prompt loads it in the
+            // next process.
+            open: Open::NewWithId(spec.session_id.clone()),
+            mcp: Some(mcp.clone()),
+        })?;
         Ok(Self {
             spec: spec.clone(),
             loaded: Arc::new(loaded),
             tools,
-            composer,
+            driver,
             model: spec.model.clone(),
             effort: EFFORT_DEFAULT.to_owned(),
-            session,
-            write_failure: WriteFailure::watch(store.as_deref()),
-            store,
-            stored,
-            titled: false,
-            mcp,
-            mcp_waited: false,
+            _mcp: mcp,
         })
     }
 
@@ -394,8 +329,6 @@ impl CrowRunner {
         let effort = info.settings.options.get(sessions::EFFORT_OPTION).cloned();
         let effort_id = effort.as_deref().unwrap_or(EFFORT_DEFAULT);
         let composer = compose(&spec, &loaded, &tools, &spec.model, effort_id)?;
-        composer.set_stored_prompts(sessions::stored_prompts(&store, &info.id)?);
-        composer.set_history_sink(Arc::clone(&store) as Arc<dyn HistorySink>);
         crate::memory::register_tool(
             &tools,
             &store,
@@ -404,26 +337,26 @@ impl CrowRunner {
             Some(&info.id),
         );
         let mode = known_mode(&composer, &info.agent).to_owned();
-        let crew = composer.crew(&mode, None)?;
-        let primary = crew.primary().name.clone();
         let (approve, remembered) = stored_answers(&info);
         let title = Some(info.title.clone()).filter(|t| !t.is_empty());
-        let (_, session) = sessions::resume(&store, &crew, &composer, info)?;
         let mcp = start_mcp(&spec, &loaded, &tools);
+        let driver = Driver::open(driver::Spec {
+            composer,
+            store: Some(sessions::Opening::ready(store)),
+            composition: Some(mode.clone()),
+            level: None,
+            open: Open::Resume(Box::new(info)),
+            mcp: Some(mcp.clone()),
+        })?;
+        let primary = driver.crew().primary().name.clone();
         let runner = Self {
             model: spec.model.clone(),
             effort: effort_id.to_owned(),
             spec,
             loaded: Arc::new(loaded),
             tools,
-            composer,
-            session,
-            write_failure: WriteFailure::watch(Some(&store)),
-            store: Some(store),
-            stored: true,
-            titled: title.is_some(),
-            mcp,
-            mcp_waited: false,
+            driver,
+            _mcp: mcp,
         };
         Ok(RestoredSession {
             runner: Box::new(runner),
@@ -494,37 +427,36 @@ fn compose(
     model: &str,
     effort: &str,
 ) -> Result<Arc<Composer>> {
-    let mut settings = settings_for(loaded, model)?;
-    // `default` (or a value this crow does not know) leaves the configuration's effort.
-    let picked = effort
+    let (root, _) = find_project_root(&spec.cwd);
+    Ok(Composer::build(ComposerParts {
+        config: loaded.config.clone(),
+        provider: settings_for(loaded, model)?,
+        catalog: crate::wiring::load_agents(&root),
+        tools: tools.clone(),
+        cwd: spec.cwd.clone(),
+        max_iterations: loaded.config.max_iterations.unwrap_or(50),
+        gate: Arc::clone(&spec.permission),
+        // One engine: the editor's gate supplies the mode (its approve selector) and asks
+        // the user when the policy says Ask.
+        policy: Arc::new(crate::permissions::policy(
+            loaded,
+            &root,
+            None,
+            crow_core::Mode::Ask,
+        )),
+        trusted: loaded.trusted,
+        client: spec.client.clone(),
+        effort: picked_effort(loaded, effort),
+    }))
+}
+
+/// The effort an editor's selector picked: `default` (or a value this crow does not know)
+/// leaves the configuration's.
+fn picked_effort(loaded: &LoadedConfig, effort: &str) -> Option<crow_providers::ReasoningEffort> {
+    effort
         .parse::<crow_providers::ReasoningEffort>()
         .ok()
-        .or(loaded.effort_override);
-    if picked.is_some() {
-        settings.reasoning_effort = picked;
-    }
-    let (root, _) = find_project_root(&spec.cwd);
-    let mut composer = Composer::new(
-        loaded.config.clone(),
-        settings,
-        crate::wiring::load_agents(&root),
-        tools.clone(),
-        spec.cwd.clone(),
-        loaded.config.max_iterations.unwrap_or(50),
-    );
-    composer.permission = Arc::clone(&spec.permission);
-    // One engine: the editor's gate supplies the mode (its approve selector) and asks the
-    // user when the policy says Ask.
-    composer.policy = Some(Arc::new(crate::permissions::policy(
-        loaded,
-        &root,
-        None,
-        crow_core::Mode::Ask,
-    )));
-    composer.trusted = loaded.trusted;
-    composer.client = spec.client.clone();
-    composer.effort = picked;
-    Ok(with_subagents(composer))
+        .or(loaded.effort_override)
 }
 
 #[async_trait]
@@ -535,62 +467,47 @@ impl SessionRunner for CrowRunner {
         events: &EventSender,
         cancel: CancellationToken,
     ) -> Result<TurnOutcome, RunnerError> {
-        if let Some(e) = self.write_failure.error() {
-            return Err(e);
+        if let Some(e) = self.driver.failure() {
+            return Err(failed(e));
         }
         if input.model != self.model || input.effort != self.effort {
-            self.composer = compose(
-                &self.spec,
-                &self.loaded,
-                &self.tools,
-                &input.model,
-                &input.effort,
-            )
-            .map_err(|e| failed_any(&e))?;
-            if let Some(store) = &self.store {
-                self.composer
-                    .set_history_sink(Arc::clone(store) as Arc<dyn HistorySink>);
-            }
+            let settings = settings_for(&self.loaded, &input.model).map_err(|e| failed_any(&e))?;
+            self.driver
+                .set_model(settings, picked_effort(&self.loaded, &input.effort))
+                .map_err(|e| failed_any(&e))?;
             self.model = input.model.clone();
             self.effort = input.effort.clone();
         }
+        let root = self.driver.composer().project_root.clone();
+        let mode = known_mode(self.driver.composer(), &input.mode).to_owned();
+        if mode != self.driver.composition() {
+            self.driver
+                .set_composition(&mode)
+                .map_err(|e| failed_any(&e))?;
+        }
         // `/name args` of a custom command: the model gets its expanded text, run by the
         // command's agent for this turn if it names one.
-        let mut input = input;
-        let mut mode = input.mode.clone();
-        let commands = crate::slash::load(&self.composer.project_root);
-        if let Some(Ok(invoked)) = crate::slash::expand_invocation(&input.text, &commands) {
-            input.text = invoked.prompt;
-            mode = invoked.agent.unwrap_or(mode);
+        let mut text = input.text;
+        let mut agent = None;
+        let commands = crate::slash::load(&root);
+        if let Some(Ok(invoked)) = crate::slash::expand_invocation(&text, &commands) {
+            text = invoked.prompt;
+            agent = invoked
+                .agent
+                .map(|a| known_mode(self.driver.composer(), &a).to_owned())
+                .filter(|a| *a != mode);
         }
-        let mode = known_mode(&self.composer, &mode);
-        let crew = self.composer.crew(mode, None).map_err(|e| failed_any(&e))?;
-        // The reviewer's history belongs to the reviewer: another mode's coagent starts its own.
-        if let (Some(open), Some(coagent)) = (&self.session.coagent, crew.coagent())
-            && open.agent != coagent.name
-        {
-            self.session.coagent = None;
-        }
-        if let Some(command) = crate::session_cmd::parse(&input.text) {
-            let reply = crate::session_cmd::run(
-                &command,
-                crew.primary(),
-                &mut self.session,
-                self.store
-                    .as_deref()
-                    .map(|s| s as &dyn crow_core::SessionStore),
-                events,
-                &cancel,
-                &self.composer.instructions,
-                Some(
-                    input
-                        .context_window
-                        .unwrap_or(crow_acp::DEFAULT_CONTEXT_WINDOW),
-                ),
-            )
-            .await;
+        if let Some(command) = crate::session_cmd::parse(&text) {
+            let window = input
+                .context_window
+                .unwrap_or(crow_acp::DEFAULT_CONTEXT_WINDOW);
+            let reply = self
+                .driver
+                .command(&command, events, &cancel, Some(window))
+                .await
+                .map_err(|e| failed_any(&e))?;
             let _ = events.send(crow_core::AgentEvent::TextDelta {
-                agent: crew.primary().name.clone(),
+                agent: self.driver.crew().primary().name.clone(),
                 delta: match command {
                     crate::session_cmd::SessionCommand::Context => markdown_lines(&reply.text),
                     _ => reply.text,
@@ -601,110 +518,40 @@ impl SessionRunner for CrowRunner {
                 usage: crow_core::Usage::default(),
             });
         }
-        if let Some(store) = &self.store {
-            let noted = if self.stored {
-                sessions::note_agents(store, &crew, &self.composer, &self.spec.session_id)
-            } else {
-                sessions::create_with_id(
-                    store,
-                    &crew,
-                    &self.composer,
-                    &self.spec.session_id,
-                    &input.text,
-                )
-                .map(|(_, session)| {
-                    self.session = session;
-                    self.stored = true;
-                })
-            };
-            if let Err(e) = noted {
-                tracing::warn!("the session is not saved: {e:#}");
-            }
-            // A session created before its first prompt is named after it.
-            if self.stored && !self.titled {
-                let title = crow_store::title_from_prompt(&input.text);
-                match store.set_title(&self.spec.session_id, &title) {
-                    Ok(()) => self.titled = true,
-                    Err(e) => tracing::warn!("the session's title is not saved: {e}"),
-                }
-            }
+        let turn = self
+            .driver
+            .begin(
+                Input {
+                    text,
+                    images: input.images,
+                    agent,
+                },
+                events,
+            )
+            .map_err(|e| failed_any(&e))?;
+        // The editor hears what became of the prompt's `@path` mentions.
+        for note in &turn.begun.notes {
+            let _ = events.send(crow_core::AgentEvent::Notice {
+                agent: "crow".into(),
+                level: crow_core::NoticeLevel::Info,
+                message: note.clone(),
+            });
         }
-        if let Some(store) = &self.store {
-            crate::memory::recall(
-                store,
-                &self.loaded.config.memory,
-                &mut self.session.primary,
-                &input.text,
-            );
-        }
-        sessions::add_prompt(
-            &mut self.session.primary,
-            crew.primary().provider().as_ref(),
-            input.text,
-            input.images,
-        );
-
-        // Usage rows go to the store on the way to the editor.
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let recorder = self.store.as_ref().map(|store| {
-            tokio::spawn(sessions::record_usage(
-                rx,
-                events.clone(),
-                Arc::clone(store),
-                self.spec.session_id.clone(),
-                sessions::models(&crew),
-            ))
-        });
-        let sender = if recorder.is_some() { &tx } else { events };
         // A signal to crow cancels the turn like the editor's cancel; `serve` waits for it.
         let _active = crate::stop::ActiveTurn::start();
         let stop = crate::stop::token();
         let turn_cancel = cancel.clone();
-        // A refused write stops the run alone: the server answers a cancelled turn as
-        // cancelled, and this one must end with the error.
-        let run_cancel = cancel.child_token();
-        let failure_cancel = run_cancel.clone();
-        let write_failure = Arc::clone(&self.write_failure);
         let on_stop = tokio::spawn(async move {
-            tokio::select! {
-                () = stop.cancelled() => turn_cancel.cancel(),
-                () = write_failure.fired.cancelled() => failure_cancel.cancel(),
-            }
+            stop.cancelled().await;
+            turn_cancel.cancel();
         });
-        // As in `crow run`: servers still starting get their time before the first model
-        // call, so their tools are offered from the start (a tool list that changes mid-
-        // session breaks the provider's prompt cache).
-        if !self.mcp_waited {
-            self.mcp_waited = true;
-            let limit = std::time::Duration::from_millis(
-                self.loaded.config.tools.mcp_startup_wait_ms.unwrap_or(3000),
-            );
-            tokio::select! {
-                () = self.mcp.wait_settled(limit) => {}
-                () = run_cancel.cancelled() => {}
-            }
-        }
-        let outcome = crew.run(&mut self.session, sender, run_cancel).await;
+        let ran = turn.run(cancel).await;
         on_stop.abort();
-        drop(tx);
-        if let Some(recorder) = recorder {
-            let _ = recorder.await;
+        let ended = self.driver.end(ran);
+        if let Some(why) = ended.failure {
+            return Err(failed(why));
         }
-        if let Some(store) = &self.store {
-            sessions::finish(store, &self.spec.session_id, &outcome);
-            crate::memory::after_run(
-                &self.loaded.config.memory,
-                &self.composer.project_root,
-                self.composer.trusted,
-                &self.spec.session_id,
-                &outcome,
-                &self.session,
-            );
-        }
-        if let Some(e) = self.write_failure.error() {
-            return Err(e);
-        }
-        let run = outcome.map_err(failed)?;
+        let run = ended.outcome.map_err(failed)?;
         Ok(TurnOutcome {
             stop: (&run.stop).into(),
             usage: run.usage,
@@ -718,7 +565,7 @@ impl SessionRunner for CrowRunner {
     fn settings_sink(&self) -> Option<Arc<dyn SettingsSink>> {
         // Also before the row exists (its creation failed at session/new): a write then
         // fails with a warning, and works once the first prompt has created the row.
-        let store = self.store.as_ref()?;
+        let store = self.driver.store()?;
         Some(Arc::new(StoreSink {
             store: Arc::clone(store),
             id: self.spec.session_id.clone(),
@@ -733,12 +580,12 @@ impl SessionRunner for CrowRunner {
             return None;
         }
         Some(Arc::new(rules::ProjectRules::new(
-            &self.composer.project_root,
+            &self.driver.composer().project_root,
         )))
     }
 
     fn commands(&self) -> Vec<crow_acp::CommandInfo> {
-        let commands = crate::slash::load(&self.composer.project_root);
+        let commands = crate::slash::load(&self.driver.composer().project_root);
         for problem in &commands.problems {
             tracing::warn!("skipped command: {problem}");
         }

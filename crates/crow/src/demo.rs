@@ -10,7 +10,7 @@ use crow_store::SqliteStore;
 use crow_testkit::{DEMO_FILE, MockLlm, demo_scenario};
 
 use crate::agents::load_catalog;
-use crate::compose::Composer;
+use crate::compose::{Composer, ComposerParts};
 use crate::config::Config;
 use crate::run::{RunSpec, run_session};
 
@@ -84,17 +84,28 @@ pub async fn run(json: bool, dir: Option<PathBuf>) -> Result<ExitCode> {
     config.snapshots.enabled = Some(false);
     // The demo's model is gone when it ends: no finish step to send it anything.
     config.memory.finish = Some(crate::memory::FinishWhen::Off);
-    let composer = Composer::new(
+    // The same engine as any session: full-auto like `crow run`, with crow's sensitive
+    // places asking (nobody is there to answer, so they are refused).
+    let policy = crow_core::Policy {
+        sensitive_dirs: crate::permissions::sensitive_dirs(&config, &dir),
+        ..crow_core::Policy::new(crow_core::Mode::FullAuto, dir.clone())
+    };
+    let composer = Composer::build(ComposerParts {
         config,
-        settings,
-        load_catalog(None, &dir),
-        crow_tools::builtin_tools(&crow_tools::ToolOptions::default()),
-        dir.clone(),
-        20,
-    );
+        provider: settings,
+        catalog: load_catalog(None, &dir),
+        tools: crow_tools::builtin_tools(&crow_tools::ToolOptions::default()),
+        cwd: dir.clone(),
+        max_iterations: 20,
+        gate: crate::permissions::headless(false),
+        policy: std::sync::Arc::new(policy),
+        trusted: false,
+        client: None,
+        effort: None,
+    });
     let code = run_session(RunSpec {
         prompt: format!("{name} prints the wrong greeting. Fix it and check that it runs."),
-        composer: crate::compose::with_subagents(composer),
+        composer,
         agent: Some("build".into()),
         level: None,
         json,

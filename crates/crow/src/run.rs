@@ -3,11 +3,11 @@
 
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Result, anyhow, bail};
+use crow_app::driver::{self, Driver, Input, Open};
 use crow_core::{RunStop, SessionStore};
-use crow_store::SqliteStore;
 
 use crate::compose::Composer;
 use crate::render;
@@ -41,35 +41,7 @@ pub struct RunSpec {
 /// [`crate::stop`]); a second signal exits at once.
 pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
     let started = Instant::now();
-    let mut opening = spec.store;
-    let resumed = spec.resumed;
-    let composition = spec
-        .agent
-        .clone()
-        .or_else(|| resumed.as_ref().map(|info| info.agent.clone()))
-        .unwrap_or_else(|| "build".to_owned());
-    if let Some(info) = &resumed {
-        // The stored prompts, not fresh renderings: the date, the directory or a template
-        // may have changed since, and the requests must continue byte for byte.
-        spec.composer
-            .set_stored_prompts(sessions::stored_prompts(opening.get()?, &info.id)?);
-    }
-    // A level given for the session (`--level`) stays with it when it is resumed.
-    let level = spec
-        .level
-        .or_else(|| resumed.as_ref().and_then(|info| info.level));
-    let crew = spec.composer.crew(&composition, level)?;
-    let store = opening.into_store()?;
-    // A database that cannot take the history (full disk, size limit, I/O error) stops the
-    // run at once: going on would lose every later step and fill the disk further.
-    store.on_write_failure(|e| {
-        crate::stop::fail(format!(
-            "{e}; crow stopped the run so that no more of it goes unsaved"
-        ))
-    });
-    spec.composer
-        .set_history_sink(Arc::clone(&store) as Arc<dyn crow_core::HistorySink>);
-    let resumed_run = resumed.is_some();
+    let resumed_run = spec.resumed.is_some();
     let command = crate::session_cmd::parse(&spec.prompt);
     if command.is_some() && !resumed_run {
         bail!(
@@ -77,71 +49,69 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
             spec.prompt.trim()
         );
     }
-    let (info, mut session) = match resumed {
-        Some(info) => sessions::resume(&store, &crew, &spec.composer, info)?,
-        None => sessions::create(&store, &crew, &spec.composer, &spec.prompt)?,
-    };
-    if spec.level.is_some() {
-        store
-            .set_level(&info.id, spec.level)
-            .map_err(sessions::store_error)?;
+    let composer = Arc::clone(&spec.composer);
+    let mcp = crate::mcp::start(
+        spec.mcp_servers,
+        composer.tools.clone(),
+        &composer.cwd,
+        &crate::wiring::tool_options(&composer.config),
+    );
+    let mut driver = Driver::open(driver::Spec {
+        composer: Arc::clone(&composer),
+        store: Some(spec.store),
+        composition: spec.agent,
+        level: spec.level,
+        open: match spec.resumed {
+            Some(info) => Open::Resume(Box::new(info)),
+            None => Open::New,
+        },
+        mcp: Some(mcp.manager()),
+    })?;
+    if let Some(command) = command {
+        let reply = session_command(&command, &mut driver).await?;
+        mcp.finish().await;
+        return Ok(reply);
     }
     if spec.plain_root {
         // Said once the session exists, so a configuration or store error stays one line.
         errln!(
             "note: {} is not in a git repository; it is the project root",
-            spec.composer.project_root.display()
+            composer.project_root.display()
         );
     }
-    let mcp = crate::mcp::start(
-        spec.mcp_servers,
-        spec.composer.tools.clone(),
-        &spec.composer.cwd,
-        &crate::wiring::tool_options(&spec.composer.config),
+    let (tx, render_rx) = tokio::sync::mpsc::unbounded_channel();
+    let show_agents = driver.crew().coagent().is_some();
+    let turn = driver.begin(
+        Input {
+            text: spec.prompt,
+            ..Input::default()
+        },
+        &tx,
     );
-    if let Some(command) = command {
-        let instructions = &spec.composer.instructions;
-        return session_command(
-            &command,
-            &crew,
-            &mut session,
-            &store,
-            &info.id,
-            instructions,
-        )
-        .await;
+    drop(tx);
+    let turn = match turn {
+        Ok(turn) => turn,
+        Err(e) => {
+            mcp.finish().await;
+            return Err(e);
+        }
+    };
+    for note in &turn.begun.notes {
+        errln!("{note}");
     }
-    let recalled = crate::memory::recall(
-        &store,
-        &spec.composer.config.memory,
-        &mut session.primary,
-        &spec.prompt,
-    );
-    if recalled > 0 && !spec.json {
-        errln!("{}", crate::memory::recalled_line(recalled));
+    if turn.begun.recalled > 0 && !spec.json {
+        errln!("{}", crate::memory::recalled_line(turn.begun.recalled));
     }
-    session.primary.add_user_message(spec.prompt);
-
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    let (render_tx, render_rx) = tokio::sync::mpsc::unbounded_channel();
-    let recorder = tokio::spawn(sessions::record_usage(
-        rx,
-        render_tx,
-        Arc::clone(&store),
-        info.id.clone(),
-        sessions::models(&crew),
-    ));
-    let show_agents = crew.coagent().is_some();
-    let chosen = &spec.composer.default_provider;
+    let chosen = &composer.default_provider;
     let session_line = render::SessionLine {
         kind: "session",
-        id: info.id.clone(),
-        project_root: spec.composer.project_root.clone(),
-        cwd: session.primary.cwd.clone(),
+        id: driver.id().unwrap_or_default().to_owned(),
+        project_root: composer.project_root.clone(),
+        cwd: turn.cwd().to_path_buf(),
         provider: chosen.name.clone(),
         model: chosen.model.clone(),
         base_url: chosen.base_url.clone(),
-        agent: crew.name.clone(),
+        agent: driver.crew().name.clone(),
         resumed: resumed_run,
     };
     let renderer = if spec.json {
@@ -152,40 +122,11 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
     // Ctrl-C, SIGTERM, SIGHUP or a closed stdout/stderr cancel the run alike (crate::stop).
     crate::stop::watch_signals(true);
     let cancel = crate::stop::token().child_token();
-    let wait = spec
-        .composer
-        .config
-        .tools
-        .mcp_startup_wait_ms
-        .unwrap_or(3000);
-    tokio::select! {
-        () = mcp.wait_started(Duration::from_millis(wait)) => {}
-        // Stopped while waiting: the run starts and ends cancelled at once.
-        () = cancel.cancelled() => {}
-    }
-
-    let outcome = crew.run(&mut session, &tx, cancel).await;
+    let ran = turn.run(cancel).await;
     crate::stop::saving();
-    drop(tx);
-    let _ = recorder.await;
+    let ended = driver.end(ran);
     mcp.finish().await;
     let totals = renderer.await.unwrap_or_default();
-    sessions::finish(&store, &info.id, &outcome);
-    // A new session whose first model call failed holds the prompt and the error alone:
-    // nothing to continue, and `--continue` would pick it over the last useful one.
-    let kept = resumed_run || outcome.is_ok() || !sessions::only_prompt(&session);
-    if !kept && let Err(e) = store.delete_session(&info.id) {
-        tracing::warn!("cannot delete the failed session: {e}");
-    }
-    // After the answer is out: nothing here waits for it.
-    crate::memory::after_run(
-        &spec.composer.config.memory,
-        &spec.composer.project_root,
-        spec.composer.trusted,
-        &info.id,
-        &outcome,
-        &session,
-    );
     // A second signal still exits at once until here; from now on crow is only closing.
     crate::stop::closing();
     // Nobody reads the rest: end quietly (the session is saved).
@@ -196,29 +137,24 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
     if !spec.json && !totals.usage.is_empty() {
         errln!("{}", render::usage_line(&totals, started.elapsed()));
     }
-    if !spec.json && kept && spec.resume_hint {
+    if let (false, Some(id), true) = (spec.json, &ended.id, spec.resume_hint) {
         // --continue only finds it from the same project; --resume works from anywhere.
         let here = std::env::current_dir()
             .ok()
             .map(|d| crate::wiring::find_project_root(&d).0);
-        if here.as_deref() == Some(spec.composer.project_root.as_path()) {
-            errln!(
-                "session {} · continue it with crow run --continue \"…\"",
-                info.id
-            );
+        if here.as_deref() == Some(composer.project_root.as_path()) {
+            errln!("session {id} · continue it with crow run --continue \"…\"");
         } else {
-            errln!(
-                "session {} · continue it with crow run --resume {} \"…\"",
-                info.id,
-                info.id
-            );
+            errln!("session {id} · continue it with crow run --resume {id} \"…\"");
         }
     }
-    if let Some(why) = crate::stop::failure() {
+    // A database that cannot take the history (full disk, size limit, I/O error) stopped
+    // the run at once: going on would have lost every later step.
+    if let Some(why) = ended.failure {
         bail!("{why}");
     }
-    let result = outcome.map_err(|e| anyhow!("{e}"))?;
-    let (code, note) = how_it_ended(&result, crew.primary().config.max_iterations);
+    let result = ended.outcome.map_err(|e| anyhow!("{e}"))?;
+    let (code, note) = how_it_ended(&result, driver.crew().primary().config.max_iterations);
     if let Some(note) = note {
         errln!("{note}");
     }
@@ -270,38 +206,17 @@ pub fn how_it_ended(result: &crow_core::RunResult, max_iterations: u32) -> (u8, 
 /// the summary call's usage is recorded like any model call.
 async fn session_command(
     command: &crate::session_cmd::SessionCommand,
-    crew: &crow_core::Crew,
-    session: &mut crow_core::CrewSession,
-    store: &Arc<SqliteStore>,
-    id: &str,
-    instructions: &crate::instructions::Instructions,
+    driver: &mut Driver,
 ) -> Result<ExitCode> {
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    let (render_tx, mut render_rx) = tokio::sync::mpsc::unbounded_channel();
-    let recorder = tokio::spawn(sessions::record_usage(
-        rx,
-        render_tx,
-        Arc::clone(store),
-        id.to_owned(),
-        sessions::models(crew),
-    ));
+    let (tx, mut render_rx) = tokio::sync::mpsc::unbounded_channel();
     let drain = tokio::spawn(async move { while render_rx.recv().await.is_some() {} });
     let cancel = crate::stop::token().child_token();
-    let reply = crate::session_cmd::run(
-        command,
-        crew.primary(),
-        session,
-        Some(store.as_ref() as &dyn crow_core::SessionStore),
-        &tx,
-        &cancel,
-        instructions,
-        None,
-    )
-    .await;
+    let reply = driver.command(command, &tx, &cancel, None).await?;
     drop(tx);
-    let _ = recorder.await;
     let _ = drain.await;
-    if let Err(e) = store.set_status(id, crow_core::SessionStatus::Completed) {
+    if let (Some(store), Some(id)) = (driver.store(), driver.id())
+        && let Err(e) = store.set_status(id, crow_core::SessionStatus::Completed)
+    {
         tracing::warn!("cannot record the session's status: {e}");
     }
     {

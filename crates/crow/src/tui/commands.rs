@@ -101,8 +101,7 @@ pub async fn handle(app: &mut App, line: &str) -> bool {
         "/model" => model(app, arg).await,
         "/effort" => effort(app, arg),
         "/new" | "/clear" => {
-            app.session = None;
-            app.id = None;
+            app.driver.detach();
             app.context_tokens = 0;
             // "Always" was for that session; the mode chosen here stays.
             if let Ok(mut gate) = app.gate.lock() {
@@ -113,7 +112,7 @@ pub async fn handle(app: &mut App, line: &str) -> bool {
         "/sessions" => list_sessions(app),
         "/init" => {
             // Typing it is the yes `crow init` asks for.
-            let root = app.composer.project_root.clone();
+            let root = app.driver.composer().project_root.clone();
             let mut said = Vec::new();
             match crate::config_cmd::init_project(&root, |_| Ok(true), |l| said.push(l.to_owned()))
             {
@@ -124,7 +123,7 @@ pub async fn handle(app: &mut App, line: &str) -> bool {
         "/resume" => resume(app, arg),
         "/compact" | "/context" | "/undo" | "/redo" => session_command(app, text).await,
         _ => {
-            let commands = crate::slash::load(&app.composer.project_root);
+            let commands = crate::slash::load(&app.driver.composer().project_root);
             match crate::slash::expand_invocation(text, &commands) {
                 Some(Ok(invoked)) => {
                     if invoked.model.is_some() {
@@ -145,7 +144,7 @@ pub async fn handle(app: &mut App, line: &str) -> bool {
 }
 
 fn help(app: &mut App) {
-    let mut lines: Vec<String> = completions(&app.composer.project_root)
+    let mut lines: Vec<String> = completions(&app.driver.composer().project_root)
         .into_iter()
         .map(|(name, about)| format!("  {name:<11} {about}"))
         .collect();
@@ -167,12 +166,13 @@ fn help(app: &mut App) {
 fn agent(app: &mut App, arg: &str) {
     if arg.is_empty() {
         let names: Vec<String> = app
-            .composer
+            .driver
+            .composer()
             .catalog
             .compositions
             .values()
             .map(|c| {
-                let mark = if c.name == app.composition {
+                let mark = if c.name == app.driver.composition() {
                     "●"
                 } else {
                     " "
@@ -183,24 +183,18 @@ fn agent(app: &mut App, arg: &str) {
         app.view.plain(&names.join("\n"));
         return;
     }
-    match app.composer.crew(arg, app.level) {
-        Ok(crew) => {
-            app.crew = Arc::new(crew);
-            app.composition = arg.to_owned();
-            app.view.show_agents(app.crew.coagent().is_some());
-            if let Some(id) = &app.id
-                && let Err(e) = app.store.set_agent(id, arg)
-            {
-                app.view.warn(&format!("not saved with the session: {e}"));
-            }
-            let team = match app.crew.coagent() {
+    match app.driver.set_composition(arg) {
+        Ok(()) => {
+            let crew = app.driver.crew();
+            app.view.show_agents(crew.coagent().is_some());
+            let team = match crew.coagent() {
                 Some(co) => format!(
                     "{} + {} ({})",
-                    app.crew.primary().name,
+                    crew.primary().name,
                     co.name,
-                    app.crew.flow().label()
+                    crew.flow().label()
                 ),
-                None => app.crew.primary().name.clone(),
+                None => crew.primary().name.clone(),
             };
             app.view.info(&format!("composition {arg}: {team}"));
         }
@@ -210,9 +204,12 @@ fn agent(app: &mut App, arg: &str) {
 
 fn level(app: &mut App, arg: &str) {
     if arg.is_empty() {
-        let text = match app.level {
+        let text = match app.driver.level() {
             Some(level) => format!("level {level} (set for this session)"),
-            None => format!("the composition's flow: {}", app.crew.flow().label()),
+            None => format!(
+                "the composition's flow: {}",
+                app.driver.crew().flow().label()
+            ),
         };
         app.view.info(&text);
         return;
@@ -225,17 +222,11 @@ fn level(app: &mut App, arg: &str) {
             _ => return app.view.error("a level is -1..5, or `default`"),
         }
     };
-    match app.composer.crew(&app.composition, level) {
-        Ok(crew) => {
-            app.crew = Arc::new(crew);
-            app.level = level;
-            app.view.show_agents(app.crew.coagent().is_some());
-            if let Some(id) = &app.id
-                && let Err(e) = app.store.set_level(id, level)
-            {
-                app.view.warn(&format!("not saved with the session: {e}"));
-            }
-            app.view.info(&format!("flow: {}", app.crew.flow().label()));
+    match app.driver.set_level(level) {
+        Ok(()) => {
+            app.view.show_agents(app.driver.crew().coagent().is_some());
+            app.view
+                .info(&format!("flow: {}", app.driver.crew().flow().label()));
         }
         Err(e) => app.view.error(&format!("{e:#}")),
     }
@@ -244,7 +235,7 @@ fn level(app: &mut App, arg: &str) {
 /// `/model`: what the providers serve (asked, as `crow models` does); `/model [PROVIDER/]MODEL`
 /// switches to a model the provider serves, and refuses one it does not.
 async fn model(app: &mut App, arg: &str) {
-    let current = app.composer.default_provider.clone();
+    let current = app.driver.composer().default_provider.clone();
     if arg.is_empty() {
         let mut lines = vec![format!("  ● {}/{}", current.name, current.model)];
         for served in crate::models::served(&app.loaded.config, &current).await {
@@ -285,7 +276,7 @@ async fn model(app: &mut App, arg: &str) {
             trust_project: app.loaded.trusted,
             ..Default::default()
         };
-        let now = crate::config::load(&app.composer.project_root, &flags);
+        let now = crate::config::load(&app.driver.composer().project_root, &flags);
         if now.is_ok_and(|now| now.config.providers.contains_key(p)) {
             return app.view.error(&format!(
                 "provider '{p}' was added to the configuration after this session started: \
@@ -319,7 +310,7 @@ async fn model(app: &mut App, arg: &str) {
             "cannot ask {provider} for its models ({e}); switching anyway"
         )),
     }
-    let effort = app.composer.effort;
+    let effort = app.driver.composer().effort();
     if rebuild(app, settings, effort) {
         app.view.info(&format!("model {provider}/{model}"));
     }
@@ -328,8 +319,9 @@ async fn model(app: &mut App, arg: &str) {
 /// `/effort [LEVEL|default]`: how hard the session's models think, kept with the session.
 fn effort(app: &mut App, arg: &str) {
     let current = app
-        .composer
-        .effort
+        .driver
+        .composer()
+        .effort()
         .map_or("default (as configured)", |e| e.as_str());
     if arg.is_empty() {
         return app.view.plain(&format!(
@@ -344,7 +336,7 @@ fn effort(app: &mut App, arg: &str) {
             Err(e) => return app.view.error(&e),
         }
     };
-    let mut settings = app.composer.default_provider.clone();
+    let mut settings = app.driver.composer().default_provider.clone();
     // `default` goes back to what the configuration says for this provider and model.
     settings.reasoning_effort = match effort {
         Some(effort) => Some(effort),
@@ -363,37 +355,15 @@ fn effort(app: &mut App, arg: &str) {
     }
 }
 
-/// A new composer for the session with `settings` and the user's `effort`, keeping what the
-/// old one carried (permissions, trust, stored prompts); true when the crew could be built.
+/// The session on another model or effort (the driver keeps everything else); true when
+/// the crew could be built.
 fn rebuild(
     app: &mut App,
     settings: crow_providers::ProviderSettings,
     effort: Option<crow_providers::ReasoningEffort>,
 ) -> bool {
-    let config = &app.loaded.config;
-    let mut composer = crate::compose::Composer::new(
-        config.clone(),
-        settings,
-        crate::wiring::load_agents(&app.composer.project_root),
-        app.composer.tools.clone(),
-        app.composer.cwd.clone(),
-        app.composer.max_iterations,
-    );
-    composer.permission = Arc::clone(&app.composer.permission);
-    composer.policy = app.composer.policy.clone();
-    composer.trusted = app.composer.trusted;
-    composer.effort = effort;
-    let composer = crate::compose::with_subagents(composer);
-    composer.set_history_sink(Arc::clone(&app.store) as Arc<dyn crow_core::HistorySink>);
-    if let Some(id) = &app.id
-        && let Ok(prompts) = sessions::stored_prompts(&app.store, id)
-    {
-        composer.set_stored_prompts(prompts);
-    }
-    match composer.crew(&app.composition, app.level) {
-        Ok(crew) => {
-            app.crew = Arc::new(crew);
-            app.composer = composer;
+    match app.driver.set_model(settings, effort) {
+        Ok(()) => {
             app.context_tokens = 0;
             true
         }
@@ -410,8 +380,7 @@ fn mode(app: &mut App, arg: &str) {
         .lock()
         .ok()
         .and_then(|g| g.mode)
-        .or_else(|| app.composer.policy.as_ref().map(|p| p.mode))
-        .unwrap_or(Mode::Ask);
+        .unwrap_or(app.driver.composer().policy().mode);
     let next = match arg {
         "" => {
             return app.view.info(&format!(
@@ -441,7 +410,7 @@ fn mode(app: &mut App, arg: &str) {
 
 fn list_sessions(app: &mut App) {
     let filter = SessionFilter {
-        project_root: Some(app.composer.project_root.clone()),
+        project_root: Some(app.driver.composer().project_root.clone()),
         limit: Some(15),
     };
     match app.store.list_sessions(&filter) {
@@ -450,7 +419,7 @@ fn list_sessions(app: &mut App) {
             let lines: Vec<String> = list
                 .iter()
                 .map(|s| {
-                    let mark = if app.id.as_deref() == Some(s.id.as_str()) {
+                    let mark = if app.driver.id() == Some(s.id.as_str()) {
                         "●"
                     } else {
                         " "
@@ -478,13 +447,9 @@ fn resume(app: &mut App, arg: &str) {
     let found = sessions::find_resumed(
         &app.store,
         &sessions::Resume::Id(arg.to_owned()),
-        &app.composer.project_root,
+        &app.driver.composer().project_root,
     );
-    let opened = found.and_then(|info| {
-        app.composer
-            .set_stored_prompts(sessions::stored_prompts(&app.store, &info.id)?);
-        app.open(info)
-    });
+    let opened = found.and_then(|info| app.open(info, true, true));
     if let Err(e) = opened {
         app.view.error(&format!("{e:#}"));
     }
@@ -497,24 +462,20 @@ async fn session_command(app: &mut App, text: &str) {
             .view
             .error("usage: /compact [focus], /context, /undo [force] or /redo [force]");
     };
-    let Some((_, session)) = app.session.as_mut() else {
+    if app.driver.session().is_none() {
         return app
             .view
             .info("nothing yet: the session starts with your first prompt");
-    };
+    }
     let cancel = tokio_util::sync::CancellationToken::new();
-    let reply = crate::session_cmd::run(
-        &command,
-        app.crew.primary(),
-        session,
-        Some(app.store.as_ref() as &dyn SessionStore),
-        &app.events,
-        &cancel,
-        &app.composer.instructions,
-        None,
-    )
-    .await;
-    app.view.plain(&reply.text);
+    match app
+        .driver
+        .command(&command, &app.events, &cancel, None)
+        .await
+    {
+        Ok(reply) => app.view.plain(&reply.text),
+        Err(e) => app.view.error(&format!("{e:#}")),
+    }
 }
 
 /// A stored session's "always" answers and mode, back in the gate.
@@ -531,7 +492,7 @@ pub fn restore_answers(gate: &Arc<Mutex<GateState>>, info: &SessionInfo) {
 
 /// Keeps the gate's "always" answers and mode with the session.
 pub fn save_answers(app: &mut App) {
-    let Some(id) = &app.id else { return };
+    let Some(id) = app.driver.id() else { return };
     let Ok(mut info) = app.store.session(id) else {
         return;
     };

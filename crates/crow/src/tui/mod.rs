@@ -14,7 +14,6 @@ mod commands;
 mod editor;
 mod gate;
 mod markdown;
-mod mentions;
 mod screen;
 mod shell;
 mod view;
@@ -25,17 +24,15 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
-use crow_core::{
-    AgentError, AgentEvent, Crew, CrewSession, Mode, RunResult, SessionInfo, SessionStore, Steering,
-};
+use anyhow::{Context as _, Result};
+use crow_app::driver::{self, Driver, Open};
+use crow_core::{AgentEvent, Mode, SessionInfo, Steering};
 use crow_store::SqliteStore;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 pub use screen::LogWriter;
 
-use crate::compose::Composer;
 use crate::{mcp, sessions, setup};
 use editor::{Editor, EditorOptions, Input};
 use gate::{GateState, Question, TerminalGate};
@@ -59,22 +56,15 @@ struct Running {
     started: Instant,
 }
 
-type Done = (SessionInfo, CrewSession, Result<RunResult, AgentError>);
+type Done = driver::Ran;
 
 /// The session the terminal works on, and everything it shows.
 pub struct App {
-    composer: Arc<Composer>,
+    /// The session, driven as every front end drives one.
+    driver: Driver,
     store: Arc<SqliteStore>,
     loaded: crate::config::LoadedConfig,
     gate: Arc<Mutex<GateState>>,
-    composition: String,
-    level: Option<i8>,
-    crew: Arc<Crew>,
-    /// `None` before the first prompt (the session is created with it) and while a turn
-    /// has it.
-    session: Option<(SessionInfo, CrewSession)>,
-    /// The session's id once it exists (also while a turn runs).
-    id: Option<String>,
     steering: Steering,
     running: Option<Running>,
     questions: VecDeque<Question>,
@@ -92,9 +82,7 @@ pub struct App {
     quit_pending: bool,
     /// No provider was configured: crow tried a local Ollama here (said with its errors).
     ollama_fallback: Option<String>,
-    mcp_wait: Duration,
-    mcp_waited: bool,
-    mcp: Option<Arc<mcp::Session>>,
+    mcp: Option<mcp::Session>,
     /// `!command`s run since the last prompt, for the model with the next one.
     shell_notes: String,
     shell_done: mpsc::UnboundedSender<shell::Done>,
@@ -120,37 +108,30 @@ pub async fn run(args: Args) -> Result<ExitCode> {
     for note in &assembled.notes {
         eprintln!("note: {note}");
     }
-    let composer = assembled.composer;
-    let store = assembled.store.into_store()?;
-    // A database that cannot take the history (full disk, size limit, read-only or damaged
-    // file) ends the turn and then the terminal, as it stops `crow run`: every later step
-    // would go unsaved too. What was queued is kept beside the database and imported when
-    // it opens again, so `crow --continue` resumes with nothing lost once it can be written.
-    store.on_write_failure(|e| {
-        crate::stop::fail(format!(
-            "{e}; crow stopped the turn so that no more of the session goes unsaved (crow \
-             --continue resumes it once the database can be written)"
-        ))
-    });
+    let composer = Arc::clone(&assembled.composer);
+    let mcp = mcp::start(
+        assembled.mcp_servers,
+        composer.tools.clone(),
+        &composer.cwd,
+        &crate::wiring::tool_options(&composer.config),
+    );
+    // A resumed session is opened below, once the screen can show its conversation.
+    let mut driver = Driver::open(driver::Spec {
+        composer: Arc::clone(&composer),
+        store: Some(assembled.store),
+        composition: args.agent.clone(),
+        level: args.level,
+        open: Open::New,
+        mcp: Some(mcp.manager()),
+    })?;
+    let store = Arc::clone(driver.store().context("the session store is not open")?);
     if assembled.loaded.trusted
         && let Ok(mut state) = gate_state.lock()
     {
         state.project_root = Some(composer.project_root.clone());
     }
-    composer.set_history_sink(Arc::clone(&store) as Arc<dyn crow_core::HistorySink>);
-    if let Some(info) = &assembled.resumed {
-        composer.set_stored_prompts(sessions::stored_prompts(&store, &info.id)?);
-    }
-    let composition = args
-        .agent
-        .clone()
-        .or_else(|| assembled.resumed.as_ref().map(|i| i.agent.clone()))
-        .unwrap_or_else(|| "build".to_owned());
-    let level = args
-        .level
-        .or_else(|| assembled.resumed.as_ref().and_then(|i| i.level));
-    let crew = Arc::new(composer.crew(&composition, level)?);
-
+    let steering = Steering::default();
+    driver.set_steering(steering.clone());
     let interactive = std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
     let colour = interactive && std::env::var_os("NO_COLOR").is_none();
     if colour {
@@ -175,28 +156,17 @@ pub async fn run(args: Args) -> Result<ExitCode> {
     let routed = screen.clone();
     crate::stop::route_stderr(move |line| routed.line(line));
 
-    let mcp = mcp::start(
-        assembled.mcp_servers,
-        composer.tools.clone(),
-        &composer.cwd,
-        &crate::wiring::tool_options(&composer.config),
-    );
     let (events_tx, mut events_rx) = mpsc::unbounded_channel();
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Done>();
     let (shell_tx, mut shell_rx) = mpsc::unbounded_channel::<shell::Done>();
+    let failed = driver.failed();
     let mut app = App {
-        mcp_wait: Duration::from_millis(composer.config.tools.mcp_startup_wait_ms.unwrap_or(3000)),
-        view: View::new(screen, colour, crew.coagent().is_some()),
-        composer,
+        view: View::new(screen, colour, driver.crew().coagent().is_some()),
+        driver,
         store,
         loaded: assembled.loaded,
         gate: gate_state,
-        composition,
-        level,
-        crew,
-        session: None,
-        id: None,
-        steering: Steering::default(),
+        steering,
         running: None,
         questions: VecDeque::new(),
         editor,
@@ -207,18 +177,17 @@ pub async fn run(args: Args) -> Result<ExitCode> {
         quit: false,
         quit_pending: false,
         ollama_fallback: assembled.ollama_fallback.clone(),
-        mcp_waited: false,
-        mcp: Some(Arc::new(mcp)),
+        mcp: Some(mcp),
         shell_notes: String::new(),
         shell_done: shell_tx,
     };
     if let Some(info) = assembled.resumed {
-        app.open(info)?;
+        app.open(info, args.agent.is_none(), args.level.is_none())?;
     } else {
         app.view.info(&format!(
             "crow · {} · {} · /help for commands, Ctrl-C cancels, Ctrl-D leaves",
-            app.composer.project_root.display(),
-            app.composer.default_provider.model
+            composer.project_root.display(),
+            composer.default_provider.model
         ));
     }
     // Without this the first sign of a missing setup is an error after the first prompt.
@@ -228,13 +197,13 @@ pub async fn run(args: Args) -> Result<ExitCode> {
              Ollama at {url} ({}).\n  next: `crow demo` shows crow at work with no setup · \
              `crow init` sets up this project · `crow config set provider NAME` · or set \
              OPENAI_API_KEY / ANTHROPIC_API_KEY",
-            app.composer.default_provider.model
+            composer.default_provider.model
         ));
     }
     if assembled.plain_root {
         app.view.info(&format!(
             "note: {} is not in a git repository; it is the project root",
-            app.composer.project_root.display()
+            composer.project_root.display()
         ));
     }
     app.refresh_status();
@@ -301,6 +270,13 @@ pub async fn run(args: Args) -> Result<ExitCode> {
                 }
             }
             _ = tick.tick(), if app.running.is_some() => app.refresh_status(),
+            // A database that cannot take the history (full disk, size limit, read-only or
+            // damaged file) ends the turn and then the terminal: every later step would go
+            // unsaved too. What was queued is kept beside the database and imported when it
+            // opens again, so `crow --continue` resumes with nothing lost.
+            () = failed.cancelled(), if crate::stop::failure().is_none() => {
+                crate::stop::fail(app.driver.failure().unwrap_or_default().to_owned());
+            }
         }
         // Line mode ends with its input, once the last turn is done.
         if !input_open && app.running.is_none() {
@@ -309,12 +285,11 @@ pub async fn run(args: Args) -> Result<ExitCode> {
     }
     crate::stop::closing();
     app.view.flush_open();
-    if let Some(mcp) = app.mcp.take().and_then(Arc::into_inner) {
+    if let Some(mcp) = app.mcp.take() {
         mcp.finish().await;
     }
-    let App {
-        editor, view, id, ..
-    } = app;
+    let id = app.driver.id().map(str::to_owned);
+    let App { editor, view, .. } = app;
     view.sync();
     if let Some(editor) = editor {
         if editor.is_reading() {
@@ -344,20 +319,24 @@ fn project_key(root: &std::path::Path) -> String {
 }
 
 impl App {
-    /// Opens a stored session: its histories, composition and level, its "always" answers
-    /// and mode; the conversation so far is shown.
-    fn open(&mut self, info: SessionInfo) -> Result<()> {
-        self.composition = info.agent.clone();
-        self.level = info.level;
-        self.crew = Arc::new(self.composer.crew(&self.composition, self.level)?);
-        self.view.show_agents(self.crew.coagent().is_some());
-        let (info, session) = sessions::resume(&self.store, &self.crew, &self.composer, info)?;
+    /// Opens a stored session: its histories, composition and level (unless given for this
+    /// run), its "always" answers and mode; the conversation so far is shown.
+    fn open(&mut self, info: SessionInfo, its_agent: bool, its_level: bool) -> Result<()> {
+        if its_agent {
+            self.driver.set_composition(&info.agent)?;
+        }
+        if its_level {
+            self.driver.set_level(info.level)?;
+        }
         commands::restore_answers(&self.gate, &info);
+        let shown = format!("resumed session {} · {}", info.id, info.title);
+        self.driver.resume(info)?;
         self.view
-            .info(&format!("resumed session {} · {}", info.id, info.title));
-        self.view.replay(session.primary.entries());
-        self.id = Some(info.id.clone());
-        self.session = Some((info, session));
+            .show_agents(self.driver.crew().coagent().is_some());
+        self.view.info(&shown);
+        if let Some(session) = self.driver.session() {
+            self.view.replay(session.primary.entries());
+        }
         Ok(())
     }
 
@@ -369,7 +348,7 @@ impl App {
             agent,
             ..
         } = event
-            && *agent == self.crew.primary().name
+            && *agent == self.driver.crew().primary().name
         {
             // Server-reported counts: saturating, a bogus one must not panic.
             self.context_tokens = input_tokens
@@ -404,17 +383,21 @@ impl App {
             .lock()
             .ok()
             .and_then(|g| g.mode)
-            .or_else(|| self.composer.policy.as_ref().map(|p| p.mode))
-            .map_or("ask", Mode::name);
+            .unwrap_or(self.driver.composer().policy().mode)
+            .name();
         let mut parts = vec![
-            self.crew.primary().provider().model().to_owned(),
-            match self.level {
-                Some(level) => format!("{} L{level}", self.composition),
-                None => self.composition.clone(),
+            self.driver.crew().primary().provider().model().to_owned(),
+            match self.driver.level() {
+                Some(level) => format!("{} L{level}", self.driver.composition()),
+                None => self.driver.composition().to_owned(),
             },
             mode.to_owned(),
         ];
-        if let Some(window) = self.composer.default_provider.resolved_context_window()
+        if let Some(window) = self
+            .driver
+            .composer()
+            .default_provider
+            .resolved_context_window()
             && self.context_tokens > 0
         {
             parts.push(format!(
@@ -433,12 +416,12 @@ impl App {
                 short(usage.output_tokens)
             ));
             // At the primary's list price (or [models.prices]); none for a local model.
-            let model = self.crew.primary().provider().model();
-            if let Some(price) = self.composer.config.models.price(model) {
+            let model = self.driver.crew().primary().provider().model();
+            if let Some(price) = self.driver.composer().config.models.price(model) {
                 parts.push(format!("${:.3}", price.cost(usage)));
             }
         }
-        if let Some(id) = &self.id {
+        if let Some(id) = self.driver.id() {
             parts.push(id.chars().take(8).collect());
         }
         editor.set_status(parts.join(" · "), false);
@@ -527,103 +510,44 @@ impl App {
     /// [`Self::start_turn`]; `echo`: show the prompt (it was not typed: a first prompt from
     /// the command line, queued messages, a custom command's text).
     fn start_turn_echo(&mut self, text: String, agent: Option<String>, echo: bool) {
-        let crew = match agent {
-            Some(agent) => match self.composer.crew(&agent, self.level) {
-                Ok(crew) => Arc::new(crew),
-                Err(e) => return self.view.error(&format!("{e:#}")),
-            },
-            None => Arc::clone(&self.crew),
-        };
-        let (info, mut session) = match self.session.take() {
-            Some((info, session)) => {
-                if let Err(e) = sessions::note_agents(&self.store, &crew, &self.composer, &info.id)
-                {
-                    self.view.warn(&format!("the session is not saved: {e:#}"));
-                }
-                (info, session)
-            }
-            None => match sessions::create(&self.store, &crew, &self.composer, &text) {
-                Ok(created) => created,
-                Err(e) => return self.view.error(&format!("{e:#}")),
-            },
-        };
-        // Another composition's reviewer keeps its own history.
-        if let (Some(open), Some(coagent)) = (&session.coagent, crew.coagent())
-            && open.agent != coagent.name
-        {
-            session.coagent = None;
-        }
-        let new_session = self.id.as_deref() != Some(info.id.as_str());
-        self.id = Some(info.id.clone());
-        if new_session {
-            // A mode or answers chosen before the first prompt stay with the session.
-            commands::save_answers(self);
-        }
-        let mention = mentions::expand(&text, &self.composer.project_root, &self.composer.cwd);
-        for note in &mention.notes {
-            self.view.info(note);
-        }
+        let before = self.driver.id().map(str::to_owned);
         // The editor leaves the typed line in the scrollback; line mode shows it here.
         if self.editor.is_none() || echo {
             self.view.user(&text);
         }
-        session.primary.steering = Some(self.steering.clone());
-        let recalled = crate::memory::recall(
-            &self.store,
-            &self.composer.config.memory,
-            &mut session.primary,
-            &mention.text,
-        );
-        if recalled > 0 {
-            self.view.info(&crate::memory::recalled_line(recalled));
-        }
         // The user's own commands since the last prompt come first: the model sees what
         // the user saw.
         let text = if self.shell_notes.is_empty() {
-            mention.text
+            text
         } else {
-            format!(
-                "{}\n{}",
-                std::mem::take(&mut self.shell_notes),
-                mention.text
-            )
+            format!("{}\n{text}", std::mem::take(&mut self.shell_notes))
         };
-        sessions::add_prompt(
-            &mut session.primary,
-            crew.primary().provider().as_ref(),
+        let input = driver::Input {
             text,
-            mention.images,
-        );
+            images: Vec::new(),
+            agent,
+        };
+        let turn = match self.driver.begin(input, &self.events) {
+            Ok(turn) => turn,
+            Err(e) => return self.view.error(&format!("{e:#}")),
+        };
+        if self.driver.id() != before.as_deref() {
+            // A mode or answers chosen before the first prompt stay with the session.
+            commands::save_answers(self);
+        }
+        for note in &turn.begun.notes {
+            self.view.info(note);
+        }
+        if turn.begun.recalled > 0 {
+            self.view
+                .info(&crate::memory::recalled_line(turn.begun.recalled));
+        }
         let cancel = CancellationToken::new();
-        let (tx, rx) = mpsc::unbounded_channel();
-        let recorder = tokio::spawn(sessions::record_usage(
-            rx,
-            self.events.clone(),
-            Arc::clone(&self.store),
-            info.id.clone(),
-            sessions::models(&crew),
-        ));
         let done = self.done.clone();
         let turn_cancel = cancel.clone();
-        // MCP servers still starting get their time before the first model call only.
-        let mcp = if self.mcp_waited {
-            None
-        } else {
-            self.mcp_waited = true;
-            self.mcp.clone()
-        };
-        let mcp_wait = self.mcp_wait;
         tokio::spawn(async move {
-            if let Some(mcp) = mcp {
-                tokio::select! {
-                    () = mcp.wait_started(mcp_wait) => {}
-                    () = turn_cancel.cancelled() => {}
-                }
-            }
-            let outcome = crew.run(&mut session, &tx, turn_cancel).await;
-            drop(tx);
-            let _ = recorder.await;
-            let _ = done.send((info, session, outcome));
+            let ran = turn.run(turn_cancel).await;
+            let _ = done.send(ran);
         });
         self.running = Some(Running {
             cancel,
@@ -634,21 +558,18 @@ impl App {
 
     /// A turn ended: its session comes back; queued messages the agent did not get start
     /// the next turn.
-    fn finished(&mut self, (info, mut session, outcome): Done) {
+    fn finished(&mut self, ran: Done) {
         self.running = None;
         // Questions of the ended turn are void.
         self.questions.clear();
         self.view.flush_open();
-        sessions::finish(&self.store, &info.id, &outcome);
-        crate::memory::after_run(
-            &self.composer.config.memory,
-            &self.composer.project_root,
-            self.composer.trusted,
-            &info.id,
-            &outcome,
-            &session,
-        );
-        match &outcome {
+        let ended = self.driver.end(ran);
+        if let Some(why) = &ended.failure
+            && crate::stop::failure().is_none()
+        {
+            crate::stop::fail(why.clone());
+        }
+        match &ended.outcome {
             // The database's error is why the turn ended, however the run answered.
             _ if crate::stop::failure().is_some() => {
                 self.view.error(crate::stop::failure().unwrap_or_default());
@@ -657,7 +578,7 @@ impl App {
                 if result.stop == crow_core::RunStop::Cancelled {
                     self.view.warn("cancelled; what was done so far is kept");
                 }
-                let max = self.crew.primary().config.max_iterations;
+                let max = self.driver.crew().primary().config.max_iterations;
                 if let (_, Some(note)) = crate::run::how_it_ended(result, max) {
                     self.view.warn(&note);
                 }
@@ -672,17 +593,6 @@ impl App {
                 self.view.error(&text);
             }
         }
-        session.primary.steering = None;
-        // A new session whose first model call failed holds the prompt alone: nothing to
-        // continue (and `--continue` would pick it); the next prompt starts afresh.
-        if outcome.is_err() && sessions::only_prompt(&session) {
-            if let Err(e) = self.store.delete_session(&info.id) {
-                tracing::warn!("cannot delete the failed session: {e}");
-            }
-            self.id = None;
-        } else {
-            self.session = Some((info, session));
-        }
         self.refresh_status();
         let queued = self.steering.take();
         if self.quit_pending {
@@ -694,8 +604,11 @@ impl App {
 
     fn ask(&mut self, question: Question) {
         if self.questions.is_empty() {
-            let text =
-                gate::render_question(&question, self.view.style(), &self.composer.project_root);
+            let text = gate::render_question(
+                &question,
+                self.view.style(),
+                &self.driver.composer().project_root,
+            );
             self.view.plain(&text);
         }
         self.questions.push_back(question);
@@ -708,7 +621,7 @@ impl App {
         if answer == gate::Answer::Project
             && let Some(rule) = &question.project_rule
         {
-            match crate::permissions::save_rule(&self.composer.project_root, rule) {
+            match crate::permissions::save_rule(&self.driver.composer().project_root, rule) {
                 Ok(saved) => {
                     if let Ok(mut state) = self.gate.lock() {
                         state.saved.push(rule.clone());
@@ -746,7 +659,11 @@ impl App {
         let _ = question.reply.send(answer);
         // The next question waiting (calls of one response ask one after another).
         if let Some(next) = self.questions.front() {
-            let text = gate::render_question(next, self.view.style(), &self.composer.project_root);
+            let text = gate::render_question(
+                next,
+                self.view.style(),
+                &self.driver.composer().project_root,
+            );
             self.view.plain(&text);
         }
     }

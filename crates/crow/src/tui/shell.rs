@@ -52,7 +52,7 @@ pub fn start(
         cwd: composer.cwd.clone(),
         project_root: composer.project_root.clone(),
         cancel,
-        permission: Arc::new(UserGate(Arc::clone(&composer.permission))),
+        permission: Arc::new(UserGate(Arc::clone(composer.gate()))),
         // The tool's progress events have no turn to go to.
         events: mpsc::unbounded_channel().0,
         client: None,
@@ -92,8 +92,8 @@ impl super::App {
         }
         let cancel = CancellationToken::new();
         let started = start(
-            &self.composer,
-            self.id.clone().unwrap_or_default(),
+            self.driver.composer(),
+            self.driver.id().unwrap_or_default().to_owned(),
             command.to_owned(),
             cancel.clone(),
             self.shell_done.clone(),
