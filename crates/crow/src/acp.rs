@@ -529,13 +529,10 @@ impl SessionRunner for CrowRunner {
                 events,
             )
             .map_err(|e| failed_any(&e))?;
-        // The editor hears what became of the prompt's `@path` mentions.
+        // Editors attach files as resource links and resolve their own mentions: what
+        // became of an `@path` in the text is for the log, not the conversation.
         for note in &turn.begun.notes {
-            let _ = events.send(crow_core::AgentEvent::Notice {
-                agent: "crow".into(),
-                level: crow_core::NoticeLevel::Info,
-                message: note.clone(),
-            });
+            tracing::info!("{note}");
         }
         // A signal to crow cancels the turn like the editor's cancel; `serve` waits for it.
         let _active = crate::stop::ActiveTurn::start();

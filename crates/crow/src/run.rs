@@ -72,13 +72,6 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
         mcp.finish().await;
         return Ok(reply);
     }
-    if spec.plain_root {
-        // Said once the session exists, so a configuration or store error stays one line.
-        errln!(
-            "note: {} is not in a git repository; it is the project root",
-            composer.project_root.display()
-        );
-    }
     let (tx, render_rx) = tokio::sync::mpsc::unbounded_channel();
     let show_agents = driver.crew().coagent().is_some();
     let turn = driver.begin(
@@ -96,6 +89,13 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
             return Err(e);
         }
     };
+    if spec.plain_root {
+        // Said once the session exists, so a configuration or store error stays one line.
+        errln!(
+            "note: {} is not in a git repository; it is the project root",
+            composer.project_root.display()
+        );
+    }
     for note in &turn.begun.notes {
         errln!("{note}");
     }

@@ -357,7 +357,7 @@ async fn a_database_that_fills_up_mid_prompt_ends_it_with_an_error() {
         .expect("the prompt is answered");
     let message = answer["error"]["message"].as_str().unwrap_or_default();
     assert!(
-        message.contains("is full") && message.contains("stopped the prompt"),
+        message.contains("is full") && message.contains("stopped the turn"),
         "{answer}"
     );
     let requests = mock.requests().len();

@@ -234,7 +234,7 @@ async fn a_database_that_fills_up_mid_run_stops_the_run_at_once() {
         .collect();
     assert_eq!(errors.len(), 1, "{}", out.stderr);
     assert!(
-        errors[0].contains("is full") && errors[0].contains("stopped the run"),
+        errors[0].contains("is full") && errors[0].contains("stopped the turn"),
         "{}",
         errors[0]
     );
