@@ -16,7 +16,6 @@
 
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
@@ -28,7 +27,7 @@ use crate::history::{
     to_messages_in,
 };
 use crate::message::{ChatRequest, Message};
-use crate::provider::{ProviderError, StreamDelta, Usage};
+use crate::provider::ProviderError;
 use crate::session::Session;
 
 mod parts;
@@ -531,6 +530,7 @@ impl BaseAgent {
                     .summarise(
                         session,
                         events,
+                        cancel,
                         entries,
                         &view,
                         (from, new_from, cut),
@@ -631,10 +631,12 @@ impl BaseAgent {
 
     /// The side call that writes the summary of `new_from..to` (the part not yet covered
     /// by the previous summary). Errors are reasons to fall back, in words.
+    #[allow(clippy::too_many_arguments)] // one plan's slices and the turn's channels
     async fn summarise(
         &self,
         session: &Session,
         events: &EventSender,
+        cancel: &CancellationToken,
         entries: &[HistoryEntry],
         view: &View<'_>,
         (from, new_from, to): (usize, usize, usize),
@@ -682,28 +684,16 @@ impl BaseAgent {
             temperature: None,
             session_id: &session.id,
         };
-        let mut stream = self
-            .provider()
-            .stream(&request)
+        // Cancelled: a reason like any other; the caller sees the token and gives up.
+        let done = crate::side_call::complete(&**self.provider(), &request, cancel)
             .await
-            .map_err(|e| e.to_string())?;
-        let mut text = String::new();
-        let mut usage = Usage::default();
-        while let Some(item) = stream.next().await {
-            match item.map_err(|e| e.to_string())? {
-                StreamDelta::Text { text: t } => text.push_str(&t),
-                StreamDelta::Usage { usage: u } => usage.merge_max(&u),
-                StreamDelta::Retrying {
-                    discard_partial: true,
-                    ..
-                } => text.clear(),
-                _ => {}
-            }
-        }
-        if !usage.is_empty() {
+            .map_err(|e| e.to_string())?
+            .ok_or("cancelled")?;
+        if !done.usage.is_empty() {
             // Billed like any call: front ends and the store count it.
-            let _ = events.send(AgentEvent::usage(&self.name, &usage));
+            let _ = events.send(AgentEvent::usage(&self.name, &done.usage));
         }
+        let text = done.text;
         let text = text.trim();
         if text.is_empty() {
             return Err("the model returned an empty summary".into());
