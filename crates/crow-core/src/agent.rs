@@ -14,6 +14,7 @@ use futures::stream::FuturesUnordered;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+#[cfg(test)] // agent_tests.rs reads it through `super::*`
 use crate::TASK_COMPLETE;
 use crate::client::ClientBridge;
 use crate::compaction::CompactionConfig;
@@ -126,8 +127,9 @@ pub struct BaseAgent {
     definitions: std::sync::Mutex<(u64, Arc<Vec<ToolDefinition>>)>,
     system_prompt: String,
     permission: Arc<dyn PermissionGate>,
-    /// Consulted before every call (`run_tools`); `None`: only the tools' own questions.
-    policy: Option<Arc<crate::policy::Policy>>,
+    /// Consulted before every call (`run_tools`); without a policy only the tools' own
+    /// questions are asked.
+    policy: PolicyPoint,
     client: Option<Arc<dyn ClientBridge>>,
     /// Snapshots of the working tree around changing calls (`agent/snapshots.rs`).
     snapshots: Option<Arc<dyn crate::snapshot::Snapshotter>>,
@@ -164,7 +166,7 @@ impl BaseAgent {
             definitions,
             system_prompt: system_prompt.into(),
             permission,
-            policy: None,
+            policy: PolicyPoint::default(),
             client: None,
             snapshots: None,
             config,
@@ -197,7 +199,7 @@ impl BaseAgent {
 
     /// Puts every call of this agent under `policy` (allow, ask or deny before it runs).
     pub fn with_policy(mut self, policy: Arc<crate::policy::Policy>) -> Self {
-        self.policy = Some(policy);
+        self.policy = PolicyPoint::new(Some(policy));
         self
     }
 
@@ -220,24 +222,21 @@ impl BaseAgent {
 
     /// Runs the ReAct loop on `session` until the model stops, calls `task_complete`, the
     /// token is cancelled or `max_iterations` model calls were made.
+    ///
+    /// Each iteration is the same steps in order: steering; compaction before the request
+    /// (`compaction/`); the model call; the snapshot before a batch that may change files
+    /// (`agent/snapshots.rs`); the batch, each call past the policy point
+    /// (`agent/policy_point.rs`); loop detection (`doom_loop.rs`); the results into history;
+    /// the snapshot after; the ledger (`agent/ledger.rs`).
     pub async fn execute_turn(
         &self,
         session: &mut Session,
         events: &EventSender,
         cancel: CancellationToken,
     ) -> Result<TurnResult, AgentError> {
-        let mut turn = TurnResult {
-            text: None,
-            tool_calls: Vec::new(),
-            task_complete: None,
-            usage: Usage::default(),
-            files_changed: Vec::new(),
-            stop: TurnStop::Text,
-            iterations: 0,
-            doom_loop: None,
-        };
+        let mut ledger = TurnLedger::new();
         let mut loops = LoopDetector::new(self.config.doom_loop_threshold);
-        let mut snaps = snapshots::TurnSnapshots::default();
+        let mut snaps = SnapshotStep::new(self.snapshots.clone());
         self.emit(
             events,
             AgentEvent::TurnStart {
@@ -245,78 +244,46 @@ impl BaseAgent {
             },
         );
 
-        loop {
+        let turn = loop {
             if cancel.is_cancelled() {
-                return Ok(self.cancelled(session, events, turn));
+                return Ok(self.cancelled(session, events, ledger));
             }
-            if turn.iterations >= self.config.max_iterations {
+            if ledger.iterations() >= self.config.max_iterations {
                 session.push(EntryKind::System {
                     event: SystemEvent::MaxIterationsReached {
-                        iterations: turn.iterations,
+                        iterations: ledger.iterations(),
                     },
                 });
-                turn.stop = TurnStop::MaxIterations;
-                break;
+                break ledger.close(TurnStop::MaxIterations);
             }
-            if turn.iterations > 0 {
+            if ledger.iterations() > 0 {
                 self.deliver_steering(session, events);
             }
-            turn.iterations += 1;
+            let iteration = ledger.begin_call();
             self.emit(
                 events,
                 AgentEvent::ModelCallStart {
                     agent: self.name.clone(),
-                    iteration: turn.iterations,
+                    iteration,
                 },
             );
 
             // Before a request: make the history fit the window (compaction.rs).
             self.before_request(session, events, &cancel).await?;
-            let mut result = self.stream_response(session, events, &cancel).await;
-            // Overflow recovery: compact and retry once instead of ending the turn.
-            if let Err(error) = &result
-                && error.kind == ProviderErrorKind::ContextOverflow
-                && self.recover_overflow(session, events, &cancel, error).await
-            {
-                result = self.stream_response(session, events, &cancel).await;
-            }
-            let response = match result {
-                Ok(response) => response,
-                Err(error) => {
-                    self.emit(
-                        events,
-                        AgentEvent::Error {
-                            agent: self.name.clone(),
-                            error: error.to_string(),
-                        },
-                    );
-                    session.push(EntryKind::System {
-                        event: SystemEvent::Error {
-                            message: error.to_string(),
-                        },
-                    });
-                    return Err(error.into());
-                }
-            };
-            turn.usage.add(&response.usage);
+            let response = self.model_call(session, events, &cancel).await?;
+            ledger.add_usage(&response.usage);
             if response.cancelled {
-                return Ok(self.cancelled(session, events, turn));
+                return Ok(self.cancelled(session, events, ledger));
             }
-            turn.text = (!response.text.is_empty()).then(|| response.text.clone());
-
+            ledger.answered(&response.text);
             if response.calls.is_empty() {
-                turn.stop = match response.finish {
-                    Some(FinishReason::MaxTokens) => TurnStop::MaxTokens,
-                    Some(FinishReason::Refusal | FinishReason::ContentFilter) => TurnStop::Refusal,
-                    _ => TurnStop::Text,
-                };
-                break;
+                break ledger.close(text_stop(response.finish));
             }
 
             let truncated = response.finish == Some(FinishReason::MaxTokens);
             let may_change = self.batch_may_change(&response.calls);
             if may_change {
-                self.snapshot_before(session, &mut snaps).await;
+                snaps.before_batch(session).await;
             }
             let mut executed = self
                 .run_tools(session, events, &cancel, response.calls, truncated)
@@ -324,68 +291,24 @@ impl BaseAgent {
             // Named point: after a batch of tool results, before they enter history.
             let repeating = loops.after_batch(&mut executed);
             self.record_results(session, events, &executed);
-            // From the snapshots when there are any; else what the tools reported.
             let seen = match may_change {
-                true => self.snapshot_after(session, events, &mut snaps).await,
+                true => snaps.after_batch(session, events, &self.name).await,
                 false => None,
             };
-            let mut changed = Vec::new();
-            for call in &executed {
-                for file in &call.result.metadata.files_modified {
-                    if seen.is_none() && !changed.contains(file) {
-                        changed.push(file.clone());
-                    }
-                }
-                if call.name == TASK_COMPLETE && call.result.is_success() {
-                    let summary = call.arguments.get("summary").and_then(|s| s.as_str());
-                    turn.task_complete = Some(summary.unwrap_or_default().to_owned());
-                }
-            }
-            if !changed.is_empty() {
-                self.emit(
-                    events,
-                    AgentEvent::FilesChanged {
-                        agent: self.name.clone(),
-                        files: changed.clone(),
-                        changes: Vec::new(),
-                        snapshot: None,
-                    },
-                );
-            }
-            if let Some(seen) = seen {
-                changed = seen;
-            }
-            for file in changed {
-                if !turn.files_changed.contains(&file) {
-                    turn.files_changed.push(file);
-                }
-            }
-            turn.tool_calls.extend(executed);
+            let reported = ledger.record_batch(executed, seen);
+            self.announce_reported(events, reported);
 
             if cancel.is_cancelled() {
-                return Ok(self.cancelled(session, events, turn));
+                return Ok(self.cancelled(session, events, ledger));
             }
-            if let Some(summary) = &turn.task_complete {
-                session.push(EntryKind::System {
-                    event: SystemEvent::TaskComplete {
-                        summary: summary.clone(),
-                    },
-                });
-                self.emit(
-                    events,
-                    AgentEvent::TaskComplete {
-                        agent: self.name.clone(),
-                        summary: summary.clone(),
-                    },
-                );
-                turn.stop = TurnStop::TaskComplete;
-                break;
+            if let Some(summary) = ledger.task_complete() {
+                self.task_complete(session, events, summary.to_owned());
+                break ledger.close(TurnStop::TaskComplete);
             }
             if let Verdict::Stop(pattern) = repeating {
-                self.doom_loop(session, events, &mut turn, pattern.to_string());
-                break;
+                break self.doom_loop(session, events, ledger, pattern.to_string());
             }
-        }
+        };
 
         self.emit(
             events,
@@ -394,6 +317,69 @@ impl BaseAgent {
             },
         );
         Ok(turn)
+    }
+
+    /// The model call, with the overflow recovery: on a context overflow, compact and retry
+    /// once instead of ending the turn. A failure is announced and recorded.
+    async fn model_call(
+        &self,
+        session: &mut Session,
+        events: &EventSender,
+        cancel: &CancellationToken,
+    ) -> Result<Response, ProviderError> {
+        let mut result = self.stream_response(session, events, cancel).await;
+        if let Err(error) = &result
+            && error.kind == ProviderErrorKind::ContextOverflow
+            && self.recover_overflow(session, events, cancel, error).await
+        {
+            result = self.stream_response(session, events, cancel).await;
+        }
+        if let Err(error) = &result {
+            self.emit(
+                events,
+                AgentEvent::Error {
+                    agent: self.name.clone(),
+                    error: error.to_string(),
+                },
+            );
+            session.push(EntryKind::System {
+                event: SystemEvent::Error {
+                    message: error.to_string(),
+                },
+            });
+        }
+        result
+    }
+
+    /// Files a batch's tools reported changing, announced when no snapshots saw the batch.
+    fn announce_reported(&self, events: &EventSender, files: Vec<PathBuf>) {
+        if files.is_empty() {
+            return;
+        }
+        self.emit(
+            events,
+            AgentEvent::FilesChanged {
+                agent: self.name.clone(),
+                files,
+                changes: Vec::new(),
+                snapshot: None,
+            },
+        );
+    }
+
+    fn task_complete(&self, session: &mut Session, events: &EventSender, summary: String) {
+        session.push(EntryKind::System {
+            event: SystemEvent::TaskComplete {
+                summary: summary.clone(),
+            },
+        });
+        self.emit(
+            events,
+            AgentEvent::TaskComplete {
+                agent: self.name.clone(),
+                summary,
+            },
+        );
     }
 
     /// Messages the user typed since the last model call join the history before the next
@@ -418,7 +404,7 @@ impl BaseAgent {
         &self,
         session: &mut Session,
         events: &EventSender,
-        mut turn: TurnResult,
+        ledger: TurnLedger,
     ) -> TurnResult {
         session.push(EntryKind::System {
             event: SystemEvent::Cancelled,
@@ -429,17 +415,16 @@ impl BaseAgent {
                 agent: self.name.clone(),
             },
         );
-        turn.stop = TurnStop::Cancelled;
-        turn
+        ledger.close(TurnStop::Cancelled)
     }
 
     fn doom_loop(
         &self,
         session: &mut Session,
         events: &EventSender,
-        turn: &mut TurnResult,
+        ledger: TurnLedger,
         description: String,
-    ) {
+    ) -> TurnResult {
         tracing::info!(agent = %self.name, %description, "loop detected; turn stopped");
         session.push(EntryKind::System {
             event: SystemEvent::DoomLoopDetected {
@@ -453,8 +438,7 @@ impl BaseAgent {
                 description: description.clone(),
             },
         );
-        turn.stop = TurnStop::DoomLoop;
-        turn.doom_loop = Some(description);
+        ledger.close_for_loop(description)
     }
 
     fn emit(&self, events: &EventSender, event: AgentEvent) {
@@ -776,8 +760,14 @@ impl Accumulator {
     }
 }
 
+mod ledger;
+mod policy_point;
 mod run_tools;
 mod snapshots;
+
+use ledger::{TurnLedger, text_stop};
+use policy_point::PolicyPoint;
+use snapshots::SnapshotStep;
 
 #[cfg(test)]
 #[path = "agent_tests.rs"]
