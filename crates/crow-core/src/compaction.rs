@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::{AgentError, BaseAgent};
+use crate::agent::BaseAgent;
 use crate::budget::{self, fixed_chars, messages_chars, output_reserve};
 use crate::event::{AgentEvent, EventSender, NoticeLevel};
 use crate::history::{
@@ -30,7 +30,9 @@ use crate::message::{ChatRequest, Message};
 use crate::provider::ProviderError;
 use crate::session::Session;
 
+mod before_request;
 mod parts;
+use before_request::recovery_target;
 pub use parts::{boundaries, elide, elide_with};
 use parts::{
     candidate_view, dropped, entry_chars, head_end, render_prompt, transcript, with_latest_request,
@@ -160,26 +162,9 @@ read_file's offset and limit, or narrow the command's output (grep, head, tail)"
 /// Smallest size a result is cut to, whatever the window: less tells the model nothing.
 const MIN_RESULT_CHARS: usize = 1000;
 
-/// The window figures of one request.
-pub(crate) struct Window {
-    usable: u64,
-    reserve: u64,
-    window: u64,
-}
-
 impl BaseAgent {
-    pub(crate) fn window_of(&self, session: &Session) -> Option<Window> {
-        let window = session.budget.window(self.provider().context_window())?;
-        let reserve = output_reserve(window, self.config.max_tokens);
-        Some(Window {
-            usable: window.saturating_sub(reserve),
-            reserve,
-            window,
-        })
-    }
-
     /// Characters of the request the history would send now: (fixed part, whole request).
-    fn request_chars(&self, session: &Session) -> (u64, u64) {
+    pub(crate) fn request_chars(&self, session: &Session) -> (u64, u64) {
         let definitions = self.current_definitions();
         let fixed = fixed_chars(&ChatRequest {
             system: self.system_prompt(),
@@ -190,63 +175,6 @@ impl BaseAgent {
             session_id: "",
         });
         (fixed, fixed + messages_chars(&session.messages()))
-    }
-
-    /// The step before a request: compacts when the estimate passes the threshold, and
-    /// refuses a window too small for the system prompt and tools.
-    pub(crate) async fn before_request(
-        &self,
-        session: &mut Session,
-        events: &EventSender,
-        cancel: &CancellationToken,
-    ) -> Result<(), AgentError> {
-        let (fixed, total) = self.request_chars(session);
-        if let Some(w) = self.window_of(session) {
-            let fixed_tokens = session.budget.tokens(fixed);
-            if fixed_tokens >= w.usable {
-                let message = format!(
-                    "the context window of {} ({} tokens, {} of them kept for the answer) is too \
-                     small: the system prompt and tool definitions alone take about {fixed_tokens} \
-                     tokens",
-                    self.provider().model(),
-                    w.window,
-                    w.reserve
-                );
-                self.emit_error(session, events, &message);
-                return Err(AgentError::Context(message));
-            }
-            let estimate = session.budget.estimate(total);
-            let trigger = (w.usable as f64 * self.config.compaction.threshold) as u64;
-            if self.config.compaction.auto && estimate > trigger {
-                let target = (w.usable as f64 * self.config.compaction.target) as u64;
-                self.compact(session, events, cancel, target, None).await;
-            }
-        }
-        let (_, total) = self.request_chars(session);
-        // A first request that cannot fit (a pasted file, a huge prompt): nothing to compact
-        // yet, and the server would refuse it — or, on some, silently cut it.
-        if let Some(w) = self.window_of(session) {
-            let estimate = session.budget.estimate(total);
-            let answered = session.entries().iter().any(|e| {
-                matches!(
-                    e.kind,
-                    EntryKind::AssistantText { .. } | EntryKind::ToolCall { .. }
-                )
-            });
-            if estimate > w.window && !answered {
-                let message = format!(
-                    "the request is about {estimate} tokens, more than the context window of {} \
-                     ({} tokens): shorten the prompt or attach less, use a model with a larger \
-                     window, or set context_window for this model if the server's is larger",
-                    self.provider().model(),
-                    w.window
-                );
-                self.emit_error(session, events, &message);
-                return Err(AgentError::Context(message));
-            }
-        }
-        session.budget.sent(total);
-        Ok(())
     }
 
     /// A tool result as history keeps it: `None` when it fits its share of the window
@@ -332,11 +260,11 @@ impl BaseAgent {
         }
         let (_, total) = self.request_chars(session);
         let estimate = session.budget.estimate(total);
-        // The estimate was wrong (the request did not fit): aim below both it and the target.
-        let mut target = estimate * 6 / 10;
-        if let Some(w) = self.window_of(session) {
-            target = target.min((w.usable as f64 * self.config.compaction.target) as u64);
-        }
+        let target = recovery_target(
+            estimate,
+            self.window_of(session).as_ref(),
+            &self.config.compaction,
+        );
         tracing::info!(agent = %self.name, estimate, target, "context overflow: compacting");
         let done = self
             .compact(session, events, cancel, target, None)
@@ -416,7 +344,7 @@ impl BaseAgent {
 
     /// Compacts down to `target` tokens. `manual` (with a focus, possibly empty) skips the
     /// elision tier and summarises whatever it may.
-    async fn compact(
+    pub(crate) async fn compact(
         &self,
         session: &mut Session,
         events: &EventSender,
@@ -708,7 +636,7 @@ impl BaseAgent {
         })
     }
 
-    fn emit_error(&self, session: &mut Session, events: &EventSender, message: &str) {
+    pub(crate) fn emit_error(&self, session: &mut Session, events: &EventSender, message: &str) {
         let _ = events.send(AgentEvent::Error {
             agent: self.name.clone(),
             error: message.to_owned(),
