@@ -268,7 +268,7 @@ impl BaseAgent {
                 },
             );
 
-            // Before a request: make the history fit the window (compaction.rs).
+            // Before a request: make the history fit the window (compaction/before_request.rs).
             self.before_request(session, events, &cancel).await?;
             let response = self.model_call(session, events, &cancel).await?;
             ledger.add_usage(&response.usage);
