@@ -14,6 +14,7 @@ use futures::stream::FuturesUnordered;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+#[cfg(test)] // agent_tests.rs reads it through `super::*`
 use crate::TASK_COMPLETE;
 use crate::client::ClientBridge;
 use crate::compaction::CompactionConfig;
@@ -126,8 +127,9 @@ pub struct BaseAgent {
     definitions: std::sync::Mutex<(u64, Arc<Vec<ToolDefinition>>)>,
     system_prompt: String,
     permission: Arc<dyn PermissionGate>,
-    /// Consulted before every call (`run_tools`); `None`: only the tools' own questions.
-    policy: Option<Arc<crate::policy::Policy>>,
+    /// Consulted before every call (`run_tools`); without a policy only the tools' own
+    /// questions are asked.
+    policy: PolicyPoint,
     client: Option<Arc<dyn ClientBridge>>,
     /// Snapshots of the working tree around changing calls (`agent/snapshots.rs`).
     snapshots: Option<Arc<dyn crate::snapshot::Snapshotter>>,
@@ -164,7 +166,7 @@ impl BaseAgent {
             definitions,
             system_prompt: system_prompt.into(),
             permission,
-            policy: None,
+            policy: PolicyPoint::default(),
             client: None,
             snapshots: None,
             config,
@@ -197,7 +199,7 @@ impl BaseAgent {
 
     /// Puts every call of this agent under `policy` (allow, ask or deny before it runs).
     pub fn with_policy(mut self, policy: Arc<crate::policy::Policy>) -> Self {
-        self.policy = Some(policy);
+        self.policy = PolicyPoint::new(Some(policy));
         self
     }
 
@@ -220,24 +222,21 @@ impl BaseAgent {
 
     /// Runs the ReAct loop on `session` until the model stops, calls `task_complete`, the
     /// token is cancelled or `max_iterations` model calls were made.
+    ///
+    /// Each iteration is the same steps in order: steering; compaction before the request
+    /// (`compaction/`); the model call; the snapshot before a batch that may change files
+    /// (`agent/snapshots.rs`); the batch, each call past the policy point
+    /// (`agent/policy_point.rs`); loop detection (`doom_loop.rs`); the results into history;
+    /// the snapshot after; the ledger (`agent/ledger.rs`).
     pub async fn execute_turn(
         &self,
         session: &mut Session,
         events: &EventSender,
         cancel: CancellationToken,
     ) -> Result<TurnResult, AgentError> {
-        let mut turn = TurnResult {
-            text: None,
-            tool_calls: Vec::new(),
-            task_complete: None,
-            usage: Usage::default(),
-            files_changed: Vec::new(),
-            stop: TurnStop::Text,
-            iterations: 0,
-            doom_loop: None,
-        };
+        let mut ledger = TurnLedger::new();
         let mut loops = LoopDetector::new(self.config.doom_loop_threshold);
-        let mut snaps = snapshots::TurnSnapshots::default();
+        let mut snaps = SnapshotStep::new(self.snapshots.clone());
         self.emit(
             events,
             AgentEvent::TurnStart {
@@ -245,78 +244,46 @@ impl BaseAgent {
             },
         );
 
-        loop {
+        let turn = loop {
             if cancel.is_cancelled() {
-                return Ok(self.cancelled(session, events, turn));
+                return Ok(self.cancelled(session, events, ledger));
             }
-            if turn.iterations >= self.config.max_iterations {
+            if ledger.iterations() >= self.config.max_iterations {
                 session.push(EntryKind::System {
                     event: SystemEvent::MaxIterationsReached {
-                        iterations: turn.iterations,
+                        iterations: ledger.iterations(),
                     },
                 });
-                turn.stop = TurnStop::MaxIterations;
-                break;
+                break ledger.close(TurnStop::MaxIterations);
             }
-            if turn.iterations > 0 {
+            if ledger.iterations() > 0 {
                 self.deliver_steering(session, events);
             }
-            turn.iterations += 1;
+            let iteration = ledger.begin_call();
             self.emit(
                 events,
                 AgentEvent::ModelCallStart {
                     agent: self.name.clone(),
-                    iteration: turn.iterations,
+                    iteration,
                 },
             );
 
-            // Before a request: make the history fit the window (compaction.rs).
+            // Before a request: make the history fit the window (compaction/before_request.rs).
             self.before_request(session, events, &cancel).await?;
-            let mut result = self.stream_response(session, events, &cancel).await;
-            // Overflow recovery: compact and retry once instead of ending the turn.
-            if let Err(error) = &result
-                && error.kind == ProviderErrorKind::ContextOverflow
-                && self.recover_overflow(session, events, &cancel, error).await
-            {
-                result = self.stream_response(session, events, &cancel).await;
-            }
-            let response = match result {
-                Ok(response) => response,
-                Err(error) => {
-                    self.emit(
-                        events,
-                        AgentEvent::Error {
-                            agent: self.name.clone(),
-                            error: error.to_string(),
-                        },
-                    );
-                    session.push(EntryKind::System {
-                        event: SystemEvent::Error {
-                            message: error.to_string(),
-                        },
-                    });
-                    return Err(error.into());
-                }
-            };
-            turn.usage.add(&response.usage);
+            let response = self.model_call(session, events, &cancel).await?;
+            ledger.add_usage(&response.usage);
             if response.cancelled {
-                return Ok(self.cancelled(session, events, turn));
+                return Ok(self.cancelled(session, events, ledger));
             }
-            turn.text = (!response.text.is_empty()).then(|| response.text.clone());
-
+            ledger.answered(&response.text);
             if response.calls.is_empty() {
-                turn.stop = match response.finish {
-                    Some(FinishReason::MaxTokens) => TurnStop::MaxTokens,
-                    Some(FinishReason::Refusal | FinishReason::ContentFilter) => TurnStop::Refusal,
-                    _ => TurnStop::Text,
-                };
-                break;
+                break ledger.close(text_stop(response.finish));
             }
 
             let truncated = response.finish == Some(FinishReason::MaxTokens);
             let may_change = self.batch_may_change(&response.calls);
             if may_change {
-                self.snapshot_before(session, &mut snaps).await;
+                snaps.before_batch(session).await;
             }
             let mut executed = self
                 .run_tools(session, events, &cancel, response.calls, truncated)
@@ -324,68 +291,24 @@ impl BaseAgent {
             // Named point: after a batch of tool results, before they enter history.
             let repeating = loops.after_batch(&mut executed);
             self.record_results(session, events, &executed);
-            // From the snapshots when there are any; else what the tools reported.
             let seen = match may_change {
-                true => self.snapshot_after(session, events, &mut snaps).await,
+                true => snaps.after_batch(session, events, &self.name).await,
                 false => None,
             };
-            let mut changed = Vec::new();
-            for call in &executed {
-                for file in &call.result.metadata.files_modified {
-                    if seen.is_none() && !changed.contains(file) {
-                        changed.push(file.clone());
-                    }
-                }
-                if call.name == TASK_COMPLETE && call.result.is_success() {
-                    let summary = call.arguments.get("summary").and_then(|s| s.as_str());
-                    turn.task_complete = Some(summary.unwrap_or_default().to_owned());
-                }
-            }
-            if !changed.is_empty() {
-                self.emit(
-                    events,
-                    AgentEvent::FilesChanged {
-                        agent: self.name.clone(),
-                        files: changed.clone(),
-                        changes: Vec::new(),
-                        snapshot: None,
-                    },
-                );
-            }
-            if let Some(seen) = seen {
-                changed = seen;
-            }
-            for file in changed {
-                if !turn.files_changed.contains(&file) {
-                    turn.files_changed.push(file);
-                }
-            }
-            turn.tool_calls.extend(executed);
+            let reported = ledger.record_batch(executed, seen);
+            self.announce_reported(events, reported);
 
             if cancel.is_cancelled() {
-                return Ok(self.cancelled(session, events, turn));
+                return Ok(self.cancelled(session, events, ledger));
             }
-            if let Some(summary) = &turn.task_complete {
-                session.push(EntryKind::System {
-                    event: SystemEvent::TaskComplete {
-                        summary: summary.clone(),
-                    },
-                });
-                self.emit(
-                    events,
-                    AgentEvent::TaskComplete {
-                        agent: self.name.clone(),
-                        summary: summary.clone(),
-                    },
-                );
-                turn.stop = TurnStop::TaskComplete;
-                break;
+            if let Some(summary) = ledger.task_complete() {
+                self.task_complete(session, events, summary.to_owned());
+                break ledger.close(TurnStop::TaskComplete);
             }
             if let Verdict::Stop(pattern) = repeating {
-                self.doom_loop(session, events, &mut turn, pattern.to_string());
-                break;
+                break self.doom_loop(session, events, ledger, pattern.to_string());
             }
-        }
+        };
 
         self.emit(
             events,
@@ -394,6 +317,37 @@ impl BaseAgent {
             },
         );
         Ok(turn)
+    }
+
+    /// Files a batch's tools reported changing, announced when no snapshots saw the batch.
+    fn announce_reported(&self, events: &EventSender, files: Vec<PathBuf>) {
+        if files.is_empty() {
+            return;
+        }
+        self.emit(
+            events,
+            AgentEvent::FilesChanged {
+                agent: self.name.clone(),
+                files,
+                changes: Vec::new(),
+                snapshot: None,
+            },
+        );
+    }
+
+    fn task_complete(&self, session: &mut Session, events: &EventSender, summary: String) {
+        session.push(EntryKind::System {
+            event: SystemEvent::TaskComplete {
+                summary: summary.clone(),
+            },
+        });
+        self.emit(
+            events,
+            AgentEvent::TaskComplete {
+                agent: self.name.clone(),
+                summary,
+            },
+        );
     }
 
     /// Messages the user typed since the last model call join the history before the next
@@ -418,7 +372,7 @@ impl BaseAgent {
         &self,
         session: &mut Session,
         events: &EventSender,
-        mut turn: TurnResult,
+        ledger: TurnLedger,
     ) -> TurnResult {
         session.push(EntryKind::System {
             event: SystemEvent::Cancelled,
@@ -429,17 +383,16 @@ impl BaseAgent {
                 agent: self.name.clone(),
             },
         );
-        turn.stop = TurnStop::Cancelled;
-        turn
+        ledger.close(TurnStop::Cancelled)
     }
 
     fn doom_loop(
         &self,
         session: &mut Session,
         events: &EventSender,
-        turn: &mut TurnResult,
+        ledger: TurnLedger,
         description: String,
-    ) {
+    ) -> TurnResult {
         tracing::info!(agent = %self.name, %description, "loop detected; turn stopped");
         session.push(EntryKind::System {
             event: SystemEvent::DoomLoopDetected {
@@ -453,74 +406,12 @@ impl BaseAgent {
                 description: description.clone(),
             },
         );
-        turn.stop = TurnStop::DoomLoop;
-        turn.doom_loop = Some(description);
+        ledger.close_for_loop(description)
     }
 
     fn emit(&self, events: &EventSender, event: AgentEvent) {
         // A closed receiver means nobody is listening any more; the turn itself goes on.
         let _ = events.send(event);
-    }
-
-    /// One model call: streams deltas out as events and records the response in history.
-    async fn stream_response(
-        &self,
-        session: &mut Session,
-        events: &EventSender,
-        cancel: &CancellationToken,
-    ) -> Result<Response, ProviderError> {
-        let mut acc = Accumulator::default();
-        let definitions = self.current_definitions();
-        let outcome = {
-            let request = ChatRequest {
-                system: &self.system_prompt,
-                messages: session.messages(),
-                tools: &definitions,
-                max_tokens: self.config.max_tokens,
-                temperature: self.config.temperature,
-                session_id: &session.id,
-            };
-            let started = tokio::select! {
-                biased;
-                () = cancel.cancelled() => None,
-                stream = self.provider.stream(&request) => Some(stream),
-            };
-            match started {
-                None => Outcome::Cancelled,
-                Some(Err(error)) => Outcome::Failed(error),
-                Some(Ok(mut stream)) => loop {
-                    let item = tokio::select! {
-                        biased;
-                        () = cancel.cancelled() => break Outcome::Cancelled,
-                        item = stream.next() => item,
-                    };
-                    match item {
-                        None => break Outcome::Done,
-                        Some(Err(error)) => break Outcome::Failed(error),
-                        Some(Ok(delta)) => self.on_delta(delta, &mut acc, events),
-                    }
-                },
-            }
-            // The stream (and with it the HTTP connection) is dropped here.
-        };
-
-        let partial = !matches!(outcome, Outcome::Done);
-        if acc.usage.is_empty() && !partial {
-            // The server reported no usage (llama-cpp-python): estimate it rather than
-            // report nothing, marked so, and not calibrating the budget with it.
-            acc.usage = acc.estimated_usage(&session.budget);
-        } else if !acc.usage.is_empty() {
-            session.budget.observe(acc.usage.input_tokens);
-        }
-        if !acc.usage.is_empty() {
-            self.emit(events, AgentEvent::usage(&self.name, &acc.usage));
-        }
-        self.record_response(session, events, &mut acc, partial);
-        match outcome {
-            Outcome::Failed(error) => Err(error),
-            Outcome::Cancelled => Ok(acc.into_response(true)),
-            Outcome::Done => Ok(acc.into_response(false)),
-        }
     }
 
     /// The definitions to advertise now (tools may have appeared or gone since the last call).
@@ -534,160 +425,6 @@ impl BaseAgent {
             *cached = (version, Arc::new(self.tools.definitions()));
         }
         Arc::clone(&cached.1)
-    }
-
-    fn on_delta(&self, delta: StreamDelta, acc: &mut Accumulator, events: &EventSender) {
-        match delta {
-            StreamDelta::Text { text } => {
-                if text.is_empty() {
-                    return;
-                }
-                acc.text.push_str(&text);
-                self.emit(
-                    events,
-                    AgentEvent::TextDelta {
-                        agent: self.name.clone(),
-                        delta: text,
-                    },
-                );
-            }
-            StreamDelta::Thinking { text } => {
-                if text.is_empty() {
-                    return;
-                }
-                match acc.thinking.last_mut() {
-                    Some(block) if block.signature.is_none() => block.text.push_str(&text),
-                    _ => acc.thinking.push(ThinkingBlock {
-                        text: text.clone(),
-                        signature: None,
-                    }),
-                }
-                self.emit(
-                    events,
-                    AgentEvent::ThinkingDelta {
-                        agent: self.name.clone(),
-                        delta: text,
-                    },
-                );
-            }
-            StreamDelta::ThinkingSignature { signature } => match acc.thinking.last_mut() {
-                Some(block) if block.signature.is_none() => block.signature = Some(signature),
-                _ => acc.thinking.push(ThinkingBlock {
-                    text: String::new(),
-                    signature: Some(signature),
-                }),
-            },
-            StreamDelta::RedactedThinking { data } => acc.redacted.push(data),
-            StreamDelta::ToolCallStart { index, id, name } => {
-                let call = acc.calls.entry(index).or_default();
-                call.id = id;
-                call.name = name;
-            }
-            StreamDelta::ToolCallDelta { index, arguments } => {
-                acc.calls
-                    .entry(index)
-                    .or_default()
-                    .arguments
-                    .push_str(&arguments);
-            }
-            // Calls are complete when the response is; nothing to do per call.
-            StreamDelta::ToolCallEnd { .. } => {}
-            StreamDelta::Usage { usage } => acc.usage.merge_max(&usage),
-            StreamDelta::Retrying {
-                attempt,
-                delay_ms,
-                reason,
-                discard_partial,
-            } => {
-                if discard_partial {
-                    // The retry streams the whole response again: what the failed attempt
-                    // said must not reach history twice. Usage stays (it was billed).
-                    let usage = acc.usage;
-                    *acc = Accumulator {
-                        usage,
-                        ..Accumulator::default()
-                    };
-                }
-                self.emit(
-                    events,
-                    AgentEvent::Retry {
-                        agent: self.name.clone(),
-                        attempt,
-                        delay_ms,
-                        reason,
-                        discard_partial,
-                    },
-                );
-            }
-            StreamDelta::Notice { message } => self.emit(
-                events,
-                AgentEvent::Notice {
-                    agent: self.name.clone(),
-                    level: NoticeLevel::Warning,
-                    message,
-                },
-            ),
-            StreamDelta::Finish { reason } => acc.finish = Some(reason),
-        }
-    }
-
-    /// Appends what the model said. A cut-off response keeps its text and thinking, marked
-    /// partial; its tool calls are dropped, since none of them ran.
-    fn record_response(
-        &self,
-        session: &mut Session,
-        events: &EventSender,
-        acc: &mut Accumulator,
-        partial: bool,
-    ) {
-        for block in &acc.thinking {
-            if !block.text.is_empty() {
-                self.emit(
-                    events,
-                    AgentEvent::ThinkingComplete {
-                        agent: self.name.clone(),
-                        text: block.text.clone(),
-                    },
-                );
-            }
-            session.push(EntryKind::Thinking {
-                content: block.text.clone(),
-                signature: block.signature.clone(),
-                partial: partial && block.signature.is_none(),
-            });
-        }
-        for data in &acc.redacted {
-            session.push(EntryKind::RedactedThinking { data: data.clone() });
-        }
-        if !acc.text.is_empty() {
-            self.emit(
-                events,
-                AgentEvent::TextComplete {
-                    agent: self.name.clone(),
-                    text: acc.text.clone(),
-                },
-            );
-            session.push(EntryKind::AssistantText {
-                content: acc.text.clone(),
-                partial,
-            });
-        }
-        if partial {
-            acc.calls.clear();
-            return;
-        }
-        for (index, call) in &mut acc.calls {
-            if call.id.is_empty() {
-                // Some OpenAI-compatible servers omit ids; the model must still be able to
-                // match results to calls.
-                call.id = format!("call_{}_{index}", session.entries().len());
-            }
-            session.push(EntryKind::ToolCall {
-                id: call.id.clone(),
-                name: call.name.clone(),
-                arguments: call.arguments.clone(),
-            });
-        }
     }
 }
 
@@ -709,75 +446,16 @@ fn parse_arguments(raw: &str) -> Result<serde_json::Value, String> {
     }
 }
 
-enum Outcome {
-    Done,
-    Cancelled,
-    Failed(ProviderError),
-}
-
-#[derive(Default)]
-struct ThinkingBlock {
-    text: String,
-    signature: Option<String>,
-}
-
-#[derive(Default)]
-struct PendingCall {
-    id: String,
-    name: String,
-    arguments: String,
-}
-
-#[derive(Default)]
-struct Accumulator {
-    text: String,
-    thinking: Vec<ThinkingBlock>,
-    redacted: Vec<String>,
-    calls: BTreeMap<usize, PendingCall>,
-    usage: Usage,
-    finish: Option<FinishReason>,
-}
-
-struct Response {
-    text: String,
-    calls: Vec<PendingCall>,
-    usage: Usage,
-    finish: Option<FinishReason>,
-    cancelled: bool,
-}
-
-impl Accumulator {
-    /// Usage estimated the way the budget estimates requests: the request sent, and what
-    /// the model said, in characters over the calibrated ratio.
-    fn estimated_usage(&self, budget: &crate::budget::Budget) -> Usage {
-        let thinking: usize = self.thinking.iter().map(|b| b.text.len()).sum();
-        let calls: usize = self
-            .calls
-            .values()
-            .map(|c| c.name.len() + c.arguments.len())
-            .sum();
-        let output_chars = (self.text.len() + thinking + calls) as u64;
-        Usage {
-            input_tokens: budget.last_request_tokens().unwrap_or(0),
-            output_tokens: budget.tokens(output_chars),
-            estimated: true,
-            ..Usage::default()
-        }
-    }
-
-    fn into_response(self, cancelled: bool) -> Response {
-        Response {
-            text: self.text,
-            calls: self.calls.into_values().collect(),
-            usage: self.usage,
-            finish: self.finish,
-            cancelled,
-        }
-    }
-}
-
+mod ledger;
+mod model_call;
+mod policy_point;
 mod run_tools;
 mod snapshots;
+
+use ledger::{TurnLedger, text_stop};
+use model_call::PendingCall;
+use policy_point::PolicyPoint;
+use snapshots::SnapshotStep;
 
 #[cfg(test)]
 #[path = "agent_tests.rs"]

@@ -16,11 +16,10 @@
 
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::{AgentError, BaseAgent};
+use crate::agent::BaseAgent;
 use crate::budget::{self, fixed_chars, messages_chars, output_reserve};
 use crate::event::{AgentEvent, EventSender, NoticeLevel};
 use crate::history::{
@@ -28,10 +27,12 @@ use crate::history::{
     to_messages_in,
 };
 use crate::message::{ChatRequest, Message};
-use crate::provider::{ProviderError, StreamDelta, Usage};
+use crate::provider::ProviderError;
 use crate::session::Session;
 
+mod before_request;
 mod parts;
+use before_request::recovery_target;
 pub use parts::{boundaries, elide, elide_with};
 use parts::{
     candidate_view, dropped, entry_chars, head_end, render_prompt, transcript, with_latest_request,
@@ -161,26 +162,9 @@ read_file's offset and limit, or narrow the command's output (grep, head, tail)"
 /// Smallest size a result is cut to, whatever the window: less tells the model nothing.
 const MIN_RESULT_CHARS: usize = 1000;
 
-/// The window figures of one request.
-pub(crate) struct Window {
-    usable: u64,
-    reserve: u64,
-    window: u64,
-}
-
 impl BaseAgent {
-    pub(crate) fn window_of(&self, session: &Session) -> Option<Window> {
-        let window = session.budget.window(self.provider().context_window())?;
-        let reserve = output_reserve(window, self.config.max_tokens);
-        Some(Window {
-            usable: window.saturating_sub(reserve),
-            reserve,
-            window,
-        })
-    }
-
     /// Characters of the request the history would send now: (fixed part, whole request).
-    fn request_chars(&self, session: &Session) -> (u64, u64) {
+    pub(crate) fn request_chars(&self, session: &Session) -> (u64, u64) {
         let definitions = self.current_definitions();
         let fixed = fixed_chars(&ChatRequest {
             system: self.system_prompt(),
@@ -191,63 +175,6 @@ impl BaseAgent {
             session_id: "",
         });
         (fixed, fixed + messages_chars(&session.messages()))
-    }
-
-    /// The step before a request: compacts when the estimate passes the threshold, and
-    /// refuses a window too small for the system prompt and tools.
-    pub(crate) async fn before_request(
-        &self,
-        session: &mut Session,
-        events: &EventSender,
-        cancel: &CancellationToken,
-    ) -> Result<(), AgentError> {
-        let (fixed, total) = self.request_chars(session);
-        if let Some(w) = self.window_of(session) {
-            let fixed_tokens = session.budget.tokens(fixed);
-            if fixed_tokens >= w.usable {
-                let message = format!(
-                    "the context window of {} ({} tokens, {} of them kept for the answer) is too \
-                     small: the system prompt and tool definitions alone take about {fixed_tokens} \
-                     tokens",
-                    self.provider().model(),
-                    w.window,
-                    w.reserve
-                );
-                self.emit_error(session, events, &message);
-                return Err(AgentError::Context(message));
-            }
-            let estimate = session.budget.estimate(total);
-            let trigger = (w.usable as f64 * self.config.compaction.threshold) as u64;
-            if self.config.compaction.auto && estimate > trigger {
-                let target = (w.usable as f64 * self.config.compaction.target) as u64;
-                self.compact(session, events, cancel, target, None).await;
-            }
-        }
-        let (_, total) = self.request_chars(session);
-        // A first request that cannot fit (a pasted file, a huge prompt): nothing to compact
-        // yet, and the server would refuse it — or, on some, silently cut it.
-        if let Some(w) = self.window_of(session) {
-            let estimate = session.budget.estimate(total);
-            let answered = session.entries().iter().any(|e| {
-                matches!(
-                    e.kind,
-                    EntryKind::AssistantText { .. } | EntryKind::ToolCall { .. }
-                )
-            });
-            if estimate > w.window && !answered {
-                let message = format!(
-                    "the request is about {estimate} tokens, more than the context window of {} \
-                     ({} tokens): shorten the prompt or attach less, use a model with a larger \
-                     window, or set context_window for this model if the server's is larger",
-                    self.provider().model(),
-                    w.window
-                );
-                self.emit_error(session, events, &message);
-                return Err(AgentError::Context(message));
-            }
-        }
-        session.budget.sent(total);
-        Ok(())
     }
 
     /// A tool result as history keeps it: `None` when it fits its share of the window
@@ -333,11 +260,11 @@ impl BaseAgent {
         }
         let (_, total) = self.request_chars(session);
         let estimate = session.budget.estimate(total);
-        // The estimate was wrong (the request did not fit): aim below both it and the target.
-        let mut target = estimate * 6 / 10;
-        if let Some(w) = self.window_of(session) {
-            target = target.min((w.usable as f64 * self.config.compaction.target) as u64);
-        }
+        let target = recovery_target(
+            estimate,
+            self.window_of(session).as_ref(),
+            &self.config.compaction,
+        );
         tracing::info!(agent = %self.name, estimate, target, "context overflow: compacting");
         let done = self
             .compact(session, events, cancel, target, None)
@@ -417,7 +344,7 @@ impl BaseAgent {
 
     /// Compacts down to `target` tokens. `manual` (with a focus, possibly empty) skips the
     /// elision tier and summarises whatever it may.
-    async fn compact(
+    pub(crate) async fn compact(
         &self,
         session: &mut Session,
         events: &EventSender,
@@ -531,6 +458,7 @@ impl BaseAgent {
                     .summarise(
                         session,
                         events,
+                        cancel,
                         entries,
                         &view,
                         (from, new_from, cut),
@@ -631,10 +559,12 @@ impl BaseAgent {
 
     /// The side call that writes the summary of `new_from..to` (the part not yet covered
     /// by the previous summary). Errors are reasons to fall back, in words.
+    #[allow(clippy::too_many_arguments)] // one plan's slices and the turn's channels
     async fn summarise(
         &self,
         session: &Session,
         events: &EventSender,
+        cancel: &CancellationToken,
         entries: &[HistoryEntry],
         view: &View<'_>,
         (from, new_from, to): (usize, usize, usize),
@@ -682,28 +612,16 @@ impl BaseAgent {
             temperature: None,
             session_id: &session.id,
         };
-        let mut stream = self
-            .provider()
-            .stream(&request)
+        // Cancelled: a reason like any other; the caller sees the token and gives up.
+        let done = crate::side_call::complete(&**self.provider(), &request, cancel)
             .await
-            .map_err(|e| e.to_string())?;
-        let mut text = String::new();
-        let mut usage = Usage::default();
-        while let Some(item) = stream.next().await {
-            match item.map_err(|e| e.to_string())? {
-                StreamDelta::Text { text: t } => text.push_str(&t),
-                StreamDelta::Usage { usage: u } => usage.merge_max(&u),
-                StreamDelta::Retrying {
-                    discard_partial: true,
-                    ..
-                } => text.clear(),
-                _ => {}
-            }
-        }
-        if !usage.is_empty() {
+            .map_err(|e| e.to_string())?
+            .ok_or("cancelled")?;
+        if !done.usage.is_empty() {
             // Billed like any call: front ends and the store count it.
-            let _ = events.send(AgentEvent::usage(&self.name, &usage));
+            let _ = events.send(AgentEvent::usage(&self.name, &done.usage));
         }
+        let text = done.text;
         let text = text.trim();
         if text.is_empty() {
             return Err("the model returned an empty summary".into());
@@ -718,7 +636,7 @@ impl BaseAgent {
         })
     }
 
-    fn emit_error(&self, session: &mut Session, events: &EventSender, message: &str) {
+    pub(crate) fn emit_error(&self, session: &mut Session, events: &EventSender, message: &str) {
         let _ = events.send(AgentEvent::Error {
             agent: self.name.clone(),
             error: message.to_owned(),

@@ -410,3 +410,29 @@ async fn manual_compaction_summarises_with_the_focus() {
     assert!(breakdown.history.iter().any(|(k, _)| k == "summary"));
     assert!(breakdown.to_string().contains("system prompt"));
 }
+
+#[tokio::test(start_paused = true)]
+async fn cancel_stops_a_summary_call_that_never_answers() {
+    // The summary stream opens, then never yields a delta.
+    let provider = Scripted::new(vec![vec![None]]);
+    let agent = agent(Arc::clone(&provider), 100_000);
+    let cancel = CancellationToken::new();
+    let compaction = {
+        let cancel = cancel.clone();
+        tokio::spawn(async move {
+            let mut s = session(10, 100);
+            let (tx, _rx) = events();
+            let done = agent.compact_now(&mut s, &tx, &cancel, None).await;
+            (done, s)
+        })
+    };
+    provider.asked().await;
+    cancel.cancel();
+    // Paused time: only a call that ignores the token lets this guard fire (it never sleeps).
+    let (done, s) = tokio::time::timeout(Duration::from_secs(3600), compaction)
+        .await
+        .expect("the cancelled summary call must return")
+        .unwrap();
+    assert_eq!(done, None);
+    assert!(compactions(&s).is_empty(), "nothing is compacted on cancel");
+}

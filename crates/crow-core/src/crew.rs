@@ -8,7 +8,6 @@
 
 use std::path::PathBuf;
 
-use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
@@ -21,7 +20,7 @@ pub use crate::flow::{
 };
 use crate::history::EntryKind;
 use crate::message::{ChatRequest, Message};
-use crate::provider::{StreamDelta, Usage};
+use crate::provider::Usage;
 use crate::session::Session;
 
 /// Sent in Loop mode when the primary stops without calling task_complete (the APIs need a
@@ -476,31 +475,17 @@ impl Crew {
             temperature: agent.config.temperature,
             session_id: "",
         };
-        let mut stream = tokio::select! {
-            biased;
-            () = cancel.cancelled() => return Ok(None),
-            s = agent.provider().stream(&request) => s?,
+        let Some(done) = crate::side_call::complete(&**agent.provider(), &request, cancel).await?
+        else {
+            return Ok(None);
         };
-        let mut text = String::new();
-        let mut usage = Usage::default();
-        loop {
-            let item = tokio::select! {
-                biased;
-                () = cancel.cancelled() => return Ok(None),
-                item = stream.next() => item,
-            };
-            match item {
-                None => break,
-                Some(Err(e)) => return Err(e.into()),
-                Some(Ok(StreamDelta::Text { text: t })) => text.push_str(&t),
-                Some(Ok(StreamDelta::Usage { usage: u })) => usage.merge_max(&u),
-                Some(Ok(_)) => {}
-            }
+        if !done.usage.is_empty() {
+            let _ = events.send(AgentEvent::usage(
+                &format!("{}:side", agent.name),
+                &done.usage,
+            ));
         }
-        if !usage.is_empty() {
-            let _ = events.send(AgentEvent::usage(&format!("{}:side", agent.name), &usage));
-        }
-        Ok(Some(text))
+        Ok(Some(done.text))
     }
 }
 

@@ -515,6 +515,51 @@ async fn generated_handoffs_are_written_by_a_side_call() {
     assert!(asked[1].messages.contains("Check that f.txt says hi."));
 }
 
+#[tokio::test]
+async fn a_retried_side_call_keeps_only_the_attempt_that_finished() {
+    let handoff = Handoff::Generated {
+        generator_prompt: "Write a review brief.".into(),
+    };
+    // The brief's first attempt breaks off after some text; the provider retries it whole.
+    let retried_brief = vec![
+        text("Check that f.txt says b"),
+        Some(Ok(crate::provider::StreamDelta::Retrying {
+            attempt: 1,
+            delay_ms: 0,
+            reason: "connection reset".into(),
+            discard_partial: true,
+        })),
+        text("Check that f.txt says hi."),
+        crate::testing::finish(crate::provider::FinishReason::Stop),
+    ];
+    let f = fixture_with(
+        ControlFlow::judge(),
+        handoff,
+        vec![act("b", "task_complete", DONE)],
+        vec![
+            retried_brief,
+            act("r", "task_complete", r#"{"summary":"ok"}"#),
+        ],
+    );
+    let (result, _, events) = run(&f).await;
+    assert!(matches!(result.stop, RunStop::Complete { .. }));
+    let handoffs: Vec<&str> = events
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::Handoff { prompt, .. } => Some(prompt.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(handoffs.len(), 1);
+    assert!(
+        handoffs[0].starts_with("Check that f.txt says hi.\n"),
+        "{}",
+        handoffs[0]
+    );
+    let asked = &f.reviewer.requests()[1].messages;
+    assert!(!asked.contains("says b"), "{asked}");
+}
+
 fn same_reads(n: usize) -> Vec<crate::testing::Script> {
     (0..n)
         .map(|i| act(&format!("r{i}"), "read_file", r#"{"path":"f.txt"}"#))

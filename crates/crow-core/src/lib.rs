@@ -10,6 +10,7 @@
 //! - [`agent`]: [`BaseAgent::execute_turn`], the loop itself;
 //! - [`doom_loop`]: loop detection, the step after each batch of tool results;
 //! - [`budget`], [`compaction`]: token accounting and the compaction step before a request;
+//! - [`side_call`]: [`complete`], one model call without tools collected whole;
 //! - [`crew`]: the control-flow layer: a primary, an optional coagent, autonomy levels;
 //! - [`store`]: the [`SessionStore`] trait sessions are persisted through;
 //! - [`snapshot`]: [`Snapshotter`], snapshots of the working tree for change reports and undo;
@@ -32,6 +33,7 @@ pub mod policy;
 pub mod provider;
 mod schedule;
 pub mod session;
+pub mod side_call;
 pub mod snapshot;
 pub mod store;
 pub mod subagent;
@@ -59,6 +61,7 @@ pub use provider::{
     DeltaStream, FinishReason, Provider, ProviderError, ProviderErrorKind, StreamDelta, Usage,
 };
 pub use session::{HistorySink, Session, Steering};
+pub use side_call::{Completion, complete};
 pub use snapshot::{
     ChangeKind, FileChange, OPEN_END, Reverted, SnapshotError, Snapshotter, Step as SnapshotStep,
     TurnChange, UndoStack, undo_stack,

@@ -23,6 +23,8 @@ pub struct Asked {
 pub struct Scripted {
     responses: Mutex<VecDeque<Script>>,
     asked: Mutex<Vec<Asked>>,
+    /// Told of every request, so a test can wait for one instead of sleeping.
+    asked_signal: tokio::sync::Notify,
     window: Mutex<Option<u64>>,
 }
 
@@ -31,6 +33,7 @@ impl Scripted {
         Arc::new(Self {
             responses: Mutex::new(responses.into()),
             asked: Mutex::new(Vec::new()),
+            asked_signal: tokio::sync::Notify::new(),
             window: Mutex::new(None),
         })
     }
@@ -42,6 +45,11 @@ impl Scripted {
 
     pub fn requests(&self) -> Vec<Asked> {
         self.asked.lock().unwrap().clone()
+    }
+
+    /// Returns once a request has been made since the last wait (at once if one was).
+    pub async fn asked(&self) {
+        self.asked_signal.notified().await;
     }
 }
 
@@ -62,6 +70,7 @@ impl Provider for Scripted {
             messages: format!("{:?}", request.messages),
             tools: request.tools.iter().map(|t| t.name.clone()).collect(),
         });
+        self.asked_signal.notify_one();
         let script = self
             .responses
             .lock()

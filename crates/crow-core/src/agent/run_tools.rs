@@ -74,29 +74,8 @@ impl BaseAgent {
                     running.push(async move {
                         turn_comes.await;
                         let started = Instant::now();
-                        let mut ctx = ctx;
-                        // The policy point: after the call-order wait (an earlier call of
-                        // the batch may have changed what this one touches), before it runs.
-                        let consulted = match &policy {
-                            Some(policy) => {
-                                crate::policy::consult(
-                                    policy,
-                                    tool.as_ref(),
-                                    &input,
-                                    &ctx,
-                                    &footprint,
-                                )
-                                .await
-                            }
-                            None => Ok(Arc::clone(&ctx.permission)),
-                        };
-                        let result = match consulted {
-                            Ok(gate) => {
-                                ctx.permission = gate;
-                                tool.execute(input, &ctx).await
-                            }
-                            Err(refused) => refused,
-                        };
+                        // The policy point: after the call-order wait, before it runs.
+                        let result = policy.run(tool.as_ref(), input, ctx, &footprint).await;
                         drop(finished);
                         (index, result, started.elapsed().as_millis() as u64)
                     });

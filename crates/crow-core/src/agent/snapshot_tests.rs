@@ -313,3 +313,100 @@ fn a_step_that_never_recorded_its_end_is_still_undoable() {
     );
     assert!(stack.done[1].open_end());
 }
+
+/// The step alone, without a loop: what it records and announces around two batches.
+#[tokio::test]
+async fn the_step_records_each_batch_against_the_turns_first_snapshot() {
+    let memory = Arc::new(Memory::default());
+    let mut step = SnapshotStep::new(Some(Arc::clone(&memory) as Arc<dyn Snapshotter>));
+    let mut session = Session::new("s", "builder", "/p".into(), "/p".into());
+    let (tx, mut rx) = mpsc::unbounded_channel();
+
+    step.before_batch(&mut session).await;
+    memory
+        .disk
+        .lock()
+        .unwrap()
+        .insert("a.txt".into(), "a".into());
+    let seen = step.after_batch(&mut session, &tx, "builder").await;
+    assert_eq!(seen, Some(vec![PathBuf::from("/p/a.txt")]));
+    match rx.try_recv() {
+        Ok(AgentEvent::FilesChanged {
+            agent, snapshot, ..
+        }) => assert_eq!(
+            (agent.as_str(), snapshot.as_deref()),
+            ("builder", Some("1"))
+        ),
+        other => panic!("{other:?}"),
+    }
+
+    // A batch that changed nothing still closes its step, and announces nothing.
+    step.before_batch(&mut session).await;
+    let seen = step.after_batch(&mut session, &tx, "builder").await;
+    assert_eq!(seen, Some(Vec::new()));
+    assert!(rx.try_recv().is_err());
+
+    let events: Vec<&SystemEvent> = session
+        .entries()
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EntryKind::System { event } => Some(event),
+            _ => None,
+        })
+        .collect();
+    let turns: Vec<(&str, &str)> = events
+        .iter()
+        .map(|e| match e {
+            SystemEvent::SnapshotStarted { turn, before } => (turn.as_str(), before.as_str()),
+            SystemEvent::Snapshot { turn, after, .. } => (turn.as_str(), after.as_str()),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(turns, [("0", "0"), ("0", "1"), ("0", "2"), ("0", "3")]);
+}
+
+#[tokio::test]
+async fn without_a_snapshotter_or_a_before_the_step_sees_nothing() {
+    let mut session = Session::new("s", "builder", "/p".into(), "/p".into());
+    let (tx, _rx) = mpsc::unbounded_channel();
+    let mut none = SnapshotStep::new(None);
+    none.before_batch(&mut session).await;
+    assert_eq!(none.after_batch(&mut session, &tx, "builder").await, None);
+
+    // An after without its before has no pair to compare.
+    let memory = Arc::new(Memory::default());
+    let mut step = SnapshotStep::new(Some(memory as Arc<dyn Snapshotter>));
+    assert_eq!(step.after_batch(&mut session, &tx, "builder").await, None);
+    assert!(session.entries().is_empty());
+}
+
+/// A snapshotter that cannot take snapshots.
+struct Broken;
+
+impl Snapshotter for Broken {
+    fn take(&self) -> Result<String, SnapshotError> {
+        Err(SnapshotError("disk gone".into()))
+    }
+    fn diff(&self, _: &str, _: &str) -> Result<Vec<FileChange>, SnapshotError> {
+        Err(SnapshotError("disk gone".into()))
+    }
+    fn revert_only(
+        &self,
+        _: &str,
+        _: &str,
+        _: Option<&std::collections::HashSet<PathBuf>>,
+        _: bool,
+    ) -> Result<Reverted, SnapshotError> {
+        Ok(Reverted::default())
+    }
+}
+
+#[tokio::test]
+async fn a_failed_snapshot_costs_the_report_never_the_turn() {
+    let mut session = Session::new("s", "builder", "/p".into(), "/p".into());
+    let (tx, _rx) = mpsc::unbounded_channel();
+    let mut step = SnapshotStep::new(Some(Arc::new(Broken) as Arc<dyn Snapshotter>));
+    step.before_batch(&mut session).await;
+    assert_eq!(step.after_batch(&mut session, &tx, "builder").await, None);
+    assert!(session.entries().is_empty(), "no step begun, none recorded");
+}

@@ -8,9 +8,10 @@ use std::path::PathBuf;
 use super::*;
 use crate::snapshot::{FileChange, Snapshotter};
 
-/// The turn's snapshots so far.
-#[derive(Default)]
-pub(super) struct TurnSnapshots {
+/// The snapshot step of one turn: the snapshotter (if the agent has one) and the turn's
+/// snapshots so far.
+pub(super) struct SnapshotStep {
+    snapshotter: Option<Arc<dyn Snapshotter>>,
     /// Before the turn's first change.
     before: Option<String>,
     /// Before the batch running now.
@@ -29,36 +30,47 @@ impl BaseAgent {
                     .is_some_and(|tool| tool.kind().mutates())
         })
     }
+}
+
+impl SnapshotStep {
+    pub(super) fn new(snapshotter: Option<Arc<dyn Snapshotter>>) -> Self {
+        Self {
+            snapshotter,
+            before: None,
+            last: None,
+        }
+    }
 
     /// Before every batch that may change files: a snapshot, so the batch's changes are its
     /// own (not what another session or the user did while the model was thinking), and an
     /// entry saying the step began, so undo finds it even if crow is stopped during it.
-    pub(super) async fn snapshot_before(&self, session: &mut Session, snaps: &mut TurnSnapshots) {
-        let Some(snapshotter) = &self.snapshots else {
+    pub(super) async fn before_batch(&mut self, session: &mut Session) {
+        let Some(snapshotter) = &self.snapshotter else {
             return;
         };
         let Some(id) = take(snapshotter).await else {
-            snaps.last = None;
+            self.last = None;
             return;
         };
-        let turn = snaps.before.get_or_insert_with(|| id.clone()).clone();
-        snaps.last = Some(id.clone());
+        let turn = self.before.get_or_insert_with(|| id.clone()).clone();
+        self.last = Some(id.clone());
         session.push(EntryKind::System {
             event: SystemEvent::SnapshotStarted { turn, before: id },
         });
     }
 
     /// After a batch that may change files: snapshot, compare with the one before, record
-    /// and announce what changed. Returns the changed files (absolute), or `None` without a
-    /// snapshotter or a usable pair of snapshots (the caller then uses what tools reported).
-    pub(super) async fn snapshot_after(
-        &self,
+    /// and announce (as `agent`) what changed. Returns the changed files (absolute), or
+    /// `None` without a snapshotter or a usable pair of snapshots (the caller then uses what
+    /// tools reported).
+    pub(super) async fn after_batch(
+        &mut self,
         session: &mut Session,
         events: &EventSender,
-        snaps: &mut TurnSnapshots,
+        agent: &str,
     ) -> Option<Vec<PathBuf>> {
-        let snapshotter = self.snapshots.as_ref()?;
-        let (turn, last) = (snaps.before.clone()?, snaps.last.take()?);
+        let snapshotter = self.snapshotter.as_ref()?;
+        let (turn, last) = (self.before.clone()?, self.last.take()?);
         let after = take(snapshotter).await?;
         let changes: Vec<FileChange> = if after == last {
             Vec::new()
@@ -93,15 +105,13 @@ impl BaseAgent {
             .iter()
             .map(|c| session.project_root.join(&c.path))
             .collect();
-        self.emit(
-            events,
-            AgentEvent::FilesChanged {
-                agent: self.name.clone(),
-                files: files.clone(),
-                changes,
-                snapshot: Some(after),
-            },
-        );
+        // A closed receiver means nobody is listening any more; the turn goes on.
+        let _ = events.send(AgentEvent::FilesChanged {
+            agent: agent.to_owned(),
+            files: files.clone(),
+            changes,
+            snapshot: Some(after),
+        });
         Some(files)
     }
 }
