@@ -38,7 +38,7 @@ pub struct Config {
     pub sandbox: SandboxConfig,
     /// What runs without asking: the mode and allow / ask / deny rules.
     #[serde(default)]
-    pub permissions: crate::permissions::PermissionsConfig,
+    pub permissions: permissions::PermissionsConfig,
     /// Project instruction files (AGENTS.md, CLAUDE.md, ...).
     #[serde(default)]
     pub instructions: crate::instructions::InstructionsConfig,
@@ -362,8 +362,9 @@ pub struct LoadedConfig {
     /// Keys of the project's own config left out because the project is not trusted, each
     /// with its file.
     pub untrusted: Vec<String>,
-    /// `[permissions]` rules of every layer, in layer order (they add up, never replace).
-    pub rules: Vec<crow_core::Rule>,
+    /// Each layer's `[permissions]` section with its source, in layer order: the rules add
+    /// up, never replace (`crate::permissions::rules` reads them).
+    pub rule_layers: Vec<(toml::Table, Source)>,
     /// The project's own config counts in full (`crow trust`, `--trust-project`).
     pub trusted: bool,
     /// The project is in the trust list, but its guarded keys changed since it was trusted.
@@ -532,11 +533,11 @@ pub fn load(project_root: &Path, flags: &Overrides) -> Result<LoadedConfig> {
 
     let mut merged = toml::Table::new();
     let mut sources = BTreeMap::new();
-    // Claude Code's project rules first: crow's own files, read after, add to them.
-    let mut rules = crate::permissions::opencode_rules(project_root, trusted)?;
-    rules.extend(crate::permissions::claude_rules(project_root, trusted)?);
+    let mut rule_layers = Vec::new();
     for (table, source) in layers {
-        rules.extend(crate::permissions::layer_rules(&table, &source)?);
+        if let Some(section) = table.get("permissions") {
+            rule_layers.push((single("permissions", section.clone()), source.clone()));
+        }
         flatten("", &table, &source, &mut sources);
         deep_merge(&mut merged, table);
     }
@@ -549,7 +550,7 @@ pub fn load(project_root: &Path, flags: &Overrides) -> Result<LoadedConfig> {
         base_url_override: flags.base_url.clone(),
         effort_override: flags.effort,
         untrusted,
-        rules,
+        rule_layers,
         trusted,
         trust_changed,
     })
@@ -640,6 +641,7 @@ pub use shown::shown;
 
 mod files;
 pub mod memory;
+pub mod permissions;
 #[cfg(test)]
 mod proptests;
 mod shown;

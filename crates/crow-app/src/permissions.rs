@@ -13,59 +13,17 @@ use async_trait::async_trait;
 use crow_core::{
     Action, Mode, PermissionDecision, PermissionGate, PermissionRequest, Policy, Rule,
 };
-use serde::Deserialize;
 
 use crate::config::Source;
 
-pub mod opencode;
+use crate::opencode;
 mod save;
 
 // The API the interactive terminal calls when the user keeps an "always" for the project.
 #[allow(unused_imports)]
 pub use save::{SavedRule, save_rule};
 
-/// `[permissions]` in config.toml. The rule lists are declared so each file is checked
-/// against the schema; `layer_rules` reads them per layer (they add up, merging would replace).
-#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-#[allow(dead_code)]
-pub struct PermissionsConfig {
-    /// What runs without asking: read-only, ask, auto-edit, full-auto. `crow run` defaults
-    /// to full-auto (commands inside the sandbox); `crow acp` follows the editor's approve
-    /// selector.
-    pub mode: Option<PermissionMode>,
-    /// Rules that let a call run: `"read_file"`, `"bash(git status*)"`, `"write_file(src/**)"`,
-    /// `"mcp__server__*"`.
-    #[serde(default)]
-    pub allow: Vec<String>,
-    /// Rules that make a call ask (a headless run refuses it).
-    #[serde(default)]
-    pub ask: Vec<String>,
-    /// Rules that refuse a call; deny beats every allow.
-    #[serde(default)]
-    pub deny: Vec<String>,
-}
-
-/// The modes as config spells them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "kebab-case")]
-pub enum PermissionMode {
-    ReadOnly,
-    Ask,
-    AutoEdit,
-    FullAuto,
-}
-
-impl From<PermissionMode> for Mode {
-    fn from(mode: PermissionMode) -> Mode {
-        match mode {
-            PermissionMode::ReadOnly => Mode::ReadOnly,
-            PermissionMode::Ask => Mode::Ask,
-            PermissionMode::AutoEdit => Mode::AutoEdit,
-            PermissionMode::FullAuto => Mode::FullAuto,
-        }
-    }
-}
+pub use crate::config::permissions::{PermissionMode, PermissionsConfig};
 
 /// The rules of one layer, each named by its file and line; a rule that does not parse is an
 /// error naming them (the session must not start without its policy).
@@ -251,17 +209,31 @@ pub fn policy(
     project_root: &Path,
     mode: Option<Mode>,
     default: Mode,
-) -> Policy {
+) -> Result<Policy> {
+    let rules = rules(loaded, project_root)?;
     let project_root = canonical(project_root);
-    Policy {
+    Ok(Policy {
         mode: mode
             .or(loaded.config.permissions.mode.map(Mode::from))
             .unwrap_or(default),
-        rules: loaded.rules.clone(),
+        rules,
         sensitive_dirs: sensitive_dirs(&loaded.config, &project_root),
         project_root,
         floor: None,
+    })
+}
+
+/// Every rule of the configuration, in order: the project's opencode and Claude Code rules
+/// first, then each config layer's `[permissions]` (they add up, never replace). A rule
+/// that does not parse is an error naming its file and line: no session starts without
+/// its policy.
+pub fn rules(loaded: &crate::config::LoadedConfig, project_root: &Path) -> Result<Vec<Rule>> {
+    let mut rules = opencode_rules(project_root, loaded.trusted)?;
+    rules.extend(claude_rules(project_root, loaded.trusted)?);
+    for (table, source) in &loaded.rule_layers {
+        rules.extend(layer_rules(table, source)?);
     }
+    Ok(rules)
 }
 
 /// The policy of one agent: the session's, plus the rules and mode its definition carries.

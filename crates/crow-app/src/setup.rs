@@ -101,7 +101,7 @@ pub fn assemble(request: Request) -> Result<Assembled> {
     let catalog = wiring::load_agents(&root);
     let tools = crow_tools::builtin_tools(&wiring::tool_options(&loaded.config));
     let max_iterations = loaded.config.max_iterations.unwrap_or(50);
-    let policy = permissions::policy(&loaded, &root, request.mode, request.default_mode);
+    let policy = permissions::policy(&loaded, &root, request.mode, request.default_mode)?;
     tracing::debug!(
         mode = policy.mode.name(),
         rules = policy.rules.len(),

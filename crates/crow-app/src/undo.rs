@@ -136,7 +136,7 @@ pub fn apply(
 ) -> Result<Outcome> {
     let timeline = store
         .timeline(session_id)
-        .map_err(crate::sessions::store_error)?;
+        .map_err(crate::store::store_error)?;
     let stack = undo_stack(timeline.iter().map(|e| (e.agent.as_str(), &e.entry.kind)));
     let not_done = |text: String| Outcome {
         text,

@@ -443,7 +443,7 @@ fn compose(
             &root,
             None,
             crow_core::Mode::Ask,
-        )),
+        )?),
         trusted: loaded.trusted,
         client: spec.client.clone(),
         effort: picked_effort(loaded, effort),

@@ -602,7 +602,7 @@ pub fn set_trust(project_root: &Path, trusted: bool) -> Result<PathBuf> {
 }
 
 /// `crow config show`: every effective value with its origin, secrets redacted.
-pub fn render_show(loaded: &crate::config::LoadedConfig) -> String {
+pub fn render_show(loaded: &crate::config::LoadedConfig, rules: &[crow_core::Rule]) -> String {
     let mut out = String::new();
     let width = loaded.sources.keys().map(String::len).max().unwrap_or(0);
     for (key, (value, source)) in &loaded.sources {
@@ -622,9 +622,9 @@ pub fn render_show(loaded: &crate::config::LoadedConfig) -> String {
         }
     ));
     // Rules add up across files, so the merged keys above show only the last file's lists.
-    if !loaded.rules.is_empty() {
+    if !rules.is_empty() {
         out.push_str("\n# permission rules (deny wins; then the most specific; then the mode):\n");
-        for rule in &loaded.rules {
+        for rule in rules {
             let default = if rule.fallback {
                 " [the tool's default: its own patterns beat it]"
             } else {

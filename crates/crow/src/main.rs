@@ -273,7 +273,8 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
             let cwd = std::env::current_dir().context("cannot read the current directory")?;
             let (root, _) = wiring::find_project_root(&cwd);
             let loaded = config::load(&root, &overrides(&model, None))?;
-            print!("{}", config_cmd::render_show(&loaded));
+            let rules = permissions::rules(&loaded, &root)?;
+            print!("{}", config_cmd::render_show(&loaded, &rules));
             for key in &loaded.untrusted {
                 println!("# ignored until you trust the project (crow trust): {key}");
             }

@@ -2,6 +2,8 @@
 //! mentions: the file goes with the prompt) reaches `crow run`, the terminal and `crow acp`
 //! alike — and an attacker's symlink in the project reaches none of them.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::process::Stdio;

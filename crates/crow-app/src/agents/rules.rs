@@ -160,15 +160,13 @@ pub(super) fn parse(raw: RawPermissions, source: &str, text: &str) -> Result<Par
         }
     }
     if let Some(permission) = raw.opencode {
-        let locate =
-            |needle: &str, key: &str| match crate::permissions::opencode::line_of_key(text, needle)
-            {
-                Some(line) => format!("{source}:{line}"),
-                None => format!("{source} ({key})"),
-            };
-        parsed.rules.extend(
-            crate::permissions::opencode::rules(&permission, &locate).map_err(|e| e.to_string())?,
-        );
+        let locate = |needle: &str, key: &str| match crate::opencode::line_of_key(text, needle) {
+            Some(line) => format!("{source}:{line}"),
+            None => format!("{source} ({key})"),
+        };
+        parsed
+            .rules
+            .extend(crate::opencode::rules(&permission, &locate).map_err(|e| e.to_string())?);
     }
     if let Some(mode) = raw.claude_mode {
         // Claude Code's names, and crow's. Only stricter modes matter (a floor): `default`,

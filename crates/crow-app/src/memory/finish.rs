@@ -11,11 +11,10 @@ use anyhow::{Context, Result, anyhow, bail};
 use chrono::Utc;
 use crow_core::history::SystemEvent;
 use crow_core::{
-    ChatRequest, EntryKind, Message, Provider, SessionInfo, SessionStore, StoredEntry, StreamDelta,
-    ToolStatus, Usage, UsageRecord,
+    ChatRequest, EntryKind, Message, Provider, SessionInfo, SessionStore, StoredEntry, ToolStatus,
+    Usage, UsageRecord,
 };
 use crow_store::{BeginRun, NewLearning, SqliteStore};
-use futures::StreamExt as _;
 use serde::Deserialize;
 
 use super::redact;
@@ -307,8 +306,7 @@ async fn extract(
     })
 }
 
-/// One side call, no tools; the answer's text and usage. A retry that starts the answer
-/// over drops what the failed attempt streamed.
+/// One side call, no tools ([`crow_core::complete`]): the answer's text and usage.
 async fn call(provider: &dyn Provider, prompt: &str, session_id: &str) -> Result<(String, Usage)> {
     let request = ChatRequest {
         system: SYSTEM,
@@ -321,21 +319,12 @@ async fn call(provider: &dyn Provider, prompt: &str, session_id: &str) -> Result
         temperature: None,
         session_id,
     };
-    let mut stream = provider.stream(&request).await?;
-    let mut text = String::new();
-    let mut usage = Usage::default();
-    while let Some(delta) = stream.next().await {
-        match delta? {
-            StreamDelta::Text { text: t } => text.push_str(&t),
-            StreamDelta::Usage { usage: u } => usage.merge_max(&u),
-            StreamDelta::Retrying {
-                discard_partial: true,
-                ..
-            } => text.clear(),
-            _ => {}
-        }
-    }
-    Ok((text, usage))
+    // Nothing cancels it: the step runs detached, after the session it writes about.
+    let never = tokio_util::sync::CancellationToken::new();
+    let done = crow_core::complete(provider, &request, &never)
+        .await?
+        .ok_or_else(|| anyhow!("the finish step's model call was cancelled"))?;
+    Ok((done.text, done.usage))
 }
 
 /// The JSON object in the model's answer (alone, in a code fence, or with words around it),
