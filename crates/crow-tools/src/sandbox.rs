@@ -27,6 +27,22 @@
 //! [`Support`] says what the machine offers (probed once per process by running the
 //! launcher with `--probe`); [`SandboxSpec::unavailable`] turns a missing piece into an
 //! error the model reads instead of a silently unconfined command.
+//!
+//! A `SandboxSpec` (in `ToolOptions` as a `LazySandbox`, built by the binary from `[sandbox]` when
+//! the first command needs it, on the blocking pool: building it waits for the probe, about 1.2 ms,
+//! which no request should wait for) turns into a `LaunchPolicy` per call: writable paths, pinned
+//! git dirs and read-only carve-outs, network, a new session. `bash` gets the policy and its
+//! `Watch` from one `prepare` (protected paths are found once per command) and `sweep`s the watch
+//! after the command (a protected path created is removed, one replaced is said, both in the
+//! result); `note_own_write` records what crow itself writes there (file tools, a saved rule, the
+//! finish step) so a concurrent command's sweep leaves it.
+//!
+//! `choose_launcher` takes the small `crow-sandbox` binary beside crow (about 1 ms less per command
+//! than crow's own executable) when its probe answers crow's `PROTOCOL`, else crow itself; either
+//! way pinned (a sealed memfd copy, run as `/proc/PID/fd/N`; crow itself as `/proc/PID/exe`). Where
+//! the kernel lacks what the mode needs, `bash` asks before it runs unconfined, with a question
+//! marked `policy` (no rule or approval level answers it; `crow run` refuses it unless
+//! `--approve`).
 
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
