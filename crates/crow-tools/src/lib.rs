@@ -6,8 +6,9 @@
 //!
 //! The tools: `read_file`, `write_file`, `edit_file`, `bash`, `glob`, `grep`, `list_directory`,
 //! `todo_write`/`todo_read`, `think`, `task_complete`, `web_fetch`, `web_search` (registered only
-//! when `ToolOptions.web_search` is set, which the binary builds from `[tools.web_search]`) and
-//! `skill`. `builtin_tools(&ToolOptions)` builds the registry. glob, grep and list use ripgrep's
+//! when `ToolOptions.web_search` is set, which the binary builds from `[tools.web_search]`).
+//! `builtin_tools(&ToolOptions)` builds the registry; the `skill` tool joins it only where a
+//! skill exists. glob, grep and list use ripgrep's
 //! `ignore`, `grep-regex` and `grep-searcher`; diffs come from `similar`.
 //!
 //! Skills live here, not in the binary, because the `skill` tool is a `Tool` like the others and
