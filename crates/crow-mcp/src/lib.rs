@@ -24,6 +24,12 @@
 //! sends huge output or bad schemas on request, run as a real child process; `tests/servers.rs`
 //! runs the real `mcp-server-time` and `server-everything` (stdio and HTTP) that `.ci/run` installs
 //! into `tests/mcp-servers/` (pinned).
+//!
+//! Why rmcp: protocol-version negotiation, pagination, cancellation notifications, list caches and
+//! the streamable-HTTP session rules are the official SDK's job, not crow's. Its reqwest 0.13 is
+//! built without a bundled TLS backend (`reqwest-tls-no-provider`), with rustls+ring installed as
+//! the process default, so no second crypto library (aws-lc) is compiled; the cost is a second
+//! reqwest version. process-wrap (rmcp's spawner) puts servers in their own process group.
 
 pub mod config;
 mod connect;

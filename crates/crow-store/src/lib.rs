@@ -21,6 +21,12 @@
 //! let messages = crow_core::history::to_messages(&history);
 //! # let _ = messages; Ok(()) }
 //! ```
+//!
+//! Why rusqlite with bundled SQLite: synchronous calls fit a store whose every operation is one
+//! short transaction, and the bundled build pins the SQLite version, so WAL, `RETURNING` and the
+//! error codes behave the same on every machine; sqlx would add an async pool and compile-time
+//! query machinery crow does not need. The store never rewrites what it does not understand: a
+//! newer schema, a foreign SQLite file or a damaged one is refused before anything is written.
 
 mod export;
 mod files;

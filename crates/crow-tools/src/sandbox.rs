@@ -43,6 +43,12 @@
 //! the kernel lacks what the mode needs, `bash` asks before it runs unconfined, with a question
 //! marked `policy` (no rule or approval level answers it; `crow run` refuses it unless
 //! `--approve`).
+//!
+//! Why these means: the `landlock` crate (the Landlock project's own) is a safe API over the
+//! syscalls with per-ABI compatibility handling, so the workspace keeps `unsafe_code = "deny"`;
+//! namespaces and mounts come from nix, whose `unshare` and `mount` are safe. bubblewrap would be
+//! an extra program to install, and seccomp (a socket filter) would need another crate or unsafe
+//! code, while an empty network namespace blocks every protocol.
 
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
