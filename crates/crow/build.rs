@@ -2,9 +2,10 @@
 //!
 //! A position-independent crow carried about 55,000 relative relocations: the dynamic loader
 //! applied them at every start, copying ~250 pages of read-only data to write them, and the
-//! kernel freed those copies at exit. That was about 0.6 ms of every `crow run` (see
-//! ARCHITECTURE.md, "Start-up"). Heap, stacks, shared libraries and mmaps stay randomised.
-//! `CROW_PIE=1` at build time links a position-independent executable as before.
+//! kernel freed those copies at exit. That was about 0.6 ms of every `crow run` (crow-bench's
+//! start-up figures). Heap, stacks, shared libraries and mmaps stay randomised; only crow's own
+//! code and data sit at fixed addresses, as in every Go binary. `CROW_PIE=1` at build time
+//! links a position-independent executable as before.
 
 fn main() {
     println!("cargo:rerun-if-env-changed=CROW_PIE");

@@ -2,6 +2,15 @@
 //! `terminal/*`, each used only when the client advertised it. A command runs in an editor
 //! terminal that is shown in the tool call at once, is killed on timeout or cancel, and is
 //! always released — also when the tool's future is dropped mid-command.
+//!
+//! An editor terminal runs `bash -c COMMAND` (the user's command, as the editor shows it) with
+//! `BASH_ENV` naming a sealed script (crow-tools' `TerminalLaunch`) that reruns the command through
+//! the sandbox launcher, and kills bash if it cannot be read; where that cannot be relied on
+//! (`POSIXLY_CORRECT`, no memfd) the launcher's wrapper line is the command. Client requests are
+//! never withdrawn (v1 clients do not advertise `$/cancel_request`): a request whose caller gave up
+//! is awaited in its own task (`session::ask_client`); a terminal created after a cancel is killed
+//! and released when it arrives. Whether a file exists is decided by the disk (clients report
+//! "missing" in incompatible shapes), so creating a file works with any client.
 
 use std::path::Path;
 use std::sync::Arc;

@@ -1,5 +1,9 @@
 //! Slash commands, modes and the session config options (mode, model) as the editor sees them.
 //! Commands arrive as prompt text (`/model gpt-4.1`); crow answers them without a model call.
+//!
+//! The runner's own commands (`SessionRunner::commands`, e.g. the user's prompt templates) are
+//! announced after crow's (a built-in name stays crow's); their `/name args` prompts go to the
+//! runner unchanged, which expands them.
 
 use agent_client_protocol::v1::schema as acp;
 

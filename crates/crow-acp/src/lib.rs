@@ -8,6 +8,13 @@
 //!
 //! Handlers never await the client inside the connection's dispatch loop (that deadlocks):
 //! every request that does real work runs in its own task and answers through its responder.
+//!
+//! Depends on crow-core and the `agent-client-protocol` crate (protocol v1) only, so a `Crew`, a
+//! store or MCP plug in through the two traits without touching this crate. Tests: `tests/` drive
+//! the agent in-process with the crate's own client half; `tests/fuzz_wire.rs` sends arbitrary
+//! bytes and malformed JSON-RPC through `serve` (an error or nothing, and a later `initialize` is
+//! still answered); the TypeScript SDK interop suite is `tests/acp-interop/`, run by
+//! `crates/crow/tests/acp_interop.rs`.
 
 mod bridge;
 mod commands;

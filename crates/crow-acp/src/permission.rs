@@ -4,6 +4,13 @@
 //! (`bash(git)`; a compound command or one substituting another is never remembered), an
 //! edit's path (`write_file(/p/a.rs)`), else the tool. A rejection is a denial the tool turns
 //! into a failed result the model reads; the turn goes on.
+//!
+//! The question's tool call carries the request's `PermissionPreview` (a `diff`, or the command and
+//! its cwd), titled with the agent's name when another agent than the builder asks; every allowed
+//! call turns `in_progress`. Where the runner has a `RuleSaver` (the binary: trusted projects), the
+//! question also offers to always allow the rule crow-core's `suggest_rule` gives in this project
+//! (saved to `.crow/config.toml`); the gate's `rules()` hands it to the policy from the next call
+//! on. A permission request for a tool call is sent only after the call's `tool_call`.
 
 use std::sync::Arc;
 

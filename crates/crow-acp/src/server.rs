@@ -1,5 +1,12 @@
 //! The agent's state across sessions and the session lifecycle: initialize, new, load, resume,
 //! list, close, modes and config options. Prompt turns are in `turn.rs`.
+//!
+//! A `cwd` must be an existing directory (-32602 otherwise). Every change of a setting (mode,
+//! model, approve level, an "always" answer) is a `SettingChange` written through at once to the
+//! runner's `SettingsSink` (the binary: the session's row), one change at a time so two processes
+//! on one session do not undo each other's; load, resume and fork restore them from
+//! `RestoredSession`. `session/fork` is the crate's `unstable_session_fork`; `_meta.crow.keepTurns`
+//! keeps the first N prompts.
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;

@@ -1,6 +1,15 @@
 //! AgentEvent → `session/update`: the one place crow's event stream becomes what the editor
 //! shows (seed 001 "Stream Translation"). Pure and synchronous so every event kind is tested
 //! without a connection.
+//!
+//! With `tools.rs`: tool calls with titles, kinds, locations and raw input (`pending` when the call
+//! may ask the user, else `in_progress`), results as text, `diff` or `terminal` (plus the output's
+//! end as text unless the client renders terminal output, `_meta.terminal_output`), the plan from
+//! `todo_write`, files changed as seen by snapshots as one info notice naming `/undo`,
+//! `usage_update` (for a model of unknown window with `DEFAULT_CONTEXT_WINDOW`, 128k, and
+//! `_meta.crow.sizeEstimated`), other agents' words introduced by name (`Speakers`, shared with
+//! replay), a loop stop as a warning notice; the prompt then ends `end_turn`, since `refusal` would
+//! tell the editor to drop it.
 
 use std::path::PathBuf;
 

@@ -11,6 +11,11 @@
 //!   by the crate, so a client awaiting that id waits forever: crow answers it with the id.
 //! - A diff for a new file goes out with `oldText: null` (the crate omits a missing old
 //!   text; Toad shows no preview without it).
+//!
+//! Each line goes out in one write together with those queued meanwhile (a write to tokio's stdout
+//! is a trip to its blocking pool: a newline written apart doubled them and set the streaming p99).
+//! stdout carries JSON-RPC only. When the input ends, `serve` cancels running turns and waits up to
+//! `END_GRACE` (3 s) for them to save: the editor leaving is a cancel.
 
 use std::io;
 use std::sync::Arc;

@@ -2,6 +2,9 @@
 //! with its events translated to updates. Cancellation answers `cancelled` within the core's
 //! grace period; should a runner not stop in time, the prompt is answered anyway and the
 //! late events are dropped (the outbox is closed), and the next prompt waits for the runner.
+//!
+//! The deadline is 80 ms (`CANCEL_DEADLINE`), and a cancel always answers `cancelled`, whatever
+//! error the abort caused.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -3,6 +3,20 @@
 //!
 //! The loop knows nothing of coagents or control flow; it streams [`AgentEvent`]s and
 //! appends to one [`Session`]'s history.
+//!
+//! The loop calls its steps at named points: compaction before a request
+//! (`compaction/before_request.rs`), the model call (`agent/model_call.rs`), `run_tools` for a
+//! response's calls (ordering, the policy point of `agent/policy_point.rs`, execution), the
+//! snapshot step around a mutating batch (`agent/snapshots.rs`) and loop detection after a batch
+//! of results, before they enter history (`doom_loop.rs`); what the turn produced is kept in its
+//! ledger (`agent/ledger.rs`). Tests in `agent_tests.rs` drive it with the scripted provider of
+//! `testing.rs`.
+//!
+//! Cancellation: the turn's `CancellationToken` is checked around every await. Mid-stream, the
+//! stream (and its HTTP connection) is dropped at once; mid-tool, each tool's child token fires and
+//! tools get 50 ms to wind down before their futures are dropped. Every tool call gets a result, in
+//! call order: executed, refused (unknown tool, malformed JSON: an error result the model reads) or
+//! cancelled.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -7,6 +7,10 @@
 //!
 //! The window comes from the provider (catalog or config), or from an overflow error's own
 //! text ("maximum context length is N tokens"), which is remembered for the session.
+//!
+//! A response without usage gets an estimate (`last_request_tokens`), flagged `Usage::estimated`
+//! and never used to calibrate. `window_from_error` reads the phrasings of OpenAI, vLLM, llama.cpp
+//! and Anthropic. The output reserve is `max_tokens`, else a quarter of the window up to 8,192.
 
 use crate::message::{AssistantPart, ChatRequest, Message};
 

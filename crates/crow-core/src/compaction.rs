@@ -13,6 +13,13 @@
 //! sends what the model saw. Cuts fall only on exchange boundaries (an assistant message with
 //! its tool results, or a user message), so a call never loses its result and a signed
 //! thinking block stays with its assistant message or goes with it.
+//!
+//! Defaults: threshold 80%, target 60% of the usable window. A failed or empty summary falls back
+//! to dropping exchanges, with a notice. Also here: the overflow recovery (a `ContextOverflow`
+//! error: learn the window, compact, retry once), `compact_now` (`/compact`) and
+//! `context_breakdown` (`/context`). A window too small for the system prompt and the tools is one
+//! `AgentError::Context` naming the numbers. The pure parts are in `compaction/parts.rs`, the
+//! summary's template in `prompts/compaction.md.j2`.
 
 use std::time::{Duration, Instant};
 

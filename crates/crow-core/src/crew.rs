@@ -5,6 +5,11 @@
 //! Completion rule: in flows without a coagent, or where the coagent cannot terminate, the
 //! primary's `task_complete` ends the run; where the coagent can terminate, the primary's
 //! `task_complete` is only a claim the coagent reviews, and only the coagent's ends the run.
+//!
+//! `CrewSession` is one session id with one history per agent; `RunStop` says how a run ended. What
+//! a composition chooses lives in `flow.rs` (`ControlFlow`, re-exported here, and `Handoff`:
+//! static, a minijinja template, or generated). Every flow is bounded by `max_rounds`.
+//! `crew_tests.rs` shows each level behaving differently.
 
 use std::path::PathBuf;
 

@@ -22,6 +22,9 @@
 //! valid for every wire format, and it is recorded once, so request prefixes stay byte-stable).
 //! Any detection after that stops the turn. A threshold of 0 turns detection off; 1 is read as 2,
 //! since a single call cannot repeat.
+//!
+//! A stop is `TurnStop::DoomLoop` (for the crew, `RunStop::DoomLoop`), with a `DoomLoopDetected`
+//! event and system entry. The threshold is `doom_loop_threshold` in config.
 
 use std::collections::BTreeMap;
 use std::hash::{DefaultHasher, Hash, Hasher};

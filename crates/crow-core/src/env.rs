@@ -13,6 +13,9 @@
 //! 5. `set`: fixed values, always passed.
 //!
 //! Patterns are names with `*` wildcards, matched case-insensitively.
+//!
+//! crow-tools' `ToolOptions.env` and crow-mcp's `McpOptions.env` carry it; the binary builds it
+//! from `[shell_environment]`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;

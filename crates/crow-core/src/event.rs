@@ -1,6 +1,10 @@
 //! [`AgentEvent`]: the one stream the terminal renderer, `--json` and ACP all consume.
 //! Every event names the agent it comes from, so a front end can tell a reviewer's words
 //! from a builder's.
+//!
+//! `Notice` carries what the user should know outside any answer (an MCP server that died); front
+//! ends show it (a warning line in the terminal, a `notice` update in ACP). `DoomLoopDetected` says
+//! what repeated when loop detection stopped a turn.
 
 use std::path::PathBuf;
 

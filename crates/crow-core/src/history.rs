@@ -4,6 +4,18 @@
 //! the provider APIs require: consecutive assistant parts form one assistant message, tool
 //! results follow in call order, and every tool call is answered (a call whose result was
 //! never recorded, e.g. after a crash, gets a placeholder so the request stays valid).
+//!
+//! Entry kinds: user, attached image, assistant text, thinking with its signature, tool call, tool
+//! result, handoff, system events and compactions. A kind (or system event) written by a newer crow
+//! loads as `EntryKind::Unknown`, kept in place so positions hold, and is skipped: a newer crow's
+//! session never reads as corrupt, while a payload that is not a well-formed entry is still damage.
+//!
+//! Besides the placeholder for an unanswered call, a result that answers no call of the assistant
+//! message before it (late, duplicate, or its call compacted away) is left out;
+//! `history_proptests.rs` checks both rules over arbitrary interleavings. The compacted view
+//! (`View`): the latest compaction with a span is replaced by its summary, and the elided outputs
+//! of every compaction stand in for the originals. A cut-off stream's text is kept and marked
+//! `partial`; tool calls of a cut-off response are dropped (none of them ran).
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};

@@ -3,6 +3,11 @@
 //! results, compactions with any span — the request is one the APIs accept: every tool call
 //! answered right after its message, in call order, no result without its call, and the
 //! history's order kept. `PROPTEST_CASES` raises the case count for `./scripts/fuzz`.
+//!
+//! Why proptest: it runs on the stable toolchain inside `cargo test`, shrinks a failure to a small
+//! case and keeps its seed in `proptest-regressions/` (replayed first on every run).
+//! cargo-fuzz/libFuzzer needs nightly and a separate harness. It is built without default features
+//! (no `fork`/`timeout`), so every property runs in-process.
 
 use proptest::prelude::*;
 

@@ -20,6 +20,29 @@
 //! own config and data, `~/.ssh`, `.env` files outside the project, as a command's words read
 //! after quote removal (a glob word by what it may match), and for the file tools' writes the
 //! project's git directories and policy files ([`PROJECT_POLICY`]).
+//!
+//! The types: `Mode` (read-only, ask, auto-edit, full-auto), `Rule` (`tool` or `tool(pattern)`,
+//! allow/ask/deny, with its file and line), `Policy::decide(CallFacts, mode)` giving a `Verdict`. A
+//! `fallback` rule (an opencode pattern map's `"*"`) competes on specificity even when it denies;
+//! `floor` is an agent definition's mode, which nothing loosens.
+//!
+//! `consult` is the loop's policy point in `run_tools`, after the call-order wait and before
+//! `execute`, so a mutating tool that forgets to ask is still asked about: Deny is an error result
+//! naming the rule (the tool never runs); Allow gives the tool a pre-approved gate (its own
+//! question is not put to the user; the front end hears `PermissionGate::allowed`); Ask puts the
+//! tool's own question (with its preview, `Tool::asks_permission`), marked
+//! `PermissionRequest.policy` so no approval level answers it, or the loop's question for a tool
+//! that does not ask. A question a tool marks with `policy` itself (a command that would run
+//! unconfined) is never pre-approved. The front end's gate may supply the mode
+//! (`PermissionGate::mode`: ACP's approve selector) and rules learned in the session
+//! (`PermissionGate::rules`: an "always" kept for the project), judged with the configured ones
+//! (`decide_with`).
+//!
+//! Submodules: `shell.rs` (splitting, `substitutes`, `normalise`, the commands nested in
+//! substitutions, `sh -c` and `eval`, judged too up to depth 4), `paths.rs` (the paths a command
+//! names), `project.rs` (`PROJECT_POLICY` and the file tools' sensitive writes: any git dir, by a
+//! `.git` component or a `HEAD` + `objects` dir on the way), `suggest.rs` (`suggest_rule`:
+//! `bash(git status*)`, `write_file(src/a.rs)`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

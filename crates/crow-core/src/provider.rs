@@ -3,6 +3,13 @@
 //! Concrete wire APIs (OpenAI chat completions, Anthropic messages, ...) live in
 //! crow-providers. Dropping the returned stream must abort the underlying HTTP request, which
 //! is how the loop cancels a model call mid-stream.
+//!
+//! Errors are `ProviderError`s classified by `ProviderErrorKind` (rate limited, transient, timeout,
+//! unreachable, auth, context overflow, not found, bad request, protocol), which the retry wrapper
+//! and the compaction step act on. A `StreamDelta::Retrying` with `discard_partial` means the call
+//! starts over: the loop drops what it accumulated of the failed attempt, so a retried response is
+//! recorded once (only the attempt that ended reaches history), and front ends say the part they
+//! showed is void.
 
 use std::pin::Pin;
 use std::time::Duration;

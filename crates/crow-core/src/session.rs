@@ -1,4 +1,7 @@
 //! [`Session`]: one agent's history plus where it is written as it grows.
+//!
+//! The optional `HistorySink` is told of every entry as it is appended: the hook the session store
+//! plugs into, committing each entry before the loop goes on.
 
 use std::path::PathBuf;
 use std::sync::Arc;

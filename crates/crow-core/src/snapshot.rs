@@ -5,6 +5,11 @@
 //!
 //! Also the undo bookkeeping every front end shares: [`undo_stack`] reads the session's
 //! timeline (the `Snapshot` and `FilesRestored` system entries) into turns done and undone.
+//!
+//! Each undo and redo appends a `FilesRestored` entry, which moves turns between done and undone;
+//! its `note` is the one system event sent to the model (as a user message). The binary's undo
+//! reverts only the paths the turns' own steps changed (crow-snapshot's `revert_only`) and refuses,
+//! without force, a path someone else changed between them.
 
 use std::path::PathBuf;
 

@@ -3,6 +3,15 @@
 //! A tool owns its side effects (diffs, files modified) and reports them in [`ToolMetadata`].
 //! A tool never panics on model input: bad arguments become an error [`ToolResult`] the model
 //! reads and corrects.
+//!
+//! `ToolContext` carries the session, agent, call id, cwd, project root, a child
+//! `CancellationToken`, the `PermissionGate` and the client bridge. A `PermissionRequest` may carry
+//! a `PermissionPreview` the tool fills (a file's old and new text, a command and its cwd), which
+//! front ends show with the question. `ToolRegistry` is sorted by name, so tool definitions are
+//! byte-stable from request to request; a coagent's or an agent definition's tool set is a filtered
+//! view of the shared registry, and a hidden tool is neither advertised nor callable. A tool says
+//! what it reads or writes (`Tool::footprint`, used by `schedule.rs`); one that says nothing gets
+//! its kind's safe default.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -1,6 +1,10 @@
 //! Server configuration: the `[mcp_servers.NAME]` TOML shape (Codex-like), the project's
 //! `.mcp.json` (`mcpServers`, Claude Code's format), and the normalised [`McpServerConfig`]
 //! every front end (CLI, ACP) hands to the manager.
+//!
+//! `McpServerEntry` is also used to write `.mcp.json` entries into a config layer. `parse_mcp_json`
+//! expands `${VAR:-default}`. Defaults: startup 30 s, tool call 60 s; allow and deny lists filter a
+//! server's tools.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

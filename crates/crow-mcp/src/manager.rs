@@ -1,6 +1,10 @@
 //! [`McpManager`]: starts every configured server in the background, registers each server's
 //! tools into the session's shared [`ToolRegistry`] when it is ready, follows tool-list
 //! changes, reports failures and deaths as [`McpEvent`]s, and shuts everything down.
+//!
+//! A server starts within a startup timeout; on a list change only changed definitions are
+//! re-registered; when a server ends its tools are removed and later calls answer "not running";
+//! shutdown gives a grace period, then kills the process group.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -1,6 +1,11 @@
 //! [`McpTool`]: one tool of one MCP server behind crow-core's [`Tool`] trait, so the model and
 //! the user see it like a built-in: namespaced name, the server's description and schema,
 //! results flattened to text, `isError` as an error result, cancellation and a timeout.
+//!
+//! Kinds come from annotations: read-only is Read or Fetch, non-destructive Edit, otherwise
+//! annotated Execute, none Other. Permission is asked for every tool not marked read-only. The call
+//! is raced against `ctx.cancel` and the tool timeout; results are capped like the built-ins'
+//! output.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -12,6 +12,10 @@
 //! The body is its other fields followed by `"messages"` as the last key, so the fields of
 //! one call and the next are byte-identical and the array is a byte prefix of the next
 //! one's (the order of an object's keys means nothing to the APIs).
+//!
+//! Each provider keeps the encodings of its last two conversations. `encode_proptests.rs` checks
+//! that the bytes equal a fresh encoding over arbitrary edits. The hasher is `foldhash`, already in
+//! the tree through hashbrown.
 
 use std::hash::{BuildHasher, Hash};
 use std::sync::{Mutex, PoisonError};

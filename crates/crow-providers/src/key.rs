@@ -1,4 +1,7 @@
 //! API keys: a redacting newtype and resolution from env var, key file or plaintext config.
+//!
+//! Order: the environment variable, then a key file, then a plaintext key in config (with a
+//! warning). `ApiKey`'s Debug and Display print `[redacted]`, so errors and logs never hold a key.
 
 use std::fmt;
 use std::path::{Path, PathBuf};

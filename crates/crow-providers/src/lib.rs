@@ -12,6 +12,23 @@
 //! The binary builds a provider with [`build`] from [`ProviderSettings`].
 //!
 //! [`StreamDelta::Retrying`]: crow_core::StreamDelta::Retrying
+//!
+//! Every wire streams over SSE (`eventsource-stream` on `reqwest`) except Ollama's NDJSON, which
+//! `sse::ndjson_events` turns into one event per line so it shares the SSE path's parsers, time
+//! limits, draining and errors. One `reqwest::Client` per process (`http.rs`) is shared by every
+//! provider, model and subagent, so a session stays on one connection per server (HTTP/2 by ALPN
+//! over TLS, HTTP/1.1 keep-alive on plain http; see `pool.rs`). Requests carry `User-Agent:
+//! crow/VERSION`. An attempt's time limits: the response head within `response_timeout`, then at
+//! most `idle_timeout` between SSE events that carry data (comments do not count), the whole
+//! attempt within `deadline`; a body that is not SSE is a protocol error quoting it.
+//!
+//! `ReasoningEffort` is one setting every wire reads its own way: OpenAI-style `reasoning_effort`
+//! (left out for OpenAI's own non-reasoning models), Anthropic's thinking budget
+//! (`resolved_thinking_budget`), Ollama's `think`. OpenAI requests carry the session id as
+//! `prompt_cache_key` on OpenAI's endpoint or when configured. Chat Completions sends `tool_choice:
+//! "auto"` with tools and `""` for a tool-calls-only assistant turn's content; every wire replays
+//! arguments that are not a JSON object as `{}` (`wire::object_arguments_text`). `models.rs` lists
+//! a server's models for `crow models`.
 
 pub mod anthropic;
 pub mod catalog;

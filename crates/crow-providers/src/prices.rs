@@ -2,6 +2,9 @@
 //! tokens, matched by name prefix like the context windows (the longest prefix wins). Prices
 //! change; `[models.prices."NAME"]` in the config overrides or adds one. Local models have
 //! none, so their cost is not shown rather than shown as zero.
+//!
+//! `Price::cost(&Usage)`: input counts the whole prompt, so the cached parts are taken out of it
+//! and priced apart (cache read, cache write). `crow stats` and the terminal's status use it.
 
 use crow_core::Usage;
 use serde::Deserialize;

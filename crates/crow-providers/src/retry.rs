@@ -1,5 +1,10 @@
 //! Retry with exponential backoff and full jitter around a [`WireApi`], announced to the user
 //! through [`StreamDelta::Retrying`] before each wait. Every retry resends the whole request.
+//!
+//! Backoff is exponential with full jitter, honours Retry-After and is bounded in attempts;
+//! timeouts are retried once; refused connections, unresolvable hosts and attempts past their
+//! deadline never. A retry after content streamed is announced with `discard_partial`, so the loop
+//! and front ends drop what the failed attempt showed.
 
 use std::sync::Arc;
 use std::time::Duration;

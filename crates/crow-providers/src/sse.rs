@@ -1,5 +1,8 @@
 //! SSE plumbing shared by the wire APIs: bytes → events (eventsource-stream) → parser → deltas,
 //! with the idle timeout (between data events) and the attempt's deadline applied.
+//!
+//! Each body is read to its end after the completion marker: hyper pools a connection only then. A
+//! body that is not SSE is reported as a protocol error quoting its start.
 
 use std::collections::VecDeque;
 use std::fmt::Display;

@@ -9,6 +9,18 @@
 //!
 //! The walk is ripgrep's `ignore` (`.gitignore`, `.ignore` and git's excludes are respected,
 //! in plain directories too); `.git` itself is never entered, and nothing runs git.
+//!
+//! A manifest is whole or, after an incremental snapshot, a `Delta` on the one before (`base`
+//! first, then what was set and removed; its id hashes the delta, so it names its chain; a whole
+//! one every 64). An unchanged tree writes nothing and keeps its id; the same tree reached another
+//! way may get another id (undo compares contents). The last manifest is updated in place, so a
+//! step's diff is read off the delta. `generation` is bumped by every prune; `journal.json` exists
+//! while a revert runs. Pruning and session deletion keep every base a kept snapshot builds on;
+//! deleting a session also removes the snapshots no session records. Files are written whole (temp
+//! + rename).
+//!
+//! SHA-256 (`sha2`) rather than BLAKE3: already a dependency, and with the stat cache a step hashes
+//! only the files it changed, so hash speed is not what a snapshot costs (the `lstat`s are).
 
 mod files;
 mod manifest;

@@ -6,6 +6,10 @@
 //! while a revert runs; the next revert removes the temporary files a killed one left.
 //! Empty directories (a change whose path ends in `/`) are made or removed too: made last,
 //! after the removals that may have taken an emptied parent with them.
+//!
+//! A file changed by hand since is a conflict (nothing written without force), and what was not
+//! stored (skipped files) is named rather than guessed. `revert_only` limits a revert to the paths
+//! the agent's own steps changed.
 
 use std::collections::HashSet;
 use std::fs;

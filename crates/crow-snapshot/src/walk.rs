@@ -2,6 +2,12 @@
 //! size, mtime, ctime, inode and mode match the cache is taken to have the cached hash and is
 //! not read — unless it changed within a second of being hashed (a second write in the same
 //! timestamp tick would look unchanged), in which case it is hashed again.
+//!
+//! Files over `max_file_bytes` or unreadable are recorded as skipped (size and mtime still show a
+//! change). The cache is written every 10 s and on close, and trusted for blob existence while
+//! `generation` is unchanged. `update` brings the last manifest up to date from the watch's dirty
+//! directories (their entries re-listed, new directories listed whole, gone ones removed with their
+//! subtree, emptiness rechecked only there and above).
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs;

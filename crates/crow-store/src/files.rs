@@ -1,5 +1,12 @@
 //! The database's files on disk, before SQLite sees them: the main file's header, and who may
 //! read them (they hold whole conversations and tool output).
+//!
+//! The main file must start with SQLite's header (or be empty with no log beside it): SQLite would
+//! otherwise read a replaced file's pages from the `-wal`. A new directory is made 0700 and a new
+//! database 0600 (SQLite gives the `-wal` and `-shm` the main file's mode); looser existing files
+//! (and the directory, when it holds only the database) are narrowed once the file is known to be
+//! crow's, with one warning. A missing database is a copy of the template (`template.rs`), staged
+//! beside the path and hard-linked into place, so concurrent first starts are safe.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};

@@ -1,5 +1,5 @@
 //! crow-store: sessions in SQLite — the [`SqliteStore`] implementation of crow-core's
-//! [`SessionStore`](crow_core::SessionStore), where the database lives, titles, and the
+//! [`SessionStore`], where the database lives, titles, and the
 //! readable forms of a session (timeline, JSON lines, Markdown).
 //!
 //! Every history entry is written in its own transaction when it is appended (the store is
@@ -21,6 +21,12 @@
 //! let messages = crow_core::history::to_messages(&history);
 //! # let _ = messages; Ok(()) }
 //! ```
+//!
+//! Why rusqlite with bundled SQLite: synchronous calls fit a store whose every operation is one
+//! short transaction, and the bundled build pins the SQLite version, so WAL, `RETURNING` and the
+//! error codes behave the same on every machine; sqlx would add an async pool and compile-time
+//! query machinery crow does not need. The store never rewrites what it does not understand: a
+//! newer schema, a foreign SQLite file or a damaged one is refused before anything is written.
 
 mod export;
 mod files;

@@ -1,6 +1,11 @@
 //! Memory: learnings the finish step extracted from sessions, and full-text search (SQLite
 //! FTS5, ranked by BM25) over learnings and over every session's entries. No extra service:
 //! the indexes live in the session database and triggers keep them current (schema 5).
+//!
+//! A `memory_runs` row is one finish step (the last entry it read, its state, what it said); a
+//! running row guards against two steps over one session. `fts_query` turns free text into a safe
+//! FTS5 query (each word quoted, stop words dropped, OR-ed). Deleting a session deletes its finish
+//! steps but keeps its learnings (their `session_id` becomes NULL).
 
 use std::path::{Path, PathBuf};
 

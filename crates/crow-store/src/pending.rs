@@ -5,6 +5,12 @@
 //! recovery file beside the database, which the next open imports. The rowid order of
 //! `entries` is the session's timeline, so nothing overtakes a pending entry. Usage rows (a
 //! model call's tokens) take the same queue: a busy database loses neither.
+//!
+//! A refusal waiting does not cure (full, read-only, damaged, I/O) is also told once to the
+//! `SqliteStore::on_write_failure` hook; the entry stays queued, and the front end decides (a run
+//! stops). The recovery file (`crow.db-recovery`, 0600) is imported in order and once: claimed by
+//! renaming it, rows already stored skipped. Only entries of a session deleted meanwhile are lost,
+//! and reported; the in-memory history stays authoritative.
 
 use std::collections::VecDeque;
 use std::io::Write;

@@ -4,6 +4,15 @@
 //! `application_id`, so a crow database is recognised without reading any table. A database
 //! whose version is newer than [`SCHEMA_VERSION`] is refused before anything is written (not
 //! even the journal mode), so an older crow never rewrites a newer crow's file.
+//!
+//! Tables: `sessions` (id, project root, cwd, title, agent or composition, provider, model, status,
+//! times, the `--level`, a `settings` JSON of endpoint and front-end options, and `parent_id`, the
+//! session a fork came from); `entries` (session, agent, seq, kind, the `EntryKind` as JSON,
+//! partial flag, timestamp; rowid order is the session's timeline); `usage` (one row per model
+//! call); `prompts` (system prompts by SHA-256) and `session_agents`. Schema 5 adds memory
+//! (`memory.rs`): `learnings`, `memory_runs`, and the FTS5 indexes `learnings_fts` and
+//! `entries_fts`, whose content is the view `entry_text`, so no conversation text is stored twice.
+//! Deleted rows are overwritten (`secure_delete`, FTS5 `secure-delete`).
 
 /// `application_id` of a crow database ("CROW" in ASCII).
 pub const APPLICATION_ID: i32 = 0x4352_4f57;

@@ -1,5 +1,15 @@
 //! [`SqliteStore`]: opening the database (pragmas, schema checks, migrations) and turning
 //! SQLite's failures into one-line [`StoreError`]s that name the file.
+//!
+//! Opening: header checks (`files.rs`), WAL, `synchronous=NORMAL`, busy timeout, migrations
+//! (`schema.rs`), the import of a recovery file (`pending.rs`). Connections close without SQLite's
+//! checkpoint-and-delete of the log (re-creating the file cost every short run fsyncs of the
+//! directory); instead the store checkpoints on its own connection as it closes, TRUNCATE without
+//! waiting: alone, the log is copied into the database and emptied; with other processes about,
+//! SQLite copies what it can. Either way after a run the database file alone holds every session.
+//! `start_log` begins the next process's log on the thread that opens the store, off the path to
+//! the first request. A checkpoint thread with a second connection starts only at the 128th commit
+//! (a short run never needs it).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};

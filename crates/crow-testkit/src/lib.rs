@@ -16,6 +16,15 @@
 //! # let _ = url;
 //! # Ok(()) }
 //! ```
+//!
+//! Also served: OpenAI's Responses API (encrypted reasoning is `responses::encrypted(thinking)`,
+//! checkable when it comes back) and Ollama's `/api/chat`, `/api/show` and `/api/tags` over NDJSON
+//! (a `missing_models` list answered 404). Faults include status codes with Retry-After, malformed
+//! tool arguments and a `context_window` that refuses larger requests with the API's own overflow
+//! error. `Quirks` of particular servers (llama-cpp-python, LiteLLM in front of Anthropic) make a
+//! scenario refuse as they do; a refusal consumes no step. `MockLlm::connections` counts accepted
+//! TCP connections, and each request is stamped on arrival and when the answer was chosen, so
+//! benchmarks can time the client without the mock's parsing.
 
 mod anthropic;
 mod frames;

@@ -1,4 +1,8 @@
 //! `edit_file`: replace a unique snippet, tolerating whitespace slips, with a diff.
+//!
+//! The matched ranges are spliced into the original bytes, so line endings, a BOM and the final
+//! newline outside them stay as they were (mixed endings included). `proptests.rs` checks a
+//! successful edit of generated files changed only its range.
 
 use async_trait::async_trait;
 use crow_core::{

@@ -3,6 +3,17 @@
 //! Every tool parses its arguments into a typed struct, resolves paths through
 //! [`resolve_path`] (so nothing outside the project root is read or changed), asks the
 //! permission gate before changing the machine, and never panics on model input.
+//!
+//! The tools: `read_file`, `write_file`, `edit_file`, `bash`, `glob`, `grep`, `list_directory`,
+//! `todo_write`/`todo_read`, `think`, `task_complete`, `web_fetch`, `web_search` (registered only
+//! when `ToolOptions.web_search` is set, which the binary builds from `[tools.web_search]`).
+//! `builtin_tools(&ToolOptions)` builds the registry; the `skill` tool joins it only where a
+//! skill exists. glob, grep and list use ripgrep's
+//! `ignore`, `grep-regex` and `grep-searcher`; diffs come from `similar`.
+//!
+//! Skills live here, not in the binary, because the `skill` tool is a `Tool` like the others and
+//! reads files under its own confinement rule (inside the skill's folder), which is this crate's
+//! business; the binary only says which folders and renders the index.
 
 use std::sync::Arc;
 use std::time::Duration;

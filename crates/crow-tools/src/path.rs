@@ -1,6 +1,12 @@
 //! The shared path policy: resolve against the cwd, stay inside the project root; and
 //! [`read_confined`], how every file a project names by its place (instructions, skills,
 //! prompt templates, custom commands) is read: resolved, inside its root, a regular file.
+//!
+//! `read_confined` resolves symlinks, requires the file inside its root and regular (checked again
+//! on the opened descriptor, opened non-blocking so a FIFO cannot hang crow), never reads `/proc`,
+//! `/sys` or `/dev`, and caps the size. `proptests.rs` checks no generated path (`..`, absolute,
+//! symlinks in and out, dangling, looping) resolves outside the root. `bash` commands are not
+//! confined by this rule but by the sandbox.
 
 use std::io::{self, Read};
 use std::path::{Component, Path, PathBuf};

@@ -6,10 +6,10 @@
 //! single-threaded process that confines itself and then `exec`s the command, which inherits
 //! the confinement (see [`launch`]).
 //!
-//! What the launcher enforces ([`launcher`]):
+//! What the launcher enforces (`launcher.rs`):
 //! - **writes** only beneath the writable paths (Landlock: the write rights are handled and
 //!   granted under those paths alone; reading and executing stay free);
-//! - **protected paths** inside them ([`protect`]): every git dir pinned (a mount point
+//! - **protected paths** inside them (`protect.rs`): every git dir pinned (a mount point
 //!   cannot be renamed or replaced) with what names a program to run (config, hooks, info,
 //!   commondir) read-only; the project's files that make crow run programs or loosen its
 //!   rules (`.crow/`, `.claude/`, `.mcp.json`, `opencode.json` …) and crow's own config and
@@ -27,6 +27,28 @@
 //! [`Support`] says what the machine offers (probed once per process by running the
 //! launcher with `--probe`); [`SandboxSpec::unavailable`] turns a missing piece into an
 //! error the model reads instead of a silently unconfined command.
+//!
+//! A `SandboxSpec` (in `ToolOptions` as a `LazySandbox`, built by the binary from `[sandbox]` when
+//! the first command needs it, on the blocking pool: building it waits for the probe, about 1.2 ms,
+//! which no request should wait for) turns into a `LaunchPolicy` per call: writable paths, pinned
+//! git dirs and read-only carve-outs, network, a new session. `bash` gets the policy and its
+//! `Watch` from one `prepare` (protected paths are found once per command) and `sweep`s the watch
+//! after the command (a protected path created is removed, one replaced is said, both in the
+//! result); `note_own_write` records what crow itself writes there (file tools, a saved rule, the
+//! finish step) so a concurrent command's sweep leaves it.
+//!
+//! `choose_launcher` takes the small `crow-sandbox` binary beside crow (about 1 ms less per command
+//! than crow's own executable) when its probe answers crow's `PROTOCOL`, else crow itself; either
+//! way pinned (a sealed memfd copy, run as `/proc/PID/fd/N`; crow itself as `/proc/PID/exe`). Where
+//! the kernel lacks what the mode needs, `bash` asks before it runs unconfined, with a question
+//! marked `policy` (no rule or approval level answers it; `crow run` refuses it unless
+//! `--approve`).
+//!
+//! Why these means: the `landlock` crate (the Landlock project's own) is a safe API over the
+//! syscalls with per-ABI compatibility handling, so the workspace keeps `unsafe_code = "deny"`;
+//! namespaces and mounts come from nix, whose `unshare` and `mount` are safe. bubblewrap would be
+//! an extra program to install, and seccomp (a socket filter) would need another crate or unsafe
+//! code, while an empty network namespace blocks every protocol.
 
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};

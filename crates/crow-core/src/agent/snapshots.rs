@@ -2,6 +2,14 @@
 //! may change files; what changed is their difference, so commands' changes are reported like
 //! the edit tools', and changes others made between batches are not counted as the agent's.
 //! Read-only batches cost nothing.
+//!
+//! A batch may change files when one of its calls has a mutating `ToolKind` (edits, `bash`, MCP
+//! tools not marked read-only) or is a `task`. Its snapshot pair's difference is the `FilesChanged`
+//! event (change kinds and the snapshot id), `TurnResult.files_changed` (so the crew's handoff) and
+//! a `Snapshot` system entry (turn start, before, after, changes; written even when nothing
+//! changed). A `SnapshotStarted` entry is written before the batch runs, so a step crow was killed
+//! in is still on the undo stack (it ends where the next began, or at the tree as it is at undo
+//! time).
 
 use std::path::PathBuf;
 

@@ -2,6 +2,10 @@
 //! for (`options.num_ctx`, from the window `/api/show` reports), instead of Ollama's small
 //! default past which it silently drops the start of the conversation, which is what its
 //! OpenAI-compatible `/v1` endpoint gives.
+//!
+//! The window is asked once, in `WireApi::prepare` (the one-time async step the retry wrapper runs
+//! before the first encode). Tool calls arrive whole and get ids when Ollama gives none; a 404
+//! names `ollama pull`.
 
 mod request;
 mod stream;

@@ -3,6 +3,10 @@
 //! (as the thinking block's signature) and sent back each request with `store: false`,
 //! `reasoning.effort`, and the session as `prompt_cache_key` (to OpenAI's own endpoint, or
 //! where configured).
+//!
+//! A reasoning item's id and encrypted content become the thinking block's signature `ID
+//! ENCRYPTED`, which `request.rs` turns back into a `reasoning` input item, so reasoning survives
+//! requests, the store and `--continue`; another provider's thinking is never sent.
 
 mod request;
 mod stream;
