@@ -282,7 +282,7 @@ pub(crate) fn parse_cli() -> Cli {
         None => {
             if let Some(message) = misspelled_subcommand(&args) {
                 // As clap answers a usage error: stderr and exit code 2.
-                eprintln!("error: {message}");
+                errln!("error: {message}");
                 std::process::exit(2);
             }
             Cli::parse_from(args)

@@ -81,7 +81,7 @@ pub fn run(command: EditCommand) -> Result<ExitCode> {
             check(&edited, &file)?;
             check_provider_choice(&root, &key, &edited)?;
             config::write_config_file(&file, &edited)?;
-            eprintln!("{key} set in {}", file.display());
+            errln!("{key} set in {}", file.display());
             Ok(ExitCode::SUCCESS)
         }
         EditCommand::Unset { key, project } => {
@@ -90,7 +90,7 @@ pub fn run(command: EditCommand) -> Result<ExitCode> {
             let edited = unset_in(&text, &key)?;
             check(&edited, &file)?;
             config::write_config_file(&file, &edited)?;
-            eprintln!("{key} removed from {}", file.display());
+            errln!("{key} removed from {}", file.display());
             Ok(ExitCode::SUCCESS)
         }
         EditCommand::Get { key } => {
@@ -101,7 +101,7 @@ pub fn run(command: EditCommand) -> Result<ExitCode> {
                 if *name == key || name.starts_with(&prefix) {
                     found = true;
                     let shown = config::shown(name, value);
-                    println!("{name} = {shown}  # {source}");
+                    outln!("{name} = {shown}  # {source}");
                 }
             }
             if !found {
@@ -115,10 +115,10 @@ pub fn run(command: EditCommand) -> Result<ExitCode> {
                 None => validate_all(&root),
             };
             for problem in &problems {
-                println!("{problem}");
+                outln!("{problem}");
             }
             if problems.is_empty() {
-                eprintln!("the configuration is valid");
+                errln!("the configuration is valid");
                 Ok(ExitCode::SUCCESS)
             } else {
                 Ok(ExitCode::from(1))
@@ -126,24 +126,24 @@ pub fn run(command: EditCommand) -> Result<ExitCode> {
         }
         EditCommand::Path => {
             let user = config::user_config_file()?;
-            println!("user config     {}", user.display());
-            println!(
+            outln!("user config     {}", user.display());
+            outln!(
                 "project config  {}",
                 root.join(".crow/config.toml").display()
             );
-            println!("project MCP     {}", root.join(".mcp.json").display());
+            outln!("project MCP     {}", root.join(".mcp.json").display());
             if let Some(dir) = config::user_config_dir() {
-                println!("user agents     {}", dir.join("agents").display());
+                outln!("user agents     {}", dir.join("agents").display());
             }
-            println!("project agents  {}", root.join(".crow/agents").display());
+            outln!("project agents  {}", root.join(".crow/agents").display());
             let loaded = config::load(&root, &Overrides::default())?;
             let (db, why) = crate::wiring::db_location(&loaded.config)?;
-            println!("sessions        {} ({why})", db.display());
+            outln!("sessions        {} ({why})", db.display());
             Ok(ExitCode::SUCCESS)
         }
         EditCommand::Edit { project } => edit(&layer_file(&root, project)?),
         EditCommand::Schema => {
-            println!("{}", config::json_schema());
+            outln!("{}", config::json_schema());
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -193,7 +193,7 @@ fn store_key_file(key: &str, secret: &str) -> Result<toml_edit::Value> {
     let mut file = config::open_private(&path)?;
     file.write_all(secret.trim().as_bytes())
         .with_context(|| format!("cannot write {}", path.display()))?;
-    eprintln!("the key is in {} (readable by you only)", path.display());
+    errln!("the key is in {} (readable by you only)", path.display());
     Ok(toml_edit::Value::from(path.display().to_string()))
 }
 
@@ -434,7 +434,7 @@ fn edit(file: &Path) -> Result<ExitCode> {
     }
     let edited = std::fs::read_to_string(&copy).context("cannot read the edited copy")?;
     if edited == text {
-        eprintln!("no change");
+        errln!("no change");
         return Ok(ExitCode::SUCCESS);
     }
     if let Err(e) = check(&edited, file) {
@@ -443,7 +443,7 @@ fn edit(file: &Path) -> Result<ExitCode> {
         bail!("{e:#}; your edit is kept in {}", kept.display());
     }
     config::write_config_file(file, &edited)?;
-    eprintln!("saved {}", file.display());
+    errln!("saved {}", file.display());
     Ok(ExitCode::SUCCESS)
 }
 
@@ -455,7 +455,7 @@ pub fn init(yes: bool) -> Result<ExitCode> {
     init_project(
         &root,
         |question| confirm(yes, question),
-        |line| eprintln!("{line}"),
+        |line| errln!("{line}"),
     )?;
     Ok(ExitCode::SUCCESS)
 }

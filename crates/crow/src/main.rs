@@ -1,9 +1,6 @@
 //! The `crow` binary: the sandbox launcher, logging, the runtime and the commands (their
 //! command line is `cli.rs`).
 
-// The binary's job is to print; libraries must not (workspace lint).
-#![allow(clippy::print_stdout)]
-
 #[macro_use]
 mod stop;
 
@@ -47,6 +44,7 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 // The command's stderr: the model (or `crow sandbox`'s user) reads this.
+                // A bare process: no routes, no checked writers.
                 eprintln!("crow sandbox: {e}");
                 ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(126))
             }
@@ -59,7 +57,7 @@ fn main() -> ExitCode {
     let runtime = match runtime_for(cli.command.as_ref()).enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
+            errln!("error: cannot start the async runtime: {e}");
             return ExitCode::FAILURE;
         }
     };
@@ -245,7 +243,7 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
             let dir = path.map_or(cwd, |p| p);
             let (root, _) = wiring::find_project_root(&dir);
             let file = config_cmd::set_trust(&root, !remove)?;
-            eprintln!(
+            errln!(
                 "{} {} ({})",
                 if remove {
                     "no longer trusted:"
@@ -274,13 +272,13 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
             let (root, _) = wiring::find_project_root(&cwd);
             let loaded = config::load(&root, &overrides(&model, None))?;
             let rules = permissions::rules(&loaded, &root)?;
-            print!("{}", config_cmd::render_show(&loaded, &rules));
+            out!("{}", config_cmd::render_show(&loaded, &rules));
             for key in &loaded.untrusted {
-                println!("# ignored until you trust the project (crow trust): {key}");
+                outln!("# ignored until you trust the project (crow trust): {key}");
             }
             match wiring::db_location(&loaded.config) {
-                Ok((path, why)) => println!("# sessions database: {} ({why})", path.display()),
-                Err(e) => println!("# sessions database: none ({})", one_line(&e)),
+                Ok((path, why)) => outln!("# sessions database: {} ({why})", path.display()),
+                Err(e) => outln!("# sessions database: none ({})", one_line(&e)),
             }
             // What reaches the system prompt of a session started here.
             let found = instructions::load(
@@ -290,24 +288,27 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
                 &cwd,
             );
             if found.files.is_empty() {
-                println!("# project instructions: none (AGENTS.md, or CLAUDE.md where none)");
+                outln!("# project instructions: none (AGENTS.md, or CLAUDE.md where none)");
             }
             for file in &found.files {
-                println!(
+                outln!(
                     "# project instructions: {} ({} bytes)",
                     file.path.display(),
                     file.text.len()
                 );
             }
             for notice in &found.notices {
-                println!("# project instructions: {notice}");
+                outln!("# project instructions: {notice}");
             }
             match wiring::select_provider(&loaded) {
-                Ok(sel) => println!(
+                Ok(sel) => outln!(
                     "\n# selected: provider {} ({}), model {}, {}",
-                    sel.name, sel.reason, sel.settings.model, sel.settings.base_url
+                    sel.name,
+                    sel.reason,
+                    sel.settings.model,
+                    sel.settings.base_url
                 ),
-                Err(e) => println!("\n# no usable provider: {}", one_line(&e)),
+                Err(e) => outln!("\n# no usable provider: {}", one_line(&e)),
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -375,7 +376,7 @@ async fn run(args: RunArgs) -> Result<ExitCode> {
         prefetch_sandbox: false,
     })?;
     for note in &assembled.notes {
-        eprintln!("note: {note}");
+        errln!("note: {note}");
     }
     let fallback = assembled.ollama_fallback.clone();
     let spec = run::RunSpec {
@@ -411,7 +412,7 @@ fn prompts_command(command: PromptsCommand) -> Result<ExitCode> {
     match command {
         PromptsCommand::List => {
             for t in templates.iter() {
-                println!("{:<11} {:<40} {}", t.name, t.fingerprint(), t.about);
+                outln!("{:<11} {:<40} {}", t.name, t.fingerprint(), t.about);
             }
         }
         PromptsCommand::Show { name } => {
@@ -419,10 +420,10 @@ fn prompts_command(command: PromptsCommand) -> Result<ExitCode> {
                 let names: Vec<&str> = templates.iter().map(|t| t.name).collect();
                 bail!("no template named '{name}': there are {}", names.join(", "));
             };
-            eprintln!("# {} ({})", t.name, t.fingerprint());
-            print!("{}", t.text);
+            errln!("# {} ({})", t.name, t.fingerprint());
+            out!("{}", t.text);
             if !t.text.ends_with('\n') {
-                println!();
+                outln!();
             }
         }
     }
@@ -435,13 +436,13 @@ fn agents_command(command: AgentsCommand) -> Result<ExitCode> {
     let catalog = agents::load_catalog(config::user_config_dir().as_deref(), &root.join(".crow"));
     match command {
         AgentsCommand::List => {
-            println!("compositions (crow run --agent NAME):");
+            outln!("compositions (crow run --agent NAME):");
             for c in catalog.compositions.values() {
                 let team = match &c.coagent {
                     Some(co) if c.flow.needs_coagent() => format!("{} + {}", c.primary, co),
                     _ => c.primary.clone(),
                 };
-                println!(
+                outln!(
                     "  {:<14} {:<9} {:<20} {}",
                     c.name,
                     c.flow.label(),
@@ -449,10 +450,10 @@ fn agents_command(command: AgentsCommand) -> Result<ExitCode> {
                     c.description
                 );
             }
-            println!("\nagents:");
+            outln!("\nagents:");
             for a in catalog.agents.values() {
                 let mode = format!("{:?}", a.mode).to_lowercase();
-                println!(
+                outln!(
                     "  {:<14} {:<9} {:<10} {}",
                     a.name,
                     mode,
@@ -465,13 +466,13 @@ fn agents_command(command: AgentsCommand) -> Result<ExitCode> {
         }
         AgentsCommand::Show { name } => {
             if let Some(c) = catalog.compositions.get(&name) {
-                println!("composition {}  ({})\n{}", c.name, c.source, c.description);
-                println!("primary:    {}", c.primary);
+                outln!("composition {}  ({})\n{}", c.name, c.source, c.description);
+                outln!("primary:    {}", c.primary);
                 if let Some(co) = &c.coagent {
-                    println!("coagent:    {co}");
+                    outln!("coagent:    {co}");
                 }
-                println!("flow:       {} ({})", c.flow, c.flow.label());
-                println!("max_rounds: {}", c.max_rounds);
+                outln!("flow:       {} ({})", c.flow, c.flow.label());
+                outln!("max_rounds: {}", c.max_rounds);
                 let handoff = match &c.handoff {
                     h if *h == crow_core::Handoff::default() => {
                         "the built-in review template".into()
@@ -482,43 +483,43 @@ fn agents_command(command: AgentsCommand) -> Result<ExitCode> {
                         format!("written by a side model call: {generator_prompt}")
                     }
                 };
-                println!("handoff:    {handoff}");
+                outln!("handoff:    {handoff}");
             } else if let Some(a) = catalog.agents.get(&name) {
-                println!("agent {}  ({})\n{}", a.name, a.source, a.description);
-                println!("mode:        {}", format!("{:?}", a.mode).to_lowercase());
-                println!(
+                outln!("agent {}  ({})\n{}", a.name, a.source, a.description);
+                outln!("mode:        {}", format!("{:?}", a.mode).to_lowercase());
+                outln!(
                     "model:       {}",
                     a.model.as_deref().unwrap_or("(the session's)")
                 );
                 if let Some(t) = a.temperature {
-                    println!("temperature: {t}");
+                    outln!("temperature: {t}");
                 }
                 if let Some(n) = a.max_tokens {
-                    println!("max_tokens:  {n}");
+                    outln!("max_tokens:  {n}");
                 }
                 if let Some(n) = a.max_iterations {
-                    println!("max_iterations: {n}");
+                    outln!("max_iterations: {n}");
                 }
                 if let Some(n) = a.doom_loop_threshold {
-                    println!("doom_loop_threshold: {n}");
+                    outln!("doom_loop_threshold: {n}");
                 }
                 match &a.tools {
-                    Some(tools) => println!("tools:       {}", tools.join(", ")),
-                    None => println!("tools:       all"),
+                    Some(tools) => outln!("tools:       {}", tools.join(", ")),
+                    None => outln!("tools:       all"),
                 }
                 if !a.disallowed_tools.is_empty() {
-                    println!("disallowed:  {}", a.disallowed_tools.join(", "));
+                    outln!("disallowed:  {}", a.disallowed_tools.join(", "));
                 }
                 if let Some(mode) = a.permission_mode {
-                    println!("permission mode: {} (at most)", mode.name());
+                    outln!("permission mode: {} (at most)", mode.name());
                 }
                 for rule in &a.rules {
-                    println!("rule:        {}", rule.describe());
+                    outln!("rule:        {}", rule.describe());
                 }
                 if let Some(problem) = &a.policy_error {
-                    println!("broken rules (the agent refuses to run): {problem}");
+                    outln!("broken rules (the agent refuses to run): {problem}");
                 }
-                println!("\n{}", a.prompt);
+                outln!("\n{}", a.prompt);
             } else {
                 bail!("unknown agent '{name}': crow agents list shows what exists");
             }

@@ -110,17 +110,17 @@ pub async fn command(command: MemoryCommand) -> Result<ExitCode> {
                 })
                 .map_err(store_error)?;
             if learnings.is_empty() {
-                eprintln!(
+                errln!(
                     "no learnings yet{}: crow writes them after a completed task (see [memory] in the README), or add one with crow memory add",
                     if all { "" } else { " in this project" }
                 );
             }
-            print!("{}", table(&learnings, all));
+            out!("{}", table(&learnings, all));
             if let Ok(runs) = store.memory_runs(1)
                 && let Some(run) = runs.first()
                 && run.status == "failed"
             {
-                eprintln!(
+                errln!(
                     "note: the last finish step (session {}, {}) failed: {}",
                     short(&run.session_id),
                     run.ts
@@ -133,10 +133,10 @@ pub async fn command(command: MemoryCommand) -> Result<ExitCode> {
         MemoryCommand::Runs => {
             let runs = store.memory_runs(20).map_err(store_error)?;
             if runs.is_empty() {
-                eprintln!("no finish step has run yet");
+                errln!("no finish step has run yet");
             }
             for run in runs {
-                println!(
+                outln!(
                     "{}  {}  {:<8} {}",
                     run.ts
                         .with_timezone(&chrono::Local)
@@ -156,14 +156,14 @@ pub async fn command(command: MemoryCommand) -> Result<ExitCode> {
                 .search_learnings(&query, project, true, 20)
                 .map_err(store_error)?;
             if hits.is_empty() {
-                eprintln!("no learning matches; crow sessions search looks through whole sessions");
+                errln!("no learning matches; crow sessions search looks through whole sessions");
             }
             let learnings: Vec<Learning> = hits.into_iter().map(|h| h.learning).collect();
-            print!("{}", table(&learnings, all));
+            out!("{}", table(&learnings, all));
         }
         MemoryCommand::Show { id } => {
             let l = store.learning(id).map_err(learning_error)?;
-            print!("{}", show(&store, &l));
+            out!("{}", show(&store, &l));
         }
         MemoryCommand::Add {
             text,
@@ -187,8 +187,8 @@ pub async fn command(command: MemoryCommand) -> Result<ExitCode> {
                 })
                 .map_err(store_error)?;
             match added {
-                crow_store::Added::New(id) => println!("added learning #{id}"),
-                crow_store::Added::Existing(id) => println!("already known as #{id}"),
+                crow_store::Added::New(id) => outln!("added learning #{id}"),
+                crow_store::Added::Existing(id) => outln!("already known as #{id}"),
             }
         }
         MemoryCommand::Edit {
@@ -214,12 +214,12 @@ pub async fn command(command: MemoryCommand) -> Result<ExitCode> {
             store
                 .update_learning(id, text.as_deref(), scope)
                 .map_err(learning_error)?;
-            println!("updated learning #{id}");
+            outln!("updated learning #{id}");
         }
         MemoryCommand::Forget { id } => {
             let l = store.learning(id).map_err(learning_error)?;
             store.forget_learning(id).map_err(learning_error)?;
-            println!("forgot learning #{id}: {}", l.text);
+            outln!("forgot learning #{id}: {}", l.text);
         }
         MemoryCommand::Finish { .. } => unreachable!("handled above"),
     }
@@ -276,7 +276,7 @@ async fn finish_command(
             missing,
             ..
         } => {
-            println!(
+            outln!(
                 "session {}: {new} new learning{}, {known} already known{}",
                 short(&info.id),
                 if new == 1 { "" } else { "s" },
@@ -285,12 +285,12 @@ async fn finish_command(
                     .unwrap_or_default()
             );
             for skill in missing {
-                println!("  a skill would have helped: {skill}");
+                outln!("  a skill would have helped: {skill}");
             }
         }
         // Asked to run it anyway, a step that did nothing failed at what it was asked.
         Outcome::Skipped(why) if force => bail!("session {}: nothing done: {why}", short(&info.id)),
-        Outcome::Skipped(why) => println!("session {}: nothing done: {why}", short(&info.id)),
+        Outcome::Skipped(why) => outln!("session {}: nothing done: {why}", short(&info.id)),
         Outcome::Busy(pid) => bail!(
             "session {}: another finish step of it is running{}; run this again when it has ended",
             short(&info.id),

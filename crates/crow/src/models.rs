@@ -105,9 +105,9 @@ pub async fn command(
             continue;
         }
         shown += 1;
-        println!("{name} ({})", settings.base_url);
+        outln!("{name} ({})", settings.base_url);
         match crow_providers::list_models(&settings).await {
-            Ok(models) if models.is_empty() => println!("  (no models listed)"),
+            Ok(models) if models.is_empty() => outln!("  (no models listed)"),
             Ok(models) => {
                 let current = selected
                     .as_ref()
@@ -128,12 +128,12 @@ pub async fn command(
                         .or(m.context_window)
                         .map(|w| format!("{} context", tokens(w)))
                         .unwrap_or_default();
-                    println!("  {mark} {:<48} {window}", m.id);
+                    outln!("  {mark} {:<48} {window}", m.id);
                 }
             }
             Err(e) => {
                 failed = true;
-                println!("  cannot list: {e}");
+                outln!("  cannot list: {e}");
             }
         }
     }

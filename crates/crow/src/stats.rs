@@ -60,7 +60,7 @@ impl Sum {
 
 pub fn run(args: StatsArgs, config: &Config, project_root: &Path) -> Result<ExitCode> {
     let Some(store) = open_for_reading(config)? else {
-        println!("no sessions yet");
+        outln!("no sessions yet");
         return Ok(ExitCode::SUCCESS);
     };
     let since = args.since.as_deref().map(parse_since).transpose()?;
@@ -109,7 +109,7 @@ pub fn run(args: StatsArgs, config: &Config, project_root: &Path) -> Result<Exit
         (None, true) => "every project".to_owned(),
         (None, false) => project_root.display().to_string(),
     };
-    println!(
+    outln!(
         "{} session{} · {scope}{}",
         sessions.len(),
         if sessions.len() == 1 { "" } else { "s" },
@@ -118,13 +118,19 @@ pub fn run(args: StatsArgs, config: &Config, project_root: &Path) -> Result<Exit
             .unwrap_or_default()
     );
     if total.calls == 0 {
-        println!("no model calls recorded");
+        outln!("no model calls recorded");
         return Ok(ExitCode::SUCCESS);
     }
     let table = |title: &str, rows: &BTreeMap<String, Sum>| {
-        println!(
+        outln!(
             "\n{title:<28} {:>6} {:>10} {:>10} {:>7} {:>9} {:>9} {:>9}",
-            "calls", "input", "output", "cached", "reasoning", "time", "cost"
+            "calls",
+            "input",
+            "output",
+            "cached",
+            "reasoning",
+            "time",
+            "cost"
         );
         for (name, s) in rows {
             row(name, s);
@@ -132,7 +138,7 @@ pub fn run(args: StatsArgs, config: &Config, project_root: &Path) -> Result<Exit
     };
     table("model", &by_model);
     table("agent", &by_agent);
-    println!();
+    outln!();
     row("total", &total);
     if !tools.is_empty() {
         let mut counted: Vec<(String, (u64, u64))> = tools.into_iter().collect();
@@ -141,10 +147,10 @@ pub fn run(args: StatsArgs, config: &Config, project_root: &Path) -> Result<Exit
             .iter()
             .map(|(t, (n, ms))| format!("{t} {n} ({:.1}s)", *ms as f64 / 1000.0))
             .collect();
-        println!("\ntool calls: {}", shown.join(" · "));
+        outln!("\ntool calls: {}", shown.join(" · "));
     }
     if total.unpriced > 0 {
-        println!(
+        outln!(
             "\ncost: list prices; models without one (local ones) show \"-\" — add yours under [models.prices]"
         );
     }
@@ -164,7 +170,7 @@ fn row(name: &str, s: &Sum) {
         (n, _) if n > 0 => format!("≥${:.4}", s.cost),
         _ => format!("${:.4}", s.cost),
     };
-    println!(
+    outln!(
         "{:<28} {:>6} {:>10} {:>10} {:>7} {:>9} {:>8.1}s {cost:>9}",
         shorten(name, 28),
         s.calls,

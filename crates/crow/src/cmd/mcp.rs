@@ -67,7 +67,7 @@ pub async fn command(command: McpCommand) -> Result<ExitCode> {
             let text = config::read_or_empty(&path)?;
             let updated = add_to_toml(&text, &name, &entry)?;
             config::write_config_file(&path, &updated)?;
-            println!("added MCP server '{name}' to {}", path.display());
+            outln!("added MCP server '{name}' to {}", path.display());
             Ok(ExitCode::SUCCESS)
         }
         McpCommand::Remove { name } => {
@@ -76,7 +76,7 @@ pub async fn command(command: McpCommand) -> Result<ExitCode> {
             let updated =
                 remove_from_toml(&text, &name).with_context(|| format!("in {}", path.display()))?;
             config::write_config_file(&path, &updated)?;
-            println!("removed MCP server '{name}' from {}", path.display());
+            outln!("removed MCP server '{name}' from {}", path.display());
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -95,7 +95,7 @@ async fn list(json: bool) -> Result<ExitCode> {
     }
     let servers = servers(&loaded.config);
     if servers.is_empty() && !json {
-        println!(
+        outln!(
             "no MCP servers configured: `crow mcp add NAME -- CMD ARGS...`, [mcp_servers.NAME] in config.toml, or .mcp.json"
         );
         return Ok(ExitCode::SUCCESS);
@@ -123,7 +123,7 @@ async fn list(json: bool) -> Result<ExitCode> {
     let statuses = manager.status();
     manager.shutdown().await;
     if json {
-        println!("{}", serde_json::to_string_pretty(&statuses)?);
+        outln!("{}", serde_json::to_string_pretty(&statuses)?);
         return Ok(ExitCode::SUCCESS);
     }
     let mut failed = false;
@@ -139,12 +139,12 @@ async fn list(json: bool) -> Result<ExitCode> {
                     .unwrap_or_default()
             }
         };
-        println!("{}  ({state})  {}", s.name, s.transport);
+        outln!("{}  ({state})  {}", s.name, s.transport);
         if let Some(error) = &s.error {
-            println!("  error: {error}");
+            outln!("  error: {error}");
         }
         for tool in &s.tools {
-            println!("  {tool}");
+            outln!("  {tool}");
         }
     }
     Ok(if failed {

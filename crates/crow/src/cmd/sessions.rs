@@ -48,7 +48,7 @@ pub enum SessionsCommand {
 pub fn run(command: SessionsCommand, config: &Config, project_root: &Path) -> Result<ExitCode> {
     let Some(store) = open_for_reading(config)? else {
         if matches!(command, SessionsCommand::List { .. }) {
-            eprintln!("no sessions yet");
+            errln!("no sessions yet");
             return Ok(ExitCode::SUCCESS);
         }
         bail!(
@@ -65,38 +65,38 @@ pub fn run(command: SessionsCommand, config: &Config, project_root: &Path) -> Re
             let sessions = store.list_sessions(&filter).map_err(store_error)?;
             if sessions.is_empty() {
                 if all {
-                    eprintln!("no sessions yet");
+                    errln!("no sessions yet");
                 } else {
-                    eprintln!(
+                    errln!(
                         "no sessions in {} yet; `crow sessions list --all` shows every project's",
                         project_root.display()
                     );
                 }
                 return Ok(ExitCode::SUCCESS);
             }
-            print!("{}", list_table(&sessions, all));
+            out!("{}", list_table(&sessions, all));
         }
         SessionsCommand::Show { id } => {
             let dump = crow_store::dump(&store, &id).map_err(store_error)?;
-            print!("{}", dump.timeline_text());
+            out!("{}", dump.timeline_text());
         }
         SessionsCommand::Export { id, format } => {
             let format: ExportFormat = format.parse().map_err(|e: String| anyhow!(e))?;
             let dump = crow_store::dump(&store, &id).map_err(store_error)?;
-            print!("{}", dump.render(format));
+            out!("{}", dump.render(format));
         }
         SessionsCommand::Delete { id } => {
             let info = store.session(&id).map_err(store_error)?;
             let snapshots = crate::undo::only_in(&store, &info);
             store.delete_session(&info.id).map_err(store_error)?;
-            println!("deleted session {} ({})", info.id, info.title);
+            outln!("deleted session {} ({})", info.id, info.title);
             crate::undo::forget(config, &store, &info, &snapshots);
         }
         SessionsCommand::Search { query, all, limit } => {
             let project = (!all).then_some(project_root);
             let found = search(&store, &query, project, limit)?;
             if found.is_empty() {
-                eprintln!(
+                errln!(
                     "nothing matches{}",
                     if all {
                         ""
@@ -105,7 +105,7 @@ pub fn run(command: SessionsCommand, config: &Config, project_root: &Path) -> Re
                     }
                 );
             }
-            print!("{found}");
+            out!("{found}");
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -21,13 +21,13 @@ pub fn command(command: SkillsCommand, project_root: &Path) -> Result<ExitCode> 
     match command {
         SkillsCommand::List => {
             if skills.is_empty() {
-                println!(
+                outln!(
                     "no skills: put one in .crow/skills/NAME/SKILL.md (or .agents/skills, \
                      .claude/skills, ~/.agents/skills, ~/.claude/skills)"
                 );
             }
             for skill in &skills.skills {
-                println!(
+                outln!(
                     "{:<24} {:<8} {}\n{:<33} {}",
                     skill.name,
                     skill.root.scope,
@@ -57,34 +57,34 @@ pub fn command(command: SkillsCommand, project_root: &Path) -> Result<ExitCode> 
                     }
                 );
             };
-            println!(
+            outln!(
                 "skill {}  ({}, {})",
                 skill.name,
                 skill.root.scope,
                 skill.file.display()
             );
-            println!("description: {}", skill.description);
+            outln!("description: {}", skill.description);
             if let Some(license) = &skill.license {
-                println!("license: {license}");
+                outln!("license: {license}");
             }
             if let Some(compatibility) = &skill.compatibility {
-                println!("compatibility: {compatibility}");
+                outln!("compatibility: {compatibility}");
             }
             if !skill.allowed_tools.is_empty() {
-                println!("allowed-tools: {}", skill.allowed_tools.join(" "));
+                outln!("allowed-tools: {}", skill.allowed_tools.join(" "));
             }
             for (key, value) in &skill.metadata {
-                println!("metadata.{key}: {value}");
+                outln!("metadata.{key}: {value}");
             }
-            println!("\n{}", skill.body()?);
+            outln!("\n{}", skill.body()?);
             let (files, more) = skill.files();
             if !files.is_empty() {
-                println!("\nfiles:");
+                outln!("\nfiles:");
                 for file in files {
-                    println!("  {file}");
+                    outln!("  {file}");
                 }
                 if more > 0 {
-                    println!("  … and {more} more");
+                    outln!("  … and {more} more");
                 }
             }
             Ok(ExitCode::SUCCESS)

@@ -43,9 +43,9 @@ pub fn command(
     }
     let out = format!("{}\n(session {})", outcome.text, info.id);
     if outcome.status == Status::Done {
-        println!("{out}");
+        outln!("{out}");
     } else {
-        eprintln!("{out}");
+        errln!("{out}");
     }
     Ok(ExitCode::from(outcome.status.exit_status()))
 }

@@ -19,7 +19,7 @@ mod shell;
 mod view;
 
 use std::collections::VecDeque;
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write as _};
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -106,7 +106,7 @@ pub async fn run(args: Args) -> Result<ExitCode> {
     })
     .map_err(|e| setup::explain_fallback(e, None))?;
     for note in &assembled.notes {
-        eprintln!("note: {note}");
+        errln!("note: {note}");
     }
     let composer = Arc::clone(&assembled.composer);
     let mcp = mcp::start(
@@ -300,7 +300,10 @@ pub async fn run(args: Args) -> Result<ExitCode> {
     }
     if let Some(id) = id {
         // The terminal is the shell's again: straight to stderr.
-        eprintln!("session {id} · continue it with crow --continue");
+        let _ = writeln!(
+            crate::stop::stderr(),
+            "session {id} · continue it with crow --continue"
+        );
     }
     if crate::stop::failure().is_some() {
         return Ok(ExitCode::FAILURE);
