@@ -27,6 +27,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+mod glob;
 mod paths;
 mod project;
 mod shell;
@@ -663,42 +664,12 @@ fn matches_normalised(pattern: &str, normal: &[String; 2]) -> bool {
 
 /// Glob matching: `?` one character, `*` any run; with `path`, `*` and `?` stay within a
 /// segment and `**` crosses segments (`src/**` matches `src/a/b.rs`; `**/x` matches `x`).
+///
+/// Linear in the text: the pattern is read as a small automaton whose live states are
+/// carried along the text together, so a rule of many `*` (an untrusted project's deny rules
+/// apply too) costs at most `2·(pattern+1)·(text+1)` steps, never a backtracking search.
 pub fn wildcard(pattern: &str, text: &str, path: bool) -> bool {
-    let p: Vec<char> = pattern.chars().collect();
-    let t: Vec<char> = text.chars().collect();
-    matches_at(&p, &t, path)
-}
-
-fn matches_at(p: &[char], t: &[char], path: bool) -> bool {
-    match p.first() {
-        None => t.is_empty(),
-        Some('*') => {
-            let double = path && p.get(1) == Some(&'*');
-            if double {
-                let rest = &p[2..];
-                // `**/` also matches no directory at all.
-                if rest.first() == Some(&'/') && matches_at(&rest[1..], t, path) {
-                    return true;
-                }
-                (0..=t.len()).any(|i| matches_at(rest, &t[i..], path))
-            } else {
-                let rest = &p[1..];
-                for i in 0..=t.len() {
-                    if matches_at(rest, &t[i..], path) {
-                        return true;
-                    }
-                    if path && t.get(i) == Some(&'/') {
-                        break;
-                    }
-                }
-                false
-            }
-        }
-        Some('?') => {
-            t.first().is_some_and(|c| !(path && *c == '/')) && matches_at(&p[1..], &t[1..], path)
-        }
-        Some(c) => t.first() == Some(c) && matches_at(&p[1..], &t[1..], path),
-    }
+    glob::matches(pattern, text, path, &mut 0)
 }
 
 /// Whether `request` asks to run a command without the sandbox (the kernel offers none):
