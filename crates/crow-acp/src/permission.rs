@@ -14,7 +14,7 @@ use crow_core::{
 };
 
 use crate::runner::SettingChange;
-use crate::session::{APPROVE_ALL, APPROVE_EDITS, Shared, ask_client, lock};
+use crate::session::{Approve, Shared, ask_client, lock};
 use crate::tools;
 
 const ALLOW_ONCE: &str = "allow_once";
@@ -138,16 +138,16 @@ impl AcpPermissionGate {
     async fn decide(&self, request: &PermissionRequest) -> PermissionDecision {
         let settings = self.shared.settings();
         let approved = self.shared.auto_approve_modes.contains(&settings.mode)
-            || settings.approve == APPROVE_ALL
-            || (settings.approve == APPROVE_EDITS && request.kind == ToolKind::Edit);
-        // A question the policy insists on (a rule, a sensitive path) is the user's to
-        // answer, whatever the approval level.
-        if approved && request.policy.is_none() {
+            || settings.approve == Approve::All
+            || (settings.approve == Approve::Edits && request.kind == ToolKind::Edit);
+        // A question the policy insists on (a rule, a sensitive path, running unconfined) is
+        // the user's to answer, whatever the approval level.
+        if approved && request.policy.is_none() && !request.unconfined {
             return PermissionDecision::Allow;
         }
         let key = remembered_key(request);
         // Running a command unconfined is asked every time, whatever was answered before.
-        let remembered = if crow_core::policy::asks_to_run_unconfined(request) {
+        let remembered = if request.unconfined {
             None
         } else {
             let remembered = lock(&self.shared.remembered);
@@ -173,7 +173,7 @@ impl AcpPermissionGate {
         // would run unconfined (that question is about this machine, not the command).
         let saver = lock(&self.shared.rule_saver).clone();
         let project = saver.as_ref().and_then(|saver| {
-            let unconfined = crow_core::policy::asks_to_run_unconfined(request);
+            let unconfined = request.unconfined;
             let rule = (!unconfined)
                 .then(|| crow_core::policy::suggest_rule(request, saver.project_root()))
                 .flatten()?;
@@ -247,17 +247,11 @@ impl PermissionGate for AcpPermissionGate {
     /// the auto-approved modes) → full-auto, so the one policy engine decides for ACP too.
     fn mode(&self) -> Option<Mode> {
         let settings = self.shared.settings();
-        Some(
-            if self.shared.auto_approve_modes.contains(&settings.mode)
-                || settings.approve == APPROVE_ALL
-            {
-                Mode::FullAuto
-            } else if settings.approve == APPROVE_EDITS {
-                Mode::AutoEdit
-            } else {
-                Mode::Ask
-            },
-        )
+        Some(if self.shared.auto_approve_modes.contains(&settings.mode) {
+            Mode::FullAuto
+        } else {
+            settings.approve.mode()
+        })
     }
 
     async fn allowed(&self, request: &PermissionRequest) {
@@ -310,6 +304,7 @@ mod tests {
             input,
             preview: None,
             policy: None,
+            unconfined: false,
         }
     }
 

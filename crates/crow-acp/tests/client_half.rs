@@ -111,6 +111,7 @@ impl SessionRunner for Runner {
                         input: json!({"path": "a.txt"}),
                         preview: None,
                         policy: None,
+                        unconfined: false,
                     })
                     .await;
                 done(Stop::EndTurn)
@@ -144,6 +145,7 @@ impl SessionRunner for Runner {
                                 new_text: "new\n".into(),
                             })),
                             policy: None,
+                            unconfined: false,
                         })
                         .await;
                     answers.push(match decision {

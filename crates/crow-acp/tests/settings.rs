@@ -84,6 +84,7 @@ impl SessionRunner for Runner {
                     .text
                     .contains("policy")
                     .then(|| "asks by the rule ask bash(true)".to_owned()),
+                unconfined: false,
             })
             .await;
         if input.text.contains("policy") {

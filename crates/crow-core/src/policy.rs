@@ -530,6 +530,7 @@ pub async fn consult(
                 input: input.clone(),
                 preview: None,
                 policy: Some(verdict.reason),
+                unconfined: false,
             };
             match inner.check(request).await {
                 PermissionDecision::Allow => Ok(Arc::new(PreApproved { inner })),
@@ -542,7 +543,8 @@ pub async fn consult(
 }
 
 /// The policy allowed the call: the tool's own question is answered without asking, unless
-/// the tool insists (`PermissionRequest.policy` set: it would run unconfined).
+/// the tool insists (`PermissionRequest.policy` set, or `unconfined`: it would run without
+/// the sandbox).
 struct PreApproved {
     inner: Arc<dyn PermissionGate>,
 }
@@ -550,7 +552,7 @@ struct PreApproved {
 #[async_trait]
 impl PermissionGate for PreApproved {
     async fn check(&self, request: PermissionRequest) -> PermissionDecision {
-        if request.policy.is_some() {
+        if request.policy.is_some() || request.unconfined {
             return self.inner.check(request).await;
         }
         self.inner.allowed(&request).await;
@@ -670,15 +672,6 @@ fn matches_normalised(pattern: &str, normal: &[String; 2]) -> bool {
 /// apply too) costs at most `2·(pattern+1)·(text+1)` steps, never a backtracking search.
 pub fn wildcard(pattern: &str, text: &str, path: bool) -> bool {
     glob::matches(pattern, text, path, &mut 0)
-}
-
-/// Whether `request` asks to run a command without the sandbox (the kernel offers none):
-/// a question about this machine that no "always" or saved rule should answer.
-pub fn asks_to_run_unconfined(request: &PermissionRequest) -> bool {
-    request
-        .policy
-        .as_deref()
-        .is_some_and(|p| p.contains("sandbox is unavailable"))
 }
 
 /// What an "always" answer covers: `bash(PROGRAM)` for a simple command, `TOOL(PATH)` for an

@@ -192,6 +192,7 @@ impl ToolContext {
             input: input.clone(),
             preview,
             policy: None,
+            unconfined: false,
         };
         self.permission.check(request).await
     }
@@ -215,6 +216,15 @@ pub struct PermissionRequest {
     /// question to the user, not answer it from its own approval level.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub policy: Option<String>,
+    /// The call would run without the OS sandbox (the kernel offers none): a question about
+    /// this machine, asked every time, that neither an approval level, an allow rule nor an
+    /// "always" answers.
+    #[serde(skip_serializing_if = "is_false")]
+    pub unconfined: bool,
+}
+
+fn is_false(flag: &bool) -> bool {
+    !*flag
 }
 
 /// The effect of a call awaiting permission, in front-end neutral terms.

@@ -70,7 +70,7 @@ impl PermissionGate for TerminalGate {
         let key = crow_core::policy::always_key(&request);
         // As in `crow acp`: an "always" answer for this key (or the whole tool) stands.
         // Never for running unconfined: that is asked every time.
-        let unconfined = crow_core::policy::asks_to_run_unconfined(&request);
+        let unconfined = request.unconfined;
         let remembered = self
             .state
             .lock()
@@ -101,7 +101,7 @@ impl PermissionGate for TerminalGate {
             .lock()
             .ok()
             .and_then(|s| s.project_root.clone())
-            .filter(|_| !crow_core::policy::asks_to_run_unconfined(&request))
+            .filter(|_| !request.unconfined)
             .and_then(|root| crow_core::policy::suggest_rule(&request, &root));
         let (reply, answer) = oneshot::channel();
         let asked = Question {
