@@ -298,7 +298,7 @@ impl Server {
                         settings.effort = effort;
                     }
                 }
-                lock(&shared.remembered).extend(restored.remembered);
+                shared.rules.extend(restored.remembered);
                 // A session never prompted gets its title from its first prompt.
                 shared.titled.store(
                     restored.title.is_some_and(|t| !t.is_empty()),

@@ -2,7 +2,7 @@
 //! refused), the current mode and model, remembered permission answers, and the outbox every
 //! turn update goes through (closed when the prompt is answered, so nothing follows it).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -110,8 +110,9 @@ pub struct Shared {
     pub settings: Mutex<Settings>,
     /// Modes in which mutating tools run without asking.
     pub auto_approve_modes: HashSet<String>,
-    /// "Always" answers by tool name: true = allow, false = reject.
-    pub remembered: Mutex<HashMap<String, bool>>,
+    /// The session's "always" answers, kept and applied by crow-core's policy (the gate hands
+    /// them over: `PermissionGate::session_rules`).
+    pub rules: Arc<crow_core::SessionRules>,
     pub outbox: Outbox,
     /// The editor has been given a title for the session.
     pub titled: std::sync::atomic::AtomicBool,
@@ -147,7 +148,7 @@ impl Shared {
             mcp_servers,
             settings: Mutex::new(settings),
             auto_approve_modes,
-            remembered: Mutex::new(HashMap::new()),
+            rules: Arc::default(),
             titled: std::sync::atomic::AtomicBool::new(false),
             sink: Mutex::new(None),
             custom_commands: Mutex::new(Vec::new()),
@@ -182,7 +183,7 @@ impl Shared {
                 }
                 SettingChange::Effort(effort) => settings.effort.clone_from(effort),
                 SettingChange::Remember { tool, allow } => {
-                    lock(&self.remembered).insert(tool.clone(), *allow);
+                    self.rules.insert(tool.clone(), *allow);
                 }
             }
         }

@@ -99,9 +99,9 @@ impl SessionRunner for Runner {
                 ] {
                     events.send(event).unwrap();
                 }
-                self.spec
-                    .permission
-                    .check(PermissionRequest {
+                crow_core::policy::ask(
+                    self.spec.permission.as_ref(),
+                    PermissionRequest {
                         session_id: self.spec.session_id.clone(),
                         agent: "reviewer".into(),
                         call_id: "r1".into(),
@@ -112,8 +112,9 @@ impl SessionRunner for Runner {
                         preview: None,
                         policy: None,
                         unconfined: false,
-                    })
-                    .await;
+                    },
+                )
+                .await;
                 done(Stop::EndTurn)
             }
             Script::AskPermission => {
@@ -128,10 +129,9 @@ impl SessionRunner for Runner {
                             arguments: json!({"path": "a.txt"}),
                         })
                         .unwrap();
-                    let decision = self
-                        .spec
-                        .permission
-                        .check(PermissionRequest {
+                    let decision = crow_core::policy::ask(
+                        self.spec.permission.as_ref(),
+                        PermissionRequest {
                             session_id: self.spec.session_id.clone(),
                             agent: "builder".into(),
                             call_id: call.into(),
@@ -146,8 +146,9 @@ impl SessionRunner for Runner {
                             })),
                             policy: None,
                             unconfined: false,
-                        })
-                        .await;
+                        },
+                    )
+                    .await;
                     answers.push(match decision {
                         PermissionDecision::Allow => "allow".to_owned(),
                         PermissionDecision::Deny { reason } => reason,

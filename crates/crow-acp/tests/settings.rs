@@ -67,10 +67,9 @@ impl SessionRunner for Runner {
                 arguments: json!({"command": "true"}),
             })
             .unwrap();
-        let decision = self
-            .spec
-            .permission
-            .check(PermissionRequest {
+        let decision = crow_core::policy::ask(
+            self.spec.permission.as_ref(),
+            PermissionRequest {
                 session_id: self.spec.session_id.clone(),
                 agent: "builder".into(),
                 call_id: "b1".into(),
@@ -85,8 +84,9 @@ impl SessionRunner for Runner {
                     .contains("policy")
                     .then(|| "asks by the rule ask bash(true)".to_owned()),
                 unconfined: false,
-            })
-            .await;
+            },
+        )
+        .await;
         if input.text.contains("policy") {
             events
                 .send(AgentEvent::TextDelta {

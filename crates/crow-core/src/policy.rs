@@ -30,11 +30,13 @@ use serde::{Deserialize, Serialize};
 mod glob;
 mod paths;
 mod project;
+mod session;
 mod shell;
 mod suggest;
 
 pub use paths::{Expansion, NamedPath, command_paths};
 pub use project::PROJECT_POLICY;
+pub use session::SessionRules;
 pub use shell::{inner_commands, split_command, substitutes};
 pub use suggest::suggest_rule;
 
@@ -532,7 +534,7 @@ pub async fn consult(
                 policy: Some(verdict.reason),
                 unconfined: false,
             };
-            match inner.check(request).await {
+            match ask(inner.as_ref(), request).await {
                 PermissionDecision::Allow => Ok(Arc::new(PreApproved { inner })),
                 PermissionDecision::Deny { reason } => {
                     Err(ToolResult::error(format!("permission denied: {reason}")))
@@ -540,6 +542,23 @@ pub async fn consult(
             }
         }
     }
+}
+
+/// Puts `request` to the front end's `gate`, unless the session already answered it
+/// "always" (the gate's [`PermissionGate::session_rules`]: a remembered yes is reported to the
+/// gate as [`PermissionGate::allowed`]). What the policy point does when the policy asks; a
+/// runner that asks a gate itself, with no policy, asks through it too.
+pub async fn ask(gate: &dyn PermissionGate, request: PermissionRequest) -> PermissionDecision {
+    if let Some(decision) = gate
+        .session_rules()
+        .and_then(|rules| rules.answer(&request))
+    {
+        if decision == PermissionDecision::Allow {
+            gate.allowed(&request).await;
+        }
+        return decision;
+    }
+    gate.check(request).await
 }
 
 /// The policy allowed the call: the tool's own question is answered without asking, unless
@@ -553,7 +572,7 @@ struct PreApproved {
 impl PermissionGate for PreApproved {
     async fn check(&self, request: PermissionRequest) -> PermissionDecision {
         if request.policy.is_some() || request.unconfined {
-            return self.inner.check(request).await;
+            return ask(self.inner.as_ref(), request).await;
         }
         self.inner.allowed(&request).await;
         PermissionDecision::Allow
@@ -565,6 +584,10 @@ impl PermissionGate for PreApproved {
 
     fn rules(&self) -> Vec<Rule> {
         self.inner.rules()
+    }
+
+    fn session_rules(&self) -> Option<Arc<SessionRules>> {
+        self.inner.session_rules()
     }
 }
 
@@ -581,7 +604,7 @@ impl PermissionGate for PolicyAsks {
         if request.policy.is_none() {
             request.policy = Some(self.reason.clone());
         }
-        self.inner.check(request).await
+        ask(self.inner.as_ref(), request).await
     }
 
     fn mode(&self) -> Option<Mode> {
@@ -590,6 +613,10 @@ impl PermissionGate for PolicyAsks {
 
     fn rules(&self) -> Vec<Rule> {
         self.inner.rules()
+    }
+
+    fn session_rules(&self) -> Option<Arc<SessionRules>> {
+        self.inner.session_rules()
     }
 
     async fn allowed(&self, request: &PermissionRequest) {

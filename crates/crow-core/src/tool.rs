@@ -261,6 +261,14 @@ pub trait PermissionGate: Send + Sync {
         Vec::new()
     }
 
+    /// Where the session keeps its "always" answers: the policy point answers from it before
+    /// putting a question to [`PermissionGate::check`], so a gate only reports an "always"
+    /// ([`crate::policy::SessionRules::remember`]) and never looks one up. `None`: nothing is
+    /// remembered.
+    fn session_rules(&self) -> Option<Arc<crate::policy::SessionRules>> {
+        None
+    }
+
     /// Told when a tool asks about a call the policy already allowed (the question is not
     /// put to the user): front ends that show calls as waiting mark them running.
     async fn allowed(&self, _request: &PermissionRequest) {}
