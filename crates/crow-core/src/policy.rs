@@ -476,7 +476,8 @@ impl Policy {
 
 /// The loop's consultation of the policy for one call, right before it runs: `Err` is the
 /// error result of a denied call; `Ok` the gate the tool gets (pre-approved when the policy
-/// allows, the front end's own when it asks and the tool asks itself).
+/// allows, the front end's own when it asks and the tool asks itself). Whenever the policy
+/// asks, an "always" the session already gave ([`SessionRules`]) answers first ([`ask`]).
 pub async fn consult(
     policy: &Policy,
     tool: &dyn Tool,

@@ -302,4 +302,31 @@ mod tests {
         assert_ne!(gate.check(unconfined).await, PermissionDecision::Allow);
         assert_eq!(front.asked.load(Ordering::SeqCst), 2);
     }
+
+    #[tokio::test]
+    async fn a_question_marked_unconfined_is_never_pre_approved() {
+        // Full-auto allows the command; the tool's own question about running it without
+        // the sandbox still goes to the user, by its flag alone (no reason text).
+        let policy = Policy::new(Mode::FullAuto, "/p");
+        let front = Arc::new(Front::default());
+        let ctx = context(Arc::clone(&front));
+        let input = serde_json::json!({"command": "git log"});
+        let Ok(gate) = consult(
+            &policy,
+            &Command { asks: true },
+            &input,
+            &ctx,
+            &Footprint::Anything,
+        )
+        .await
+        else {
+            panic!("denied");
+        };
+        assert_eq!(gate.check(bash("git log")).await, PermissionDecision::Allow);
+        assert_eq!(front.asked.load(Ordering::SeqCst), 0);
+        let mut unconfined = bash("git log");
+        unconfined.unconfined = true;
+        assert_ne!(gate.check(unconfined).await, PermissionDecision::Allow);
+        assert_eq!(front.asked.load(Ordering::SeqCst), 1);
+    }
 }
