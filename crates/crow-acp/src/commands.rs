@@ -8,7 +8,7 @@
 use agent_client_protocol::v1::schema as acp;
 
 use crate::runner::{ModeInfo, ModelInfo};
-use crate::session::{APPROVE_ALL, APPROVE_ASK, APPROVE_EDITS, EFFORT_DEFAULT, Settings};
+use crate::session::{Approve, EFFORT_DEFAULT, Settings};
 
 pub const MODE_OPTION: &str = "mode";
 pub const MODEL_OPTION: &str = "model";
@@ -127,23 +127,23 @@ pub fn config_options(
         acp::SessionConfigOption::select(
             APPROVE_OPTION,
             "Approve",
-            settings.approve.clone(),
+            settings.approve.id().to_owned(),
             select_options(
                 [
                     (
-                        APPROVE_ASK,
+                        Approve::Ask,
                         "Ask first",
                         "Ask before every edit, write and command",
                     ),
                     (
-                        APPROVE_EDITS,
+                        Approve::Edits,
                         "Edits",
                         "Edit and write files without asking; ask before commands",
                     ),
-                    (APPROVE_ALL, "Everything", "Run every tool without asking"),
+                    (Approve::All, "Everything", "Run every tool without asking"),
                 ]
                 .into_iter()
-                .map(|(id, name, d)| (id.to_owned(), name.to_owned(), Some(d.to_owned()))),
+                .map(|(a, name, d)| (a.id().to_owned(), name.to_owned(), Some(d.to_owned()))),
             ),
         )
         .category(acp::SessionConfigOptionCategory::Other(

@@ -40,7 +40,7 @@ pub use runner::{
     RuleSaver, RunnerError, SessionRunner, SessionSpec, SessionSummary, SettingChange,
     SettingsSink, Stop, TurnInput, TurnOutcome,
 };
-pub use session::{EFFORT_DEFAULT, EFFORTS};
+pub use session::{Approve, EFFORT_DEFAULT, EFFORTS};
 pub use translate::{DEFAULT_CONTEXT_WINDOW, Translator};
 pub use transport::{EXCERPT_BYTES, serve};
 

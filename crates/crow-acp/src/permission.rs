@@ -1,9 +1,11 @@
 //! crow-core's [`PermissionGate`] answered by the editor's user through
 //! `session/request_permission`: allow once, allow always, reject once, reject always.
-//! "Always" is remembered for the session, keyed by what was approved: a command's program
-//! (`bash(git)`; a compound command or one substituting another is never remembered), an
-//! edit's path (`write_file(/p/a.rs)`), else the tool. A rejection is a denial the tool turns
-//! into a failed result the model reads; the turn goes on.
+//! "Always" is reported to the session's [`SessionRules`] (and stored with the session),
+//! keyed by what was approved: a command's program (`bash(git)`; a compound command, one
+//! substituting another or one running unconfined is never remembered), an edit's path
+//! (`write_file(/p/a.rs)`), else the tool; crow-core's policy applies it from the next call
+//! on. A rejection is a denial the tool turns into a failed result the model reads; the turn
+//! goes on.
 //!
 //! The question's tool call carries the request's `PermissionPreview` (a `diff`, or the command and
 //! its cwd), titled with the agent's name when another agent than the builder asks; every allowed
@@ -17,11 +19,12 @@ use std::sync::Arc;
 use agent_client_protocol::v1::schema as acp;
 use async_trait::async_trait;
 use crow_core::{
-    Mode, PermissionDecision, PermissionGate, PermissionPreview, PermissionRequest, Rule, ToolKind,
+    Mode, PermissionDecision, PermissionGate, PermissionPreview, PermissionRequest, Rule,
+    SessionRules, ToolKind,
 };
 
 use crate::runner::SettingChange;
-use crate::session::{APPROVE_ALL, APPROVE_EDITS, Shared, ask_client, lock};
+use crate::session::{Approve, Shared, ask_client, lock};
 use crate::tools;
 
 const ALLOW_ONCE: &str = "allow_once";
@@ -83,12 +86,6 @@ fn options(key: Option<&str>, project: Option<(&Rule, &str)>) -> Vec<acp::Permis
     options
 }
 
-/// What an "always" answer covers (crow-core's [`crow_core::policy::always_key`]: the same
-/// for every front end).
-pub fn remembered_key(request: &PermissionRequest) -> Option<String> {
-    crow_core::policy::always_key(request)
-}
-
 fn deny(reason: impl Into<String>) -> PermissionDecision {
     PermissionDecision::Deny {
         reason: reason.into(),
@@ -141,46 +138,28 @@ fn asked_call(request: &PermissionRequest, primary: Option<&str>) -> acp::ToolCa
 }
 
 impl AcpPermissionGate {
-    /// The answer: the session's approval settings, a remembered answer, or the user's.
+    /// The answer: the session's approval settings or the user's.
     async fn decide(&self, request: &PermissionRequest) -> PermissionDecision {
         let settings = self.shared.settings();
         let approved = self.shared.auto_approve_modes.contains(&settings.mode)
-            || settings.approve == APPROVE_ALL
-            || (settings.approve == APPROVE_EDITS && request.kind == ToolKind::Edit);
-        // A question the policy insists on (a rule, a sensitive path) is the user's to
-        // answer, whatever the approval level.
-        if approved && request.policy.is_none() {
+            || settings.approve == Approve::All
+            || (settings.approve == Approve::Edits && request.kind == ToolKind::Edit);
+        // A question the policy insists on (a rule, a sensitive path, running unconfined) is
+        // the user's to answer, whatever the approval level.
+        if approved && request.policy.is_none() && !request.unconfined {
             return PermissionDecision::Allow;
         }
-        let key = remembered_key(request);
-        // Running a command unconfined is asked every time, whatever was answered before.
-        let remembered = if crow_core::policy::asks_to_run_unconfined(request) {
-            None
-        } else {
-            let remembered = lock(&self.shared.remembered);
-            // The tool-wide key: answers saved by an older crow, and tools with no finer key.
-            key.as_ref()
-                .and_then(|k| remembered.get(k))
-                .or_else(|| remembered.get(&request.tool))
-                .copied()
-        };
+        // What an "always" would cover (`None` for a question asked every time). An answer
+        // already given is crow-core's to apply, before the question gets here.
+        let key = SessionRules::key(request);
         let label = key.clone().unwrap_or_else(|| request.tool.clone());
-        match remembered {
-            Some(true) => return PermissionDecision::Allow,
-            Some(false) => {
-                return deny(format!(
-                    "the user rejects every {label} call in this session; do not retry it"
-                ));
-            }
-            None => {}
-        }
         self.shared.wait_announced(&request.call_id).await;
 
         // A rule for the project only where one can be saved, and never for a command that
         // would run unconfined (that question is about this machine, not the command).
         let saver = lock(&self.shared.rule_saver).clone();
         let project = saver.as_ref().and_then(|saver| {
-            let unconfined = crow_core::policy::asks_to_run_unconfined(request);
+            let unconfined = request.unconfined;
             let rule = (!unconfined)
                 .then(|| crow_core::policy::suggest_rule(request, saver.project_root()))
                 .flatten()?;
@@ -254,17 +233,11 @@ impl PermissionGate for AcpPermissionGate {
     /// the auto-approved modes) → full-auto, so the one policy engine decides for ACP too.
     fn mode(&self) -> Option<Mode> {
         let settings = self.shared.settings();
-        Some(
-            if self.shared.auto_approve_modes.contains(&settings.mode)
-                || settings.approve == APPROVE_ALL
-            {
-                Mode::FullAuto
-            } else if settings.approve == APPROVE_EDITS {
-                Mode::AutoEdit
-            } else {
-                Mode::Ask
-            },
-        )
+        Some(if self.shared.auto_approve_modes.contains(&settings.mode) {
+            Mode::FullAuto
+        } else {
+            settings.approve.mode()
+        })
     }
 
     async fn allowed(&self, request: &PermissionRequest) {
@@ -275,6 +248,12 @@ impl PermissionGate for AcpPermissionGate {
     /// from the next call on (the file holds them for later sessions).
     fn rules(&self) -> Vec<Rule> {
         lock(&self.shared.saved_rules).clone()
+    }
+
+    /// The session's "always" answers, restored with it and reported below: the policy
+    /// answers from them before a question reaches [`AcpPermissionGate::check`].
+    fn session_rules(&self) -> Option<Arc<SessionRules>> {
+        Some(Arc::clone(&self.shared.rules))
     }
 
     async fn check(&self, request: PermissionRequest) -> PermissionDecision {
@@ -299,47 +278,5 @@ impl AcpPermissionGate {
                 ),
             ));
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn request(tool: &str, kind: ToolKind, input: serde_json::Value) -> PermissionRequest {
-        PermissionRequest {
-            session_id: "s".into(),
-            agent: "a".into(),
-            call_id: "c".into(),
-            tool: tool.into(),
-            kind,
-            title: String::new(),
-            input,
-            preview: None,
-            policy: None,
-        }
-    }
-
-    #[test]
-    fn always_answers_are_keyed_by_what_was_approved() {
-        let bash = |c: &str| request("bash", ToolKind::Execute, serde_json::json!({"command": c}));
-        assert_eq!(
-            remembered_key(&bash("git status --short")).as_deref(),
-            Some("bash(git)")
-        );
-        // Compound commands and substitutions are never covered by an "always".
-        assert_eq!(remembered_key(&bash("git status && rm -rf x")), None);
-        assert_eq!(remembered_key(&bash("echo $(id)")), None);
-        let write = request(
-            "write_file",
-            ToolKind::Edit,
-            serde_json::json!({"path": "src/a.rs"}),
-        );
-        assert_eq!(
-            remembered_key(&write).as_deref(),
-            Some("write_file(src/a.rs)")
-        );
-        let mcp = request("mcp__x__y", ToolKind::Other, serde_json::json!({}));
-        assert_eq!(remembered_key(&mcp).as_deref(), Some("mcp__x__y"));
     }
 }

@@ -197,7 +197,8 @@ pub struct RestoredSession {
     /// Mode and model the session last used, if the store knows them.
     pub mode: Option<String>,
     pub model: Option<String>,
-    /// The approval level it was left at (`ask`, `edits`, `all`), if stored.
+    /// The approval level it was left at ([`crate::Approve::id`]: `ask`, `edits`, `all`), if
+    /// stored; an unknown one is ignored.
     pub approve: Option<String>,
     /// The reasoning effort it was left at, if one was picked.
     pub effort: Option<String>,
@@ -216,7 +217,7 @@ pub struct RestoredSession {
 pub enum SettingChange {
     Mode(String),
     Model(String),
-    /// `ask`, `edits` or `all`.
+    /// An [`crate::Approve`] level by its id (`ask`, `edits` or `all`), as the store keeps it.
     Approve(String),
     /// `default` or a reasoning effort (`minimal`, `low`, `medium`, `high`).
     Effort(String),

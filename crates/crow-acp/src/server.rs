@@ -24,10 +24,7 @@ use crate::commands;
 use crate::permission::AcpPermissionGate;
 use crate::replay::replay;
 use crate::runner::{AgentFactory, McpServerSpec, RunnerError, SessionSpec, SettingChange};
-use crate::session::{
-    APPROVE_ALL, APPROVE_ASK, APPROVE_EDITS, EFFORT_DEFAULT, EFFORTS, SessionState, Settings,
-    Shared, lock,
-};
+use crate::session::{Approve, EFFORT_DEFAULT, EFFORTS, SessionState, Settings, Shared, lock};
 
 /// Everything the agent knows across sessions.
 pub struct Server {
@@ -181,7 +178,7 @@ impl Server {
                 .map(|m| m.choice.id.clone())
                 .unwrap_or_default(),
             model,
-            approve: APPROVE_ASK.to_owned(),
+            approve: Approve::Ask,
             effort: EFFORT_DEFAULT.to_owned(),
         }
     }
@@ -300,10 +297,7 @@ impl Server {
                     if let Some(model) = restored.model.filter(|m| self.has_model(m)) {
                         settings.model = model;
                     }
-                    if let Some(approve) = restored
-                        .approve
-                        .filter(|a| [APPROVE_ASK, APPROVE_EDITS, APPROVE_ALL].contains(&a.as_str()))
-                    {
+                    if let Some(approve) = restored.approve.as_deref().and_then(Approve::parse) {
                         settings.approve = approve;
                     }
                     if let Some(effort) = restored.effort.filter(|e| EFFORTS.contains(&e.as_str()))
@@ -311,7 +305,7 @@ impl Server {
                         settings.effort = effort;
                     }
                 }
-                lock(&shared.remembered).extend(restored.remembered);
+                shared.rules.extend(restored.remembered);
                 // A session never prompted gets its title from its first prompt.
                 shared.titled.store(
                     restored.title.is_some_and(|t| !t.is_empty()),
@@ -547,11 +541,13 @@ impl Server {
             commands::MODE_OPTION => self.set_mode(id, &value)?,
             commands::MODEL_OPTION => self.set_model(id, &value)?,
             commands::APPROVE_OPTION => {
-                if ![APPROVE_ASK, APPROVE_EDITS, APPROVE_ALL].contains(&value.as_str()) {
+                let Some(approve) = Approve::parse(&value) else {
                     return Err(Error::invalid_params().data(format!("no approval '{value}'")));
-                }
+                };
                 let state = self.existing(id)?;
-                state.shared.change(SettingChange::Approve(value));
+                state
+                    .shared
+                    .change(SettingChange::Approve(approve.id().to_owned()));
                 state
             }
             commands::EFFORT_OPTION => {

@@ -2,7 +2,7 @@
 //! refused), the current mode and model, remembered permission answers, and the outbox every
 //! turn update goes through (closed when the prompt is answered, so nothing follows it).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -50,8 +50,8 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 pub struct Settings {
     pub mode: String,
     pub model: String,
-    /// Which tool calls run without asking: [`APPROVE_ASK`], [`APPROVE_EDITS`], [`APPROVE_ALL`].
-    pub approve: String,
+    /// Which tool calls run without asking.
+    pub approve: Approve,
     /// How hard the model thinks: [`EFFORT_DEFAULT`] (the configuration's) or one of
     /// [`EFFORTS`].
     pub effort: String,
@@ -62,12 +62,45 @@ pub const EFFORT_DEFAULT: &str = "default";
 /// The efforts a user can pick for a session.
 pub const EFFORTS: [&str; 4] = ["minimal", "low", "medium", "high"];
 
-/// Ask before every edit, write and command.
-pub const APPROVE_ASK: &str = "ask";
-/// Edits and writes run without asking; commands still ask.
-pub const APPROVE_EDITS: &str = "edits";
-/// Nothing asks (the user trusts the session).
-pub const APPROVE_ALL: &str = "all";
+/// The session's approval level, its "Approve" selector: which tool calls run without asking.
+/// It is the permission mode the policy judges with ([`Approve::mode`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Approve {
+    /// Ask before every edit, write and command.
+    #[default]
+    Ask,
+    /// Edits and writes run without asking; commands still ask.
+    Edits,
+    /// Nothing asks (the user trusts the session).
+    All,
+}
+
+impl Approve {
+    pub const EVERY: [Approve; 3] = [Approve::Ask, Approve::Edits, Approve::All];
+
+    /// The selector's value id, as the editor sends it and the session store keeps it.
+    pub fn id(self) -> &'static str {
+        match self {
+            Approve::Ask => "ask",
+            Approve::Edits => "edits",
+            Approve::All => "all",
+        }
+    }
+
+    pub fn parse(id: &str) -> Option<Approve> {
+        Approve::EVERY.into_iter().find(|a| a.id() == id)
+    }
+
+    /// The permission mode the level stands for: ask → ask, edits → auto-edit, all →
+    /// full-auto.
+    pub fn mode(self) -> crow_core::Mode {
+        match self {
+            Approve::Ask => crow_core::Mode::Ask,
+            Approve::Edits => crow_core::Mode::AutoEdit,
+            Approve::All => crow_core::Mode::FullAuto,
+        }
+    }
+}
 
 /// State shared by the session, its permission gate and its client bridge.
 pub struct Shared {
@@ -77,8 +110,9 @@ pub struct Shared {
     pub settings: Mutex<Settings>,
     /// Modes in which mutating tools run without asking.
     pub auto_approve_modes: HashSet<String>,
-    /// "Always" answers by tool name: true = allow, false = reject.
-    pub remembered: Mutex<HashMap<String, bool>>,
+    /// The session's "always" answers, kept and applied by crow-core's policy (the gate hands
+    /// them over: `PermissionGate::session_rules`).
+    pub rules: Arc<crow_core::SessionRules>,
     pub outbox: Outbox,
     /// The editor has been given a title for the session.
     pub titled: std::sync::atomic::AtomicBool,
@@ -114,7 +148,7 @@ impl Shared {
             mcp_servers,
             settings: Mutex::new(settings),
             auto_approve_modes,
-            remembered: Mutex::new(HashMap::new()),
+            rules: Arc::default(),
             titled: std::sync::atomic::AtomicBool::new(false),
             sink: Mutex::new(None),
             custom_commands: Mutex::new(Vec::new()),
@@ -142,10 +176,14 @@ impl Shared {
             match &change {
                 SettingChange::Mode(mode) => settings.mode.clone_from(mode),
                 SettingChange::Model(model) => settings.model.clone_from(model),
-                SettingChange::Approve(approve) => settings.approve.clone_from(approve),
+                SettingChange::Approve(approve) => {
+                    if let Some(approve) = Approve::parse(approve) {
+                        settings.approve = approve;
+                    }
+                }
                 SettingChange::Effort(effort) => settings.effort.clone_from(effort),
                 SettingChange::Remember { tool, allow } => {
-                    lock(&self.remembered).insert(tool.clone(), *allow);
+                    self.rules.insert(tool.clone(), *allow);
                 }
             }
         }
@@ -317,5 +355,21 @@ impl SessionState {
         if let Some(turn) = &lock(&self.slot).turn {
             turn.cancel();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Approve;
+
+    #[test]
+    fn approval_levels_read_back_and_stand_for_a_mode() {
+        for approve in Approve::EVERY {
+            assert_eq!(Approve::parse(approve.id()), Some(approve));
+        }
+        assert_eq!(Approve::parse("sometimes"), None);
+        assert_eq!(Approve::default(), Approve::Ask);
+        assert_eq!(Approve::Edits.mode(), crow_core::Mode::AutoEdit);
+        assert_eq!(Approve::All.mode(), crow_core::Mode::FullAuto);
     }
 }

@@ -99,9 +99,9 @@ impl SessionRunner for Runner {
                 ] {
                     events.send(event).unwrap();
                 }
-                self.spec
-                    .permission
-                    .check(PermissionRequest {
+                crow_core::policy::ask(
+                    self.spec.permission.as_ref(),
+                    PermissionRequest {
                         session_id: self.spec.session_id.clone(),
                         agent: "reviewer".into(),
                         call_id: "r1".into(),
@@ -111,8 +111,10 @@ impl SessionRunner for Runner {
                         input: json!({"path": "a.txt"}),
                         preview: None,
                         policy: None,
-                    })
-                    .await;
+                        unconfined: false,
+                    },
+                )
+                .await;
                 done(Stop::EndTurn)
             }
             Script::AskPermission => {
@@ -127,10 +129,9 @@ impl SessionRunner for Runner {
                             arguments: json!({"path": "a.txt"}),
                         })
                         .unwrap();
-                    let decision = self
-                        .spec
-                        .permission
-                        .check(PermissionRequest {
+                    let decision = crow_core::policy::ask(
+                        self.spec.permission.as_ref(),
+                        PermissionRequest {
                             session_id: self.spec.session_id.clone(),
                             agent: "builder".into(),
                             call_id: call.into(),
@@ -144,8 +145,10 @@ impl SessionRunner for Runner {
                                 new_text: "new\n".into(),
                             })),
                             policy: None,
-                        })
-                        .await;
+                            unconfined: false,
+                        },
+                    )
+                    .await;
                     answers.push(match decision {
                         PermissionDecision::Allow => "allow".to_owned(),
                         PermissionDecision::Deny { reason } => reason,

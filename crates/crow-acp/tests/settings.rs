@@ -67,10 +67,9 @@ impl SessionRunner for Runner {
                 arguments: json!({"command": "true"}),
             })
             .unwrap();
-        let decision = self
-            .spec
-            .permission
-            .check(PermissionRequest {
+        let decision = crow_core::policy::ask(
+            self.spec.permission.as_ref(),
+            PermissionRequest {
                 session_id: self.spec.session_id.clone(),
                 agent: "builder".into(),
                 call_id: "b1".into(),
@@ -84,8 +83,10 @@ impl SessionRunner for Runner {
                     .text
                     .contains("policy")
                     .then(|| "asks by the rule ask bash(true)".to_owned()),
-            })
-            .await;
+                unconfined: false,
+            },
+        )
+        .await;
         if input.text.contains("policy") {
             events
                 .send(AgentEvent::TextDelta {

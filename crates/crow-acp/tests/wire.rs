@@ -60,6 +60,7 @@ impl SessionRunner for Runner {
             input: json!({"path": "a.txt", "content": "x"}),
             preview: None,
             policy: None,
+            unconfined: false,
         };
         tokio::select! {
             _ = self.spec.permission.check(request) => {}

@@ -56,7 +56,7 @@ pub use history::{
 pub use message::{
     AssistantPart, ChatRequest, ImagePart, Message, ToolDefinition, ToolResultMessage,
 };
-pub use policy::{Action, CallFacts, Mode, Policy, Rule, RuleError, Verdict};
+pub use policy::{Action, CallFacts, Mode, Policy, Rule, RuleError, SessionRules, Verdict};
 pub use provider::{
     DeltaStream, FinishReason, Provider, ProviderError, ProviderErrorKind, StreamDelta, Usage,
 };

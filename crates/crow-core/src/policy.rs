@@ -50,13 +50,16 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+mod glob;
 mod paths;
 mod project;
+mod session;
 mod shell;
 mod suggest;
 
 pub use paths::{Expansion, NamedPath, command_paths};
 pub use project::PROJECT_POLICY;
+pub use session::SessionRules;
 pub use shell::{inner_commands, split_command, substitutes};
 pub use suggest::suggest_rule;
 
@@ -496,7 +499,8 @@ impl Policy {
 
 /// The loop's consultation of the policy for one call, right before it runs: `Err` is the
 /// error result of a denied call; `Ok` the gate the tool gets (pre-approved when the policy
-/// allows, the front end's own when it asks and the tool asks itself).
+/// allows, the front end's own when it asks and the tool asks itself). Whenever the policy
+/// asks, an "always" the session already gave ([`SessionRules`]) answers first ([`ask`]).
 pub async fn consult(
     policy: &Policy,
     tool: &dyn Tool,
@@ -552,8 +556,9 @@ pub async fn consult(
                 input: input.clone(),
                 preview: None,
                 policy: Some(verdict.reason),
+                unconfined: false,
             };
-            match inner.check(request).await {
+            match ask(inner.as_ref(), request).await {
                 PermissionDecision::Allow => Ok(Arc::new(PreApproved { inner })),
                 PermissionDecision::Deny { reason } => {
                     Err(ToolResult::error(format!("permission denied: {reason}")))
@@ -563,8 +568,26 @@ pub async fn consult(
     }
 }
 
+/// Puts `request` to the front end's `gate`, unless the session already answered it
+/// "always" (the gate's [`PermissionGate::session_rules`]: a remembered yes is reported to the
+/// gate as [`PermissionGate::allowed`]). What the policy point does when the policy asks; a
+/// runner that asks a gate itself, with no policy, asks through it too.
+pub async fn ask(gate: &dyn PermissionGate, request: PermissionRequest) -> PermissionDecision {
+    if let Some(decision) = gate
+        .session_rules()
+        .and_then(|rules| rules.answer(&request))
+    {
+        if decision == PermissionDecision::Allow {
+            gate.allowed(&request).await;
+        }
+        return decision;
+    }
+    gate.check(request).await
+}
+
 /// The policy allowed the call: the tool's own question is answered without asking, unless
-/// the tool insists (`PermissionRequest.policy` set: it would run unconfined).
+/// the tool insists (`PermissionRequest.policy` set, or `unconfined`: it would run without
+/// the sandbox).
 struct PreApproved {
     inner: Arc<dyn PermissionGate>,
 }
@@ -572,8 +595,8 @@ struct PreApproved {
 #[async_trait]
 impl PermissionGate for PreApproved {
     async fn check(&self, request: PermissionRequest) -> PermissionDecision {
-        if request.policy.is_some() {
-            return self.inner.check(request).await;
+        if request.policy.is_some() || request.unconfined {
+            return ask(self.inner.as_ref(), request).await;
         }
         self.inner.allowed(&request).await;
         PermissionDecision::Allow
@@ -585,6 +608,10 @@ impl PermissionGate for PreApproved {
 
     fn rules(&self) -> Vec<Rule> {
         self.inner.rules()
+    }
+
+    fn session_rules(&self) -> Option<Arc<SessionRules>> {
+        self.inner.session_rules()
     }
 }
 
@@ -601,7 +628,7 @@ impl PermissionGate for PolicyAsks {
         if request.policy.is_none() {
             request.policy = Some(self.reason.clone());
         }
-        self.inner.check(request).await
+        ask(self.inner.as_ref(), request).await
     }
 
     fn mode(&self) -> Option<Mode> {
@@ -610,6 +637,10 @@ impl PermissionGate for PolicyAsks {
 
     fn rules(&self) -> Vec<Rule> {
         self.inner.rules()
+    }
+
+    fn session_rules(&self) -> Option<Arc<SessionRules>> {
+        self.inner.session_rules()
     }
 
     async fn allowed(&self, request: &PermissionRequest) {
@@ -686,51 +717,12 @@ fn matches_normalised(pattern: &str, normal: &[String; 2]) -> bool {
 
 /// Glob matching: `?` one character, `*` any run; with `path`, `*` and `?` stay within a
 /// segment and `**` crosses segments (`src/**` matches `src/a/b.rs`; `**/x` matches `x`).
+///
+/// Linear in the text: the pattern is read as a small automaton whose live states are
+/// carried along the text together, so a rule of many `*` (an untrusted project's deny rules
+/// apply too) costs at most `2·(pattern+1)·(text+1)` steps, never a backtracking search.
 pub fn wildcard(pattern: &str, text: &str, path: bool) -> bool {
-    let p: Vec<char> = pattern.chars().collect();
-    let t: Vec<char> = text.chars().collect();
-    matches_at(&p, &t, path)
-}
-
-fn matches_at(p: &[char], t: &[char], path: bool) -> bool {
-    match p.first() {
-        None => t.is_empty(),
-        Some('*') => {
-            let double = path && p.get(1) == Some(&'*');
-            if double {
-                let rest = &p[2..];
-                // `**/` also matches no directory at all.
-                if rest.first() == Some(&'/') && matches_at(&rest[1..], t, path) {
-                    return true;
-                }
-                (0..=t.len()).any(|i| matches_at(rest, &t[i..], path))
-            } else {
-                let rest = &p[1..];
-                for i in 0..=t.len() {
-                    if matches_at(rest, &t[i..], path) {
-                        return true;
-                    }
-                    if path && t.get(i) == Some(&'/') {
-                        break;
-                    }
-                }
-                false
-            }
-        }
-        Some('?') => {
-            t.first().is_some_and(|c| !(path && *c == '/')) && matches_at(&p[1..], &t[1..], path)
-        }
-        Some(c) => t.first() == Some(c) && matches_at(&p[1..], &t[1..], path),
-    }
-}
-
-/// Whether `request` asks to run a command without the sandbox (the kernel offers none):
-/// a question about this machine that no "always" or saved rule should answer.
-pub fn asks_to_run_unconfined(request: &PermissionRequest) -> bool {
-    request
-        .policy
-        .as_deref()
-        .is_some_and(|p| p.contains("sandbox is unavailable"))
+    glob::matches(pattern, text, path, &mut 0)
 }
 
 /// What an "always" answer covers: `bash(PROGRAM)` for a simple command, `TOOL(PATH)` for an

@@ -201,6 +201,7 @@ impl ToolContext {
             input: input.clone(),
             preview,
             policy: None,
+            unconfined: false,
         };
         self.permission.check(request).await
     }
@@ -224,6 +225,15 @@ pub struct PermissionRequest {
     /// question to the user, not answer it from its own approval level.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub policy: Option<String>,
+    /// The call would run without the OS sandbox (the kernel offers none): a question about
+    /// this machine, asked every time, that neither an approval level, an allow rule nor an
+    /// "always" answers.
+    #[serde(skip_serializing_if = "is_false")]
+    pub unconfined: bool,
+}
+
+fn is_false(flag: &bool) -> bool {
+    !*flag
 }
 
 /// The effect of a call awaiting permission, in front-end neutral terms.
@@ -258,6 +268,14 @@ pub trait PermissionGate: Send + Sync {
     /// the project), judged with the configured ones.
     fn rules(&self) -> Vec<crate::policy::Rule> {
         Vec::new()
+    }
+
+    /// Where the session keeps its "always" answers: the policy point answers from it before
+    /// putting a question to [`PermissionGate::check`], so a gate only reports an "always"
+    /// ([`crate::policy::SessionRules::remember`]) and never looks one up. `None`: nothing is
+    /// remembered.
+    fn session_rules(&self) -> Option<Arc<crate::policy::SessionRules>> {
+        None
     }
 
     /// Told when a tool asks about a call the policy already allowed (the question is not

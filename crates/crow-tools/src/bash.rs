@@ -122,7 +122,8 @@ impl Tool for BashTool {
             return run(&args.command, ctx, timeout, &self.options).await;
         };
         // The kernel lacks what the sandbox needs: never unconfined without a yes. The question
-        // carries a policy reason, so neither an allow rule nor an approval level answers it.
+        // is marked `unconfined` (and carries a policy reason to show), so neither an allow
+        // rule, an approval level nor an "always" answers it.
         let request = PermissionRequest {
             session_id: ctx.session_id.clone(),
             agent: ctx.agent.clone(),
@@ -136,6 +137,7 @@ impl Tool for BashTool {
                 "the sandbox is unavailable on this machine ({reason}): the command would run \
                  unconfined, with the user's full rights"
             )),
+            unconfined: true,
         };
         if let PermissionDecision::Deny { reason: denied } = ctx.permission.check(request).await {
             return ToolResult::error(format!(

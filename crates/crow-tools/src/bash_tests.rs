@@ -303,3 +303,43 @@ async fn commands_see_the_environment_policy_not_crows_environment() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_command_that_would_run_unconfined_asks_marked_unconfined() {
+    use crate::sandbox::{Launcher, LazySandbox, SandboxMode, SandboxSpec, Support};
+    let gate = std::sync::Arc::new(crate::test_support::DenyAll::default());
+    let env = TestEnv::with_gate(gate.clone());
+    let none = Support {
+        landlock_fs: false,
+        landlock_net: false,
+        landlock_scopes: false,
+        namespaces: false,
+        note: None,
+    };
+    let tool = BashTool::new(ToolOptions {
+        sandbox: Some(LazySandbox::ready(SandboxSpec {
+            launcher: Launcher::at("/usr/bin/crow"),
+            mode: SandboxMode::WorkspaceWrite,
+            writable_roots: Vec::new(),
+            protected: Vec::new(),
+            network: false,
+            support: none,
+        })),
+        ..ToolOptions::default()
+    });
+    let marker = env.root().join("ran");
+    let command = format!("touch {}", marker.display());
+    let r = tool
+        .execute(serde_json::json!({ "command": command }), &env.ctx)
+        .await;
+    assert_eq!(r.status, ToolStatus::Error, "{}", r.output);
+    assert!(!marker.exists());
+    let asked = gate.asked.lock().unwrap().clone();
+    assert_eq!(asked.len(), 1);
+    assert!(asked[0].unconfined, "{:?}", asked[0]);
+    // The same tool with a working sandbox (here: none configured) asks unmarked.
+    let r = bash(&env, serde_json::json!({ "command": command })).await;
+    assert_eq!(r.status, ToolStatus::Error, "{}", r.output);
+    let asked = gate.asked.lock().unwrap().clone();
+    assert!(!asked[1].unconfined, "{:?}", asked[1]);
+}

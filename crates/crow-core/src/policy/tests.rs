@@ -308,6 +308,7 @@ fn the_suggested_rule_is_the_narrowest_sensible_one() {
         input,
         preview: None,
         policy: None,
+        unconfined: false,
     };
     let bash = |c: &str| request("bash", ToolKind::Execute, serde_json::json!({"command": c}));
     let root = Path::new("/p");

@@ -104,7 +104,7 @@ pub async fn handle(app: &mut App, line: &str) -> bool {
             app.driver.detach();
             app.context_tokens = 0;
             // "Always" was for that session; the mode chosen here stays.
-            if let Ok(mut gate) = app.gate.lock() {
+            if let Ok(gate) = app.gate.lock() {
                 gate.always.clear();
             }
             app.view.info("new session: the next prompt starts it");
@@ -497,7 +497,7 @@ pub fn save_answers(app: &mut App) {
         return;
     };
     if let Ok(state) = app.gate.lock() {
-        for (key, allowed) in &state.always {
+        for (key, allowed) in &state.always.answers() {
             sessions::remember_always(&mut info.settings, key, *allowed);
         }
         if let Some(mode) = state.mode {

@@ -1,15 +1,15 @@
 //! The interactive terminal's permission gate: the policy's questions put to the person at
 //! the prompt, with what the call would do (the diff, the command and where it runs) shown
 //! *before* it runs. Answers: allow once, always (for this session, keyed like ACP's: a
-//! command's program, an edit's path — `crow_core::policy::always_key`), reject, or reject
-//! with a reason the model reads. "Always" answers are kept in the session's settings, so a
-//! resumed session keeps them.
+//! command's program, an edit's path — `SessionRules::key`), reject, or reject with a reason
+//! the model reads. "Always" answers go to the session's [`SessionRules`], which crow-core's
+//! policy applies (a remembered answer never reaches this gate), and are kept in the
+//! session's settings, so a resumed session keeps them.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use crow_core::policy::Rule;
+use crow_core::policy::{Rule, SessionRules};
 use crow_core::{Mode, PermissionDecision, PermissionGate, PermissionPreview, PermissionRequest};
 use tokio::sync::{mpsc, oneshot};
 
@@ -41,8 +41,9 @@ pub struct Question {
 pub struct GateState {
     /// `/mode`: the mode chosen in the terminal, standing for the configured one.
     pub mode: Option<Mode>,
-    /// "Always" answers by key: `true` allow, `false` reject.
-    pub always: HashMap<String, bool>,
+    /// The session's "always" answers (crow-core keeps and applies them; the terminal reports
+    /// an "always" here and stores them with the session).
+    pub always: Arc<SessionRules>,
     /// Where "always for this project" saves rules; `None`: not offered (an untrusted
     /// project would refuse its own allow rules at the next start).
     pub project_root: Option<std::path::PathBuf>,
@@ -67,33 +68,9 @@ impl TerminalGate {
 #[async_trait]
 impl PermissionGate for TerminalGate {
     async fn check(&self, request: PermissionRequest) -> PermissionDecision {
-        let key = crow_core::policy::always_key(&request);
-        // As in `crow acp`: an "always" answer for this key (or the whole tool) stands.
-        // Never for running unconfined: that is asked every time.
-        let unconfined = crow_core::policy::asks_to_run_unconfined(&request);
-        let remembered = self
-            .state
-            .lock()
-            .ok()
-            .filter(|_| !unconfined)
-            .and_then(|s| {
-                key.as_ref()
-                    .and_then(|k| s.always.get(k))
-                    .or_else(|| s.always.get(&request.tool))
-                    .copied()
-            });
-        if let Some(allowed) = remembered {
-            let label = key.as_deref().unwrap_or(&request.tool);
-            return if allowed {
-                PermissionDecision::Allow
-            } else {
-                PermissionDecision::Deny {
-                    reason: format!(
-                        "the user rejects every {label} call in this session; do not retry it"
-                    ),
-                }
-            };
-        }
+        // What "always" would cover; `None` (a compound command, one running unconfined):
+        // not offered. An answer already given never gets here: the policy applies it.
+        let key = SessionRules::key(&request);
         // Never for a command that would run unconfined: that question is about this
         // machine, not the command.
         let project_rule = self
@@ -101,7 +78,7 @@ impl PermissionGate for TerminalGate {
             .lock()
             .ok()
             .and_then(|s| s.project_root.clone())
-            .filter(|_| !crow_core::policy::asks_to_run_unconfined(&request))
+            .filter(|_| !request.unconfined)
             .and_then(|root| crow_core::policy::suggest_rule(&request, &root));
         let (reply, answer) = oneshot::channel();
         let asked = Question {
@@ -139,6 +116,10 @@ impl PermissionGate for TerminalGate {
             .lock()
             .map(|s| s.saved.clone())
             .unwrap_or_default()
+    }
+
+    fn session_rules(&self) -> Option<Arc<SessionRules>> {
+        self.state.lock().ok().map(|s| Arc::clone(&s.always))
     }
 }
 

@@ -641,7 +641,7 @@ impl App {
         if answer == gate::Answer::Always
             && let Some(key) = &question.key
         {
-            if let Ok(mut state) = self.gate.lock() {
+            if let Ok(state) = self.gate.lock() {
                 state.always.insert(key.clone(), true);
             }
             commands::save_answers(self);
