@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
 use crow_core::{
-    AgentError, Crew, CrewSession, EventSender, HistorySink, RunResult, SessionInfo, SessionStore,
-    Steering,
+    AgentError, Crew, CrewSession, EventSender, HistorySink, RunResult, RunStop, SessionInfo,
+    SessionStore, Steering,
 };
 use crow_mcp::McpManager;
 use crow_store::SqliteStore;
@@ -681,5 +681,40 @@ impl WriteFailure {
             });
         }
         failure
+    }
+}
+/// The exit status of a run that ended this way, and what to tell the user about it (every
+/// front end says the same).
+pub fn how_it_ended(result: &crow_core::RunResult, max_iterations: u32) -> (u8, Option<String>) {
+    match &result.stop {
+        RunStop::Complete { .. } | RunStop::NeedsInput => (0, None),
+        // The renderer has shown it.
+        RunStop::Cancelled => (crate::stop::Cause::Interrupt as u8, None),
+        RunStop::MaxTurns => (
+            3,
+            Some(format!(
+                "crow stopped at its bound ({} round{}, at most {max_iterations} model calls each); raise --max-iterations or the composition's max_rounds",
+                result.rounds,
+                if result.rounds == 1 { "" } else { "s" },
+            )),
+        ),
+        RunStop::MaxTokens => (
+            4,
+            // What was sent: max_tokens when configured, else (to every server but
+            // OpenAI's own) a quarter of the context window, at most 8,192 tokens.
+            Some(
+                "the model hit its output token limit; set a larger max_tokens under \
+                 [providers.NAME] (without one crow asks for at most a quarter of the context \
+                 window, up to 8192 tokens)"
+                    .into(),
+            ),
+        ),
+        RunStop::Refusal => (5, Some("the model refused to answer".into())),
+        RunStop::DoomLoop { description } => (
+            6,
+            Some(format!(
+                "crow stopped the model for repeating itself ({description}); rephrase the task, or set doom_loop_threshold (0 turns the check off)"
+            )),
+        ),
     }
 }

@@ -6,16 +6,18 @@
 //! here prints to stdout.
 
 #[macro_use]
-pub mod say;
+pub mod stop;
 
 pub mod agents;
 pub mod compose;
 pub mod config;
 pub mod driver;
+pub mod init;
 pub mod instructions;
 pub mod mcp;
 pub mod memory;
 pub mod mentions;
+pub mod models;
 pub mod opencode;
 pub mod permissions;
 pub mod prompt;

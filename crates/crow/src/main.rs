@@ -2,7 +2,7 @@
 //! command line is `cli.rs`).
 
 #[macro_use]
-mod stop;
+extern crate crow_app;
 
 mod acp;
 mod cli;
@@ -11,16 +11,16 @@ mod config_cmd;
 mod demo;
 mod memory_cmd;
 mod models;
-mod render;
 mod run;
 mod stats;
-mod tui;
 
 // The application layer's modules, under their old paths (`crate::config::…`).
 use crow_app::{
-    agents, compose, config, instructions, mcp, memory, permissions, session_cmd, sessions, setup,
-    skills, slash, telemetry, templates, trust, undo, wiring,
+    agents, compose, config, init, instructions, mcp, memory, permissions, session_cmd, sessions,
+    setup, skills, slash, stop, telemetry, templates, trust, undo, wiring,
 };
+
+use crow_term::{render, tui};
 
 use std::io::Read;
 use std::process::ExitCode;
@@ -52,8 +52,6 @@ fn main() -> ExitCode {
     }
     let cli = parse_cli();
     init_logging();
-    // The application layer's lines for the user go where the binary's own go.
-    crow_app::say::route(|line| stop::err_line(format_args!("{line}")));
     let runtime = match runtime_for(cli.command.as_ref()).enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

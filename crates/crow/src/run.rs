@@ -154,7 +154,7 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
         bail!("{why}");
     }
     let result = ended.outcome.map_err(|e| anyhow!("{e}"))?;
-    let (code, note) = how_it_ended(&result, driver.crew().primary().config.max_iterations);
+    let (code, note) = driver::how_it_ended(&result, driver.crew().primary().config.max_iterations);
     if let Some(note) = note {
         errln!("{note}");
     }
@@ -164,42 +164,6 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
         ),
         _ => ExitCode::from(code),
     })
-}
-
-/// The exit status of a run that ended this way, and what to tell the user about it (every
-/// front end says the same).
-pub fn how_it_ended(result: &crow_core::RunResult, max_iterations: u32) -> (u8, Option<String>) {
-    match &result.stop {
-        RunStop::Complete { .. } | RunStop::NeedsInput => (0, None),
-        // The renderer has shown it.
-        RunStop::Cancelled => (crate::stop::Cause::Interrupt as u8, None),
-        RunStop::MaxTurns => (
-            3,
-            Some(format!(
-                "crow stopped at its bound ({} round{}, at most {max_iterations} model calls each); raise --max-iterations or the composition's max_rounds",
-                result.rounds,
-                if result.rounds == 1 { "" } else { "s" },
-            )),
-        ),
-        RunStop::MaxTokens => (
-            4,
-            // What was sent: max_tokens when configured, else (to every server but
-            // OpenAI's own) a quarter of the context window, at most 8,192 tokens.
-            Some(
-                "the model hit its output token limit; set a larger max_tokens under \
-                 [providers.NAME] (without one crow asks for at most a quarter of the context \
-                 window, up to 8192 tokens)"
-                    .into(),
-            ),
-        ),
-        RunStop::Refusal => (5, Some("the model refused to answer".into())),
-        RunStop::DoomLoop { description } => (
-            6,
-            Some(format!(
-                "crow stopped the model for repeating itself ({description}); rephrase the task, or set doom_loop_threshold (0 turns the check off)"
-            )),
-        ),
-    }
 }
 
 /// `crow run --continue "/compact"` or `"/context"`: the session command, answered on stdout;

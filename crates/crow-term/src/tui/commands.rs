@@ -114,8 +114,7 @@ pub async fn handle(app: &mut App, line: &str) -> bool {
             // Typing it is the yes `crow init` asks for.
             let root = app.driver.composer().project_root.clone();
             let mut said = Vec::new();
-            match crate::config_cmd::init_project(&root, |_| Ok(true), |l| said.push(l.to_owned()))
-            {
+            match crate::init::init_project(&root, |_| Ok(true), |l| said.push(l.to_owned())) {
                 Ok(()) => app.view.info(&said.join("\n")),
                 Err(e) => app.view.error(&format!("{e:#}")),
             }
@@ -238,7 +237,7 @@ async fn model(app: &mut App, arg: &str) {
     let current = app.driver.composer().default_provider.clone();
     if arg.is_empty() {
         let mut lines = vec![format!("  ● {}/{}", current.name, current.model)];
-        for served in crate::models::served(&app.loaded.config, &current).await {
+        for served in crow_app::models::served(&app.loaded.config, &current).await {
             let name = &served.name;
             match served.models {
                 Ok(models) if models.is_empty() => {
@@ -295,7 +294,7 @@ async fn model(app: &mut App, arg: &str) {
         Ok(settings) => settings,
         Err(e) => return app.view.error(&format!("{e:#}")),
     };
-    match crate::models::list(&settings).await {
+    match crow_app::models::list(&settings).await {
         Ok(served) if !served.is_empty() && !served.iter().any(|m| m.id == model) => {
             let guess = crate::config::closest(&model, served.iter().map(|m| m.id.as_str()))
                 .map(|best| format!(" (did you mean {provider}/{best}?)"))

@@ -262,25 +262,28 @@ pub fn err_line(text: std::fmt::Arguments<'_>) {
 }
 
 /// `println!` that never panics: a reader gone stops crow quietly (see the module doc).
+#[macro_export]
 macro_rules! outln {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
-        let _ = writeln!(crate::stop::stdout(), $($arg)*);
+        let _ = writeln!($crate::stop::stdout(), $($arg)*);
     }};
 }
 
 /// `print!` that never panics (see [`outln!`]).
+#[macro_export]
 macro_rules! out {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
-        let _ = write!(crate::stop::stdout(), $($arg)*);
+        let _ = write!($crate::stop::stdout(), $($arg)*);
     }};
 }
 
 /// `eprintln!` that never panics (see the module doc).
+#[macro_export]
 macro_rules! errln {
     ($($arg:tt)*) => {{
-        crate::stop::err_line(format_args!($($arg)*));
+        $crate::stop::err_line(format_args!($($arg)*));
     }};
 }
 

@@ -582,7 +582,7 @@ impl App {
                     self.view.warn("cancelled; what was done so far is kept");
                 }
                 let max = self.driver.crew().primary().config.max_iterations;
-                if let (_, Some(note)) = crate::run::how_it_ended(result, max) {
+                if let (_, Some(note)) = crow_app::driver::how_it_ended(result, max) {
                     self.view.warn(&note);
                 }
             }
