@@ -13,7 +13,7 @@
 //! - [`crew`]: the control-flow layer: a primary, an optional coagent, autonomy levels;
 //! - [`store`]: the [`SessionStore`] trait sessions are persisted through;
 //! - [`snapshot`]: [`Snapshotter`], snapshots of the working tree for change reports and undo;
-//! - [`env`]: [`EnvPolicy`], the environment of the commands tools and MCP servers start.
+//! - [`env`](mod@env): [`EnvPolicy`], the environment of the commands tools and MCP servers start.
 
 pub mod agent;
 pub mod budget;

@@ -1,5 +1,5 @@
 //! crow-store: sessions in SQLite — the [`SqliteStore`] implementation of crow-core's
-//! [`SessionStore`](crow_core::SessionStore), where the database lives, titles, and the
+//! [`SessionStore`], where the database lives, titles, and the
 //! readable forms of a session (timeline, JSON lines, Markdown).
 //!
 //! Every history entry is written in its own transaction when it is appended (the store is
