@@ -62,6 +62,31 @@ export function project() {
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
+/** A deadline that fails only a hung test: no test asserts how fast something happened. */
+export const HUNG_MS = 60000;
+
+/** Polls `cond` until it holds; throws naming `what` after `ms`. */
+export async function until(cond, what, ms = HUNG_MS) {
+  const deadline = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > deadline) throw new Error(`never: ${what}`);
+    await sleep(10);
+  }
+}
+
+/** `promise`, or an error naming `what` if it has not settled after `ms`. */
+export async function within(promise, what, ms = HUNG_MS) {
+  let timer;
+  const timeout = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`never: ${what}`)), ms);
+  });
+  try {
+    return await Promise.race([promise, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 /** Runs commands for `terminal/*`, like an editor's terminal panel. */
 class Terminals {
   constructor() {
@@ -268,8 +293,8 @@ export function startCrow(dir, options = {}) {
     return response;
   };
   crow.cancel = (sessionId) => crow.agent.notify(acp.methods.agent.session.cancel, { sessionId });
-  /** Waits until an update matching `pred` arrived (default 10 s). */
-  crow.waitFor = async (pred, ms = 10000) => {
+  /** Waits until an update matching `pred` arrived (by a deadline that fails a hung test). */
+  crow.waitFor = async (pred, ms = HUNG_MS) => {
     const deadline = Date.now() + ms;
     for (;;) {
       const found = crow.updates.find(pred);

@@ -109,7 +109,7 @@ impl Budget {
 }
 
 /// Tokens kept free for the answer: the request's `max_tokens`, else a quarter of the window
-/// up to [`DEFAULT_RESERVE`].
+/// up to `DEFAULT_RESERVE`.
 pub fn output_reserve(window: u64, max_tokens: Option<u32>) -> u64 {
     match max_tokens {
         Some(max) => u64::from(max).min(window / 2),

@@ -40,6 +40,8 @@ pub mod subagent;
 pub mod tool;
 
 #[cfg(test)]
+mod request_shape_tests;
+#[cfg(test)]
 mod testing;
 
 pub use agent::{AgentConfig, AgentError, BaseAgent, ExecutedToolCall, TurnResult, TurnStop};

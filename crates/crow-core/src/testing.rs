@@ -17,6 +17,8 @@ pub struct Asked {
     pub system: String,
     pub messages: String,
     pub tools: Vec<String>,
+    /// The whole request, readable (for snapshots): system prompt, tools, limits, messages.
+    pub request: String,
 }
 
 /// Each call pops one scripted response (an empty script once they run out).
@@ -69,6 +71,7 @@ impl Provider for Scripted {
             system: request.system.to_owned(),
             messages: format!("{:?}", request.messages),
             tools: request.tools.iter().map(|t| t.name.clone()).collect(),
+            request: render(request),
         });
         self.asked_signal.notify_one();
         let script = self
@@ -120,4 +123,31 @@ pub fn act(id: &str, name: &str, args: &str) -> Script {
     let mut script = call(0, id, name, args);
     script.push(finish(FinishReason::ToolCalls));
     script
+}
+
+/// A request as text: the system prompt, tool names, limits and the messages (pretty
+/// `Debug`), a line longer than 400 characters shortened to its ends and its length.
+fn render(request: &ChatRequest<'_>) -> String {
+    let tools: Vec<&str> = request.tools.iter().map(|t| t.name.as_str()).collect();
+    let messages = format!("{:#?}", request.messages);
+    let messages: Vec<String> = messages
+        .lines()
+        .map(|line| {
+            let chars: Vec<char> = line.chars().collect();
+            if chars.len() <= 400 {
+                return line.to_owned();
+            }
+            let head: String = chars[..240].iter().collect();
+            let tail: String = chars[chars.len() - 80..].iter().collect();
+            format!("{head} …({} chars)… {tail}", chars.len())
+        })
+        .collect();
+    format!(
+        "session: {}\nsystem: {}\ntools: {tools:?}\nmax_tokens: {:?}\ntemperature: {:?}\nmessages: {}\n",
+        request.session_id,
+        request.system,
+        request.max_tokens,
+        request.temperature,
+        messages.join("\n")
+    )
 }

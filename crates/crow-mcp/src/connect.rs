@@ -262,9 +262,10 @@ mod tests {
             },
         };
         let opened = open("s", &transport, &options, &StderrTail::default()).unwrap();
-        // The marker file appears once the child wrote its whole environment.
+        // The marker file appears once the child wrote its whole environment (the minute
+        // of polling only fails a hung test).
         let mut text = None;
-        for _ in 0..400 {
+        for _ in 0..6000 {
             if let Ok(t) = std::fs::read_to_string(&out) {
                 text = Some(t);
                 break;

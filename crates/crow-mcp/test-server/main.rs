@@ -3,8 +3,8 @@
 //! Flags: `--slow-start-ms N` (sleep before answering anything), `--die-at-start` (exit 2
 //! after a line on stderr), `--grandchild-pid-file PATH` (start a `sleep 300` grandchild and
 //! write its pid, to prove shutdown leaves no orphan). Tools: `echo`, `readonly_echo`,
-//! `crash` (exits mid-call), `sleep` (`ms`; writes `$CROW_FAULT_CANCEL_FILE` when the client
-//! cancels it), `huge` (`bytes` of text), `fail` (isError), `mixed` (image, resource and
+//! `crash` (exits mid-call), `sleep` (`ms`; writes `$CROW_FAULT_STARTED_FILE` when it starts
+//! and `$CROW_FAULT_CANCEL_FILE` when the client cancels it), `huge` (`bytes` of text), `fail` (isError), `mixed` (image, resource and
 //! structured content), `add_tool` (adds `added` and sends tools/list_changed), `bad_schema`
 //! (an input schema that is not an object).
 
@@ -119,6 +119,9 @@ impl ServerHandler for Faults {
             }
             "sleep" => {
                 let ms = args["ms"].as_u64().unwrap_or(1000);
+                if let Ok(path) = std::env::var("CROW_FAULT_STARTED_FILE") {
+                    let _ = std::fs::write(path, "sleeping");
+                }
                 tokio::select! {
                     () = tokio::time::sleep(Duration::from_millis(ms)) => {
                         result(json!({"content": [{"type": "text", "text": format!("slept {ms} ms")}]}))

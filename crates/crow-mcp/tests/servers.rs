@@ -193,14 +193,13 @@ async fn everything_over_stdio_calls_times_out_and_follows_list_changes() {
     assert!(r.is_success() && r.metadata.extra.is_object(), "{r:?}");
 
     // A long operation hits the tool timeout, is cancelled, and the server stays usable.
-    let started = Instant::now();
+    // The timeout's own message is the proof it fired (the operation would end in 10 s).
     let r = call(
         &registry,
         "mcp__everything__trigger-long-running-operation",
         json!({"duration": 10, "steps": 5}),
     )
     .await;
-    assert!(started.elapsed() < Duration::from_secs(4));
     assert_eq!(r.status, ToolStatus::Error);
     assert!(r.output.contains("tool_timeout_sec"), "{}", r.output);
     let r = call(
@@ -250,14 +249,13 @@ async fn everything_over_streamable_http_on_loopback() {
     assert!(registry.get("mcp__web__get-sum").is_some(), "{registry:?}");
     let r = call(&registry, "mcp__web__get-sum", json!({"a": 20, "b": 22})).await;
     assert!(r.output.contains("42"), "{}", r.output);
-    let started = Instant::now();
     let r = call(
         &registry,
         "mcp__web__trigger-long-running-operation",
         json!({"duration": 10, "steps": 5}),
     )
     .await;
-    assert!(started.elapsed() < Duration::from_secs(4));
+    assert_eq!(r.status, ToolStatus::Error);
     assert!(r.output.contains("tool_timeout_sec"), "{}", r.output);
     let r = call(&registry, "mcp__web__echo", json!({"message": "still"})).await;
     assert!(r.output.contains("still"), "{}", r.output);

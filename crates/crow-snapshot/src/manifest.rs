@@ -87,7 +87,7 @@ impl Manifest {
 
 /// A manifest stored as its difference from the one before (`base`): what a snapshot after a
 /// small change writes, instead of the whole tree. `depth` counts the deltas down to a whole
-/// manifest; past [`MAX_DEPTH`] a snapshot is written whole again, so loading one reads at
+/// manifest; past `MAX_DEPTH` a snapshot is written whole again, so loading one reads at
 /// most that many small files after one whole one.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Delta {

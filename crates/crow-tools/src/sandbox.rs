@@ -6,10 +6,10 @@
 //! single-threaded process that confines itself and then `exec`s the command, which inherits
 //! the confinement (see [`launch`]).
 //!
-//! What the launcher enforces (`launcher.rs`):
+//! What the launcher enforces (`launcher`):
 //! - **writes** only beneath the writable paths (Landlock: the write rights are handled and
 //!   granted under those paths alone; reading and executing stay free);
-//! - **protected paths** inside them (`protect.rs`): every git dir pinned (a mount point
+//! - **protected paths** inside them (`protect`): every git dir pinned (a mount point
 //!   cannot be renamed or replaced) with what names a program to run (config, hooks, info,
 //!   commondir) read-only; the project's files that make crow run programs or loosen its
 //!   rules (`.crow/`, `.claude/`, `.mcp.json`, `opencode.json` …) and crow's own config and

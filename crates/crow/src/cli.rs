@@ -43,7 +43,7 @@ pub(crate) struct SessionArgs {
     /// Continue the session with this id (or a unique prefix of it)
     #[arg(long, value_name = "ID")]
     pub(crate) resume: Option<String>,
-    /// What runs without asking (default: [permissions] mode, else ask)
+    /// What runs without asking (default: `[permissions] mode`, else ask)
     #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(crow_core::Mode::NAMES))]
     pub(crate) mode: Option<String>,
     /// Work in `/` or your home directory although it is no project
@@ -216,7 +216,7 @@ pub(crate) struct RunArgs {
     /// Continue the session with this id (or a unique prefix of it)
     #[arg(long, value_name = "ID")]
     pub(crate) resume: Option<String>,
-    /// What runs without asking (default: [permissions] mode, else full-auto; commands run
+    /// What runs without asking (default: `[permissions] mode`, else full-auto; commands run
     /// in the sandbox). No one is asked in `crow run`: what would ask is refused.
     #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(crow_core::Mode::NAMES))]
     pub(crate) mode: Option<String>,

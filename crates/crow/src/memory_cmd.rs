@@ -72,7 +72,7 @@ pub enum MemoryCommand {
         /// The session (id or prefix; default: the latest of this project)
         #[arg(long)]
         session: Option<String>,
-        /// Also when [memory] finish is off or no file changed
+        /// Also when `[memory] finish` is off or no file changed
         #[arg(long)]
         force: bool,
         /// Trust the project's own config for this run (as `crow run --trust-project`)

@@ -681,7 +681,7 @@ async fn leaving_prints_the_goodbye_on_a_clean_row_and_asks_the_terminal_nothing
             pty.send(key);
             pty.wait_for("press Ctrl-C again", 20);
             // The prompt comes back after the hint: its cursor query is the sign.
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            let deadline = std::time::Instant::now() + common::HUNG;
             while pty.cursor_queries() == asked {
                 assert!(
                     std::time::Instant::now() < deadline,
@@ -691,7 +691,8 @@ async fn leaving_prints_the_goodbye_on_a_clean_row_and_asks_the_terminal_nothing
             }
         }
         // The prompt after the answer may still be asking (reedline queries as it paints):
-        // count from when it has settled, answered, then stop answering.
+        // count from when it has settled, answered, then stop answering. (The quiet window
+        // is a heuristic: the prompt sends no event once it has painted.)
         let mut asked = pty.cursor_queries();
         loop {
             std::thread::sleep(std::time::Duration::from_millis(300));

@@ -267,7 +267,7 @@ async fn sigint_mid_bash_kills_the_command_and_its_children() {
     let dir = tempfile::tempdir().unwrap();
     let scenario = Scenario::new().reply(Reply::tool_call(
         "bash",
-        json!({"command": "sleep 60 & echo $! > child.pid; wait"}),
+        json!({"command": "sleep 600 & echo $! > child.pid; wait"}),
     ));
     let mock = MockLlm::start(scenario).await.unwrap();
     let pid_file = dir.path().join("child.pid");
@@ -285,16 +285,10 @@ async fn sigint_mid_bash_kills_the_command_and_its_children() {
     let end = out.of_type("tool_call_end")[0];
     assert_eq!(end["result"]["status"], "cancelled");
     // The background sleep is gone (or a zombie awaiting its reaper), not left running.
-    let mut alive = true;
-    for _ in 0..40 {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        if stat.is_empty() || stat.contains(") Z ") {
-            alive = false;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(!alive, "sleep {pid} survived the cancellation");
+    until(&format!("sleep {pid} ends after the cancellation"), || {
+        gone(&pid)
+    })
+    .await;
 }
 
 /// Reads the child's stdout until `ready` says so (checked per line and on a timer), then
@@ -305,9 +299,10 @@ async fn interrupt_after(mut child: tokio::process::Child, ready: impl Fn(&str) 
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
     let mut stderr = child.stderr.take().unwrap();
     let mut seen = String::new();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let deadline = tokio::time::Instant::now() + HUNG;
     loop {
         let mut line = String::new();
+        // A short read timeout: `ready` may look at files as well as lines.
         let read =
             tokio::time::timeout(Duration::from_millis(50), stdout.read_line(&mut line)).await;
         if let Ok(n) = read {
@@ -316,9 +311,13 @@ async fn interrupt_after(mut child: tokio::process::Child, ready: impl Fn(&str) 
             }
             seen.push_str(&line);
         }
-        if ready(&line) || tokio::time::Instant::now() > deadline {
+        if ready(&line) {
             break;
         }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never ready to interrupt: {seen}"
+        );
     }
     let status = std::process::Command::new("kill")
         .args(["-INT", &pid.to_string()])

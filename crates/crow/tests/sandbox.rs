@@ -1,6 +1,7 @@
 //! The command sandbox through the real binary: `crow run` against the scripted mock (what
 //! the model reads) and `crow sandbox -- CMD` (what a user debugging a policy sees). Tests
-//! that need the kernel's Landlock and namespaces skip with a printed reason elsewhere.
+//! that need the kernel's Landlock and namespaces skip with a printed reason elsewhere, and
+//! fail instead with `CROW_REQUIRE_SANDBOX` set (CI).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -12,10 +13,12 @@ use common::*;
 use crow_testkit::{MockLlm, Reply, Scenario};
 use serde_json::{Value, json};
 
-/// Skips (returns) when this machine cannot enforce what the test checks.
+/// Skips (returns) when this machine cannot enforce what the test checks; fails instead
+/// with `CROW_REQUIRE_SANDBOX` set (CI).
 macro_rules! require {
     ($what:expr, $ok:expr) => {
         if !$ok {
+            require_sandbox($what);
             eprintln!(
                 "skipped: this kernel lacks {} (probe: {})",
                 $what,

@@ -29,7 +29,7 @@ async fn kill_9_mid_stream_keeps_every_completed_entry_and_the_session_goes_on()
     let mut child = crow_run(dir.path(), &mock, "read it").spawn().unwrap();
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
     let mut seen_result = false;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let deadline = tokio::time::Instant::now() + HUNG;
     loop {
         let mut line = String::new();
         let n = tokio::time::timeout_at(deadline, stdout.read_line(&mut line))
@@ -82,7 +82,7 @@ async fn ctrl_c_keeps_the_partial_text_marked_partial() {
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
     loop {
         let mut line = String::new();
-        let n = tokio::time::timeout(Duration::from_secs(20), stdout.read_line(&mut line))
+        let n = tokio::time::timeout(HUNG, stdout.read_line(&mut line))
             .await
             .unwrap()
             .unwrap();
@@ -138,7 +138,7 @@ async fn a_database_locked_mid_run_loses_no_entry_and_the_next_run_imports_them(
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
     loop {
         let mut line = String::new();
-        let n = tokio::time::timeout(Duration::from_secs(20), stdout.read_line(&mut line))
+        let n = tokio::time::timeout(HUNG, stdout.read_line(&mut line))
             .await
             .expect("the stream started")
             .unwrap();
@@ -348,20 +348,13 @@ async fn signal_mid_bash(
     let dir = tempfile::tempdir().unwrap();
     let scenario = Scenario::new().reply(Reply::tool_call(
         "bash",
-        json!({"command": "sleep 60 & echo $! > pid.tmp; echo started; mv pid.tmp child.pid; wait"}),
+        json!({"command": "sleep 600 & echo $! > pid.tmp; echo started; mv pid.tmp child.pid; wait"}),
     ));
     let mock = MockLlm::start(scenario).await.unwrap();
     let mut child = crow_run(dir.path(), &mock, "sleep").spawn().unwrap();
     let pid_file = dir.path().join("child.pid");
     // The marker file is renamed into place once the command has started and printed.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !pid_file.exists() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the command never started"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until("the command started", || pid_file.exists()).await;
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id().unwrap() as i32),
         signal,
@@ -390,11 +383,7 @@ async fn sigterm_and_sighup_end_the_run_like_ctrl_c() {
         let (code, pid, dir) = signal_mid_bash(signal).await;
         assert_eq!(code, Some(status), "{signal}");
         // The background sleep was killed with the command's group (a zombie awaits init).
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        assert!(
-            stat.is_empty() || stat.contains(") Z "),
-            "{signal}: sleep {pid} survived"
-        );
+        until(&format!("{signal}: sleep {pid} ends"), || gone(&pid)).await;
 
         let info = only_session(dir.path());
         assert_eq!(info.status, SessionStatus::Cancelled, "{signal}");
@@ -449,19 +438,12 @@ async fn after_sigterm_crow_exits_only_once_its_commands_are_gone() {
     let dir = tempfile::tempdir().unwrap();
     let scenario = Scenario::new().reply(Reply::tool_call(
         "bash",
-        json!({"command": "trap '' TERM; sleep 60 & echo $! > pid.tmp; mv pid.tmp child.pid; wait"}),
+        json!({"command": "trap '' TERM; sleep 600 & echo $! > pid.tmp; mv pid.tmp child.pid; wait"}),
     ));
     let mock = MockLlm::start(scenario).await.unwrap();
     let mut child = crow_run(dir.path(), &mock, "sleep").spawn().unwrap();
     let pid_file = dir.path().join("child.pid");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !pid_file.exists() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the command never started"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until("the command started", || pid_file.exists()).await;
     let pid = std::fs::read_to_string(&pid_file)
         .unwrap()
         .trim()
@@ -472,11 +454,10 @@ async fn after_sigterm_crow_exits_only_once_its_commands_are_gone() {
     )
     .unwrap();
     let code = child.wait().await.unwrap().code();
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    assert!(
-        stat.is_empty() || stat.contains(") Z "),
-        "the command's sleep {pid} outlived crow: {stat}"
-    );
+    until(&format!("the command's sleep {pid} ends with crow"), || {
+        gone(&pid)
+    })
+    .await;
     assert_eq!(code, Some(143));
 }
 
@@ -498,7 +479,7 @@ async fn sigterm_ends_a_run_whose_only_thread_is_busy() {
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
     loop {
         let mut line = String::new();
-        let n = tokio::time::timeout(Duration::from_secs(20), stdout.read_line(&mut line))
+        let n = tokio::time::timeout(HUNG, stdout.read_line(&mut line))
             .await
             .expect("the stream started")
             .unwrap();

@@ -6,7 +6,6 @@
 mod common;
 
 use std::path::Path;
-use std::time::Duration;
 
 use common::*;
 use crow_testkit::{MockLlm, Reply, Scenario};
@@ -107,10 +106,7 @@ async fn interrupt_when(child: tokio::process::Child, ready: impl Fn() -> bool) 
         parse(out.status.code(), out.stdout, out.stderr)
     });
     // The flag is a file the command writes: there is no event to await across processes.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while !ready() && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until("the command wrote its flag", ready).await;
     let status = std::process::Command::new("kill")
         .args(["-INT", &pid.to_string()])
         .status()

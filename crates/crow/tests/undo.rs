@@ -375,9 +375,10 @@ async fn empty_directories_a_turn_removed_come_back_and_a_refused_slash_undo_fai
 
 /// Waits until the mock has received `n` requests (the agent is waiting on its model).
 async fn requests_reach(mock: &MockLlm, n: usize) {
-    while mock.requests().len() < n {
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    }
+    until(&format!("{n} requests reach the mock"), || {
+        mock.requests().len() >= n
+    })
+    .await;
 }
 
 /// Two sessions in one project: what the other one did while this agent's model was thinking
@@ -459,9 +460,10 @@ async fn undo_reverts_a_step_crow_was_killed_in() {
     let mut run = in_project(crow_run(tmp.path(), &mock, "work"), &project);
     run.arg("--approve");
     let mut child = run.spawn().unwrap();
-    while !project.join("ready").exists() {
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    }
+    until("the command wrote its flag", || {
+        project.join("ready").exists()
+    })
+    .await;
     child.start_kill().unwrap();
     child.wait().await.unwrap();
 

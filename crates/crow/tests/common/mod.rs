@@ -79,10 +79,42 @@ pub fn sandbox_support() -> &'static Value {
     })
 }
 
-/// Whether the default sandbox (Landlock writes, network off) can run commands here.
+/// Whether the default sandbox (Landlock writes, network off) can run commands here. With
+/// `CROW_REQUIRE_SANDBOX` set (CI), a machine without one fails the test instead.
 pub fn sandbox_usable() -> bool {
     let s = sandbox_support();
-    s["landlock_fs"] == true && (s["landlock_net"] == true || s["namespaces"] == true)
+    let usable = s["landlock_fs"] == true && (s["landlock_net"] == true || s["namespaces"] == true);
+    if !usable {
+        require_sandbox("a usable sandbox");
+    }
+    usable
+}
+
+/// Panics when `CROW_REQUIRE_SANDBOX` is set: the caller found no `what` and would skip.
+pub fn require_sandbox(what: &str) {
+    assert!(
+        std::env::var_os("CROW_REQUIRE_SANDBOX").is_none(),
+        "CROW_REQUIRE_SANDBOX is set and this kernel lacks {what} (probe: {})",
+        sandbox_support()
+    );
+}
+
+/// A deadline that fails only a hung test.
+pub const HUNG: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Polls `cond` until it holds; panics naming `what` after [`HUNG`].
+pub async fn until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + HUNG;
+    while !cond() {
+        assert!(tokio::time::Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
+/// Whether process `pid` is gone (or a zombie awaiting its reaper).
+pub fn gone(pid: &str) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.is_empty() || stat.contains(") Z ")
 }
 
 /// `crow run --json` against the mock's OpenAI endpoint.
