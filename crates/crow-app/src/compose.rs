@@ -88,7 +88,7 @@ type ProviderKey = (String, String, Option<crow_providers::ReasoningEffort>);
 
 impl Composer {
     /// Reads the project's instructions, templates and skills, opens its snapshots, and
-    /// gives the agents the `task` tool ([`with_subagents`]).
+    /// gives the agents the `task` tool (`with_subagents`).
     pub fn build(parts: ComposerParts) -> Arc<Self> {
         let ComposerParts {
             config,

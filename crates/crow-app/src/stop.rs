@@ -77,7 +77,7 @@ static CLOSING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::n
 
 /// Turns SIGINT, SIGTERM and SIGHUP into [`request`], on a thread of its own: `crow run`'s
 /// runtime has one thread, which a long synchronous step would keep from hearing them. After
-/// the first, a second signal — or, with `grace`, [`STOP_GRACE`] without crow having ended —
+/// the first, a second signal — or, with `grace`, `STOP_GRACE` without crow having ended —
 /// exits at once, after killing the commands' and MCP servers' process groups (`exit` runs
 /// no destructors) and waiting for them to be gone. The interactive terminal has no grace:
 /// it must restore the terminal itself. Started once per process; later calls do nothing.

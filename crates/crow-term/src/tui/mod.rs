@@ -1,7 +1,7 @@
 //! `crow` with no subcommand: an interactive session in the project — the seat for a human in
-//! the loop. A third front end over the same assembly (`setup`), crew, policy and store as
-//! `crow run` and `crow acp`: it consumes the one `AgentEvent` stream and answers the policy's
-//! questions through its own [`gate::TerminalGate`].
+//! the loop. A third front end over the same assembly (`setup`) and session driver as `crow
+//! run` and `crow acp`: it renders the one `AgentEvent` stream and answers the policy's
+//! questions through its own gate (`gate::TerminalGate`).
 //!
 //! Inline in the terminal (no alternate screen): the conversation is printed into the
 //! scrollback as whole lines above a prompt that stays usable while a turn runs. What is
