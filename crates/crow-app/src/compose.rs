@@ -1,6 +1,12 @@
 //! Builds the running crew from definitions: each agent gets its provider (its own model if
 //! its definition names one), its tools (the definition's allowlist over the shared
 //! registry) and its system prompt (role + environment, rendered once).
+//!
+//! A provider is built once per (provider, model, effort) and shared. The reasoning effort is
+//! the session's pick (`--effort`, `/effort`, an editor's selector), else the agent
+//! definition's, else the provider's config. A Claude Code model alias (`sonnet`) means that
+//! model on Anthropic and the session's model elsewhere (said once). The `skill` tool is
+//! registered only when a skill exists, so a project without skills pays no schema bytes.
 
 use std::collections::HashMap;
 use std::path::PathBuf;

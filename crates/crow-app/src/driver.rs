@@ -11,6 +11,17 @@
 //! (the terminal keeps reading keys while a turn runs): [`Driver::begin`] (synchronous: the
 //! history gets the prompt), [`Turn::run`] (the crew's run) and [`Driver::end`] (the
 //! session's status, memory, the histories back). [`Driver::prompt`] does all three.
+//!
+//! What holds for every front end:
+//! - the first model call waits for MCP servers still starting, up to `[tools]
+//!   mcp_startup_wait_ms` (3 s), so the tool list — and the provider's prompt cache — is
+//!   stable from the first request; a cancel ends the wait;
+//! - a database that refuses a write for good (full disk, size limit, damaged file) cancels
+//!   the running turn at once through a child of its token, so the front end's own cancel
+//!   still means the user's, and every later prompt fails with the same reason;
+//! - a new session whose first model call failed before any answer holds the prompt alone
+//!   and is deleted ([`Ended::discarded`]): nothing to continue;
+//! - a resumed session keeps the system prompts it started with and works in its stored cwd.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,5 +1,6 @@
-//! MCP in the binary: servers from config (and `.mcp.json`) for a session, warnings on the
-//! terminal, and `crow mcp list|add|remove`. The client itself lives in crow-mcp.
+//! A session's MCP servers: from config (and `.mcp.json`, an editor's own), started in the
+//! background with their warnings said to the user, and the TOML edits `crow mcp add|remove`
+//! make (the command itself is the binary's `cmd/mcp.rs`). The client lives in crow-mcp.
 
 use std::path::Path;
 use std::time::Duration;

@@ -1,5 +1,9 @@
-//! Sessions in the binary: where the database is, opening it, `crow sessions list|show|export
-//! |delete`, and finding the session `crow run --continue` / `--resume` picks up.
+//! Sessions in the store, for every front end: creating one for a crew (its row, its choices,
+//! its agents' prompts, histories that write through), resuming one byte for byte (the
+//! stored prompts, its cwd), finding the one `--continue` / `--resume` picks up, keeping the
+//! provider, model and endpoint a session chose unless a flag says otherwise, and the usage
+//! rows of its model calls. The database itself is `store.rs`; `crow sessions …` is the
+//! binary's `cmd/sessions.rs`.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

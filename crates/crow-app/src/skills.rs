@@ -1,5 +1,6 @@
-//! Agent Skills in the binary: which folders are searched (crow's config dir and HOME are
-//! the binary's to know), the warnings for broken skills, and `crow skills list|show`.
+//! Agent Skills for a session: which folders are searched (crow's config dir, HOME, the
+//! project), the warnings for broken skills, and the system prompt's index of them (at most
+//! [`INDEX_MAX_BYTES`] and [`INDEX_MAX_SKILLS`]). `crow skills list|show` is the binary's.
 //! The format, discovery and the `skill` tool live in crow-tools (`skill.rs`).
 
 use std::path::Path;

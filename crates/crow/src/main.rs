@@ -75,6 +75,11 @@ fn main() -> ExitCode {
     // command, background jobs a finished one left) are killed outright and waited for.
     crow_tools::end_all_commands(stop::COMMANDS_GONE_WAIT);
     match result {
+        // Nobody reads the rest (`crow sessions show ID | head`): the status a closed pipe
+        // gives, quietly.
+        Ok(_) if stop::exit_status() == Some(stop::Cause::ReaderGone as u8) => {
+            ExitCode::from(stop::Cause::ReaderGone as u8)
+        }
         Ok(code) => code,
         Err(e) => {
             errln!("error: {}", one_line(&e));

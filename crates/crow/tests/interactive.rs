@@ -245,9 +245,10 @@ async fn continue_shows_the_earlier_conversation_and_keeps_it_for_the_model() {
     let out = common::output(common::crow_run(dir.path(), &mock, "first question")).await;
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     let mut pty = open(dir.path(), &mock, &["--continue"]);
-    let screen = pty.wait_for("resumed session", 20);
+    // The replay is printed after the line that announces it: wait for its end.
+    let screen = pty.wait_for("First answer.", 20);
     assert!(
-        screen.contains("› first question") && screen.contains("First answer."),
+        screen.contains("resumed session") && screen.contains("› first question"),
         "{screen}"
     );
     pty.line("second question");

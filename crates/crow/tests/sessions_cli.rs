@@ -386,3 +386,24 @@ async fn stats_sums_the_model_calls_of_the_projects_sessions() {
     assert_eq!(out.code, Some(1));
     assert!(out.stderr.contains("--since takes"), "{}", out.stderr);
 }
+
+/// `crow sessions show ID | head -1`: the reader leaves after a line and crow ends quietly
+/// with a closed pipe's status — no panic, no abort (every line goes through the checked
+/// writers).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_subcommand_whose_reader_leaves_ends_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    // More than a pipe holds (64 KiB), so a write fails once `head` has gone.
+    let mock = MockLlm::start(Scenario::new().reply(Reply::text("a line of words\n".repeat(8000))))
+        .await
+        .unwrap();
+    let out = output(crow_run(dir.path(), &mock, "talk")).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let id = only_session(dir.path()).id;
+    let script =
+        format!("\"$0\" sessions show {id} | head -1; echo \"status=${{PIPESTATUS[0]}}\" >&2");
+    let out = output(crow_in_shell(dir.path(), &script)).await;
+    assert_eq!(out.stdout.lines().count(), 1, "{}", out.stdout);
+    assert!(!out.stderr.contains("panicked"), "{}", out.stderr);
+    assert_eq!(out.stderr.trim(), "status=141", "{}", out.stderr);
+}

@@ -534,25 +534,7 @@ async fn a_closed_pipe_ends_the_run_quietly_with_the_session_saved() {
              echo \"status=${{PIPESTATUS[0]}}\" >&2",
             mock.openai_base_url()
         );
-        let mut cmd = crow(dir.path());
-        let std_cmd = cmd.as_std_mut();
-        let envs: Vec<(std::ffi::OsString, Option<std::ffi::OsString>)> = std_cmd
-            .get_envs()
-            .map(|(k, v)| (k.to_owned(), v.map(ToOwned::to_owned)))
-            .collect();
-        let mut shell = tokio::process::Command::new("bash");
-        shell
-            .current_dir(dir.path())
-            .arg("-c")
-            .arg(script)
-            .arg(env!("CARGO_BIN_EXE_crow"));
-        for (key, value) in envs {
-            match value {
-                Some(v) => shell.env(key, v),
-                None => shell.env_remove(key),
-            };
-        }
-        let out = output(shell).await;
+        let out = output(crow_in_shell(dir.path(), &script)).await;
         assert_eq!(out.code, Some(0));
         assert_eq!(out.stdout.lines().count(), 1, "{}", out.stdout);
         assert_eq!(out.stderr.trim(), "status=141", "json {json}");

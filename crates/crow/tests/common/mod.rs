@@ -288,3 +288,29 @@ pub fn read_reply(text: &str, id: &str) -> crow_testkit::Reply {
             .with_id(id),
     )
 }
+
+/// `bash -c script` with `crow`'s test environment, the binary as `$0`: a shell pipeline
+/// around crow (`"$0" run … | head -1`).
+pub fn crow_in_shell(dir: &Path, script: &str) -> Command {
+    let mut cmd = crow(dir);
+    let envs: Vec<(std::ffi::OsString, Option<std::ffi::OsString>)> = cmd
+        .as_std_mut()
+        .get_envs()
+        .map(|(k, v)| (k.to_owned(), v.map(ToOwned::to_owned)))
+        .collect();
+    let mut shell = Command::new("bash");
+    shell
+        .current_dir(dir)
+        .arg("-c")
+        .arg(script)
+        .arg(env!("CARGO_BIN_EXE_crow"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (key, value) in envs {
+        match value {
+            Some(v) => shell.env(key, v),
+            None => shell.env_remove(key),
+        };
+    }
+    shell
+}
