@@ -150,9 +150,9 @@ pub struct Driver {
     /// The open session's histories; `None` before a new session's first prompt and while
     /// a turn has them.
     session: Option<CrewSession>,
+    /// The session's MCP servers until the first prompt has waited for them.
     mcp: Option<McpManager>,
     mcp_wait: Duration,
-    mcp_waited: bool,
     failure: Arc<WriteFailure>,
     /// Messages typed while a turn runs (the terminal's), given to the agent between steps.
     steering: Option<Steering>,
@@ -199,7 +199,6 @@ impl Driver {
             session: None,
             mcp,
             mcp_wait,
-            mcp_waited: false,
             failure,
             steering: None,
         };
@@ -266,6 +265,13 @@ impl Driver {
             fresh: false,
         });
         Ok(())
+    }
+
+    /// Closes the driver's side of the session: it lets go of the MCP servers (their owner
+    /// shuts them down) and of its histories. The session stays stored.
+    pub fn close(&mut self) {
+        self.mcp = None;
+        self.session = None;
     }
 
     /// Leaves the open session (it stays stored); the next prompt starts a new one.
@@ -450,14 +456,10 @@ impl Driver {
             }
             _ => None,
         };
-        // Servers still starting get their time before the first model call only.
-        let mcp = match &self.mcp {
-            Some(mcp) if !self.mcp_waited => {
-                self.mcp_waited = true;
-                Some((mcp.clone(), self.mcp_wait))
-            }
-            _ => None,
-        };
+        // Servers still starting get their time before the first model call only; the
+        // handle goes with that turn (a handle kept here would keep the servers' event
+        // channel open, and their owner's shutdown waiting for it).
+        let mcp = self.mcp.take().map(|mcp| (mcp, self.mcp_wait));
         Ok(Turn {
             crew,
             session,

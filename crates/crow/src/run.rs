@@ -69,6 +69,7 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
     })?;
     if let Some(command) = command {
         let reply = session_command(&command, &mut driver).await?;
+        driver.close();
         mcp.finish().await;
         return Ok(reply);
     }
@@ -85,6 +86,7 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
     let turn = match turn {
         Ok(turn) => turn,
         Err(e) => {
+            driver.close();
             mcp.finish().await;
             return Err(e);
         }
@@ -125,6 +127,7 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
     let ran = turn.run(cancel).await;
     crate::stop::saving();
     let ended = driver.end(ran);
+    driver.close();
     mcp.finish().await;
     let totals = renderer.await.unwrap_or_default();
     // A second signal still exits at once until here; from now on crow is only closing.

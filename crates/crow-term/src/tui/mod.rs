@@ -285,10 +285,11 @@ pub async fn run(args: Args) -> Result<ExitCode> {
     }
     crate::stop::closing();
     app.view.flush_open();
+    let id = app.driver.id().map(str::to_owned);
+    app.driver.close();
     if let Some(mcp) = app.mcp.take() {
         mcp.finish().await;
     }
-    let id = app.driver.id().map(str::to_owned);
     let App { editor, view, .. } = app;
     view.sync();
     if let Some(editor) = editor {
