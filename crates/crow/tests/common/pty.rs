@@ -30,3 +30,19 @@ pub fn spawn(dir: &Path, args: &[&str], rows: u16, cols: u16) -> Pty {
     )
     .unwrap()
 }
+
+/// The interactive terminal (`crow` with no subcommand) against the mock's OpenAI endpoint,
+/// in a 110×40 pseudo-terminal; `extra` are more arguments.
+pub fn terminal(dir: &Path, mock: &crow_testkit::MockLlm, extra: &[&str]) -> Pty {
+    let base = mock.openai_base_url();
+    let mut args = vec![
+        "--provider",
+        "openai",
+        "--model",
+        "mock-model",
+        "--base-url",
+        base.as_str(),
+    ];
+    args.extend_from_slice(extra);
+    spawn(dir, &args, 40, 110)
+}
