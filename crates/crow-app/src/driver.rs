@@ -329,12 +329,16 @@ impl Driver {
         self.failure.fired.clone()
     }
 
-    /// Runs the session as composition (or agent) `name` from now on.
+    /// Runs the session as composition (or agent) `name` from now on. An error means nothing
+    /// changed; a row that cannot record a switch is a warning (the switch holds for this
+    /// process) — so for every `set_*`.
     pub fn set_composition(&mut self, name: &str) -> Result<()> {
         self.crew = Arc::new(self.composer.crew(name, self.level)?);
         name.clone_into(&mut self.composition);
-        if let (Some(store), Some(id)) = (&self.store, self.stored_id()) {
-            store.set_agent(id, name).map_err(sessions::store_error)?;
+        if let (Some(store), Some(id)) = (&self.store, self.stored_id())
+            && let Err(e) = store.set_agent(id, name)
+        {
+            errln!("warning: not saved with the session: {e}");
         }
         Ok(())
     }
@@ -343,8 +347,10 @@ impl Driver {
     pub fn set_level(&mut self, level: Option<i8>) -> Result<()> {
         self.crew = Arc::new(self.composer.crew(&self.composition, level)?);
         self.level = level;
-        if let (Some(store), Some(id)) = (&self.store, self.stored_id()) {
-            store.set_level(id, level).map_err(sessions::store_error)?;
+        if let (Some(store), Some(id)) = (&self.store, self.stored_id())
+            && let Err(e) = store.set_level(id, level)
+        {
+            errln!("warning: not saved with the session: {e}");
         }
         Ok(())
     }
@@ -359,8 +365,10 @@ impl Driver {
         let composer = self.composer.switched(provider, effort);
         self.crew = Arc::new(composer.crew(&self.composition, self.level)?);
         self.composer = composer;
-        if let (Some(store), Some(id)) = (&self.store, self.stored_id()) {
-            sessions::record_choices(store, id, &self.composer)?;
+        if let (Some(store), Some(id)) = (&self.store, self.stored_id())
+            && let Err(e) = sessions::record_choices(store, id, &self.composer)
+        {
+            errln!("warning: not saved with the session: {e:#}");
         }
         Ok(())
     }
