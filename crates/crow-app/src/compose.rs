@@ -285,7 +285,15 @@ impl Composer {
             Some(s) => agent.with_snapshots(Arc::clone(s)),
             None => agent,
         };
-        let primary = with_snapshots(self.agent(&def.primary, &primary_name)?);
+        // Where the reviewer ends the run, the builder's task_complete is a claim: it is told.
+        let reviewed = matches!(
+            def.flow,
+            ControlFlow::Coagent {
+                can_terminate: true,
+                ..
+            }
+        ) && def.coagent.is_some();
+        let primary = with_snapshots(self.agent_in(&def.primary, &primary_name, reviewed)?);
         let coagent = match &def.coagent {
             Some(coagent) if def.flow.needs_coagent() => {
                 // Events are told apart by agent name, so two copies of one agent need two.
@@ -360,6 +368,11 @@ impl Composer {
 
     /// One base agent from its definition; `shown` is the name its events carry.
     pub fn agent(&self, name: &str, shown: &str) -> Result<BaseAgent> {
+        self.agent_in(name, shown, false)
+    }
+
+    /// [`Composer::agent`], told whether a reviewer checks its work (`PromptFacts::reviewed`).
+    fn agent_in(&self, name: &str, shown: &str, reviewed: bool) -> Result<BaseAgent> {
         let def =
             self.catalog.agents.get(name).ok_or_else(|| {
                 anyhow!("unknown agent '{name}' (crow agents list shows the agents)")
@@ -395,6 +408,7 @@ impl Composer {
                     } else {
                         &no_skills
                     },
+                    reviewed,
                 },
             )?,
         };

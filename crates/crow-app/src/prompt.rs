@@ -20,6 +20,9 @@ pub struct PromptFacts<'a> {
     pub instructions: &'a [crate::instructions::InstructionFile],
     /// The skills' names and descriptions (empty: no section).
     pub skills: &'a crow_tools::SkillIndex,
+    /// A reviewer checks this agent's work and ends the run (judge, smart and chat flows):
+    /// its `task_complete` is a claim, and it is told so.
+    pub reviewed: bool,
 }
 
 /// With the built-in template (tests).
@@ -57,6 +60,7 @@ pub fn render_system_prompt_from(template: &str, facts: &PromptFacts<'_>) -> Res
                 .map(|(name, description)| context! { name, description })
                 .collect::<Vec<_>>(),
             skills_omitted => facts.skills.omitted,
+            reviewed => facts.reviewed,
         })
         .context("cannot render the system prompt")
 }
@@ -75,6 +79,7 @@ mod tests {
             date: "2026-11-21".into(),
             instructions: &[],
             skills: &crow_tools::SkillIndex::default(),
+            reviewed: false,
         };
         let a = render_system_prompt(&facts).unwrap();
         let b = render_system_prompt(&facts).unwrap();
@@ -125,6 +130,7 @@ mod instruction_tests {
             date: "2026-11-21".into(),
             instructions: &files,
             skills: &crow_tools::SkillIndex::default(),
+            reviewed: false,
         })
         .unwrap();
         let tail = &prompt[prompt.find("- Date: 2026-11-21").unwrap()..];
@@ -156,6 +162,7 @@ mod skill_tests {
             date: "2026-11-21".into(),
             instructions: &[],
             skills: &skills,
+            reviewed: false,
         })
         .unwrap();
         let tail = &prompt[prompt.find("- Date: 2026-11-21").unwrap()..];

@@ -15,8 +15,8 @@ const BUILTIN: &[(&str, &str, u32, &str)] = &[
     (
         "system",
         crate::prompt::SYSTEM_TEMPLATE,
-        2,
-        "every agent's system prompt: role, cwd, project root, platform, date, instructions, skills",
+        3,
+        "every agent's system prompt: role, reviewed, cwd, project root, platform, date, instructions, skills",
     ),
     (
         "handoff",
