@@ -293,7 +293,7 @@ impl Composer {
                 ..
             }
         ) && def.coagent.is_some();
-        let primary = with_snapshots(self.agent_in(&def.primary, &primary_name, reviewed)?);
+        let primary = with_snapshots(self.agent_in(&def.primary, &primary_name, reviewed, true)?);
         let coagent = match &def.coagent {
             Some(coagent) if def.flow.needs_coagent() => {
                 // Events are told apart by agent name, so two copies of one agent need two.
@@ -302,7 +302,17 @@ impl Composer {
                     None if *coagent == def.primary => format!("{coagent}-review"),
                     None => coagent.clone(),
                 };
-                Some(with_snapshots(self.agent(coagent, &shown)?))
+                // A coagent without every tool runs no commands: no word on their sandbox.
+                let commands = matches!(
+                    def.flow,
+                    ControlFlow::Coagent {
+                        tools: crow_core::CoagentTools::Full,
+                        ..
+                    }
+                );
+                Some(with_snapshots(
+                    self.agent_in(coagent, &shown, false, commands)?,
+                ))
             }
             _ => None,
         };
@@ -368,11 +378,18 @@ impl Composer {
 
     /// One base agent from its definition; `shown` is the name its events carry.
     pub fn agent(&self, name: &str, shown: &str) -> Result<BaseAgent> {
-        self.agent_in(name, shown, false)
+        self.agent_in(name, shown, false, true)
     }
 
-    /// [`Composer::agent`], told whether a reviewer checks its work (`PromptFacts::reviewed`).
-    fn agent_in(&self, name: &str, shown: &str, reviewed: bool) -> Result<BaseAgent> {
+    /// [`Composer::agent`], told whether a reviewer checks its work (`PromptFacts::reviewed`)
+    /// and, when it may run commands (`commands`, and `bash` among its tools), their sandbox.
+    fn agent_in(
+        &self,
+        name: &str,
+        shown: &str,
+        reviewed: bool,
+        commands: bool,
+    ) -> Result<BaseAgent> {
         let def =
             self.catalog.agents.get(name).ok_or_else(|| {
                 anyhow!("unknown agent '{name}' (crow agents list shows the agents)")
@@ -409,6 +426,9 @@ impl Composer {
                         &no_skills
                     },
                     reviewed,
+                    sandbox: tools.get("bash").filter(|_| commands).and_then(|_| {
+                        crate::prompt::sandbox_note(&self.config.sandbox, &self.project_root)
+                    }),
                 },
             )?,
         };

@@ -16,7 +16,7 @@ const BUILTIN: &[(&str, &str, u32, &str)] = &[
         "system",
         crate::prompt::SYSTEM_TEMPLATE,
         3,
-        "every agent's system prompt: role, reviewed, cwd, project root, platform, date, instructions, skills",
+        "every agent's system prompt: role, reviewed, cwd, project root, platform, date, sandbox, instructions, skills",
     ),
     (
         "handoff",
