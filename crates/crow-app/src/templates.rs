@@ -197,7 +197,7 @@ mod tests {
         assert!(!all.get("compaction").unwrap().is_overridden());
         let record = all.record();
         assert!(record["template.system"].contains(".crow/prompts/system.md.j2 sha256:"));
-        assert_eq!(record["template.compaction"], "built-in v1");
+        assert_eq!(record["template.compaction"], "built-in v2");
     }
 
     #[test]
