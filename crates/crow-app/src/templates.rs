@@ -21,8 +21,8 @@ const BUILTIN: &[(&str, &str, u32, &str)] = &[
     (
         "handoff",
         crow_core::crew::DEFAULT_HANDOFF_TEMPLATE,
-        1,
-        "what a reviewer is told after the builder's turn: task, output, summary, files_changed, todo_state, round",
+        2,
+        "what a reviewer is told after the builder's turn: task, output, summary, files_changed, diff, last_command, last_command_output, todo_state, round",
     ),
     (
         "nudge",
