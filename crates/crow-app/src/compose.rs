@@ -285,7 +285,15 @@ impl Composer {
             Some(s) => agent.with_snapshots(Arc::clone(s)),
             None => agent,
         };
-        let primary = with_snapshots(self.agent(&def.primary, &primary_name)?);
+        // Where the reviewer ends the run, the builder's task_complete is a claim: it is told.
+        let reviewed = matches!(
+            def.flow,
+            ControlFlow::Coagent {
+                can_terminate: true,
+                ..
+            }
+        ) && def.coagent.is_some();
+        let primary = with_snapshots(self.agent_in(&def.primary, &primary_name, reviewed, true)?);
         let coagent = match &def.coagent {
             Some(coagent) if def.flow.needs_coagent() => {
                 // Events are told apart by agent name, so two copies of one agent need two.
@@ -294,7 +302,17 @@ impl Composer {
                     None if *coagent == def.primary => format!("{coagent}-review"),
                     None => coagent.clone(),
                 };
-                Some(with_snapshots(self.agent(coagent, &shown)?))
+                // A coagent without every tool runs no commands: no word on their sandbox.
+                let commands = matches!(
+                    def.flow,
+                    ControlFlow::Coagent {
+                        tools: crow_core::CoagentTools::Full,
+                        ..
+                    }
+                );
+                Some(with_snapshots(
+                    self.agent_in(coagent, &shown, false, commands)?,
+                ))
             }
             _ => None,
         };
@@ -360,6 +378,18 @@ impl Composer {
 
     /// One base agent from its definition; `shown` is the name its events carry.
     pub fn agent(&self, name: &str, shown: &str) -> Result<BaseAgent> {
+        self.agent_in(name, shown, false, true)
+    }
+
+    /// [`Composer::agent`], told whether a reviewer checks its work (`PromptFacts::reviewed`)
+    /// and, when it may run commands (`commands`, and `bash` among its tools), their sandbox.
+    fn agent_in(
+        &self,
+        name: &str,
+        shown: &str,
+        reviewed: bool,
+        commands: bool,
+    ) -> Result<BaseAgent> {
         let def =
             self.catalog.agents.get(name).ok_or_else(|| {
                 anyhow!("unknown agent '{name}' (crow agents list shows the agents)")
@@ -395,6 +425,10 @@ impl Composer {
                     } else {
                         &no_skills
                     },
+                    reviewed,
+                    sandbox: tools.get("bash").filter(|_| commands).and_then(|_| {
+                        crate::prompt::sandbox_note(&self.config.sandbox, &self.project_root)
+                    }),
                 },
             )?,
         };

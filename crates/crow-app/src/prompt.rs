@@ -20,6 +20,43 @@ pub struct PromptFacts<'a> {
     pub instructions: &'a [crate::instructions::InstructionFile],
     /// The skills' names and descriptions (empty: no section).
     pub skills: &'a crow_tools::SkillIndex,
+    /// A reviewer checks this agent's work and ends the run (judge, smart and chat flows):
+    /// its `task_complete` is a claim, and it is told so.
+    pub reviewed: bool,
+    /// What the sandbox of its commands allows, from the session's settings ([`sandbox_note`]);
+    /// `None` without a sandbox or without `bash`.
+    pub sandbox: Option<String>,
+}
+
+/// One sentence on the sandbox commands run in, from the session's `[sandbox]` settings;
+/// nothing when it is off. (Where the machine cannot confine a command, the command asks
+/// before it runs unconfined: the sentence still says what was asked for.)
+pub fn sandbox_note(sandbox: &crate::config::SandboxConfig, project_root: &Path) -> Option<String> {
+    use crow_tools::SandboxMode;
+    let network = if sandbox.network.unwrap_or(false) {
+        "They may use the network."
+    } else {
+        "They have no network."
+    };
+    let writes = match sandbox.mode.unwrap_or_default() {
+        SandboxMode::Off => return None,
+        SandboxMode::ReadOnly => "cannot write files".to_owned(),
+        SandboxMode::WorkspaceWrite => {
+            let mut places = vec!["the project".to_owned()];
+            places.extend(sandbox.writable_roots.iter().map(|p| {
+                if p.is_relative() && !p.starts_with("~") {
+                    project_root.join(p).display().to_string()
+                } else {
+                    p.display().to_string()
+                }
+            }));
+            format!("write only in {} and the temp dirs", places.join(", "))
+        }
+    };
+    Some(format!(
+        "Commands run in a sandbox: they {writes}. {network} When a command fails because of \
+         the sandbox, say so instead of working around it."
+    ))
 }
 
 /// With the built-in template (tests).
@@ -57,6 +94,8 @@ pub fn render_system_prompt_from(template: &str, facts: &PromptFacts<'_>) -> Res
                 .map(|(name, description)| context! { name, description })
                 .collect::<Vec<_>>(),
             skills_omitted => facts.skills.omitted,
+            reviewed => facts.reviewed,
+            sandbox => facts.sandbox,
         })
         .context("cannot render the system prompt")
 }
@@ -75,6 +114,8 @@ mod tests {
             date: "2026-11-21".into(),
             instructions: &[],
             skills: &crow_tools::SkillIndex::default(),
+            reviewed: false,
+            sandbox: None,
         };
         let a = render_system_prompt(&facts).unwrap();
         let b = render_system_prompt(&facts).unwrap();
@@ -125,6 +166,8 @@ mod instruction_tests {
             date: "2026-11-21".into(),
             instructions: &files,
             skills: &crow_tools::SkillIndex::default(),
+            reviewed: false,
+            sandbox: None,
         })
         .unwrap();
         let tail = &prompt[prompt.find("- Date: 2026-11-21").unwrap()..];
@@ -156,12 +199,77 @@ mod skill_tests {
             date: "2026-11-21".into(),
             instructions: &[],
             skills: &skills,
+            reviewed: false,
+            sandbox: None,
         })
         .unwrap();
         let tail = &prompt[prompt.find("- Date: 2026-11-21").unwrap()..];
         assert_eq!(
             tail,
             "- Date: 2026-11-21\n\n# Skills\nSkills are instructions for particular tasks. When one fits the task, call `skill` with its name before you start: it returns the instructions and lists the skill's files.\n- deploy: Ship a release.\n- lint: Fix lint errors.\n\n(3 more skills are not listed here: `skill` without a name lists them all.)"
+        );
+    }
+}
+
+#[cfg(test)]
+mod sandbox_tests {
+    use super::*;
+    use crate::config::SandboxConfig;
+    use crow_tools::SandboxMode;
+
+    fn note(mode: Option<SandboxMode>, network: Option<bool>, roots: &[&str]) -> Option<String> {
+        let sandbox = SandboxConfig {
+            mode,
+            writable_roots: roots.iter().map(std::path::PathBuf::from).collect(),
+            network,
+        };
+        sandbox_note(&sandbox, Path::new("/w/p"))
+    }
+
+    #[test]
+    fn the_prompt_says_what_the_sessions_sandbox_allows_and_nothing_when_it_is_off() {
+        assert_eq!(
+            note(None, None, &[]).unwrap(),
+            "Commands run in a sandbox: they write only in the project and the temp dirs. They \
+             have no network. When a command fails because of the sandbox, say so instead of \
+             working around it."
+        );
+        let roots = note(
+            Some(SandboxMode::WorkspaceWrite),
+            Some(true),
+            &["~/.cargo", "target2"],
+        )
+        .unwrap();
+        assert!(
+            roots.contains("write only in the project, ~/.cargo, /w/p/target2 and the temp dirs."),
+            "{roots}"
+        );
+        assert!(roots.contains("They may use the network."), "{roots}");
+        let read_only = note(Some(SandboxMode::ReadOnly), None, &[]).unwrap();
+        assert!(
+            read_only.contains("they cannot write files."),
+            "{read_only}"
+        );
+        assert_eq!(note(Some(SandboxMode::Off), Some(true), &[]), None);
+    }
+
+    #[test]
+    fn the_sandbox_note_ends_the_environment() {
+        let prompt = render_system_prompt(&PromptFacts {
+            role: "Role.",
+            cwd: Path::new("/w/p"),
+            project_root: Path::new("/w/p"),
+            is_git: false,
+            date: "2026-11-21".into(),
+            instructions: &[],
+            skills: &crow_tools::SkillIndex::default(),
+            reviewed: false,
+            sandbox: Some("Commands run in a sandbox.".into()),
+        })
+        .unwrap();
+        assert!(
+            prompt.ends_with("- Date: 2026-11-21\n- Commands run in a sandbox."),
+            "{prompt:?}"
         );
     }
 }

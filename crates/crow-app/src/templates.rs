@@ -15,14 +15,14 @@ const BUILTIN: &[(&str, &str, u32, &str)] = &[
     (
         "system",
         crate::prompt::SYSTEM_TEMPLATE,
-        2,
-        "every agent's system prompt: role, cwd, project root, platform, date, instructions, skills",
+        3,
+        "every agent's system prompt: role, reviewed, cwd, project root, platform, date, sandbox, instructions, skills",
     ),
     (
         "handoff",
         crow_core::crew::DEFAULT_HANDOFF_TEMPLATE,
-        1,
-        "what a reviewer is told after the builder's turn: task, output, summary, files_changed, todo_state, round",
+        2,
+        "what a reviewer is told after the builder's turn: task, output, summary, files_changed, diff, last_command, last_command_output, todo_state, round",
     ),
     (
         "nudge",
@@ -197,7 +197,7 @@ mod tests {
         assert!(!all.get("compaction").unwrap().is_overridden());
         let record = all.record();
         assert!(record["template.system"].contains(".crow/prompts/system.md.j2 sha256:"));
-        assert_eq!(record["template.compaction"], "built-in v1");
+        assert_eq!(record["template.compaction"], "built-in v2");
     }
 
     #[test]

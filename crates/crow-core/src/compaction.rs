@@ -46,7 +46,7 @@ use parts::{
 };
 
 /// Version of [`TEMPLATE`] and of the elision format, stored with every compaction.
-pub const TEMPLATE_VERSION: u32 = 1;
+pub const TEMPLATE_VERSION: u32 = 2;
 /// The summary request (minijinja).
 pub const TEMPLATE: &str = include_str!("prompts/compaction.md.j2");
 /// System prompt of the summary call (the mock routes on it, too).

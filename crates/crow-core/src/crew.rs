@@ -32,6 +32,12 @@ use crate::session::Session;
 /// user message before the next assistant turn).
 const LOOP_CONTINUE: &str = "Continue. Call task_complete when the task is done.";
 
+/// The handoff's diff of the primary's last turn stops after this many bytes (the reviewer
+/// reads the files for the rest).
+pub const HANDOFF_DIFF_MAX_BYTES: usize = 8 * 1024;
+/// The handoff keeps this many bytes of the end of the primary's last command's output.
+pub const HANDOFF_COMMAND_MAX_BYTES: usize = 2 * 1024;
+
 /// The histories of one crew run: one session id, one history per agent.
 #[derive(Debug)]
 pub struct CrewSession {
@@ -427,12 +433,18 @@ impl Crew {
         cancel: &CancellationToken,
     ) -> Result<Option<String>, AgentError> {
         let last = run.last.as_ref();
+        let command = last.and_then(last_command);
         let vars = minijinja::context! {
             task => task,
             output => last.and_then(|t| t.text.clone()).unwrap_or_default(),
             claimed_complete => last.is_some_and(|t| t.task_complete.is_some()),
             summary => last.and_then(|t| t.task_complete.clone()).unwrap_or_default(),
             files_changed => display_paths(&run.files_changed),
+            diff => last.map(|t| turn_diff(t, HANDOFF_DIFF_MAX_BYTES)).unwrap_or_default(),
+            last_command => command.map(|(c, _)| c).unwrap_or_default(),
+            last_command_output => command
+                .map(|(_, output)| keep_end(output, HANDOFF_COMMAND_MAX_BYTES))
+                .unwrap_or_default(),
             todo_state => last_todo_state(&session.primary),
             round => run.rounds,
             primary => self.primary.name.clone(),
@@ -516,6 +528,52 @@ fn absorb(run: &mut RunResult, turn: &TurnResult) {
             run.files_changed.push(file.clone());
         }
     }
+}
+
+/// The unified diffs of the file edits a turn made (the edit tools report them; commands'
+/// changes are only in `files_changed`), cut after `max` bytes with a note.
+fn turn_diff(turn: &TurnResult, max: usize) -> String {
+    let mut diff = String::new();
+    for call in &turn.tool_calls {
+        if let (true, Some(one)) = (call.result.is_success(), &call.result.metadata.diff) {
+            diff.push_str(one.trim_end());
+            diff.push('\n');
+        }
+    }
+    let diff = diff.trim_end();
+    if diff.len() <= max {
+        return diff.to_owned();
+    }
+    let mut end = max;
+    while !diff.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!(
+        "{}\n[… {} more bytes of diff not shown: read the files]",
+        &diff[..end],
+        diff.len() - end
+    )
+}
+
+/// The turn's last `bash` call: its command line and its output.
+fn last_command(turn: &TurnResult) -> Option<(&str, &str)> {
+    turn.tool_calls.iter().rev().find_map(|call| {
+        let command = call.arguments.get("command")?.as_str()?;
+        (call.name == "bash").then_some((command, call.result.output.as_str()))
+    })
+}
+
+/// The last `max` bytes of `text` (the end of a command's output says how it went).
+fn keep_end(text: &str, max: usize) -> String {
+    let text = text.trim_end();
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut start = text.len() - max;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    format!("[… {start} bytes cut]\n{}", &text[start..])
 }
 
 fn render(template: &str, vars: &minijinja::Value) -> Result<String, CrewError> {

@@ -37,12 +37,38 @@ impl Tool for FakeWrite {
             .lock()
             .unwrap()
             .push(input["content"].as_str().unwrap_or_default().to_owned());
+        let content = input["content"].as_str().unwrap_or_default();
         let mut result = ToolResult::success("written");
         result
             .metadata
             .files_modified
             .push(PathBuf::from("/p/f.txt"));
+        result.metadata.diff = Some(format!(
+            "--- a/f.txt\n+++ b/f.txt\n@@ -1 +1 @@\n-hello\n+{content}\n"
+        ));
         result
+    }
+}
+
+/// A command that "runs" the tests: its output is whatever `output` says.
+struct FakeBash;
+
+#[async_trait]
+impl Tool for FakeBash {
+    fn name(&self) -> &str {
+        "bash"
+    }
+    fn description(&self) -> &str {
+        "runs"
+    }
+    fn parameters_schema(&self) -> serde_json::Value {
+        json!({"type": "object"})
+    }
+    fn kind(&self) -> ToolKind {
+        ToolKind::Execute
+    }
+    async fn execute(&self, input: serde_json::Value, _ctx: &ToolContext) -> ToolResult {
+        ToolResult::success(input["output"].as_str().unwrap_or_default())
     }
 }
 
@@ -110,6 +136,7 @@ fn fixture_with(
     let tools = ToolRegistry::new();
     tools.register(Arc::new(FakeWrite(Arc::clone(&writes))));
     tools.register(Arc::new(Read));
+    tools.register(Arc::new(FakeBash));
     tools.register(Arc::new(Complete));
     let (b, r) = (Scripted::new(builder), Scripted::new(reviewer));
     let agent = |name: &str, provider: Arc<Scripted>| {
@@ -487,6 +514,70 @@ async fn template_handoffs_see_the_task_and_the_files_changed() {
         asked.contains("Round 1: check make f.txt say hi in /p/f.txt (done)"),
         "{asked}"
     );
+}
+
+#[tokio::test]
+async fn the_reviewer_sees_the_builders_diff_and_its_last_command() {
+    let long = format!("{}\ntest result: ok. 3 passed", "compiling\n".repeat(500));
+    let f = fixture(
+        ControlFlow::judge(),
+        vec![
+            act("b1", "write_file", r#"{"content":"hi"}"#),
+            act(
+                "b2",
+                "bash",
+                &json!({"command": "cargo build", "output": "error[E0425]"}).to_string(),
+            ),
+            act(
+                "b3",
+                "bash",
+                &json!({"command": "cargo test", "output": long}).to_string(),
+            ),
+            act("b4", "task_complete", DONE),
+        ],
+        vec![act("r", "task_complete", r#"{"summary":"ok"}"#)],
+    );
+    run(&f).await;
+    let requests = f.reviewer.requests();
+    let asked = &requests[0].messages;
+    for expected in [
+        "The diff of builder's file edits in its last turn",
+        "<diff>\\n--- a/f.txt\\n+++ b/f.txt\\n@@ -1 +1 @@\\n-hello\\n+hi\\n</diff>",
+        "builder's last command and the end of its output:\\n<command>cargo test</command>",
+        "test result: ok. 3 passed\\n</output>",
+    ] {
+        assert!(asked.contains(expected), "{expected} in {asked}");
+    }
+    // Only the last command, and only the end of a long output.
+    assert!(!asked.contains("cargo build"), "{asked}");
+    assert!(asked.contains("bytes cut]"), "{asked}");
+    assert!(asked.len() < 5 * 1024, "{} bytes", asked.len());
+}
+
+#[test]
+fn a_long_diff_is_cut_with_a_note() {
+    let mut turn = TurnResult {
+        text: None,
+        tool_calls: Vec::new(),
+        task_complete: None,
+        usage: Usage::default(),
+        files_changed: Vec::new(),
+        stop: TurnStop::Text,
+        iterations: 1,
+        doom_loop: None,
+    };
+    let mut result = ToolResult::success("edited");
+    result.metadata.diff = Some(format!("+{}\n", "é".repeat(5000)));
+    turn.tool_calls.push(crate::agent::ExecutedToolCall {
+        id: "1".into(),
+        name: "edit_file".into(),
+        arguments: json!({}),
+        result,
+        duration_ms: 0,
+    });
+    let diff = turn_diff(&turn, HANDOFF_DIFF_MAX_BYTES);
+    assert!(diff.len() < HANDOFF_DIFF_MAX_BYTES + 100, "{}", diff.len());
+    assert!(diff.ends_with("more bytes of diff not shown: read the files]"));
 }
 
 #[tokio::test]

@@ -196,8 +196,8 @@ pub enum Handoff {
     Static {
         text: String,
     },
-    /// minijinja; variables: task, output, claimed_complete, summary, files_changed,
-    /// todo_state, round, primary, coagent.
+    /// minijinja; variables: task, output, claimed_complete, summary, files_changed, diff,
+    /// last_command, last_command_output, todo_state, round, primary, coagent.
     Template {
         template: String,
     },
@@ -215,6 +215,15 @@ pub const DEFAULT_HANDOFF_TEMPLATE: &str = r#"Task given to {{ primary }}:
 {% if claimed_complete %}{{ primary }} says the task is done: {{ summary }}{% else %}{{ primary }}'s latest message:
 {{ output }}{% endif %}
 {% if files_changed %}Files changed so far: {{ files_changed | join(", ") }}
+{% endif %}{% if diff %}The diff of {{ primary }}'s file edits in its last turn (what commands changed is not in it):
+<diff>
+{{ diff }}
+</diff>
+{% endif %}{% if last_command %}{{ primary }}'s last command and the end of its output:
+<command>{{ last_command }}</command>
+<output>
+{{ last_command_output }}
+</output>
 {% endif %}{% if todo_state %}Todo list:
 {{ todo_state }}
 {% endif %}"#;
@@ -232,8 +241,9 @@ pub(crate) fn coagent_instructions(tools: CoagentTools, can_terminate: bool) -> 
     match (tools, can_terminate) {
         (CoagentTools::ReadOnly, true) => {
             "Review this work. You can read and search files but not change them. If the task is \
-             fully and correctly done, call task_complete with a one-line summary. Otherwise reply \
-             with specific, actionable feedback for the builder; do not call task_complete."
+             fully and correctly done, call task_complete with a one-line summary for the user. \
+             Otherwise reply with specific, actionable feedback for the builder; do not call \
+             task_complete."
         }
         (CoagentTools::Full, true) => {
             "Review this work. If it is complete and correct, call task_complete with a summary. \

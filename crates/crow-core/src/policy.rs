@@ -560,9 +560,9 @@ pub async fn consult(
             };
             match ask(inner.as_ref(), request).await {
                 PermissionDecision::Allow => Ok(Arc::new(PreApproved { inner })),
-                PermissionDecision::Deny { reason } => {
-                    Err(ToolResult::error(format!("permission denied: {reason}")))
-                }
+                PermissionDecision::Deny { reason } => Err(ToolResult::error(format!(
+                    "permission denied: {reason}. Do not retry the same call."
+                ))),
             }
         }
     }

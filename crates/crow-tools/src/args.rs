@@ -38,9 +38,9 @@ pub(crate) async fn require_permission(
         .await
     {
         PermissionDecision::Allow => Ok(()),
-        PermissionDecision::Deny { reason } => {
-            Err(ToolResult::error(format!("permission denied: {reason}")))
-        }
+        PermissionDecision::Deny { reason } => Err(ToolResult::error(format!(
+            "permission denied: {reason}. Do not retry the same call."
+        ))),
     }
 }
 

@@ -49,11 +49,25 @@ struct Args {
 #[derive(Debug, Clone)]
 pub struct BashTool {
     options: ToolOptions,
+    /// Rendered from the options: the model is told the limits it actually has.
+    description: String,
 }
 
 impl BashTool {
     pub fn new(options: ToolOptions) -> Self {
-        Self { options }
+        let description = format!(
+            "Run a command with bash -c in the working directory; returns stdout and stderr. \
+             Each call is a new shell (cd and variables do not persist). No stdin: no \
+             interactive commands. Background processes die when the command ends: no servers \
+             or watchers. Timeout {} s unless set (max {MAX_TIMEOUT_SECS}). Output over {} KB \
+             keeps its start and end. Use the file tools, not cat, grep, find or sed.",
+            options.bash_timeout.as_secs(),
+            options.max_output_bytes.div_ceil(1024),
+        );
+        Self {
+            options,
+            description,
+        }
     }
 }
 
@@ -64,8 +78,7 @@ impl Tool for BashTool {
     }
 
     fn description(&self) -> &str {
-        "Run a shell command (bash -c) in the working directory; returns stdout and stderr. \
-         No stdin; background processes are stopped when the command ends. Default timeout 120 s."
+        &self.description
     }
 
     fn parameters_schema(&self) -> serde_json::Value {

@@ -205,7 +205,10 @@ async fn denied_commands_do_not_run() {
         serde_json::json!({"command": format!("touch {}", marker.display())}),
     )
     .await;
-    assert_eq!(r.output, "permission denied: user said no");
+    assert_eq!(
+        r.output,
+        "permission denied: user said no. Do not retry the same call."
+    );
     assert!(!marker.exists());
     let asked = gate.asked.lock().unwrap().clone();
     assert_eq!(asked.len(), 1);

@@ -52,7 +52,8 @@ impl Tool for EditFileTool {
 
     fn description(&self) -> &str {
         "Replace old_string with new_string in a file. old_string must match exactly one place \
-         (include surrounding lines to make it unique) unless replace_all is true."
+         (include surrounding lines to make it unique) unless replace_all is true. Copy it \
+         without read_file's line-number prefixes."
     }
 
     fn parameters_schema(&self) -> serde_json::Value {
@@ -506,7 +507,10 @@ mod tests {
         let env = TestEnv::with_gate(gate.clone());
         env.write("k.txt", "keep me\n");
         let r = edit(&env, args("k.txt", "keep", "lose")).await;
-        assert_eq!(r.output, "permission denied: user said no");
+        assert_eq!(
+            r.output,
+            "permission denied: user said no. Do not retry the same call."
+        );
         let asked = gate.asked.lock().unwrap().clone();
         assert_eq!(asked[0].title, "Edit k.txt");
         assert_eq!(asked[0].tool, "edit_file");

@@ -61,7 +61,8 @@ impl Tool for TaskCompleteTool {
     }
 
     fn description(&self) -> &str {
-        "Call when the task is fully done, with a short summary of what you did for the user."
+        "Call when the task is fully done, with a short summary for the user: what you did, \
+         what you verified (commands and their results) and what you did not verify."
     }
 
     fn parameters_schema(&self) -> serde_json::Value {

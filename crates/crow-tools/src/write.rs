@@ -41,7 +41,8 @@ impl Tool for WriteFileTool {
 
     fn description(&self) -> &str {
         "Create or overwrite a file with the given content (parent directories are created). \
-         Prefer edit_file for changes to existing files."
+         Prefer edit_file for changes to existing files; read_file a file before overwriting \
+         it. Do not create documentation files nobody asked for."
     }
 
     fn parameters_schema(&self) -> serde_json::Value {
@@ -276,7 +277,10 @@ mod tests {
             )
             .await;
         assert_eq!(r.status, ToolStatus::Error);
-        assert_eq!(r.output, "permission denied: user said no");
+        assert_eq!(
+            r.output,
+            "permission denied: user said no. Do not retry the same call."
+        );
         assert_eq!(env.read("keep.txt"), "original");
         // The question carried the change it asked about.
         assert_eq!(

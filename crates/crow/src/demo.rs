@@ -84,6 +84,8 @@ pub async fn run(json: bool, dir: Option<PathBuf>) -> Result<ExitCode> {
     config.snapshots.enabled = Some(false);
     // The demo's model is gone when it ends: no finish step to send it anything.
     config.memory.finish = Some(crate::memory::FinishWhen::Off);
+    // Its commands run unconfined (`ToolOptions::default()`), and the prompt says what is.
+    config.sandbox.mode = Some(crow_tools::SandboxMode::Off);
     // The same engine as any session: full-auto like `crow run`, with crow's sensitive
     // places asking (nobody is there to answer, so they are refused).
     let policy = crow_core::Policy {

@@ -578,7 +578,7 @@ async fn a_project_template_overrides_the_system_prompt_and_the_session_records_
         "{:?}",
         info.settings.options
     );
-    assert_eq!(info.settings.options["template.compaction"], "built-in v1");
+    assert_eq!(info.settings.options["template.compaction"], "built-in v2");
 
     let mut list = crow(dir);
     list.args(["prompts", "list"]);
