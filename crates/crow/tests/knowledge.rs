@@ -314,9 +314,10 @@ async fn a_bare_project_has_no_skill_tool_and_no_section() {
     assert!(!tool_names(&first.body).contains(&"skill".to_owned()));
     let system = first.body["messages"][0]["content"].as_str().unwrap();
     assert!(!system.contains("# Skills"), "{system}");
-    // The first request of a bare project stays within 6.15 KiB (with web_fetch) + 10%.
+    // The first request of a bare project stays within 8.5 KiB (7.4 KiB with the tool facts
+    // and rules of issue 44; crow-app's what_the_model_reads.rs shows the texts).
     let bytes = first.raw_body.len();
-    assert!(bytes <= 6930, "first request: {bytes} bytes");
+    assert!(bytes <= 8704, "first request: {bytes} bytes");
 }
 
 const REVIEW_COMMAND: &str = "---\ndescription: Review a file for bugs\nargument-hint: [file]\nmodel: mock-review-model\n---\nReview $ARGUMENTS for bugs; list each with its line.\n";
@@ -513,7 +514,7 @@ async fn first_request_sizes_bare_and_with_agents_md_and_twenty_skills() {
         "first request: bare {bare_bytes} B; + AGENTS.md ({} B) {with_agents} B; + 20 skills {with_all} B",
         TYPICAL_AGENTS_MD.len()
     );
-    assert!(bare_bytes <= 6930, "bare: {bare_bytes}");
+    assert!(bare_bytes <= 8704, "bare: {bare_bytes}");
     // The index stays within its 4 KiB budget plus the skill tool's schema.
     assert!(
         with_all - with_agents <= 4096 + 1024,
