@@ -1,5 +1,8 @@
-//! `todo_write` / `todo_read`: the agent's plan, shared by both tools of one registry.
+//! `todo_write` / `todo_read`: each agent's own plan, kept by both tools of one registry. The
+//! builder, its reviewer and every subagent share the registry but not a plan: a subagent's
+//! plan must not replace its caller's (agents are told apart by their shown name).
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -48,19 +51,24 @@ fn string_or_number<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D
     })
 }
 
-/// The list shared by the todo tools of one session.
+/// The plans of one session's agents, by agent name, kept by its todo tools.
 #[derive(Debug, Clone, Default)]
-pub struct TodoList(Arc<Mutex<Vec<Todo>>>);
+pub struct TodoList(Arc<Mutex<HashMap<String, Vec<Todo>>>>);
 
 impl TodoList {
-    pub fn get(&self) -> Vec<Todo> {
-        self.0.lock().map(|l| l.clone()).unwrap_or_default()
+    /// `agent`'s plan (empty if it has none).
+    pub fn get(&self, agent: &str) -> Vec<Todo> {
+        self.0
+            .lock()
+            .map(|plans| plans.get(agent).cloned().unwrap_or_default())
+            .unwrap_or_default()
     }
 
-    pub fn set(&self, todos: Vec<Todo>) {
+    /// Replaces `agent`'s plan.
+    pub fn set(&self, agent: &str, todos: Vec<Todo>) {
         // A poisoned lock only means a panic elsewhere mid-write; the data is replaced anyway.
-        let mut guard = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        *guard = todos;
+        let mut plans = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        plans.insert(agent.to_owned(), todos);
     }
 }
 
@@ -145,7 +153,7 @@ impl Tool for TodoWriteTool {
         ToolKind::Think
     }
 
-    async fn execute(&self, input: serde_json::Value, _ctx: &ToolContext) -> ToolResult {
+    async fn execute(&self, input: serde_json::Value, ctx: &ToolContext) -> ToolResult {
         let args: WriteArgs = match parse(&input, SHAPE) {
             Ok(a) => a,
             Err(e) => return e,
@@ -153,7 +161,7 @@ impl Tool for TodoWriteTool {
         if let Some(i) = args.todos.iter().position(|t| t.content.trim().is_empty()) {
             return ToolResult::error(format!("todos[{i}].content is empty"));
         }
-        self.list.set(args.todos.clone());
+        self.list.set(&ctx.agent, args.todos.clone());
         result(&args.todos)
     }
 }
@@ -188,8 +196,8 @@ impl Tool for TodoReadTool {
         ToolKind::Think
     }
 
-    async fn execute(&self, _input: serde_json::Value, _ctx: &ToolContext) -> ToolResult {
-        result(&self.list.get())
+    async fn execute(&self, _input: serde_json::Value, ctx: &ToolContext) -> ToolResult {
+        result(&self.list.get(&ctx.agent))
     }
 }
 
@@ -224,6 +232,43 @@ mod tests {
         let r = read.execute(serde_json::Value::Null, &env.ctx).await;
         assert_eq!(r.output, expected);
         assert_eq!(r.metadata.extra["todos"].as_array().map(Vec::len), Some(3));
+    }
+
+    #[tokio::test]
+    async fn each_agent_keeps_its_own_plan() {
+        let builder = TestEnv::new();
+        let mut explore = TestEnv::new();
+        explore.ctx.agent = "builder/explore".into();
+        let list = TodoList::default();
+        let write = TodoWriteTool::new(list.clone());
+        let read = TodoReadTool::new(list);
+        let plan =
+            |what: &str| serde_json::json!({"todos": [{"content": what, "status": "pending"}]});
+        assert!(
+            write
+                .execute(plan("fix the bug"), &builder.ctx)
+                .await
+                .is_success()
+        );
+        // A subagent's plan does not replace its caller's.
+        assert!(
+            write
+                .execute(plan("list the files"), &explore.ctx)
+                .await
+                .is_success()
+        );
+        let r = read.execute(serde_json::json!({}), &builder.ctx).await;
+        assert!(
+            r.output.contains("fix the bug") && !r.output.contains("list the files"),
+            "{}",
+            r.output
+        );
+        let r = read.execute(serde_json::json!({}), &explore.ctx).await;
+        assert!(
+            r.output.contains("list the files") && !r.output.contains("fix the bug"),
+            "{}",
+            r.output
+        );
     }
 
     #[tokio::test]
