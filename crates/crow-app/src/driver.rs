@@ -180,8 +180,23 @@ impl Driver {
             .unwrap_or_else(|| "build".to_owned());
         // A level given for the session (`--level`) stays with it when it is resumed.
         let level = level.or_else(|| resumed.and_then(|info| info.level));
-        let crew = Arc::new(composer.crew(&composition, level)?);
-        let store = store.map(sessions::Opening::into_store).transpose()?;
+        let (crew, store) = match resumed {
+            // The stored prompts first, not fresh renderings: the date, the directory or a
+            // template may have changed since, and the requests continue byte for byte.
+            Some(info) => {
+                let store = store.map(sessions::Opening::into_store).transpose()?;
+                if let Some(store) = &store {
+                    composer.set_stored_prompts(sessions::stored_prompts(store, &info.id)?);
+                }
+                (composer.crew(&composition, level)?, store)
+            }
+            // A new session's crew is put together while the store opens.
+            None => {
+                let crew = composer.crew(&composition, level)?;
+                (crew, store.map(sessions::Opening::into_store).transpose()?)
+            }
+        };
+        let crew = Arc::new(crew);
         if let Some(store) = &store {
             composer.set_history_sink(Arc::clone(store) as Arc<dyn HistorySink>);
         }
@@ -205,7 +220,7 @@ impl Driver {
         match open {
             Open::New => {}
             Open::NewWithId(id) => driver.open_with_id(id),
-            Open::Resume(info) => driver.resume(*info)?,
+            Open::Resume(info) => driver.attach(*info)?,
         }
         Ok(driver)
     }
@@ -242,19 +257,36 @@ impl Driver {
         });
     }
 
-    /// Continues stored session `info` from here on (the terminal's `/resume`), with the
-    /// system prompts it started with, not fresh renderings: the date, the directory or a
-    /// template may have changed since, and the requests must continue byte for byte.
-    pub fn resume(&mut self, info: SessionInfo) -> Result<()> {
+    /// Continues stored session `info` from here on (the terminal's `/resume`): its own
+    /// composition and level unless `composition` / `level` say otherwise, and the system
+    /// prompts it started with, not fresh renderings (the requests continue byte for byte).
+    /// Nothing is written to the session left.
+    pub fn resume(
+        &mut self,
+        info: SessionInfo,
+        composition: Option<String>,
+        level: Option<i8>,
+    ) -> Result<()> {
         let store = self
             .store
             .clone()
             .context("no session store: nothing to resume")?;
-        if self.id.as_deref() != Some(info.id.as_str()) {
-            self.composer
-                .set_stored_prompts(sessions::stored_prompts(&store, &info.id)?);
-            self.crew = Arc::new(self.composer.crew(&self.composition, self.level)?);
-        }
+        let composition = composition.unwrap_or_else(|| info.agent.clone());
+        let level = level.or(info.level);
+        self.composer
+            .set_stored_prompts(sessions::stored_prompts(&store, &info.id)?);
+        self.crew = Arc::new(self.composer.crew(&composition, level)?);
+        self.composition = composition;
+        self.level = level;
+        self.attach(info)
+    }
+
+    /// Opens stored session `info`'s histories for the crew built for it.
+    fn attach(&mut self, info: SessionInfo) -> Result<()> {
+        let store = self
+            .store
+            .clone()
+            .context("no session store: nothing to resume")?;
         let titled = !info.title.is_empty();
         let (info, session) = sessions::resume(&store, &self.crew, &self.composer, info)?;
         self.id = Some(info.id);

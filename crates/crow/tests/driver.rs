@@ -9,7 +9,7 @@ mod common;
 use std::process::Stdio;
 
 use common::acp::Acp;
-use common::{crow, crow_run, git_repo, output, user_texts};
+use common::{crow, crow_run, git_repo, mock_provider, output, user_texts, write_user_config};
 use crow_testkit::{MockLlm, Reply, Scenario};
 use serde_json::json;
 
@@ -111,16 +111,7 @@ async fn crow_acp_attaches_mentions() {
     let mock = MockLlm::start(Scenario::new().reply(Reply::text("done")))
         .await
         .unwrap();
-    let user = dir.join(".home/.config/crow");
-    std::fs::create_dir_all(&user).unwrap();
-    std::fs::write(
-        user.join("config.toml"),
-        format!(
-            "provider = \"mock\"\n[providers.mock]\ntype = \"openai\"\nbase_url = \"{}\"\nmodel = \"mock-model\"\n",
-            mock.openai_base_url()
-        ),
-    )
-    .unwrap();
+    write_user_config(dir, &mock_provider(&mock));
     let mut acp = Acp::start(dir).await;
     let created = acp
         .call("session/new", json!({"cwd": dir, "mcpServers": []}))

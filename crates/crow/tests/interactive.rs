@@ -693,3 +693,40 @@ async fn a_database_that_fills_up_mid_turn_ends_it_with_the_error() {
     assert!(requests < STEPS, "{requests} model calls: the turn went on");
     assert!(!pty.screen().contains("All written."), "{}", pty.screen());
 }
+
+/// `/resume ID` continues that session as its own composition, and writes nothing to the
+/// session it leaves (its composition and level stay as they were).
+#[tokio::test(flavor = "multi_thread")]
+async fn resume_takes_the_sessions_own_composition_and_leaves_the_other_untouched() {
+    use crow_core::{SessionFilter, SessionStore};
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = Scenario::new()
+        .reply(Reply::text("Planned."))
+        .reply(Reply::text("Built."));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let mut first = common::crow_run(dir.path(), &mock, "plan it");
+    first.args(["--agent", "plan"]);
+    let out = common::output(first).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let planned = common::only_session(dir.path());
+    let mut pty = open(dir.path(), &mock, &["--agent", "build", "--level", "-1"]);
+    pty.wait_for("/help for commands", 20);
+    pty.line("build it");
+    pty.wait_for("Built.", 20);
+    pty.line(&format!("/resume {}", planned.id));
+    pty.wait_for("resumed session", 20);
+    pty.line("/agent");
+    let screen = pty.wait_for("● plan", 20);
+    assert!(screen.contains("● plan"), "{screen}");
+    pty.send("\x04");
+    assert_eq!(pty.wait_exit(20), 0);
+    let store = common::store(dir.path());
+    let built = store
+        .list_sessions(&SessionFilter::default())
+        .unwrap()
+        .into_iter()
+        .find(|s| s.id != planned.id)
+        .expect("the terminal's session");
+    assert_eq!(built.agent, "build");
+    assert_eq!(built.level, Some(-1));
+}

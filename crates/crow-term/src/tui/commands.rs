@@ -448,7 +448,7 @@ fn resume(app: &mut App, arg: &str) {
         &sessions::Resume::Id(arg.to_owned()),
         &app.driver.composer().project_root,
     );
-    let opened = found.and_then(|info| app.open(info, true, true));
+    let opened = found.and_then(|info| app.open(info));
     if let Err(e) = opened {
         app.view.error(&format!("{e:#}"));
     }

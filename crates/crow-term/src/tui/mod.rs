@@ -115,13 +115,16 @@ pub async fn run(args: Args) -> Result<ExitCode> {
         &composer.cwd,
         &crate::wiring::tool_options(&composer.config),
     );
-    // A resumed session is opened below, once the screen can show its conversation.
+    let resumed = assembled.resumed.clone();
     let mut driver = Driver::open(driver::Spec {
         composer: Arc::clone(&composer),
         store: Some(assembled.store),
         composition: args.agent.clone(),
         level: args.level,
-        open: Open::New,
+        open: match assembled.resumed {
+            Some(info) => Open::Resume(Box::new(info)),
+            None => Open::New,
+        },
         mcp: Some(mcp.manager()),
     })?;
     let store = Arc::clone(driver.store().context("the session store is not open")?);
@@ -181,8 +184,8 @@ pub async fn run(args: Args) -> Result<ExitCode> {
         shell_notes: String::new(),
         shell_done: shell_tx,
     };
-    if let Some(info) = assembled.resumed {
-        app.open(info, args.agent.is_none(), args.level.is_none())?;
+    if let Some(info) = &resumed {
+        app.show_resumed(info);
     } else {
         app.view.info(&format!(
             "crow · {} · {} · /help for commands, Ctrl-C cancels, Ctrl-D leaves",
@@ -323,25 +326,24 @@ fn project_key(root: &std::path::Path) -> String {
 }
 
 impl App {
-    /// Opens a stored session: its histories, composition and level (unless given for this
-    /// run), its "always" answers and mode; the conversation so far is shown.
-    fn open(&mut self, info: SessionInfo, its_agent: bool, its_level: bool) -> Result<()> {
-        if its_agent {
-            self.driver.set_composition(&info.agent)?;
-        }
-        if its_level {
-            self.driver.set_level(info.level)?;
-        }
-        commands::restore_answers(&self.gate, &info);
-        let shown = format!("resumed session {} · {}", info.id, info.title);
-        self.driver.resume(info)?;
+    /// Continues stored session `info` (`/resume`) with its own composition and level.
+    fn open(&mut self, info: SessionInfo) -> Result<()> {
+        self.driver.resume(info.clone(), None, None)?;
+        self.show_resumed(&info);
+        Ok(())
+    }
+
+    /// A resumed session on the screen: its "always" answers and mode back in the gate, the
+    /// conversation so far shown.
+    fn show_resumed(&mut self, info: &SessionInfo) {
+        commands::restore_answers(&self.gate, info);
         self.view
             .show_agents(self.driver.crew().coagent().is_some());
-        self.view.info(&shown);
+        self.view
+            .info(&format!("resumed session {} · {}", info.id, info.title));
         if let Some(session) = self.driver.session() {
             self.view.replay(session.primary.entries());
         }
-        Ok(())
     }
 
     fn on_event(&mut self, event: &AgentEvent) {
