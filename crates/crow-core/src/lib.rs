@@ -11,6 +11,7 @@
 //! - [`doom_loop`]: loop detection, the step after each batch of tool results;
 //! - [`budget`], [`compaction`]: token accounting and the compaction step before a request;
 //! - [`side_call`]: [`complete`], one model call without tools collected whole;
+//! - [`hooks`]: the user's programs at named points ([`Hooks`], implemented in crow-app);
 //! - [`crew`]: the control-flow layer: a primary, an optional coagent, autonomy levels;
 //! - [`store`]: the [`SessionStore`] trait sessions are persisted through;
 //! - [`snapshot`]: [`Snapshotter`], snapshots of the working tree for change reports and undo;
@@ -26,6 +27,7 @@ pub mod env;
 pub mod event;
 mod flow;
 pub mod history;
+pub mod hooks;
 #[cfg(test)]
 mod history_proptests;
 pub mod message;
@@ -52,6 +54,7 @@ pub use crew::{
 };
 pub use env::{EnvPolicy, Inherit};
 pub use event::{AgentEvent, EventSender, NoticeLevel};
+pub use hooks::{HookEvent, HookInput, HookOutcome, HookPermission, HookedGate, Hooks};
 pub use history::{
     Compaction, CompactionTier, Elided, EntryKind, HistoryEntry, Replaced, SystemEvent,
 };
