@@ -156,7 +156,9 @@ impl From<TurnStop> for Stop {
         match stop {
             // ACP's `refusal` would tell the editor to drop the prompt from the next one, yet the
             // history keeps it: a loop ends the turn normally, and a notice says why.
-            TurnStop::Text | TurnStop::TaskComplete | TurnStop::DoomLoop => Stop::EndTurn,
+            TurnStop::Text | TurnStop::TaskComplete | TurnStop::DoomLoop | TurnStop::Halted => {
+                Stop::EndTurn
+            }
             TurnStop::MaxIterations => Stop::MaxTurnRequests,
             TurnStop::MaxTokens => Stop::MaxTokens,
             TurnStop::Refusal => Stop::Refusal,
@@ -168,7 +170,10 @@ impl From<TurnStop> for Stop {
 impl From<&RunStop> for Stop {
     fn from(stop: &RunStop) -> Self {
         match stop {
-            RunStop::Complete { .. } | RunStop::NeedsInput | RunStop::DoomLoop { .. } => {
+            RunStop::Complete { .. }
+            | RunStop::NeedsInput
+            | RunStop::DoomLoop { .. }
+            | RunStop::Halted { .. } => {
                 Stop::EndTurn
             }
             RunStop::MaxTurns => Stop::MaxTurnRequests,

@@ -736,6 +736,7 @@ impl WriteFailure {
         failure
     }
 }
+
 /// The exit status of a run that ended this way, and what to tell the user about it (every
 /// front end says the same).
 pub fn how_it_ended(result: &crow_core::RunResult, max_iterations: u32) -> (u8, Option<String>) {
@@ -763,6 +764,7 @@ pub fn how_it_ended(result: &crow_core::RunResult, max_iterations: u32) -> (u8, 
             ),
         ),
         RunStop::Refusal => (5, Some("the model refused to answer".into())),
+        RunStop::Halted { reason } => (7, Some(format!("a hook stopped crow: {reason}"))),
         RunStop::DoomLoop { description } => (
             6,
             Some(format!(

@@ -35,6 +35,7 @@ use crate::compaction::CompactionConfig;
 use crate::doom_loop::{DEFAULT_THRESHOLD, LoopDetector, Verdict};
 use crate::event::{AgentEvent, EventSender, NoticeLevel};
 use crate::history::{EntryKind, SystemEvent};
+use crate::hooks::{HookEvent, Hooks};
 use crate::message::{ChatRequest, ToolDefinition};
 use crate::provider::{
     FinishReason, Provider, ProviderError, ProviderErrorKind, StreamDelta, Usage,
@@ -92,6 +93,8 @@ pub enum TurnStop {
     Refusal,
     /// The model kept repeating itself after being told (`doom_loop.rs`).
     DoomLoop,
+    /// A hook answered `continue: false` (`hooks.rs`): the turn ends where it is.
+    Halted,
 }
 
 /// A tool call that ran (or was refused) during the turn.
@@ -120,6 +123,9 @@ pub struct TurnResult {
     /// What repeated, when the turn stopped for a loop.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub doom_loop: Option<String>,
+    /// The hook's `stopReason`, when one halted the turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub halted: Option<String>,
 }
 
 /// A turn that could not go on. The history keeps everything up to the failure.
@@ -147,6 +153,10 @@ pub struct BaseAgent {
     client: Option<Arc<dyn ClientBridge>>,
     /// Snapshots of the working tree around changing calls (`agent/snapshots.rs`).
     snapshots: Option<Arc<dyn crate::snapshot::Snapshotter>>,
+    /// The user's hooks, and the event this agent's end of turn fires (`Stop` for the
+    /// primary, `SubagentStop` for a subagent, none for a reviewer).
+    hooks: Option<Arc<dyn Hooks>>,
+    stop_event: Option<HookEvent>,
     pub config: AgentConfig,
 }
 
@@ -183,6 +193,8 @@ impl BaseAgent {
             policy: PolicyPoint::default(),
             client: None,
             snapshots: None,
+            hooks: None,
+            stop_event: None,
             config,
         }
     }
@@ -213,8 +225,22 @@ impl BaseAgent {
 
     /// Puts every call of this agent under `policy` (allow, ask or deny before it runs).
     pub fn with_policy(mut self, policy: Arc<crate::policy::Policy>) -> Self {
-        self.policy = PolicyPoint::new(Some(policy));
+        self.policy = self.policy.with_policy(policy);
         self
+    }
+
+    /// Fires the user's hooks at this agent's points (`hooks.rs`); `stop` is the event its
+    /// end of turn fires, if any.
+    pub fn with_hooks(mut self, hooks: Arc<dyn Hooks>, stop: Option<HookEvent>) -> Self {
+        self.policy = self.policy.with_hooks(Arc::clone(&hooks));
+        self.hooks = Some(hooks);
+        self.stop_event = stop;
+        self
+    }
+
+    /// The hooks this agent fires, if any.
+    pub fn hooks(&self) -> Option<&Arc<dyn Hooks>> {
+        self.hooks.as_ref()
     }
 
     pub fn provider(&self) -> &Arc<dyn Provider> {
@@ -251,6 +277,9 @@ impl BaseAgent {
         let mut ledger = TurnLedger::new();
         let mut loops = LoopDetector::new(self.config.doom_loop_threshold);
         let mut snaps = SnapshotStep::new(self.snapshots.clone());
+        let halt = Halt::default();
+        // Whether a Stop hook already kept this turn going (hooks read it to avoid looping).
+        let mut kept_going = false;
         self.emit(
             events,
             AgentEvent::TurnStart {
@@ -291,7 +320,18 @@ impl BaseAgent {
             }
             ledger.answered(&response.text);
             if response.calls.is_empty() {
-                break ledger.close(text_stop(response.finish));
+                let stop = text_stop(response.finish);
+                if stop == TurnStop::Text
+                    && self
+                        .stop_hooks(session, events, &cancel, &ledger, &halt, &mut kept_going)
+                        .await
+                {
+                    continue;
+                }
+                if let Some(reason) = halt.get() {
+                    break self.halted(session, events, ledger, reason.clone());
+                }
+                break ledger.close(stop);
             }
 
             let truncated = response.finish == Some(FinishReason::MaxTokens);
@@ -300,7 +340,7 @@ impl BaseAgent {
                 snaps.before_batch(session).await;
             }
             let mut executed = self
-                .run_tools(session, events, &cancel, response.calls, truncated)
+                .run_tools(session, events, &cancel, response.calls, truncated, &halt)
                 .await;
             // Named point: after a batch of tool results, before they enter history.
             let repeating = loops.after_batch(&mut executed);
@@ -314,6 +354,20 @@ impl BaseAgent {
 
             if cancel.is_cancelled() {
                 return Ok(self.cancelled(session, events, ledger));
+            }
+            if let Some(reason) = halt.get() {
+                break self.halted(session, events, ledger, reason.clone());
+            }
+            if ledger.task_complete().is_some()
+                && self
+                    .stop_hooks(session, events, &cancel, &ledger, &halt, &mut kept_going)
+                    .await
+            {
+                ledger.withdraw_task_complete();
+                continue;
+            }
+            if let Some(reason) = halt.get() {
+                break self.halted(session, events, ledger, reason.clone());
             }
             if let Some(summary) = ledger.task_complete() {
                 self.task_complete(session, events, summary.to_owned());
@@ -460,6 +514,7 @@ fn parse_arguments(raw: &str) -> Result<serde_json::Value, String> {
     }
 }
 
+mod hook_points;
 mod ledger;
 mod model_call;
 mod policy_point;
@@ -468,7 +523,7 @@ mod snapshots;
 
 use ledger::{TurnLedger, text_stop};
 use model_call::PendingCall;
-use policy_point::PolicyPoint;
+use policy_point::{Halt, PolicyPoint};
 use snapshots::SnapshotStep;
 
 #[cfg(test)]

@@ -359,12 +359,14 @@ impl BaseAgent {
         target: u64,
         manual: Option<&str>,
     ) -> Option<Compacted> {
-        let started = Instant::now();
         let (fixed, total) = self.request_chars(session);
         let before = session.budget.estimate(total);
         if before <= target && manual.is_none() {
             return None;
         }
+        self.pre_compact_hooks(session, events, cancel, manual)
+            .await;
+        let started = Instant::now();
         let ratio = session.budget.chars_per_token();
         // Tokens → characters of the messages part, where the plan works.
         let goal_chars = {
@@ -557,6 +559,7 @@ impl BaseAgent {
             tier,
             work_us: work.as_micros() as u64,
         });
+        self.after_compact_hooks(session, events, cancel).await;
         Some(Compacted {
             tier,
             tokens_before: before,

@@ -65,6 +65,10 @@ pub enum RunStop {
     DoomLoop {
         description: String,
     },
+    /// A hook answered `continue: false`; `reason` is its `stopReason`.
+    Halted {
+        reason: String,
+    },
 }
 
 /// What a run produced.
@@ -235,6 +239,10 @@ impl Crew {
                     run.stop = doom_loop_stop(run.last.as_ref());
                     return Ok(run);
                 }
+                TurnStop::Halted => {
+                    run.stop = halted_stop(run.last.as_ref());
+                    return Ok(run);
+                }
                 TurnStop::Text | TurnStop::TaskComplete => {}
             }
 
@@ -306,7 +314,7 @@ impl Crew {
                             run.stop = RunStop::Cancelled;
                             return Ok(run);
                         }
-                        CoagentVerdict::DoomLoop(stop) => {
+                        CoagentVerdict::Stop(stop) => {
                             run.stop = stop;
                             return Ok(run);
                         }
@@ -396,8 +404,14 @@ impl Crew {
         }
         // A reviewer stuck repeating itself cannot give feedback worth another round.
         if verdict.stop == TurnStop::DoomLoop {
-            return Ok(CoagentVerdict::DoomLoop(doom_loop_stop(Some(&verdict))));
+            return Ok(CoagentVerdict::Stop(doom_loop_stop(Some(&verdict))));
         }
+        if verdict.stop == TurnStop::Halted {
+            return Ok(CoagentVerdict::Stop(halted_stop(Some(&verdict))));
+        }
+        let complete = can_terminate && verdict.task_complete.is_some();
+        self.verdict_hooks(session, coagent, &verdict, complete, events, cancel)
+            .await;
         if let (true, Some(summary)) = (can_terminate, verdict.task_complete.clone()) {
             return Ok(CoagentVerdict::Complete(summary));
         }
@@ -510,7 +524,54 @@ enum CoagentVerdict {
     Complete(String),
     Feedback(String),
     Cancelled,
-    DoomLoop(RunStop),
+    /// The reviewer's turn ended the run (a loop, a hook's `continue: false`).
+    Stop(RunStop),
+}
+
+impl Crew {
+    /// `ReviewVerdict`: the reviewer's hooks hear what it decided — `complete` (it ended the
+    /// task) or `feedback` (the builder goes on) — with its words and the files it changed.
+    async fn verdict_hooks(
+        &self,
+        session: &CrewSession,
+        coagent: &BaseAgent,
+        verdict: &TurnResult,
+        complete: bool,
+        events: &EventSender,
+        cancel: &CancellationToken,
+    ) {
+        let event = crate::hooks::HookEvent::ReviewVerdict;
+        let input = || {
+            let text = match (complete, &verdict.task_complete) {
+                (true, Some(summary)) => summary.clone(),
+                _ => verdict.text.clone().unwrap_or_default(),
+            };
+            crate::hooks::HookInput::new(
+                event,
+                &session.primary.id,
+                &session.primary.cwd,
+                &coagent.name,
+            )
+            .field("verdict", if complete { "complete" } else { "feedback" })
+            .field("reviewer", coagent.name.as_str())
+            .field("builder", self.primary.name.as_str())
+            .field("text", text)
+            .field("files_changed", display_paths(&verdict.files_changed))
+        };
+        if let Some(outcome) =
+            crate::hooks::fire(coagent.hooks(), input, event, None, cancel).await
+        {
+            coagent.tell(events, &outcome);
+        }
+    }
+}
+
+fn halted_stop(turn: Option<&TurnResult>) -> RunStop {
+    RunStop::Halted {
+        reason: turn
+            .and_then(|t| t.halted.clone())
+            .unwrap_or_else(|| "a hook stopped the run".to_owned()),
+    }
 }
 
 fn doom_loop_stop(turn: Option<&TurnResult>) -> RunStop {

@@ -565,6 +565,7 @@ fn a_long_diff_is_cut_with_a_note() {
         stop: TurnStop::Text,
         iterations: 1,
         doom_loop: None,
+        halted: None,
     };
     let mut result = ToolResult::success("edited");
     result.metadata.diff = Some(format!("+{}\n", "é".repeat(5000)));

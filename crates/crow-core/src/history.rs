@@ -213,7 +213,8 @@ impl<'a> View<'a> {
     }
 }
 
-/// Events in the timeline; the model sees only the `note` of `FilesRestored` and `Memory`.
+/// Events in the timeline; the model sees only the `note` of `FilesRestored`, `Memory` and
+/// `HookContext`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum SystemEvent {
@@ -264,6 +265,12 @@ pub enum SystemEvent {
     /// system prompt, which stays byte-stable for the provider's cache.
     Memory {
         learnings: Vec<i64>,
+        note: String,
+    },
+    /// What a hook printed for the model (`SessionStart`, `UserPromptSubmit`): given to it as a
+    /// user message; `hook` names the event.
+    HookContext {
+        hook: String,
         note: String,
     },
 }
@@ -382,9 +389,13 @@ pub fn to_messages_in<'a>(entries: &'a [HistoryEntry], view: &View<'a>) -> Vec<M
                     is_error: *status != ToolStatus::Success,
                 });
             }
-            // The one system event the model reads: its changes were reverted (or redone).
+            // The system events the model reads: its changes were reverted (or redone), what
+            // memory recalled, what a hook printed for it.
             EntryKind::System {
-                event: SystemEvent::FilesRestored { note, .. } | SystemEvent::Memory { note, .. },
+                event:
+                    SystemEvent::FilesRestored { note, .. }
+                    | SystemEvent::Memory { note, .. }
+                    | SystemEvent::HookContext { note, .. },
             } => {
                 flush(&mut out, &mut assistant, &mut results, &mut open_calls);
                 out.push(Message::User {

@@ -63,6 +63,7 @@ pub use session::SessionRules;
 pub use shell::{inner_commands, split_command, substitutes};
 pub use suggest::suggest_rule;
 
+use crate::hooks::HookPermission;
 use crate::tool::{
     Footprint, PermissionDecision, PermissionGate, PermissionPreview, PermissionRequest, Tool,
     ToolContext, ToolKind, ToolResult,
@@ -507,6 +508,7 @@ pub async fn consult(
     input: &serde_json::Value,
     ctx: &ToolContext,
     footprint: &Footprint,
+    hook: Option<&HookPermission>,
 ) -> Result<Arc<dyn PermissionGate>, ToolResult> {
     let kind = tool.kind();
     let command = (kind == ToolKind::Execute)
@@ -534,6 +536,9 @@ pub async fn consult(
     };
     let inner = Arc::clone(&ctx.permission);
     let verdict = policy.decide_with(&facts, inner.mode(), &inner.rules());
+    let verdict = with_hook(verdict, hook, || {
+        policy.decide_with(&facts, Some(Mode::FullAuto), &inner.rules())
+    });
     tracing::debug!(tool = %facts.tool, action = verdict.action.name(), reason = %verdict.reason, "policy");
     match verdict.action {
         Action::Deny => Err(ToolResult::error(format!(
@@ -565,6 +570,36 @@ pub async fn consult(
                 ))),
             }
         }
+    }
+}
+
+/// A `PreToolUse` hook's answer over the policy's verdict: a hook may make a call ask that
+/// would have run, or run one the mode alone would have asked about (its allow counts as the
+/// full-auto mode for this call), never run one that a rule denies or asks about or that
+/// touches a sensitive place.
+fn with_hook(
+    verdict: Verdict,
+    hook: Option<&HookPermission>,
+    full_auto: impl FnOnce() -> Verdict,
+) -> Verdict {
+    match (hook, verdict.action) {
+        (_, Action::Deny) | (None, _) => verdict,
+        (Some(HookPermission::Deny { reason }), _) => Verdict {
+            action: Action::Deny,
+            reason: format!("a PreToolUse hook denied it ({reason})"),
+        },
+        (Some(HookPermission::Ask { reason }), _) => Verdict {
+            action: Action::Ask,
+            reason: format!("a PreToolUse hook asks ({reason})"),
+        },
+        (Some(HookPermission::Allow { .. }), Action::Allow) => verdict,
+        (Some(HookPermission::Allow { reason }), Action::Ask) => match full_auto().action {
+            Action::Allow => Verdict {
+                action: Action::Allow,
+                reason: format!("a PreToolUse hook allowed it ({reason})"),
+            },
+            _ => verdict,
+        },
     }
 }
 

@@ -355,6 +355,7 @@ fn system_text(event: &SystemEvent) -> String {
             learnings.len(),
             if learnings.len() == 1 { "" } else { "s" }
         ),
+        SystemEvent::HookContext { hook, note } => format!("{hook} hook: {note}"),
         SystemEvent::FilesRestored { redo, files, .. } => {
             let files: Vec<String> = files.iter().map(|c| c.path.display().to_string()).collect();
             format!(

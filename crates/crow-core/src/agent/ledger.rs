@@ -27,6 +27,7 @@ impl TurnLedger {
                 stop: TurnStop::Text,
                 iterations: 0,
                 doom_loop: None,
+                halted: None,
             },
         }
     }
@@ -87,10 +88,26 @@ impl TurnLedger {
         self.turn.task_complete.as_deref()
     }
 
+    /// A Stop hook sent the agent back to work: its `task_complete` no longer ends the turn.
+    pub(super) fn withdraw_task_complete(&mut self) {
+        self.turn.task_complete = None;
+    }
+
+    /// The turn's answer so far.
+    pub(super) fn text(&self) -> Option<&str> {
+        self.turn.text.as_deref()
+    }
+
     /// Ends the turn for `stop`.
     pub(super) fn close(mut self, stop: TurnStop) -> TurnResult {
         self.turn.stop = stop;
         self.turn
+    }
+
+    /// Ends the turn because a hook said so.
+    pub(super) fn close_for_hook(mut self, reason: String) -> TurnResult {
+        self.turn.halted = Some(reason);
+        self.close(TurnStop::Halted)
     }
 
     /// Ends the turn for a loop, saying what repeated.

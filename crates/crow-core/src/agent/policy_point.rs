@@ -2,43 +2,189 @@
 //! (`policy.rs`, [`consult`](crate::policy::consult)) — after the call-order wait (an earlier
 //! call of the batch may have changed what this one touches), right before the tool runs.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
+use serde_json::json;
+
+use crate::event::{AgentEvent, NoticeLevel};
+use crate::hooks::{HookEvent, HookInput, HookOutcome, HookPermission, Hooks};
 use crate::policy::Policy;
 use crate::tool::{Footprint, Tool, ToolContext, ToolResult};
 
-/// The agent's policy, if it has one (`BaseAgent::with_policy`). Cheap to clone: each running
-/// call holds one.
+/// Set by a hook that answered `continue: false`: the turn ends after the batch, with the
+/// hook's `stopReason`.
+pub(super) type Halt = Arc<OnceLock<String>>;
+
+/// The agent's policy and hooks, if it has them (`BaseAgent::with_policy`, `with_hooks`).
+/// Cheap to clone: each running call holds one.
 #[derive(Clone, Default)]
-pub(super) struct PolicyPoint(Option<Arc<Policy>>);
+pub(super) struct PolicyPoint {
+    policy: Option<Arc<Policy>>,
+    hooks: Option<Arc<dyn Hooks>>,
+}
 
 impl PolicyPoint {
+    #[cfg(test)]
     pub(super) fn new(policy: Option<Arc<Policy>>) -> Self {
-        Self(policy)
+        Self {
+            policy,
+            hooks: None,
+        }
     }
 
-    /// Runs `tool` as the policy says: denied, it never runs and the refusal is its result;
-    /// otherwise it runs with the gate the policy gives (pre-approved when it allows). With
-    /// no policy the tool runs with the agent's own gate (only its own questions are asked).
+    pub(super) fn with_policy(mut self, policy: Arc<Policy>) -> Self {
+        self.policy = Some(policy);
+        self
+    }
+
+    pub(super) fn with_hooks(mut self, hooks: Arc<dyn Hooks>) -> Self {
+        self.hooks = Some(hooks);
+        self
+    }
+
+    /// Hooks that listen for `event` on `tool`, if any.
+    fn listening(&self, event: HookEvent, tool: &str) -> Option<&Arc<dyn Hooks>> {
+        self.hooks
+            .as_ref()
+            .filter(|hooks| hooks.listens(event, Some(tool)))
+    }
+
+    /// Runs `tool` as the hooks and the policy say. `PreToolUse` hooks go first: a block or
+    /// a deny is the call's result (it never runs), `updatedInput` replaces the arguments,
+    /// and an `ask` or `allow` goes to the policy with its own verdict ([`consult`]:
+    /// a hook's allow never overrides a deny rule or a sensitive place). Denied, the tool
+    /// never runs and the refusal is its result; otherwise it runs with the gate the policy
+    /// gives (pre-approved when it allows). With no policy the tool runs with the agent's
+    /// own gate (only its own questions are asked). `PostToolUse` hooks then see the result;
+    /// what they say is added to it for the model.
+    ///
+    /// [`consult`]: crate::policy::consult
     pub(super) async fn run(
         &self,
         tool: &dyn Tool,
-        input: serde_json::Value,
+        mut input: serde_json::Value,
         mut ctx: ToolContext,
         footprint: &Footprint,
+        halt: &Halt,
     ) -> ToolResult {
-        let consulted = match &self.0 {
-            Some(policy) => crate::policy::consult(policy, tool, &input, &ctx, footprint).await,
+        let name = tool.name().to_owned();
+        let mut hook_permission = None;
+        let mut moved = None;
+        if let Some(hooks) = self.listening(HookEvent::PreToolUse, &name) {
+            let outcome = hooks
+                .fire(
+                    call_input(HookEvent::PreToolUse, &ctx, &name, &input),
+                    &ctx.cancel,
+                )
+                .await;
+            tell(&ctx, &outcome);
+            if let Some(reason) = outcome.halt {
+                let _ = halt.set(reason.clone());
+                return ToolResult::error(format!(
+                    "not run: a PreToolUse hook stopped the turn ({reason})"
+                ));
+            }
+            if let Some(reason) = outcome.block {
+                return ToolResult::error(format!(
+                    "blocked by a PreToolUse hook: {reason}"
+                ));
+            }
+            if let Some(HookPermission::Deny { reason }) = &outcome.permission {
+                return ToolResult::error(format!(
+                    "permission denied by a PreToolUse hook: {reason}. Do not retry this call; \
+                     do something else or ask the user."
+                ));
+            }
+            if let Some(updated) = outcome.updated_input {
+                if updated.is_object() {
+                    input = updated;
+                    // What the call touches is judged again: the hook may have moved it.
+                    moved = Some(tool.footprint(&input, &ctx));
+                } else {
+                    notice(&ctx, format!(
+                        "a PreToolUse hook's updatedInput for {name} is not a JSON object; the call keeps its arguments"
+                    ));
+                }
+            }
+            hook_permission = outcome.permission;
+        }
+        let footprint = moved.as_ref().unwrap_or(footprint);
+        let consulted = match &self.policy {
+            Some(policy) => {
+                crate::policy::consult(
+                    policy,
+                    tool,
+                    &input,
+                    &ctx,
+                    footprint,
+                    hook_permission.as_ref(),
+                )
+                .await
+            }
             None => Ok(Arc::clone(&ctx.permission)),
         };
-        match consulted {
-            Ok(gate) => {
-                ctx.permission = gate;
-                tool.execute(input, &ctx).await
+        let gate = match consulted {
+            Ok(gate) => gate,
+            Err(refused) => return refused,
+        };
+        ctx.permission = gate;
+        let mut result = tool.execute(input.clone(), &ctx).await;
+        if let Some(hooks) = self.listening(HookEvent::PostToolUse, &name) {
+            let response = json!({
+                "output": result.output,
+                "status": result.status,
+                "success": result.is_success(),
+                "files_modified": result.metadata.files_modified,
+            });
+            let outcome = hooks
+                .fire(
+                    call_input(HookEvent::PostToolUse, &ctx, &name, &input)
+                        .field("tool_response", response),
+                    &ctx.cancel,
+                )
+                .await;
+            tell(&ctx, &outcome);
+            if let Some(reason) = &outcome.halt {
+                let _ = halt.set(reason.clone());
             }
-            Err(refused) => refused,
+            if let Some(reason) = &outcome.block {
+                result.output.push_str(&format!("\n\n[PostToolUse hook] {reason}"));
+            }
+            if let Some(context) = outcome.context_text() {
+                result.output.push_str(&format!("\n\n[PostToolUse hook] {context}"));
+            }
         }
+        result
     }
+}
+
+/// What a tool event's hook is told about the call.
+fn call_input(
+    event: HookEvent,
+    ctx: &ToolContext,
+    tool: &str,
+    input: &serde_json::Value,
+) -> HookInput {
+    HookInput::new(event, &ctx.session_id, &ctx.cwd, &ctx.agent)
+        .subject(tool)
+        .field("tool_name", tool)
+        .field("tool_use_id", ctx.call_id.as_str())
+        .field("tool_input", input.clone())
+}
+
+/// The user hears about hooks that failed and what hooks asked to show.
+fn tell(ctx: &ToolContext, outcome: &HookOutcome) {
+    for text in &outcome.notices {
+        notice(ctx, text.clone());
+    }
+}
+
+fn notice(ctx: &ToolContext, message: String) {
+    let _ = ctx.events.send(AgentEvent::Notice {
+        agent: ctx.agent.clone(),
+        level: NoticeLevel::Warning,
+        message,
+    });
 }
 
 #[cfg(test)]
@@ -125,6 +271,7 @@ mod tests {
                 json!({ "command": command }),
                 ctx(Arc::clone(&gate)),
                 &Footprint::Anything,
+                &Halt::default(),
             )
             .await;
         (

@@ -14,6 +14,7 @@ impl BaseAgent {
         cancel: &CancellationToken,
         calls: Vec<PendingCall>,
         truncated: bool,
+        halt: &Halt,
     ) -> Vec<ExecutedToolCall> {
         let mut slots: Vec<(PendingCall, serde_json::Value, Option<ToolResult>, u64)> = Vec::new();
         let mut running = FuturesUnordered::new();
@@ -71,11 +72,12 @@ impl BaseAgent {
                     let footprint = tool.footprint(&input, &ctx);
                     let (turn_comes, finished) = order.admit(footprint.clone());
                     let policy = self.policy.clone();
+                    let halt = Arc::clone(halt);
                     running.push(async move {
                         turn_comes.await;
                         let started = Instant::now();
                         // The policy point: after the call-order wait, before it runs.
-                        let result = policy.run(tool.as_ref(), input, ctx, &footprint).await;
+                        let result = policy.run(tool.as_ref(), input, ctx, &footprint, &halt).await;
                         drop(finished);
                         (index, result, started.elapsed().as_millis() as u64)
                     });

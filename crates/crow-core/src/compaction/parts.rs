@@ -104,7 +104,10 @@ pub(super) fn entry_chars(entries: &[HistoryEntry], view: &View<'_>, at: usize) 
             view.elided.get(&at).map_or(output.len(), |o| o.len())
         }
         EntryKind::System {
-            event: SystemEvent::FilesRestored { note, .. } | SystemEvent::Memory { note, .. },
+            event:
+                SystemEvent::FilesRestored { note, .. }
+                | SystemEvent::Memory { note, .. }
+                | SystemEvent::HookContext { note, .. },
         } => note.len(),
         _ => 0,
     };
