@@ -173,9 +173,7 @@ impl From<&RunStop> for Stop {
             RunStop::Complete { .. }
             | RunStop::NeedsInput
             | RunStop::DoomLoop { .. }
-            | RunStop::Halted { .. } => {
-                Stop::EndTurn
-            }
+            | RunStop::Halted { .. } => Stop::EndTurn,
             RunStop::MaxTurns => Stop::MaxTurnRequests,
             RunStop::MaxTokens => Stop::MaxTokens,
             RunStop::Refusal => Stop::Refusal,

@@ -529,3 +529,6 @@ use snapshots::SnapshotStep;
 #[cfg(test)]
 #[path = "agent_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+mod hook_tests;

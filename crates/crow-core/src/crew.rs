@@ -558,8 +558,7 @@ impl Crew {
             .field("text", text)
             .field("files_changed", display_paths(&verdict.files_changed))
         };
-        if let Some(outcome) =
-            crate::hooks::fire(coagent.hooks(), input, event, None, cancel).await
+        if let Some(outcome) = crate::hooks::fire(coagent.hooks(), input, event, None, cancel).await
         {
             coagent.tell(events, &outcome);
         }

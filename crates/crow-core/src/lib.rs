@@ -27,9 +27,9 @@ pub mod env;
 pub mod event;
 mod flow;
 pub mod history;
-pub mod hooks;
 #[cfg(test)]
 mod history_proptests;
+pub mod hooks;
 pub mod message;
 pub mod policy;
 pub mod provider;
@@ -54,10 +54,10 @@ pub use crew::{
 };
 pub use env::{EnvPolicy, Inherit};
 pub use event::{AgentEvent, EventSender, NoticeLevel};
-pub use hooks::{HookEvent, HookInput, HookOutcome, HookPermission, HookedGate, Hooks};
 pub use history::{
     Compaction, CompactionTier, Elided, EntryKind, HistoryEntry, Replaced, SystemEvent,
 };
+pub use hooks::{HookEvent, HookInput, HookOutcome, HookPermission, HookedGate, Hooks};
 pub use message::{
     AssistantPart, ChatRequest, ImagePart, Message, ToolDefinition, ToolResultMessage,
 };

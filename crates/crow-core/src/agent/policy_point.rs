@@ -85,9 +85,7 @@ impl PolicyPoint {
                 ));
             }
             if let Some(reason) = outcome.block {
-                return ToolResult::error(format!(
-                    "blocked by a PreToolUse hook: {reason}"
-                ));
+                return ToolResult::error(format!("blocked by a PreToolUse hook: {reason}"));
             }
             if let Some(HookPermission::Deny { reason }) = &outcome.permission {
                 return ToolResult::error(format!(
@@ -101,9 +99,12 @@ impl PolicyPoint {
                     // What the call touches is judged again: the hook may have moved it.
                     moved = Some(tool.footprint(&input, &ctx));
                 } else {
-                    notice(&ctx, format!(
-                        "a PreToolUse hook's updatedInput for {name} is not a JSON object; the call keeps its arguments"
-                    ));
+                    notice(
+                        &ctx,
+                        format!(
+                            "a PreToolUse hook's updatedInput for {name} is not a JSON object; the call keeps its arguments"
+                        ),
+                    );
                 }
             }
             hook_permission = outcome.permission;
@@ -148,10 +149,14 @@ impl PolicyPoint {
                 let _ = halt.set(reason.clone());
             }
             if let Some(reason) = &outcome.block {
-                result.output.push_str(&format!("\n\n[PostToolUse hook] {reason}"));
+                result
+                    .output
+                    .push_str(&format!("\n\n[PostToolUse hook] {reason}"));
             }
             if let Some(context) = outcome.context_text() {
-                result.output.push_str(&format!("\n\n[PostToolUse hook] {context}"));
+                result
+                    .output
+                    .push_str(&format!("\n\n[PostToolUse hook] {context}"));
             }
         }
         result

@@ -77,7 +77,9 @@ impl BaseAgent {
                         turn_comes.await;
                         let started = Instant::now();
                         // The policy point: after the call-order wait, before it runs.
-                        let result = policy.run(tool.as_ref(), input, ctx, &footprint, &halt).await;
+                        let result = policy
+                            .run(tool.as_ref(), input, ctx, &footprint, &halt)
+                            .await;
                         drop(finished);
                         (index, result, started.elapsed().as_millis() as u64)
                     });

@@ -278,7 +278,17 @@ mod tests {
         let input = serde_json::json!({"command": "git log"});
         let consulted = |asks: bool| {
             let (policy, ctx, input) = (&policy, &ctx, &input);
-            async move { consult(policy, &Command { asks }, input, ctx, &Footprint::Anything, None).await }
+            async move {
+                consult(
+                    policy,
+                    &Command { asks },
+                    input,
+                    ctx,
+                    &Footprint::Anything,
+                    None,
+                )
+                .await
+            }
         };
         // Nothing remembered: the loop's question reaches the front end.
         assert!(consulted(false).await.is_err());
