@@ -68,6 +68,8 @@ pub struct Composer {
     effort: Option<crow_providers::ReasoningEffort>,
     /// Agents whose model alias could not be mapped and has been warned about.
     alias_warned: Mutex<std::collections::HashSet<String>>,
+    /// The user's hooks (`hooks/`), given to every agent; `None`: none configured.
+    hooks: Option<Arc<dyn crow_core::Hooks>>,
 }
 
 /// What a [`Composer`] is built from.
@@ -87,6 +89,8 @@ pub struct ComposerParts {
     pub client: Option<Arc<dyn ClientBridge>>,
     /// The user's reasoning effort for the session, applied to the provider too.
     pub effort: Option<crow_providers::ReasoningEffort>,
+    /// The user's hooks; `None` when none are configured (nothing is wrapped or fired).
+    pub hooks: Option<Arc<dyn crow_core::Hooks>>,
 }
 
 /// A built provider per provider name, model and reasoning effort.
@@ -108,6 +112,7 @@ impl Composer {
             trusted,
             client,
             effort,
+            hooks,
         } = parts;
         if effort.is_some() {
             provider.reasoning_effort = effort;
@@ -155,7 +160,8 @@ impl Composer {
             default_provider: provider,
             catalog,
             tools,
-            permission: gate,
+            // PermissionRequest and Notification hooks stand before the front end's questions.
+            permission: crow_core::HookedGate::wrap(gate, hooks.clone(), project_root.clone()),
             policy,
             trusted,
             client,
@@ -169,6 +175,7 @@ impl Composer {
             providers: Mutex::new(HashMap::new()),
             effort,
             alias_warned: Mutex::new(std::collections::HashSet::new()),
+            hooks,
         })
     }
 
@@ -212,11 +219,17 @@ impl Composer {
             providers: Mutex::new(HashMap::new()),
             effort,
             alias_warned: Mutex::new(std::collections::HashSet::new()),
+            hooks: self.hooks.clone(),
         };
         if let Some(sink) = self.history_sink.get() {
             let _ = composer.history_sink.set(Arc::clone(sink));
         }
         with_subagents(composer)
+    }
+
+    /// The user's hooks, if any are configured.
+    pub fn hooks(&self) -> Option<&Arc<dyn crow_core::Hooks>> {
+        self.hooks.as_ref()
     }
 
     /// Who answers permission questions.
@@ -281,9 +294,21 @@ impl Composer {
             None => def.primary.clone(),
         };
         let snapshots = self.snapshots.as_ref().filter(|_| parent.is_none());
-        let with_snapshots = |agent: BaseAgent| match snapshots {
-            Some(s) => agent.with_snapshots(Arc::clone(s)),
-            None => agent,
+        // The end of the primary's turn is the session's Stop (a subagent's, its
+        // SubagentStop); the reviewer's end is told as its verdict (ReviewVerdict).
+        let stop = match parent {
+            Some(_) => crow_core::HookEvent::SubagentStop,
+            None => crow_core::HookEvent::Stop,
+        };
+        let with_snapshots = |agent: BaseAgent, stop: Option<crow_core::HookEvent>| {
+            let agent = match &self.hooks {
+                Some(hooks) => agent.with_hooks(Arc::clone(hooks), stop),
+                None => agent,
+            };
+            match snapshots {
+                Some(s) => agent.with_snapshots(Arc::clone(s)),
+                None => agent,
+            }
         };
         // Where the reviewer ends the run, the builder's task_complete is a claim: it is told.
         let reviewed = matches!(
@@ -293,7 +318,10 @@ impl Composer {
                 ..
             }
         ) && def.coagent.is_some();
-        let primary = with_snapshots(self.agent_in(&def.primary, &primary_name, reviewed, true)?);
+        let primary = with_snapshots(
+            self.agent_in(&def.primary, &primary_name, reviewed, true)?,
+            Some(stop),
+        );
         let coagent = match &def.coagent {
             Some(coagent) if def.flow.needs_coagent() => {
                 // Events are told apart by agent name, so two copies of one agent need two.
@@ -312,6 +340,7 @@ impl Composer {
                 );
                 Some(with_snapshots(
                     self.agent_in(coagent, &shown, false, commands)?,
+                    None,
                 ))
             }
             _ => None,

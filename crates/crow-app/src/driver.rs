@@ -28,8 +28,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
 use crow_core::{
-    AgentError, Crew, CrewSession, EventSender, HistorySink, RunResult, RunStop, SessionInfo,
-    SessionStore, Steering,
+    AgentError, AgentEvent, Crew, CrewSession, EntryKind, EventSender, HistorySink, HookEvent,
+    HookInput, Hooks, NoticeLevel, RunResult, RunStop, SessionInfo, SessionStore, Steering,
+    SystemEvent,
 };
 use crow_mcp::McpManager;
 use crow_store::SqliteStore;
@@ -95,7 +96,24 @@ pub struct Turn {
     recorder: Option<(EventSender, tokio::task::JoinHandle<()>)>,
     mcp: Option<(McpManager, Duration)>,
     failure: Arc<WriteFailure>,
+    /// The prompt, entered into the history by [`Turn::run`] once the prompt's hooks let it.
+    prompt: Prompt,
+    hooks: Option<Arc<dyn Hooks>>,
+    /// The session's start to tell `SessionStart` hooks of (`startup`, `resume`, `clear`):
+    /// this is its first prompt in this driver.
+    start: Option<&'static str>,
     pub begun: Begun,
+}
+
+/// What a prompt puts into the history: learnings recalled for it, the text as the model
+/// reads it (mentions expanded), images. Held back until `UserPromptSubmit` hooks let it
+/// through: a blocked prompt leaves nothing in the session, the store or later requests.
+struct Prompt {
+    /// The text as the user typed it, which the hooks are told.
+    typed: String,
+    text: String,
+    images: Vec<(String, String)>,
+    recalled: Option<(Vec<i64>, String)>,
 }
 
 /// A turn that ran: hand it back with [`Driver::end`].
@@ -103,6 +121,8 @@ pub struct Ran {
     session: CrewSession,
     id: Option<String>,
     outcome: Result<RunResult, AgentError>,
+    /// A `UserPromptSubmit` hook blocked the prompt: nothing of it entered the session.
+    blocked: bool,
 }
 
 /// How a prompt ended.
@@ -156,6 +176,8 @@ pub struct Driver {
     failure: Arc<WriteFailure>,
     /// Messages typed while a turn runs (the terminal's), given to the agent between steps.
     steering: Option<Steering>,
+    /// How the open session started, until its first prompt tells `SessionStart` hooks.
+    start: Option<&'static str>,
 }
 
 impl Driver {
@@ -216,6 +238,10 @@ impl Driver {
             mcp_wait,
             failure,
             steering: None,
+            start: Some(match &open {
+                Open::Resume(_) => "resume",
+                _ => "startup",
+            }),
         };
         match open {
             Open::New => {}
@@ -278,7 +304,9 @@ impl Driver {
         self.crew = Arc::new(self.composer.crew(&composition, level)?);
         self.composition = composition;
         self.level = level;
-        self.attach(info)
+        self.attach(info)?;
+        self.start = Some("resume");
+        Ok(())
     }
 
     /// Opens stored session `info`'s histories for the crew built for it.
@@ -300,18 +328,46 @@ impl Driver {
     }
 
     /// Closes the driver's side of the session: it lets go of the MCP servers (their owner
-    /// shuts them down) and of its histories. The session stays stored.
-    pub fn close(&mut self) {
+    /// shuts them down) and of its histories, and tells `SessionEnd` hooks why (`reason`:
+    /// Claude Code's `prompt_input_exit`, `other`, ...). The session stays stored.
+    pub async fn close(&mut self, reason: &str) {
         self.mcp = None;
+        self.session_end(reason).await;
         self.session = None;
     }
 
-    /// Leaves the open session (it stays stored); the next prompt starts a new one.
-    pub fn detach(&mut self) {
+    /// Leaves the open session (it stays stored; `SessionEnd` hooks hear `clear`); the next
+    /// prompt starts a new one.
+    pub async fn detach(&mut self) {
+        self.session_end("clear").await;
         self.id = None;
         self.opened = None;
         self.session = None;
+        self.start = Some("clear");
         self.composer.set_stored_prompts(Default::default());
+    }
+
+    /// `SessionEnd`: told when a session that got a prompt here is left.
+    async fn session_end(&self, reason: &str) {
+        let (Some(session), Some(hooks)) = (&self.session, self.composer.hooks()) else {
+            return;
+        };
+        let event = HookEvent::SessionEnd;
+        if !hooks.listens(event, Some(reason)) || self.start.is_some() {
+            return;
+        }
+        let input = HookInput::new(
+            event,
+            &session.primary.id,
+            &session.primary.cwd,
+            &session.primary.agent,
+        )
+        .subject(reason)
+        .field("reason", reason);
+        let outcome = hooks.fire(input, &CancellationToken::new()).await;
+        for notice in outcome.notices {
+            tracing::warn!("{notice}");
+        }
     }
 
     pub fn composer(&self) -> &Arc<Composer> {
@@ -465,22 +521,23 @@ impl Driver {
             notes: mention.notes,
             ..Begun::default()
         };
-        if let Some(store) = &self.store {
-            begun.recalled = crate::memory::recall(
+        let recalled = self.store.as_ref().and_then(|store| {
+            crate::memory::recall_for(
                 store,
                 &composer.config.memory,
-                &mut session.primary,
+                &session.primary,
                 &mention.text,
-            );
-        }
+            )
+        });
+        begun.recalled = recalled.as_ref().map_or(0, |(ids, _)| ids.len());
         let mut images = input.images;
         images.extend(mention.images);
-        sessions::add_prompt(
-            &mut session.primary,
-            crew.primary().provider().as_ref(),
-            mention.text,
+        let prompt = Prompt {
+            typed: input.text,
+            text: mention.text,
             images,
-        );
+            recalled,
+        };
         session.primary.steering = self.steering.clone();
         let recorder = match (&self.store, &self.id) {
             (Some(store), Some(id)) => {
@@ -508,6 +565,9 @@ impl Driver {
             recorder,
             mcp,
             failure: Arc::clone(&self.failure),
+            prompt,
+            hooks: self.composer.hooks().cloned(),
+            start: self.start.take(),
             begun,
         })
     }
@@ -557,6 +617,7 @@ impl Driver {
             mut session,
             id,
             outcome,
+            blocked,
         } = ran;
         session.primary.steering = None;
         let opened = self.opened.unwrap_or(Opened {
@@ -577,7 +638,11 @@ impl Driver {
                 &session,
             );
         }
-        let discarded = opened.fresh && outcome.is_err() && sessions::only_prompt(&session);
+        // A new session whose first prompt failed holds only that prompt; one whose first
+        // prompt a hook blocked holds nothing (and its row is named after the prompt).
+        let discarded = opened.fresh
+            && ((outcome.is_err() && sessions::only_prompt(&session))
+                || (blocked && session.primary.entries().is_empty()));
         if discarded {
             if let (Some(store), Some(id)) = (&self.store, &id)
                 && let Err(e) = store.delete_session(id)
@@ -681,6 +746,9 @@ impl Turn {
             recorder,
             mcp,
             failure,
+            prompt,
+            hooks,
+            start,
             begun: _,
         } = self;
         // A refused write stops the run alone: the front end's cancel means the user's.
@@ -693,6 +761,27 @@ impl Turn {
                 run_cancel.cancel();
             })
         };
+        // The prompt's hooks, then the prompt into the history (unless they blocked it).
+        let hooked = prompt_hooks(
+            hooks.as_ref(),
+            &session,
+            start,
+            &prompt,
+            &events,
+            &run_cancel,
+        )
+        .await;
+        if let Some(reason) = hooked.blocked {
+            on_failure.abort();
+            drop(recorder);
+            return Ran {
+                session,
+                id,
+                outcome: Ok(blocked_run(reason)),
+                blocked: true,
+            };
+        }
+        enter_prompt(&mut session, &crew, prompt, hooked);
         if let Some((mcp, limit)) = mcp {
             tokio::select! {
                 () = mcp.wait_settled(limit) => {}
@@ -714,7 +803,111 @@ impl Turn {
             session,
             id,
             outcome,
+            blocked: false,
         }
+    }
+}
+
+/// What the hooks of a prompt said.
+#[derive(Default)]
+struct Hooked {
+    /// `SessionStart` hooks' context, before the prompt.
+    start: Option<String>,
+    /// `UserPromptSubmit` hooks' context, after it.
+    submit: Option<String>,
+    /// Why a `UserPromptSubmit` hook blocked the prompt.
+    blocked: Option<String>,
+}
+
+/// `SessionStart` (on the session's first prompt in this driver) and `UserPromptSubmit`.
+async fn prompt_hooks(
+    hooks: Option<&Arc<dyn Hooks>>,
+    session: &CrewSession,
+    start: Option<&'static str>,
+    prompt: &Prompt,
+    events: &EventSender,
+    cancel: &CancellationToken,
+) -> Hooked {
+    let mut hooked = Hooked::default();
+    let Some(hooks) = hooks else {
+        return hooked;
+    };
+    let primary = &session.primary;
+    let input = |event| HookInput::new(event, &primary.id, &primary.cwd, &primary.agent);
+    let tell = |notices: Vec<String>| {
+        for message in notices {
+            let _ = events.send(AgentEvent::Notice {
+                agent: primary.agent.clone(),
+                level: NoticeLevel::Warning,
+                message,
+            });
+        }
+    };
+    if let Some(source) = start
+        && hooks.listens(HookEvent::SessionStart, Some(source))
+    {
+        let outcome = hooks
+            .fire(
+                input(HookEvent::SessionStart)
+                    .subject(source)
+                    .field("source", source),
+                cancel,
+            )
+            .await;
+        hooked.start = outcome.context_text();
+        tell(outcome.notices);
+    }
+    if hooks.listens(HookEvent::UserPromptSubmit, None) {
+        let outcome = hooks
+            .fire(
+                input(HookEvent::UserPromptSubmit).field("prompt", prompt.typed.as_str()),
+                cancel,
+            )
+            .await;
+        hooked.submit = outcome.context_text();
+        hooked.blocked = outcome.block.or(outcome.halt);
+        tell(outcome.notices);
+    }
+    hooked
+}
+
+/// The prompt into the history: recalled learnings and a session start's context before it,
+/// a prompt hook's context after it.
+fn enter_prompt(session: &mut CrewSession, crew: &Crew, prompt: Prompt, hooked: Hooked) {
+    let primary = &mut session.primary;
+    if let Some(recalled) = prompt.recalled {
+        crate::memory::remember(primary, recalled);
+    }
+    let context = |hook: HookEvent, note: String| EntryKind::System {
+        event: SystemEvent::HookContext {
+            hook: hook.name().to_owned(),
+            note,
+        },
+    };
+    if let Some(note) = hooked.start {
+        primary.push(context(HookEvent::SessionStart, note));
+    }
+    sessions::add_prompt(
+        primary,
+        crew.primary().provider().as_ref(),
+        prompt.text,
+        prompt.images,
+    );
+    if let Some(note) = hooked.submit {
+        primary.push(context(HookEvent::UserPromptSubmit, note));
+    }
+}
+
+/// The run of a prompt a hook blocked: nothing ran.
+fn blocked_run(reason: String) -> RunResult {
+    RunResult {
+        stop: RunStop::Halted {
+            reason: format!("a UserPromptSubmit hook blocked the prompt: {reason}"),
+        },
+        last: None,
+        usage: crow_core::Usage::default(),
+        rounds: 0,
+        files_changed: Vec::new(),
     }
 }
 

@@ -119,6 +119,7 @@ pub fn assemble(request: Request) -> Result<Assembled> {
         trusted: loaded.trusted,
         client: None,
         effort: flags.effort,
+        hooks: None,
     });
     // Once the store is open. The registry is shared and ordered by name: registering after
     // the composer (and the crew) are built changes nothing the model sees.

@@ -96,6 +96,7 @@ fn composer(dir: &Path, base_url: String) -> Arc<Composer> {
         trusted: false,
         client: None,
         effort: None,
+        hooks: None,
     })
 }
 

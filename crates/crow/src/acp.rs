@@ -447,6 +447,7 @@ fn compose(
         trusted: loaded.trusted,
         client: spec.client.clone(),
         effort: picked_effort(loaded, effort),
+        hooks: None,
     }))
 }
 

@@ -104,6 +104,7 @@ pub async fn run(json: bool, dir: Option<PathBuf>) -> Result<ExitCode> {
         trusted: false,
         client: None,
         effort: None,
+        hooks: None,
     });
     let code = run_session(RunSpec {
         prompt: format!("{name} prints the wrong greeting. Fix it and check that it runs."),

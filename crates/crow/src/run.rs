@@ -69,7 +69,7 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
     })?;
     if let Some(command) = command {
         let reply = session_command(&command, &mut driver).await?;
-        driver.close();
+        driver.close("other").await;
         mcp.finish().await;
         return Ok(reply);
     }
@@ -86,7 +86,7 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
     let turn = match turn {
         Ok(turn) => turn,
         Err(e) => {
-            driver.close();
+            driver.close("other").await;
             mcp.finish().await;
             return Err(e);
         }
@@ -127,7 +127,7 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
     let ran = turn.run(cancel).await;
     crate::stop::saving();
     let ended = driver.end(ran);
-    driver.close();
+    driver.close("other").await;
     mcp.finish().await;
     let totals = renderer.await.unwrap_or_default();
     // A second signal still exits at once until here; from now on crow is only closing.

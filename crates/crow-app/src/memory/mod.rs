@@ -89,31 +89,35 @@ pub fn recall_note(
     ))
 }
 
-/// Before a new session's first prompt: adds the recalled learnings to its history. Returns
-/// how many, for the front end to say.
-pub fn recall(
+/// Before a new session's first prompt: the learnings to recall for it (ids and the note
+/// the model is sent, as a [`SystemEvent::Memory`] before the prompt); `None` for a later
+/// prompt or when nothing matches.
+pub fn recall_for(
     store: &SqliteStore,
     config: &MemoryConfig,
-    session: &mut Session,
+    session: &Session,
     prompt: &str,
-) -> usize {
+) -> Option<(Vec<i64>, String)> {
     let first = !session
         .entries()
         .iter()
         .any(|e| matches!(e.kind, EntryKind::User { .. }));
     if !first {
-        return 0;
+        return None;
     }
-    let root = session.project_root.clone();
-    let Some((learnings, note)) = recall_note(store, config, &root, prompt) else {
-        return 0;
-    };
-    let count = learnings.len();
-    tracing::debug!(count, "learnings recalled");
+    let recalled = recall_note(store, config, &session.project_root, prompt);
+    tracing::debug!(
+        count = recalled.as_ref().map_or(0, |r| r.0.len()),
+        "learnings recalled"
+    );
+    recalled
+}
+
+/// Adds learnings [`recall_for`] found to the history.
+pub fn remember(session: &mut Session, (learnings, note): (Vec<i64>, String)) {
     session.push(EntryKind::System {
         event: SystemEvent::Memory { learnings, note },
     });
-    count
 }
 
 /// What a front end says about recalled learnings.

@@ -101,7 +101,7 @@ pub async fn handle(app: &mut App, line: &str) -> bool {
         "/model" => model(app, arg).await,
         "/effort" => effort(app, arg),
         "/new" | "/clear" => {
-            app.driver.detach();
+            app.driver.detach().await;
             app.context_tokens = 0;
             // "Always" was for that session; the mode chosen here stays.
             if let Ok(gate) = app.gate.lock() {

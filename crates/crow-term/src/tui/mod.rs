@@ -289,7 +289,7 @@ pub async fn run(args: Args) -> Result<ExitCode> {
     crate::stop::closing();
     app.view.flush_open();
     let id = app.driver.id().map(str::to_owned);
-    app.driver.close();
+    app.driver.close("prompt_input_exit").await;
     if let Some(mcp) = app.mcp.take() {
         mcp.finish().await;
     }
