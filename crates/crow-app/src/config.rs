@@ -56,6 +56,12 @@ pub struct Config {
     /// MCP servers whose tools crow offers (`[mcp_servers.NAME]`; also read from `.mcp.json`).
     #[serde(default)]
     pub mcp_servers: BTreeMap<String, crow_mcp::McpServerEntry>,
+    /// Commands run at named points of a session (Claude Code's `hooks`: `[[hooks.PreToolUse]]`
+    /// with `matcher` and `[[hooks.PreToolUse.hooks]]`). They add up across files
+    /// (`crate::hooks::load` reads each layer's); a project's count only when it is trusted.
+    #[serde(default)]
+    #[allow(dead_code)]
+    pub hooks: hooks::HooksConfig,
     /// Projects the user trusts (`[projects."/path"] trusted = true`; `crow trust`). Declared
     /// here so the user's file is validated; trust.rs reads it from the user's layer alone.
     #[serde(default)]
@@ -365,6 +371,12 @@ pub struct LoadedConfig {
     /// Each layer's `[permissions]` section with its source, in layer order: the rules add
     /// up, never replace (`crate::permissions::rules` reads them).
     pub rule_layers: Vec<(toml::Table, Source)>,
+    /// Each layer's `[hooks]` section with its source, in layer order (an untrusted
+    /// project's is left out): hooks add up (`crate::hooks::load` reads them).
+    pub hook_layers: Vec<(toml::Table, Source)>,
+    /// The hooks of the project's `.claude/settings.json` and `settings.local.json`, as read
+    /// when trust was decided (used only when `trusted`).
+    pub claude_hooks: Vec<hooks::ClaudeHooksFile>,
     /// The project's own config counts in full (`crow trust`, `--trust-project`).
     pub trusted: bool,
     /// The project is in the trust list, but its guarded keys changed since it was trusted.
@@ -381,7 +393,7 @@ impl LoadedConfig {
         }
         if self.trust_changed {
             bail!(
-                "this project's configuration changed since you trusted it: {} (MCP servers, endpoints, the sandbox or what commands see); \
+                "this project's configuration changed since you trusted it: {} (MCP servers, hooks, endpoints, the sandbox or what commands see); \
                  look at them, then run `crow trust` in {} again to accept them (or pass --trust-project for one run)",
                 self.untrusted.join(", "),
                 project_root.display()
@@ -447,8 +459,17 @@ pub fn load(project_root: &Path, flags: &Overrides) -> Result<LoadedConfig> {
     // The project's own layers: `.mcp.json` (servers only) and `.crow/config.toml`.
     let mcp_json = mcp_json_layer(project_root)?;
     let project_layer = read_layer(&project_root.join(".crow").join("config.toml"))?;
+    // Claude Code's project hooks run programs too: part of what trust is given to.
+    let claude_hooks = hooks::claude_project_hooks(project_root)?;
+    let claude_layer = hooks::fingerprint_layer(&claude_hooks);
     let trust = crate::trust::trust_of(user.as_ref().map(|(table, _)| table), project_root);
-    let current = crate::trust::fingerprint(mcp_json.iter().chain(&project_layer).map(|(t, _)| t));
+    let current = crate::trust::fingerprint(
+        mcp_json
+            .iter()
+            .chain(&project_layer)
+            .map(|(t, _)| t)
+            .chain(&claude_layer),
+    );
     let trust_changed =
         !flags.trust_project && trust != crate::trust::Trust::No && !trust.covers(&current);
     let trusted = flags.trust_project || trust.covers(&current);
@@ -534,9 +555,13 @@ pub fn load(project_root: &Path, flags: &Overrides) -> Result<LoadedConfig> {
     let mut merged = toml::Table::new();
     let mut sources = BTreeMap::new();
     let mut rule_layers = Vec::new();
+    let mut hook_layers = Vec::new();
     for (table, source) in layers {
         if let Some(section) = table.get("permissions") {
             rule_layers.push((single("permissions", section.clone()), source.clone()));
+        }
+        if let Some(section) = table.get("hooks") {
+            hook_layers.push((single("hooks", section.clone()), source.clone()));
         }
         flatten("", &table, &source, &mut sources);
         deep_merge(&mut merged, table);
@@ -551,6 +576,8 @@ pub fn load(project_root: &Path, flags: &Overrides) -> Result<LoadedConfig> {
         effort_override: flags.effort,
         untrusted,
         rule_layers,
+        hook_layers,
+        claude_hooks,
         trusted,
         trust_changed,
     })
@@ -590,8 +617,13 @@ pub fn mcp_json_layer(project_root: &Path) -> Result<Option<(toml::Table, Source
 pub fn project_fingerprint(project_root: &Path) -> Result<Vec<String>> {
     let mcp_json = mcp_json_layer(project_root)?;
     let project_layer = read_layer(&project_root.join(".crow").join("config.toml"))?;
+    let claude_layer = hooks::fingerprint_layer(&hooks::claude_project_hooks(project_root)?);
     Ok(crate::trust::fingerprint(
-        mcp_json.iter().chain(&project_layer).map(|(t, _)| t),
+        mcp_json
+            .iter()
+            .chain(&project_layer)
+            .map(|(t, _)| t)
+            .chain(&claude_layer),
     ))
 }
 
@@ -640,6 +672,7 @@ fn flatten(
 pub use shown::shown;
 
 mod files;
+pub mod hooks;
 pub mod memory;
 pub mod permissions;
 #[cfg(test)]

@@ -13,12 +13,18 @@ use std::path::{Path, PathBuf};
 
 /// Keys of a project layer that take effect only in a trusted project: where a provider's
 /// requests (and the user's key) go, which key is sent, MCP servers (commands crow starts,
-/// URLs it connects to), where sessions are stored, what commands see of the environment and
-/// the sandbox they run in (a cloned repository must not open it), and where traces of the
-/// session are sent.
+/// URLs it connects to), hooks (commands crow runs), where sessions are stored, what
+/// commands see of the environment and the sandbox they run in (a cloned repository must
+/// not open it), and where traces of the session are sent.
 const GUARDED_PROVIDER_KEYS: &[&str] = &["base_url", "headers", "api_key_env", "api_key_file"];
 const GUARDED_STORE_KEYS: &[&str] = &["path", "data_dir"];
-const GUARDED_SECTIONS: &[&str] = &["mcp_servers", "shell_environment", "sandbox", "telemetry"];
+const GUARDED_SECTIONS: &[&str] = &[
+    "mcp_servers",
+    "hooks",
+    "shell_environment",
+    "sandbox",
+    "telemetry",
+];
 /// `[tools]` keys that would let a fetch reach the user's own network, and where searches (with the user's key) go.
 const GUARDED_TOOLS_KEYS: &[&str] = &["web_fetch_allow_private", "web_search"];
 

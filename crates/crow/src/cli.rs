@@ -3,7 +3,7 @@
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::cmd::{mcp, sessions, skills};
+use crate::cmd::{hooks, mcp, sessions, skills};
 use crate::{config_cmd, memory_cmd, stats};
 
 #[derive(Parser)]
@@ -136,6 +136,12 @@ pub(crate) enum Command {
         /// Overwrite files changed by hand since the agent's turn
         #[arg(long)]
         force: bool,
+    },
+    /// The hooks that run at named points of a session (Claude Code's `hooks` settings and
+    /// `[hooks]` in config.toml)
+    Hooks {
+        #[command(subcommand)]
+        command: hooks::HooksCommand,
     },
     /// List and show Agent Skills (SKILL.md folders in .crow/skills, .agents/skills, ~/.claude/skills, ...)
     Skills {

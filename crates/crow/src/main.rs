@@ -259,6 +259,10 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Agents { command } => agents_command(command),
+        Command::Hooks { command } => {
+            let cwd = std::env::current_dir().context("cannot read the current directory")?;
+            cmd::hooks::command(command, &wiring::find_project_root(&cwd).0)
+        }
         Command::Skills { command } => {
             let cwd = std::env::current_dir().context("cannot read the current directory")?;
             cmd::skills::command(command, &wiring::find_project_root(&cwd).0)
