@@ -70,6 +70,7 @@ pub struct Composer {
     alias_warned: Mutex<std::collections::HashSet<String>>,
     /// The user's hooks (`hooks/`), given to every agent; `None`: none configured.
     hooks: Option<Arc<dyn crow_core::Hooks>>,
+    runner: Option<Arc<crate::hooks::HookRunner>>,
 }
 
 /// What a [`Composer`] is built from.
@@ -89,8 +90,9 @@ pub struct ComposerParts {
     pub client: Option<Arc<dyn ClientBridge>>,
     /// The user's reasoning effort for the session, applied to the provider too.
     pub effort: Option<crow_providers::ReasoningEffort>,
-    /// The user's hooks; `None` when none are configured (nothing is wrapped or fired).
-    pub hooks: Option<Arc<dyn crow_core::Hooks>>,
+    /// The user's hooks (`hooks::session_runner`); `None` when none are configured (nothing
+    /// is wrapped or fired).
+    pub hooks: Option<Arc<crate::hooks::HookRunner>>,
 }
 
 /// A built provider per provider name, model and reasoning effort.
@@ -112,8 +114,11 @@ impl Composer {
             trusted,
             client,
             effort,
-            hooks,
+            hooks: runner,
         } = parts;
+        let hooks = runner
+            .clone()
+            .map(|runner| runner as Arc<dyn crow_core::Hooks>);
         if effort.is_some() {
             provider.reasoning_effort = effort;
         }
@@ -176,6 +181,7 @@ impl Composer {
             effort,
             alias_warned: Mutex::new(std::collections::HashSet::new()),
             hooks,
+            runner,
         })
     }
 
@@ -220,6 +226,7 @@ impl Composer {
             effort,
             alias_warned: Mutex::new(std::collections::HashSet::new()),
             hooks: self.hooks.clone(),
+            runner: self.runner.clone(),
         };
         if let Some(sink) = self.history_sink.get() {
             let _ = composer.history_sink.set(Arc::clone(sink));
@@ -230,6 +237,11 @@ impl Composer {
     /// The user's hooks, if any are configured.
     pub fn hooks(&self) -> Option<&Arc<dyn crow_core::Hooks>> {
         self.hooks.as_ref()
+    }
+
+    /// The hooks' runner, to tell it the session's composition and transcript.
+    pub fn hook_runner(&self) -> Option<&Arc<crate::hooks::HookRunner>> {
+        self.runner.as_ref()
     }
 
     /// Who answers permission questions.

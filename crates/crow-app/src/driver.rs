@@ -222,6 +222,12 @@ impl Driver {
         if let Some(store) = &store {
             composer.set_history_sink(Arc::clone(store) as Arc<dyn HistorySink>);
         }
+        if let Some(runner) = composer.hook_runner() {
+            runner.set_composition(composition.clone());
+            if let Some(store) = &store {
+                runner.set_transcript(crate::hooks::transcript_exporter(Arc::clone(store)));
+            }
+        }
         let failure = WriteFailure::watch(store.as_deref());
         let mcp_wait =
             Duration::from_millis(composer.config.tools.mcp_startup_wait_ms.unwrap_or(3000));
@@ -304,6 +310,7 @@ impl Driver {
         self.crew = Arc::new(self.composer.crew(&composition, level)?);
         self.composition = composition;
         self.level = level;
+        self.tell_hooks_composition();
         self.attach(info)?;
         self.start = Some("resume");
         Ok(())
@@ -345,6 +352,13 @@ impl Driver {
         self.session = None;
         self.start = Some("clear");
         self.composer.set_stored_prompts(Default::default());
+    }
+
+    /// Hooks are told the composition the session runs now.
+    fn tell_hooks_composition(&self) {
+        if let Some(runner) = self.composer.hook_runner() {
+            runner.set_composition(self.composition.clone());
+        }
     }
 
     /// `SessionEnd`: told when a session that got a prompt here is left.
@@ -423,6 +437,7 @@ impl Driver {
     pub fn set_composition(&mut self, name: &str) -> Result<()> {
         self.crew = Arc::new(self.composer.crew(name, self.level)?);
         name.clone_into(&mut self.composition);
+        self.tell_hooks_composition();
         if let (Some(store), Some(id)) = (&self.store, self.stored_id())
             && let Err(e) = store.set_agent(id, name)
         {

@@ -99,7 +99,9 @@ pub fn assemble(request: Request) -> Result<Assembled> {
         .then(|| selection.settings.base_url.clone());
     let mcp_servers = mcp::servers(&loaded.config);
     let catalog = wiring::load_agents(&root);
-    let tools = crow_tools::builtin_tools(&wiring::tool_options(&loaded.config));
+    let options = wiring::tool_options(&loaded.config);
+    let tools = crow_tools::builtin_tools(&options);
+    let hooks = crate::hooks::session_runner(&loaded, &root, &options)?;
     let max_iterations = loaded.config.max_iterations.unwrap_or(50);
     let policy = permissions::policy(&loaded, &root, request.mode, request.default_mode)?;
     tracing::debug!(
@@ -119,7 +121,7 @@ pub fn assemble(request: Request) -> Result<Assembled> {
         trusted: loaded.trusted,
         client: None,
         effort: flags.effort,
-        hooks: None,
+        hooks,
     });
     // Once the store is open. The registry is shared and ordered by name: registering after
     // the composer (and the crew) are built changes nothing the model sees.

@@ -272,8 +272,10 @@ impl CrowRunner {
         let (root, _) = find_project_root(&spec.cwd);
         let loaded = config::load(&root, overrides)?;
         loaded.require_trust(&root)?;
-        let tools = crow_tools::builtin_tools(&crate::wiring::tool_options(&loaded.config));
-        let composer = compose(spec, &loaded, &tools, &spec.model, EFFORT_DEFAULT)?;
+        let options = crate::wiring::tool_options(&loaded.config);
+        let tools = crow_tools::builtin_tools(&options);
+        let hooks = crow_app::hooks::session_runner(&loaded, &root, &options)?;
+        let composer = compose(spec, &loaded, &tools, hooks, &spec.model, EFFORT_DEFAULT)?;
         let store = match sessions::open(&loaded.config) {
             Ok(store) => Some(store),
             Err(e) => {
@@ -325,10 +327,12 @@ impl CrowRunner {
         if settings_for(&loaded, &model).is_ok() {
             spec.model = model.clone();
         }
-        let tools = crow_tools::builtin_tools(&crate::wiring::tool_options(&loaded.config));
+        let options = crate::wiring::tool_options(&loaded.config);
+        let tools = crow_tools::builtin_tools(&options);
+        let hooks = crow_app::hooks::session_runner(&loaded, &root, &options)?;
         let effort = info.settings.options.get(sessions::EFFORT_OPTION).cloned();
         let effort_id = effort.as_deref().unwrap_or(EFFORT_DEFAULT);
-        let composer = compose(&spec, &loaded, &tools, &spec.model, effort_id)?;
+        let composer = compose(&spec, &loaded, &tools, hooks, &spec.model, effort_id)?;
         crate::memory::register_tool(
             &tools,
             &store,
@@ -424,6 +428,7 @@ fn compose(
     spec: &SessionSpec,
     loaded: &LoadedConfig,
     tools: &ToolRegistry,
+    hooks: Option<Arc<crow_app::hooks::HookRunner>>,
     model: &str,
     effort: &str,
 ) -> Result<Arc<Composer>> {
@@ -447,7 +452,7 @@ fn compose(
         trusted: loaded.trusted,
         client: spec.client.clone(),
         effort: picked_effort(loaded, effort),
-        hooks: None,
+        hooks,
     }))
 }
 

@@ -88,10 +88,90 @@ fn home() -> Option<PathBuf> {
 /// unknown event in crow's config, a matcher that is no regex, a command missing) is an
 /// error naming its file.
 ///
-/// `project_root` is the one `loaded` was read for: its `.claude` hooks were read then, with
-/// the trust decision, so they are not read again here.
-pub fn load(loaded: &LoadedConfig, _project_root: &Path) -> Result<HookSet> {
+/// The project's `.claude` hooks were read with `loaded`, with the trust decision, so they
+/// are not read again here.
+pub fn load(loaded: &LoadedConfig) -> Result<HookSet> {
     load_with_home(loaded, home().as_deref())
+}
+
+/// A session's runner: `None` when no hook is configured (nothing is wrapped or fired).
+/// Hooks run with the environment and sandbox of the `bash` tool (`options`, the same lazy
+/// sandbox, so it is probed once).
+pub fn session_runner(
+    loaded: &LoadedConfig,
+    project_root: &Path,
+    options: &crow_tools::ToolOptions,
+) -> Result<Option<std::sync::Arc<HookRunner>>> {
+    let set = load(loaded)?;
+    if set.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(std::sync::Arc::new(HookRunner::new(
+        set,
+        project_root.to_path_buf(),
+        options.env.clone(),
+        options.sandbox.clone(),
+    ))))
+}
+
+/// Writes a session's stored timeline as JSON lines (`crow sessions export`'s) to a file only
+/// the user can read, for hooks' `transcript_path`: what was stored when the hook runs.
+pub fn transcript_exporter(store: std::sync::Arc<crow_store::SqliteStore>) -> TranscriptExporter {
+    std::sync::Arc::new(move |id: &str| {
+        let dump = crow_store::dump(store.as_ref(), id).ok()?;
+        let dir = transcript_dir();
+        if let Err(e) = private_dir(&dir) {
+            tracing::warn!(
+                "hooks get no transcript: cannot make {}: {e}",
+                dir.display()
+            );
+            return None;
+        }
+        let path = dir.join(format!("{}.jsonl", dump.info.id));
+        let mut file = private_file(&path).ok()?;
+        std::io::Write::write_all(&mut file, dump.jsonl().as_bytes()).ok()?;
+        Some(path)
+    })
+}
+
+/// Per user, under the temp dir: hooks in the sandbox may read it.
+fn transcript_dir() -> PathBuf {
+    #[cfg(unix)]
+    let user = nix::unistd::getuid().to_string();
+    #[cfg(not(unix))]
+    let user = String::from("user");
+    std::env::temp_dir().join(format!("crow-transcripts-{user}"))
+}
+
+fn private_dir(dir: &Path) -> std::io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir)?;
+    // Another user's directory of that name (made first, to read transcripts) is refused.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::symlink_metadata(dir)?;
+        if !meta.is_dir()
+            || meta.uid() != nix::unistd::getuid().as_raw()
+            || meta.mode() & 0o077 != 0
+        {
+            return Err(std::io::Error::other(
+                "not a private directory of this user",
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn private_file(path: &Path) -> std::io::Result<std::fs::File> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options.open(path)
 }
 
 /// [`load`] with the home directory given (tests).

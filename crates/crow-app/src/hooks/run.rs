@@ -40,7 +40,8 @@ pub struct HookRunner {
     /// The `bash` tool's sandbox; `None`: hooks run unconfined.
     sandbox: Option<LazySandbox>,
     composition: RwLock<String>,
-    transcript: Option<TranscriptExporter>,
+    /// Set once the session store is open (`set_transcript`).
+    transcript: std::sync::OnceLock<TranscriptExporter>,
 }
 
 impl HookRunner {
@@ -58,7 +59,7 @@ impl HookRunner {
             env,
             sandbox,
             composition: RwLock::new(String::new()),
-            transcript: None,
+            transcript: std::sync::OnceLock::new(),
         }
     }
 
@@ -69,9 +70,15 @@ impl HookRunner {
     }
 
     /// How hooks learn the session's `transcript_path`.
-    pub fn with_transcript(mut self, exporter: TranscriptExporter) -> Self {
-        self.transcript = Some(exporter);
+    pub fn with_transcript(self, exporter: TranscriptExporter) -> Self {
+        self.set_transcript(exporter);
         self
+    }
+
+    /// [`Self::with_transcript`] through an `Arc`, once the session store is open; the first
+    /// exporter set stays.
+    pub fn set_transcript(&self, exporter: TranscriptExporter) {
+        let _ = self.transcript.set(exporter);
     }
 
     /// The composition changed (`/agent`): hooks are told the new one from now on.
@@ -92,7 +99,7 @@ impl HookRunner {
     /// `tool_name == "Bash"`), crow's name in `crow_tool_name`; file tools get Claude Code's
     /// `file_path` beside crow's `path`.
     async fn stdin(&self, input: &HookInput) -> Vec<u8> {
-        let transcript = match &self.transcript {
+        let transcript = match self.transcript.get() {
             Some(export) => {
                 let export = Arc::clone(export);
                 let id = input.session_id.clone();

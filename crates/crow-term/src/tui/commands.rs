@@ -43,6 +43,10 @@ const BUILTIN: &[(&str, &str)] = &[
         "a tool call's whole output or diff: /expand [N] (Ctrl-O: the last)",
     ),
     ("/thinking", "the last thinking in full"),
+    (
+        "/hooks",
+        "the hooks that run, from which files (as crow hooks list)",
+    ),
     ("/sessions", "this project's sessions"),
     ("/resume", "continue another session: /resume ID"),
     ("/new", "start a new session"),
@@ -86,6 +90,7 @@ pub async fn handle(app: &mut App, line: &str) -> bool {
         "/help" | "/?" => help(app),
         "/expand" => app.view.expand(arg.parse().ok()),
         "/thinking" => app.view.thinking(),
+        "/hooks" => hooks(app),
         "/mode" => mode(app, arg),
         "/exit" | "/quit" => {
             app.cancel_turn();
@@ -140,6 +145,17 @@ pub async fn handle(app: &mut App, line: &str) -> bool {
     }
     app.refresh_status();
     true
+}
+
+/// What `crow hooks list` shows, for the hooks this session runs.
+fn hooks(app: &mut App) {
+    let text = match app.driver.composer().hook_runner() {
+        Some(runner) => crow_app::hooks::describe(runner.hook_set()),
+        None => "no hooks are configured (crow hooks list says where they are read from)".into(),
+    };
+    for line in text.lines() {
+        app.view.info(line);
+    }
 }
 
 fn help(app: &mut App) {

@@ -27,7 +27,7 @@ pub fn command(command: HooksCommand, project_root: &Path) -> Result<ExitCode> {
                 ..Overrides::default()
             };
             let loaded = config::load(project_root, &flags)?;
-            let set = crow_app::hooks::load(&loaded, project_root)?;
+            let set = crow_app::hooks::load(&loaded)?;
             out!("{}", crow_app::hooks::describe(&set));
             Ok(ExitCode::SUCCESS)
         }
