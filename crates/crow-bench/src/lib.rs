@@ -5,6 +5,7 @@
 pub mod acp;
 pub mod child;
 pub mod encode;
+pub mod hooks;
 pub mod limits;
 pub mod long;
 pub mod memory;
@@ -173,9 +174,10 @@ impl Bench {
         progress("interactive terminal");
         let terminal = terminal::measure(self, self.config.terminal_turns)?;
         let memory = memory::measure(self, progress)?;
+        let hooks = hooks::measure(self, progress)?;
         Ok(vec![
             overhead, walls, startup, requests, streaming, store, search, parallel, long, sandbox,
-            limits, snapshots, terminal, memory,
+            limits, snapshots, terminal, memory, hooks,
         ])
     }
 }

@@ -52,6 +52,9 @@ struct Args {
     /// Only the session store section (section 6: append, load, delete)
     #[arg(long)]
     store_only: bool,
+    /// Only the hooks section (section 15: what a trivial hook adds per tool call)
+    #[arg(long)]
+    hooks_only: bool,
 }
 
 fn main() -> ExitCode {
@@ -133,6 +136,11 @@ fn run(args: Args) -> Result<()> {
             })?]
         }
         (None, None) if args.sandbox_only => vec![crow_bench::sandbox::measure(&bench)?],
+        (None, None) if args.hooks_only => {
+            vec![crow_bench::hooks::measure(&bench, &mut |step| {
+                eprintln!("· {step}")
+            })?]
+        }
         (None, None) if args.store_only => {
             vec![crow_bench::store::measure(&bench, &mut |step| {
                 eprintln!("· {step}")
