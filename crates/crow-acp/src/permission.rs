@@ -108,21 +108,21 @@ fn asked_call(request: &PermissionRequest, primary: Option<&str>) -> acp::ToolCa
         .kind(tools::acp_kind(request.kind))
         .status(acp::ToolCallStatus::Pending);
     let mut input = request.input.clone();
+    let mut content = Vec::new();
     match &request.preview {
         Some(PermissionPreview::Edit(edit)) => {
-            fields = fields
-                .content(vec![acp::ToolCallContent::Diff(
-                    acp::Diff::new(edit.path.clone(), edit.new_text.clone())
-                        .old_text(edit.old_text.clone()),
-                )])
-                .locations(vec![acp::ToolCallLocation::new(edit.path.clone())]);
+            content.push(acp::ToolCallContent::Diff(
+                acp::Diff::new(edit.path.clone(), edit.new_text.clone())
+                    .old_text(edit.old_text.clone()),
+            ));
+            fields = fields.locations(vec![acp::ToolCallLocation::new(edit.path.clone())]);
         }
         Some(PermissionPreview::Command { command, cwd }) => {
-            fields = fields.content(vec![tools::text_content(format!(
+            content.push(tools::text_content(format!(
                 "{}\nin `{}`",
                 tools::fenced(command),
                 cwd.display()
-            ))]);
+            )));
             if let Some(object) = input.as_object_mut() {
                 object
                     .entry("cwd")
@@ -130,6 +130,14 @@ fn asked_call(request: &PermissionRequest, primary: Option<&str>) -> acp::ToolCa
             }
         }
         None => {}
+    }
+    // Why this asks although the approval level would not (a rule, a hook, a sensitive
+    // place): the user decides knowing it.
+    if let Some(why) = &request.policy {
+        content.push(tools::text_content(format!("crow asks: {why}")));
+    }
+    if !content.is_empty() {
+        fields = fields.content(content);
     }
     acp::ToolCallUpdate::new(
         acp::ToolCallId::new(request.call_id.as_str()),

@@ -332,6 +332,11 @@ impl Translator {
             AgentEvent::Error { agent, error } => {
                 tracing::warn!(%agent, %error, "turn failed");
             }
+            // What matters of a hook reaches the user as a notice (a failure) or as the call's
+            // result; its run is for telemetry and the log.
+            AgentEvent::HookRan { agent, event, run } => {
+                tracing::debug!(%agent, %event, command = %run.command, result = %run.result, "hook ran");
+            }
             AgentEvent::DoomLoopDetected { agent, description } => {
                 let message = format!("{agent} stopped: loop detected ({description})");
                 out.push(notice(NoticeLevel::Warning, &message, self.notices));

@@ -28,9 +28,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
 use crow_core::{
-    AgentError, AgentEvent, Crew, CrewSession, EntryKind, EventSender, HistorySink, HookEvent,
-    HookInput, Hooks, NoticeLevel, RunResult, RunStop, SessionInfo, SessionStore, Steering,
-    SystemEvent,
+    AgentError, Crew, CrewSession, EntryKind, EventSender, HistorySink, HookEvent, HookInput,
+    Hooks, RunResult, RunStop, SessionInfo, SessionStore, Steering, SystemEvent,
 };
 use crow_mcp::McpManager;
 use crow_store::SqliteStore;
@@ -849,14 +848,8 @@ async fn prompt_hooks(
     };
     let primary = &session.primary;
     let input = |event| HookInput::new(event, &primary.id, &primary.cwd, &primary.agent);
-    let tell = |notices: Vec<String>| {
-        for message in notices {
-            let _ = events.send(AgentEvent::Notice {
-                agent: primary.agent.clone(),
-                level: NoticeLevel::Warning,
-                message,
-            });
-        }
+    let tell = |event, outcome: &crow_core::HookOutcome| {
+        crow_core::hooks::announce(events, &primary.agent, event, outcome);
     };
     if let Some(source) = start
         && hooks.listens(HookEvent::SessionStart, Some(source))
@@ -869,8 +862,8 @@ async fn prompt_hooks(
                 cancel,
             )
             .await;
+        tell(HookEvent::SessionStart, &outcome);
         hooked.start = outcome.context_text();
-        tell(outcome.notices);
     }
     if hooks.listens(HookEvent::UserPromptSubmit, None) {
         let outcome = hooks
@@ -879,9 +872,9 @@ async fn prompt_hooks(
                 cancel,
             )
             .await;
+        tell(HookEvent::UserPromptSubmit, &outcome);
         hooked.submit = outcome.context_text();
         hooked.blocked = outcome.block.or(outcome.halt);
-        tell(outcome.notices);
     }
     hooked
 }

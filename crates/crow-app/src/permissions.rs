@@ -312,13 +312,19 @@ impl PermissionGate for Headless {
             .as_deref()
             .map(|p| format!(" ({p})"))
             .unwrap_or_default();
+        // A question the policy marked (a rule, a hook, a sensitive place) asks in full-auto
+        // too: only a yes answers it.
+        let modes = match request.policy {
+            Some(_) => "",
+            None => "`crow run --mode full-auto` or ",
+        };
         PermissionDecision::Deny {
             // Short lines: the terminal shows each whole (a long title cuts only the first).
+            // Whoever turns this into the call's result adds "Do not retry".
             reason: format!(
                 "needs approval: {}{why}, and `crow run` has no one to ask.\n\
                  The user can allow it with a rule in [permissions] allow (e.g. \"{}\"),\n\
-                 or run `crow run --mode full-auto` or `crow run --approve` (answers yes).\n\
-                 Do not retry it.",
+                 or run {modes}`crow run --approve` (answers yes)",
                 request.title, request.tool
             ),
         }

@@ -560,7 +560,7 @@ impl Crew {
         };
         if let Some(outcome) = crate::hooks::fire(coagent.hooks(), input, event, None, cancel).await
         {
-            coagent.tell(events, &outcome);
+            coagent.tell(events, event, &outcome);
         }
     }
 }

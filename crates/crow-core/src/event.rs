@@ -153,6 +153,13 @@ pub enum AgentEvent {
         message: String,
     },
 
+    /// A hook program ran (`hooks.rs`): its event, command, exit and time.
+    HookRan {
+        agent: String,
+        event: String,
+        run: crate::hooks::HookRun,
+    },
+
     /// The agent's context was compacted before a request (or after the provider said it
     /// overflowed). Token figures are crow's estimates of the whole request.
     Compacted {

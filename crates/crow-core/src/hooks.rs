@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
+use crate::event::{AgentEvent, EventSender, NoticeLevel};
 use crate::policy::{Mode, Rule, SessionRules};
 use crate::tool::{PermissionDecision, PermissionGate, PermissionRequest};
 
@@ -191,6 +192,40 @@ pub struct HookOutcome {
     /// What the user should be told: a hook that failed, timed out or exited with another
     /// code, and the `systemMessage`s hooks sent.
     pub notices: Vec<String>,
+    /// Each program that ran, for telemetry ([`AgentEvent::HookRan`]).
+    pub runs: Vec<HookRun>,
+}
+
+/// One hook program's run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HookRun {
+    pub command: String,
+    /// `None`: it did not exit on its own (killed at its timeout, cancelled, never started).
+    pub exit_code: Option<i32>,
+    pub duration_ms: u64,
+    /// `ok`, `blocked` (exit 2, or an answer that blocks or denies), `error`, `timeout` or
+    /// `cancelled`.
+    pub result: String,
+}
+
+/// Tells the front end what a firing did: a [`AgentEvent::HookRan`] per program (telemetry
+/// records each as a span event) and a warning per notice (a hook that failed or timed out is
+/// never silent).
+pub fn announce(events: &EventSender, agent: &str, event: HookEvent, outcome: &HookOutcome) {
+    for run in &outcome.runs {
+        let _ = events.send(AgentEvent::HookRan {
+            agent: agent.to_owned(),
+            event: event.name().to_owned(),
+            run: run.clone(),
+        });
+    }
+    for message in &outcome.notices {
+        let _ = events.send(AgentEvent::Notice {
+            agent: agent.to_owned(),
+            level: NoticeLevel::Warning,
+            message: message.clone(),
+        });
+    }
 }
 
 impl HookOutcome {

@@ -57,7 +57,7 @@ pub use event::{AgentEvent, EventSender, NoticeLevel};
 pub use history::{
     Compaction, CompactionTier, Elided, EntryKind, HistoryEntry, Replaced, SystemEvent,
 };
-pub use hooks::{HookEvent, HookInput, HookOutcome, HookPermission, HookedGate, Hooks};
+pub use hooks::{HookEvent, HookInput, HookOutcome, HookPermission, HookRun, HookedGate, Hooks};
 pub use message::{
     AssistantPart, ChatRequest, ImagePart, Message, ToolDefinition, ToolResultMessage,
 };

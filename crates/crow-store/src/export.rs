@@ -26,6 +26,25 @@ impl std::str::FromStr for ExportFormat {
     }
 }
 
+/// The JSON-lines form of a session's row: its first line.
+pub fn session_line(info: &SessionInfo) -> serde_json::Value {
+    let mut head = serde_json::to_value(info).unwrap_or_default();
+    if let Some(map) = head.as_object_mut() {
+        map.insert("type".into(), json!("session"));
+    }
+    head
+}
+
+/// The JSON-lines form of one stored entry.
+pub fn entry_line(entry: &StoredEntry) -> serde_json::Value {
+    let mut value = serde_json::to_value(entry).unwrap_or_default();
+    if let Some(map) = value.as_object_mut() {
+        // The entry's own `kind` tag says what it is; `type` says what the line is.
+        map.insert("type".into(), json!("entry"));
+    }
+    value
+}
+
 /// A whole session as the store holds it.
 #[derive(Debug, Clone)]
 pub struct SessionDump {
@@ -56,18 +75,9 @@ impl SessionDump {
             out.push_str(&value.to_string());
             out.push('\n');
         };
-        let mut head = serde_json::to_value(&self.info).unwrap_or_default();
-        if let Some(map) = head.as_object_mut() {
-            map.insert("type".into(), json!("session"));
-        }
-        line(head);
+        line(session_line(&self.info));
         for entry in &self.timeline {
-            let mut value = serde_json::to_value(entry).unwrap_or_default();
-            if let Some(map) = value.as_object_mut() {
-                // The entry's own `kind` tag says what it is; `type` says what the line is.
-                map.insert("type".into(), json!("entry"));
-            }
-            line(value);
+            line(entry_line(entry));
         }
         for usage in &self.usage {
             let mut value = serde_json::to_value(usage).unwrap_or_default();

@@ -41,7 +41,7 @@ pub mod timing;
 
 use std::path::PathBuf;
 
-pub use export::{ExportFormat, SessionDump};
+pub use export::{ExportFormat, SessionDump, entry_line, session_line};
 pub use memory::{
     Added, BeginRun, EntryHit, Learning, LearningFilter, LearningHit, MemoryRun, NewLearning,
     RANK_WINDOW, fts_query,

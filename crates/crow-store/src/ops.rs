@@ -579,6 +579,42 @@ impl SessionStore for SqliteStore {
 }
 
 impl SqliteStore {
+    /// The session's stored entries after row `after` (0: all), in order, and the last row's
+    /// id (`after` when there is none): a reader that keeps a copy up to date reads only what
+    /// was added since (hooks' transcripts).
+    pub fn timeline_since(
+        &self,
+        session_id: &str,
+        after: i64,
+    ) -> Result<(Vec<StoredEntry>, i64), StoreError> {
+        let rows: Vec<(i64, String, i64, String, String)> = {
+            let conn = self.conn()?;
+            let mut st = conn
+                .prepare_cached(
+                    "SELECT id, agent, seq, payload, ts FROM entries \
+                     WHERE session_id = ?1 AND id > ?2 ORDER BY id",
+                )
+                .map_err(|e| self.err(e))?;
+            st.query_map(params![session_id, after], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            })
+            .and_then(|rows| rows.collect::<rusqlite::Result<_>>())
+            .map_err(|e| self.err(e))?
+        };
+        let last = rows.last().map_or(after, |row| row.0);
+        let entries = rows
+            .into_iter()
+            .map(|(_, agent, seq, payload, when)| {
+                Ok(StoredEntry {
+                    entry: decode(session_id, &payload, &when)?,
+                    agent,
+                    seq: u64::try_from(seq).unwrap_or(0),
+                })
+            })
+            .collect::<Result<_, StoreError>>()?;
+        Ok((entries, last))
+    }
+
     /// Sets one column of a session's row (`sql` takes the id as ?1, the value as ?2).
     fn set_column(&self, sql: &str, session_id: &str, value: &str) -> Result<(), StoreError> {
         let conn = self.conn()?;

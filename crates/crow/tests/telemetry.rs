@@ -296,6 +296,12 @@ async fn content_is_traced_only_when_the_user_asks() {
         .reply(Reply::tool_call("read_file", json!({"path": "notes.txt"})))
         .reply(Reply::text("The notes say hi."));
     std::fs::write(dir.path().join("notes.txt"), "hi\n").unwrap();
+    // A hook after each call: its run is an event of the builder's turn.
+    write_user_config(
+        dir.path(),
+        "[[hooks.PostToolUse]]\nmatcher = \"Read\"\n[[hooks.PostToolUse.hooks]]\n\
+         type = \"command\"\ncommand = \"exit 0\"\n",
+    );
     let mock = MockLlm::start(scenario).await.unwrap();
     let otlp = receiver().await;
     let mut cmd = crow_run(dir.path(), &mock, "read the notes");
@@ -313,6 +319,31 @@ async fn content_is_traced_only_when_the_user_asks() {
         .unwrap();
     assert!(text(read, "gen_ai.tool.call.arguments").contains("notes.txt"));
     assert!(text(read, "gen_ai.tool.call.result").contains("hi"));
+    let builder = spans
+        .iter()
+        .find(|s| s.name == "invoke_agent builder")
+        .unwrap();
+    let hook = builder
+        .events
+        .iter()
+        .find(|e| e.name == "crow.hook")
+        .expect("the hook's run is an event of the builder's turn");
+    let value = |key: &str| {
+        hook.attributes
+            .iter()
+            .find(|a| a.key == key)
+            .and_then(|a| a.value.as_ref())
+            .and_then(|v| v.value.clone())
+    };
+    assert_eq!(
+        value("crow.hook.event"),
+        Some(Any::StringValue("PostToolUse".into()))
+    );
+    assert_eq!(
+        value("crow.hook.result"),
+        Some(Any::StringValue("ok".into()))
+    );
+    assert_eq!(value("crow.hook.exit_code"), Some(Any::IntValue(0)));
     let answer = spans
         .iter()
         .filter(|s| s.name.starts_with("chat "))

@@ -114,22 +114,50 @@ pub fn session_runner(
     ))))
 }
 
-/// Writes a session's stored timeline as JSON lines (`crow sessions export`'s) to a file only
-/// the user can read, for hooks' `transcript_path`: what was stored when the hook runs.
+/// Keeps a session's stored timeline as JSON lines (`crow sessions export`'s session and entry
+/// lines) in a file only the user can read, for hooks' `transcript_path`: what was stored when
+/// the hook runs. The file is written whole once per session and process, then only the
+/// entries added since are appended, so a hook per call costs the same late in a long
+/// session as early.
 pub fn transcript_exporter(store: std::sync::Arc<crow_store::SqliteStore>) -> TranscriptExporter {
+    // Per session: the last stored row written to its file.
+    let written = std::sync::Mutex::new(std::collections::HashMap::<String, i64>::new());
     std::sync::Arc::new(move |id: &str| {
-        let dump = crow_store::dump(store.as_ref(), id).ok()?;
+        let mut written = written
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let dir = transcript_dir();
-        if let Err(e) = private_dir(&dir) {
-            tracing::warn!(
-                "hooks get no transcript: cannot make {}: {e}",
-                dir.display()
-            );
-            return None;
+        let path = dir.join(format!("{id}.jsonl"));
+        // A file removed meanwhile (a temp cleaner) is written whole again.
+        let after = written.get(id).copied().filter(|_| path.exists());
+        let (entries, last) = store.timeline_since(id, after.unwrap_or(0)).ok()?;
+        let mut text = String::new();
+        let mut line = |value: serde_json::Value| {
+            text.push_str(&value.to_string());
+            text.push('\n');
+        };
+        let file = match after {
+            Some(_) => std::fs::OpenOptions::new().append(true).open(&path),
+            None => {
+                if let Err(e) = private_dir(&dir) {
+                    tracing::warn!(
+                        "hooks get no transcript: cannot make {}: {e}",
+                        dir.display()
+                    );
+                    return None;
+                }
+                line(crow_store::session_line(
+                    &crow_core::SessionStore::session(store.as_ref(), id).ok()?,
+                ));
+                private_file(&path)
+            }
+        };
+        for entry in &entries {
+            line(crow_store::entry_line(entry));
         }
-        let path = dir.join(format!("{}.jsonl", dump.info.id));
-        let mut file = private_file(&path).ok()?;
-        std::io::Write::write_all(&mut file, dump.jsonl().as_bytes()).ok()?;
+        let mut file = file.ok()?;
+        std::io::Write::write_all(&mut file, text.as_bytes()).ok()?;
+        written.insert(id.to_owned(), last);
         Some(path)
     })
 }

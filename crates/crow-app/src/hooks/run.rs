@@ -182,7 +182,30 @@ impl HookRunner {
             ms,
             "hook.run"
         );
-        interpret(hook, ran)
+        let (exit_code, ended) = match &ran {
+            Ran::Exited { code, .. } => (*code, None),
+            Ran::TimedOut => (None, Some("timeout")),
+            Ran::Cancelled => (None, Some("cancelled")),
+            Ran::Failed(_) => (None, Some("error")),
+        };
+        let mut outcome = interpret(hook, ran);
+        let result = ended.unwrap_or(match exit_code {
+            _ if outcome.block.is_some()
+                || outcome.halt.is_some()
+                || matches!(outcome.permission, Some(HookPermission::Deny { .. })) =>
+            {
+                "blocked"
+            }
+            Some(0) => "ok",
+            _ => "error",
+        });
+        outcome.runs.push(crow_core::HookRun {
+            command: hook.command.clone(),
+            exit_code,
+            duration_ms: ms,
+            result: result.to_owned(),
+        });
+        outcome
     }
 
     async fn execute(&self, hook: &Hook, stdin: &[u8], cancel: &CancellationToken) -> Ran {
@@ -572,6 +595,7 @@ fn merge(outcomes: Vec<HookOutcome>) -> HookOutcome {
             merged.halt = outcome.halt;
         }
         merged.notices.extend(outcome.notices);
+        merged.runs.extend(outcome.runs);
     }
     if !blocks.is_empty() {
         merged.block = Some(blocks.join("\n"));

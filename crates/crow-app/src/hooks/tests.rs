@@ -281,7 +281,18 @@ async fn post_tool_use_hooks_read_the_response_and_claude_names_on_stdin() {
         serde_json::json!({"output": "wrote 12 bytes"}),
     );
     let outcome = fire(&r, input).await;
-    assert_eq!(outcome, HookOutcome::default());
+    assert_eq!(outcome.runs.len(), 1);
+    assert_eq!(
+        (outcome.runs[0].exit_code, outcome.runs[0].result.as_str()),
+        (Some(0), "ok")
+    );
+    assert_eq!(
+        HookOutcome {
+            runs: Vec::new(),
+            ..outcome
+        },
+        HookOutcome::default()
+    );
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&seen).unwrap()).unwrap();
     assert_eq!(json["tool_response"]["output"], "wrote 12 bytes");
@@ -413,7 +424,15 @@ async fn a_cancelled_hook_is_killed_and_says_nothing() {
             &cancel,
         )
         .await;
-    assert_eq!(outcome, HookOutcome::default());
+    assert_eq!(outcome.runs.len(), 1);
+    assert_eq!(outcome.runs[0].result, "cancelled");
+    assert_eq!(
+        HookOutcome {
+            runs: Vec::new(),
+            ..outcome
+        },
+        HookOutcome::default()
+    );
 }
 
 #[tokio::test]
@@ -714,4 +733,68 @@ fn a_project_settings_link_out_of_the_project_runs_nothing_untrusted() {
             .unwrap()
             .is_empty()
     );
+}
+
+#[test]
+fn the_transcript_is_written_whole_once_then_only_what_was_added() {
+    use crow_core::{EntryKind, HistoryEntry, NewSession, SessionStore};
+    let dir = tempfile::tempdir().unwrap();
+    let store =
+        std::sync::Arc::new(crow_store::SqliteStore::open(dir.path().join("s.db")).unwrap());
+    let id = format!("transcript-test-{}", std::process::id());
+    store
+        .create_session(&NewSession {
+            id: id.clone(),
+            project_root: dir.path().to_path_buf(),
+            cwd: dir.path().to_path_buf(),
+            title: "t".into(),
+            agent: "build".into(),
+            provider: "p".into(),
+            model: "m".into(),
+            settings: Default::default(),
+            prompts: Vec::new(),
+        })
+        .unwrap();
+    let say = |text: &str| {
+        store
+            .append_entry(
+                &id,
+                "builder",
+                &HistoryEntry::now(EntryKind::User {
+                    content: text.into(),
+                }),
+            )
+            .unwrap();
+    };
+    say("first prompt");
+    let export = transcript_exporter(std::sync::Arc::clone(&store));
+    let path = export(&id).unwrap();
+    let lines = |p: &Path| -> Vec<String> {
+        std::fs::read_to_string(p)
+            .unwrap()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    };
+    let first = lines(&path);
+    assert_eq!(first.len(), 2, "the session, then its entry: {first:?}");
+    assert!(first[0].contains(r#""type":"session""#));
+    assert!(first[1].contains("first prompt"));
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o077, 0, "only the user reads a transcript");
+    }
+    say("second prompt");
+    assert_eq!(export(&id).unwrap(), path);
+    let second = lines(&path);
+    assert_eq!(second.len(), 3);
+    assert_eq!(second[..2], first[..], "appended, not rewritten");
+    assert!(second[2].contains("second prompt"));
+    // Removed meanwhile: written whole again.
+    std::fs::remove_file(&path).unwrap();
+    export(&id).unwrap();
+    assert_eq!(lines(&path).len(), 3);
+    let _ = std::fs::remove_file(&path);
 }

@@ -11,7 +11,8 @@
 //! │  ├─ chat {model}                        one model call: tokens, cache, finish, TTFT
 //! │  └─ execute_tool {tool}                 one tool call: kind, status, duration
 //! │     └─ invoke_agent {subagent}          a `task` call's subagent turn
-//! └─ events: crow.handoff, crow.review.start / .end (the crew's rounds and verdicts)
+//! └─ events: crow.handoff, crow.review.start / .end (the crew's rounds and verdicts),
+//!    crow.hook (each hook run, on its agent's turn or the prompt)
 //! ```
 //!
 //! Message content (answers, tool arguments and results, handoff prompts) is left out unless
@@ -647,6 +648,23 @@ impl Trace {
             AgentEvent::DoomLoopDetected { agent, .. } => {
                 if let Some(turn) = self.turns.get_mut(agent) {
                     turn.event("crow.doom_loop", Vec::new());
+                }
+            }
+            AgentEvent::HookRan { agent, event, run } => {
+                let mut attributes = vec![
+                    kv("crow.hook.event", event.as_str()),
+                    kv("crow.hook.command", cut(&run.command)),
+                    kv("crow.hook.result", run.result.as_str()),
+                    kv("crow.hook.duration_ms", run.duration_ms),
+                ];
+                if let Some(code) = run.exit_code {
+                    attributes.push(kv("crow.hook.exit_code", otlp::Value::Int(i64::from(code))));
+                }
+                // On the agent's turn when one is open (the hooks of its calls), else the
+                // prompt's (a prompt's own hooks run before any turn).
+                match self.turns.get_mut(agent) {
+                    Some(turn) => turn.event("crow.hook", attributes),
+                    None => self.root.event("crow.hook", attributes),
                 }
             }
             AgentEvent::FilesChanged { agent, files, .. } => {

@@ -35,7 +35,7 @@ impl BaseAgent {
         else {
             return false;
         };
-        self.tell(events, &outcome);
+        self.tell(events, event, &outcome);
         if let Some(reason) = outcome.halt {
             let _ = halt.set(reason);
             return false;
@@ -108,7 +108,7 @@ impl BaseAgent {
         )
         .await
         {
-            self.tell(events, &outcome);
+            self.tell(events, HookEvent::PreCompact, &outcome);
         }
     }
 
@@ -136,7 +136,7 @@ impl BaseAgent {
         else {
             return;
         };
-        self.tell(events, &outcome);
+        self.tell(events, HookEvent::SessionStart, &outcome);
         if let Some(note) = outcome.context_text() {
             session.push(EntryKind::System {
                 event: SystemEvent::HookContext {
@@ -151,17 +151,9 @@ impl BaseAgent {
         HookInput::new(event, &session.id, &session.cwd, &self.name)
     }
 
-    /// Hooks that failed, timed out or sent a `systemMessage`: the user hears of them.
-    pub(crate) fn tell(&self, events: &EventSender, outcome: &HookOutcome) {
-        for message in &outcome.notices {
-            self.emit(
-                events,
-                AgentEvent::Notice {
-                    agent: self.name.clone(),
-                    level: NoticeLevel::Warning,
-                    message: message.clone(),
-                },
-            );
-        }
+    /// What ran, and hooks that failed, timed out or sent a `systemMessage`: the user hears
+    /// of them.
+    pub(crate) fn tell(&self, events: &EventSender, event: HookEvent, outcome: &HookOutcome) {
+        crate::hooks::announce(events, &self.name, event, outcome);
     }
 }

@@ -77,7 +77,7 @@ impl PolicyPoint {
                     &ctx.cancel,
                 )
                 .await;
-            tell(&ctx, &outcome);
+            tell(&ctx, HookEvent::PreToolUse, &outcome);
             if let Some(reason) = outcome.halt {
                 let _ = halt.set(reason.clone());
                 return ToolResult::error(format!(
@@ -144,7 +144,7 @@ impl PolicyPoint {
                     &ctx.cancel,
                 )
                 .await;
-            tell(&ctx, &outcome);
+            tell(&ctx, HookEvent::PostToolUse, &outcome);
             if let Some(reason) = &outcome.halt {
                 let _ = halt.set(reason.clone());
             }
@@ -177,11 +177,9 @@ fn call_input(
         .field("tool_input", input.clone())
 }
 
-/// The user hears about hooks that failed and what hooks asked to show.
-fn tell(ctx: &ToolContext, outcome: &HookOutcome) {
-    for text in &outcome.notices {
-        notice(ctx, text.clone());
-    }
+/// The user hears about hooks that ran, failed, and what hooks asked to show.
+fn tell(ctx: &ToolContext, event: HookEvent, outcome: &HookOutcome) {
+    crate::hooks::announce(&ctx.events, &ctx.agent, event, outcome);
 }
 
 fn notice(ctx: &ToolContext, message: String) {
