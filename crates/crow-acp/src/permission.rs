@@ -147,14 +147,19 @@ fn asked_call(request: &PermissionRequest, primary: Option<&str>) -> acp::ToolCa
 
 impl AcpPermissionGate {
     /// The answer: the session's approval settings or the user's.
-    async fn decide(&self, request: &PermissionRequest) -> PermissionDecision {
+    /// The session's approval settings allow `request` without asking. A question the
+    /// policy insists on (a rule, a sensitive path, running unconfined) is the user's to
+    /// answer, whatever the approval level.
+    fn auto_approved(&self, request: &PermissionRequest) -> bool {
         let settings = self.shared.settings();
         let approved = self.shared.auto_approve_modes.contains(&settings.mode)
             || settings.approve == Approve::All
             || (settings.approve == Approve::Edits && request.kind == ToolKind::Edit);
-        // A question the policy insists on (a rule, a sensitive path, running unconfined) is
-        // the user's to answer, whatever the approval level.
-        if approved && request.policy.is_none() && !request.unconfined {
+        approved && request.policy.is_none() && !request.unconfined
+    }
+
+    async fn decide(&self, request: &PermissionRequest) -> PermissionDecision {
+        if self.auto_approved(request) {
             return PermissionDecision::Allow;
         }
         // What an "always" would cover (`None` for a question asked every time). An answer
@@ -237,6 +242,10 @@ impl AcpPermissionGate {
 
 #[async_trait]
 impl PermissionGate for AcpPermissionGate {
+    fn approves_alone(&self, request: &PermissionRequest) -> bool {
+        self.auto_approved(request)
+    }
+
     /// The approve selector is the permission mode: ask → ask, edits → auto-edit, all (and
     /// the auto-approved modes) → full-auto, so the one policy engine decides for ACP too.
     fn mode(&self) -> Option<Mode> {

@@ -302,6 +302,14 @@ pub struct Headless {
 
 #[async_trait]
 impl PermissionGate for Headless {
+    fn approves_alone(&self, _request: &PermissionRequest) -> bool {
+        self.approve
+    }
+
+    fn asks_a_person(&self) -> bool {
+        false
+    }
+
     async fn check(&self, request: PermissionRequest) -> PermissionDecision {
         if self.approve {
             tracing::info!(tool = %request.tool, "approved by --approve: {}", request.title);

@@ -103,7 +103,12 @@ pub fn assemble(request: Request) -> Result<Assembled> {
     let tools = crow_tools::builtin_tools(&options);
     let hooks = crate::hooks::session_runner(&loaded, &root, &options)?;
     let max_iterations = loaded.config.max_iterations.unwrap_or(50);
-    let policy = permissions::policy(&loaded, &root, request.mode, request.default_mode)?;
+    let mut policy = permissions::policy(&loaded, &root, request.mode, request.default_mode)?;
+    if let Some(runner) = &hooks {
+        policy
+            .sensitive_dirs
+            .extend(crate::hooks::project_scripts(runner.hook_set(), &root));
+    }
     tracing::debug!(
         mode = policy.mode.name(),
         rules = policy.rules.len(),

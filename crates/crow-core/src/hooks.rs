@@ -312,6 +312,10 @@ impl HookedGate {
 #[async_trait]
 impl PermissionGate for HookedGate {
     async fn check(&self, request: PermissionRequest) -> PermissionDecision {
+        // No question is shown: nothing to answer in the user's place, nobody to notify.
+        if self.inner.approves_alone(&request) {
+            return self.inner.check(request).await;
+        }
         let never = CancellationToken::new();
         if self
             .hooks
@@ -342,9 +346,10 @@ impl PermissionGate for HookedGate {
                 };
             }
         }
-        if self
-            .hooks
-            .listens(HookEvent::Notification, Some("permission_prompt"))
+        if self.inner.asks_a_person()
+            && self
+                .hooks
+                .listens(HookEvent::Notification, Some("permission_prompt"))
         {
             // Told, not awaited: a slow notifier must not hold the question back.
             let input = self
@@ -378,11 +383,161 @@ impl PermissionGate for HookedGate {
     async fn allowed(&self, request: &PermissionRequest) {
         self.inner.allowed(request).await;
     }
+
+    fn approves_alone(&self, request: &PermissionRequest) -> bool {
+        self.inner.approves_alone(request)
+    }
+
+    fn asks_a_person(&self) -> bool {
+        self.inner.asks_a_person()
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
     use super::*;
+    use crate::tool::ToolKind;
+
+    /// Answers PermissionRequest with `answer`, and records the events it was told.
+    struct Answering {
+        answer: Option<HookPermission>,
+        told: Mutex<Vec<HookEvent>>,
+        notified: tokio::sync::Notify,
+    }
+
+    #[async_trait]
+    impl Hooks for Answering {
+        fn listens(&self, event: HookEvent, _subject: Option<&str>) -> bool {
+            matches!(
+                event,
+                HookEvent::PermissionRequest | HookEvent::Notification
+            )
+        }
+
+        async fn fire(&self, input: HookInput, _cancel: &CancellationToken) -> HookOutcome {
+            self.told.lock().unwrap().push(input.event);
+            if input.event == HookEvent::Notification {
+                self.notified.notify_one();
+            }
+            HookOutcome {
+                permission: self.answer.clone(),
+                ..HookOutcome::default()
+            }
+        }
+    }
+
+    /// The front end: counts questions, allows; may approve alone or have nobody to ask.
+    struct Front {
+        asked: AtomicUsize,
+        alone: bool,
+        person: bool,
+    }
+
+    #[async_trait]
+    impl PermissionGate for Front {
+        async fn check(&self, _request: PermissionRequest) -> PermissionDecision {
+            self.asked.fetch_add(1, Ordering::SeqCst);
+            PermissionDecision::Allow
+        }
+        fn approves_alone(&self, _request: &PermissionRequest) -> bool {
+            self.alone
+        }
+        fn asks_a_person(&self) -> bool {
+            self.person
+        }
+    }
+
+    fn request() -> PermissionRequest {
+        PermissionRequest {
+            session_id: "s".into(),
+            agent: "builder".into(),
+            call_id: "c".into(),
+            tool: "bash".into(),
+            kind: ToolKind::Execute,
+            title: "Run `make`".into(),
+            input: serde_json::json!({"command": "make"}),
+            preview: None,
+            policy: None,
+            unconfined: false,
+        }
+    }
+
+    fn gate(
+        answer: Option<HookPermission>,
+        alone: bool,
+        person: bool,
+    ) -> (Arc<dyn PermissionGate>, Arc<Answering>, Arc<Front>) {
+        let hooks = Arc::new(Answering {
+            answer,
+            told: Mutex::default(),
+            notified: tokio::sync::Notify::new(),
+        });
+        let front = Arc::new(Front {
+            asked: AtomicUsize::new(0),
+            alone,
+            person,
+        });
+        let gate = HookedGate::wrap(
+            Arc::clone(&front) as Arc<dyn PermissionGate>,
+            Some(Arc::clone(&hooks) as Arc<dyn Hooks>),
+            PathBuf::from("/tmp"),
+        );
+        (gate, hooks, front)
+    }
+
+    #[tokio::test]
+    async fn a_permission_request_hook_answers_in_the_users_place() {
+        let deny = HookPermission::Deny {
+            reason: "not on main".into(),
+        };
+        let (g, _, front) = gate(Some(deny), false, true);
+        let answer = g.check(request()).await;
+        assert!(
+            matches!(answer, PermissionDecision::Deny { reason } if reason.contains("not on main"))
+        );
+        let allow = HookPermission::Allow {
+            reason: String::new(),
+        };
+        let (g, _, front2) = gate(Some(allow), false, true);
+        assert_eq!(g.check(request()).await, PermissionDecision::Allow);
+        assert_eq!(
+            front.asked.load(Ordering::SeqCst) + front2.asked.load(Ordering::SeqCst),
+            0,
+            "nobody was asked"
+        );
+    }
+
+    #[tokio::test]
+    async fn without_an_answer_the_user_is_asked_and_notification_hooks_hear_it() {
+        let (g, hooks, front) = gate(None, false, true);
+        assert_eq!(g.check(request()).await, PermissionDecision::Allow);
+        assert_eq!(front.asked.load(Ordering::SeqCst), 1);
+        hooks.notified.notified().await;
+        assert_eq!(
+            *hooks.told.lock().unwrap(),
+            [HookEvent::PermissionRequest, HookEvent::Notification]
+        );
+    }
+
+    #[tokio::test]
+    async fn no_hook_runs_for_a_question_nobody_is_shown() {
+        // The front end approves alone (an editor's approval level): no dialog, no hook.
+        let (g, hooks, front) = gate(
+            Some(HookPermission::Deny { reason: "x".into() }),
+            true,
+            true,
+        );
+        assert_eq!(g.check(request()).await, PermissionDecision::Allow);
+        assert_eq!(front.asked.load(Ordering::SeqCst), 1);
+        assert!(hooks.told.lock().unwrap().is_empty());
+        // A headless run: the PermissionRequest hook may answer, nobody is notified.
+        let (g, hooks, _) = gate(None, false, false);
+        g.check(request()).await;
+        assert_eq!(*hooks.told.lock().unwrap(), [HookEvent::PermissionRequest]);
+    }
 
     #[test]
     fn every_event_parses_back_from_its_name() {

@@ -281,6 +281,19 @@ pub trait PermissionGate: Send + Sync {
     /// Told when a tool asks about a call the policy already allowed (the question is not
     /// put to the user): front ends that show calls as waiting mark them running.
     async fn allowed(&self, _request: &PermissionRequest) {}
+
+    /// Whether [`check`](Self::check) would allow `request` without anyone deciding (an
+    /// editor's approval level, `crow run --approve`): no question is shown, so
+    /// `PermissionRequest` hooks are not run.
+    fn approves_alone(&self, _request: &PermissionRequest) -> bool {
+        false
+    }
+
+    /// Whether a person answers the questions this gate does not approve alone (`false`:
+    /// a headless run refuses them): only then are `Notification` hooks told crow waits.
+    fn asks_a_person(&self) -> bool {
+        true
+    }
 }
 
 /// Allows everything: headless runs where the user asked for autonomy.

@@ -433,6 +433,13 @@ fn compose(
     effort: &str,
 ) -> Result<Arc<Composer>> {
     let (root, _) = find_project_root(&spec.cwd);
+    let mut policy = crate::permissions::policy(loaded, &root, None, crow_core::Mode::Ask)?;
+    // A write to a script a hook runs always asks (crow-app `hooks::project_scripts`).
+    if let Some(runner) = &hooks {
+        policy
+            .sensitive_dirs
+            .extend(crow_app::hooks::project_scripts(runner.hook_set(), &root));
+    }
     Ok(Composer::build(ComposerParts {
         config: loaded.config.clone(),
         provider: settings_for(loaded, model)?,
@@ -443,12 +450,7 @@ fn compose(
         gate: Arc::clone(&spec.permission),
         // One engine: the editor's gate supplies the mode (its approve selector) and asks
         // the user when the policy says Ask.
-        policy: Arc::new(crate::permissions::policy(
-            loaded,
-            &root,
-            None,
-            crow_core::Mode::Ask,
-        )?),
+        policy: Arc::new(policy),
         trusted: loaded.trusted,
         client: spec.client.clone(),
         effort: picked_effort(loaded, effort),

@@ -114,6 +114,50 @@ pub fn session_runner(
     ))))
 }
 
+/// The project's files that configured hooks run (`.claude/hooks/fmt.sh`,
+/// `python3 "$CLAUDE_PROJECT_DIR"/scripts/check.py`), as the words of each command name them.
+/// A file tool's write to one of them always asks (the policy's sensitive places): an agent
+/// allowed to edit but not to run commands must not get a command run by rewriting a hook.
+pub fn project_scripts(set: &HookSet, project_root: &Path) -> Vec<PathBuf> {
+    let root = std::fs::canonicalize(project_root).unwrap_or_else(|_| project_root.to_path_buf());
+    let mut found = Vec::new();
+    for hook in &set.hooks {
+        for word in hook
+            .command
+            .split(|c: char| c.is_whitespace() || c == ';' || c == '|' || c == '&')
+        {
+            let word = word.trim_matches(|c| c == '"' || c == '\'');
+            let word = [
+                "${CLAUDE_PROJECT_DIR}",
+                "$CLAUDE_PROJECT_DIR",
+                "${CROW_PROJECT_DIR}",
+                "$CROW_PROJECT_DIR",
+            ]
+            .iter()
+            .find_map(|var| word.strip_prefix(var))
+            .map_or_else(
+                || word.to_owned(),
+                |rest| format!("{}{}", root.display(), rest.trim_start_matches(['"', '\''])),
+            );
+            if word.is_empty() || word.starts_with('-') {
+                continue;
+            }
+            let path = root.join(&word);
+            let Ok(real) = std::fs::canonicalize(&path) else {
+                continue;
+            };
+            if real.is_file() && real.starts_with(&root) {
+                for p in [path, real] {
+                    if !found.contains(&p) {
+                        found.push(p);
+                    }
+                }
+            }
+        }
+    }
+    found
+}
+
 /// Keeps a session's stored timeline as JSON lines (`crow sessions export`'s session and entry
 /// lines) in a file only the user can read, for hooks' `transcript_path`: what was stored when
 /// the hook runs. The file is written whole once per session and process, then only the

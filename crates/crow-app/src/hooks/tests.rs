@@ -798,3 +798,56 @@ fn the_transcript_is_written_whole_once_then_only_what_was_added() {
     assert_eq!(lines(&path).len(), 3);
     let _ = std::fs::remove_file(&path);
 }
+
+#[test]
+fn the_scripts_hooks_run_in_the_project_are_found_however_the_command_names_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    std::fs::create_dir_all(root.join(".claude/hooks")).unwrap();
+    std::fs::create_dir_all(root.join("scripts")).unwrap();
+    for f in [
+        ".claude/hooks/fmt.sh",
+        "scripts/check.py",
+        "scripts/lint.sh",
+    ] {
+        std::fs::write(root.join(f), "").unwrap();
+    }
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("notify.sh"), "").unwrap();
+    let set = HookSet {
+        hooks: vec![
+            hook(HookEvent::PostToolUse, "Edit", ".claude/hooks/fmt.sh", 5),
+            hook(
+                HookEvent::PreToolUse,
+                "Bash",
+                "python3 \"$CLAUDE_PROJECT_DIR\"/scripts/check.py --strict",
+                5,
+            ),
+            hook(
+                HookEvent::Stop,
+                "",
+                "cd x; sh ${CROW_PROJECT_DIR}/scripts/lint.sh && true",
+                5,
+            ),
+            hook(
+                HookEvent::Notification,
+                "",
+                &format!("sh {}", outside.path().join("notify.sh").display()),
+                5,
+            ),
+        ],
+        ignored: Vec::new(),
+    };
+    let found = project_scripts(&set, &root);
+    for f in [
+        ".claude/hooks/fmt.sh",
+        "scripts/check.py",
+        "scripts/lint.sh",
+    ] {
+        assert!(found.contains(&root.join(f)), "{f} not in {found:?}");
+    }
+    assert!(
+        found.iter().all(|p| p.starts_with(&root)),
+        "only the project's files: {found:?}"
+    );
+}
