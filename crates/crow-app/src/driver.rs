@@ -965,7 +965,7 @@ pub fn how_it_ended(result: &crow_core::RunResult, max_iterations: u32) -> (u8, 
             ),
         ),
         RunStop::Refusal => (5, Some("the model refused to answer".into())),
-        RunStop::Halted { reason } => (7, Some(format!("a hook stopped crow: {reason}"))),
+        RunStop::Halted { reason } => (9, Some(format!("a hook stopped crow: {reason}"))),
         RunStop::DoomLoop { description } => (
             6,
             Some(format!(

@@ -333,7 +333,7 @@ async fn a_user_prompt_submit_hook_that_exits_2_stops_the_prompt_and_leaves_noth
     let out = output(crow_run(dir, &mock, prompt)).await;
     assert!(mock.requests().is_empty(), "the model was sent the prompt");
     // A hook stopped crow: exit status 7, and the user is told why.
-    assert_eq!(out.code, Some(7), "{}", out.stderr);
+    assert_eq!(out.code, Some(9), "{}", out.stderr);
     assert!(
         out.stderr
             .contains("a UserPromptSubmit hook blocked the prompt")
