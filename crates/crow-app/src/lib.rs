@@ -28,6 +28,7 @@ pub mod setup;
 pub mod skills;
 pub mod slash;
 pub mod store;
+pub mod structured;
 pub mod telemetry;
 pub mod templates;
 pub mod trust;

@@ -231,6 +231,13 @@ pub(crate) struct RunArgs {
     /// rules still deny.
     #[arg(long)]
     pub(crate) approve: bool,
+    /// The final answer must be JSON valid against this JSON Schema: it is printed alone on
+    /// stdout (an answer that does not validate is sent back once; then exit 7)
+    #[arg(long, value_name = "FILE")]
+    pub(crate) output_schema: Option<std::path::PathBuf>,
+    /// Also write the final answer (the typed result, or the text) to FILE
+    #[arg(long, value_name = "FILE")]
+    pub(crate) output_last_message: Option<std::path::PathBuf>,
 }
 
 #[derive(Args, Clone, Default, Debug, PartialEq)]

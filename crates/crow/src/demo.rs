@@ -117,6 +117,8 @@ pub async fn run(json: bool, dir: Option<PathBuf>) -> Result<ExitCode> {
         mcp_servers: Vec::new(),
         resume_hint: false,
         plain_root: false,
+        output_schema: None,
+        output_last_message: None,
     })
     .await?;
     mock.shutdown().await;

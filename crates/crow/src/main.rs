@@ -362,6 +362,13 @@ async fn run(args: RunArgs) -> Result<ExitCode> {
     if prompt.trim().is_empty() {
         bail!("the prompt is empty: crow run \"what to do\"");
     }
+    // Read before anything runs: a bad schema costs no session.
+    let output_schema = args
+        .output_schema
+        .as_deref()
+        .map(crow_app::structured::OutputSchema::load)
+        .transpose()?
+        .map(std::sync::Arc::new);
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
     let (root, _) = wiring::find_project_root(&cwd);
     // `/name args`: a custom command; its agent and model apply unless a flag says otherwise.
@@ -397,6 +404,8 @@ async fn run(args: RunArgs) -> Result<ExitCode> {
         mcp_servers: assembled.mcp_servers,
         resume_hint: true,
         plain_root: assembled.plain_root,
+        output_schema,
+        output_last_message: args.output_last_message,
     };
     run::run_session(spec)
         .await

@@ -33,6 +33,10 @@ pub struct RunSpec {
     pub resume_hint: bool,
     /// The project root is a directory outside any git repository: say so.
     pub plain_root: bool,
+    /// `--output-schema`: the final answer must be JSON valid against it.
+    pub output_schema: Option<Arc<crow_app::structured::OutputSchema>>,
+    /// `--output-last-message`: where the final answer is written.
+    pub output_last_message: Option<std::path::PathBuf>,
 }
 
 /// Runs the prompt through a new or resumed session of the chosen crew, rendering as it
@@ -40,6 +44,11 @@ pub struct RunSpec {
 /// SIGHUP and a closed stdout or stderr cancel the run (the partial answer is kept; see
 /// [`crate::stop`]); a second signal exits at once.
 pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
+    Ok(ExitCode::from(run_prompt(spec).await?.code))
+}
+
+/// [`run_session`], telling the caller how the run ended and what it answered.
+pub async fn run_prompt(spec: RunSpec) -> Result<Finished> {
     let started = Instant::now();
     let resumed_run = spec.resumed.is_some();
     let command = crate::session_cmd::parse(&spec.prompt);
@@ -71,18 +80,22 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
         let reply = session_command(&command, &mut driver).await?;
         driver.close("other").await;
         mcp.finish().await;
-        return Ok(reply);
+        return Ok(Finished::quiet(reply));
     }
     let (tx, render_rx) = tokio::sync::mpsc::unbounded_channel();
     let show_agents = driver.crew().coagent().is_some();
+    let schema = spec.output_schema.clone();
+    let prompt = match &schema {
+        Some(schema) => format!("{}\n\n{}", spec.prompt, schema.instructions()),
+        None => spec.prompt,
+    };
     let turn = driver.begin(
         Input {
-            text: spec.prompt,
+            text: prompt,
             ..Input::default()
         },
         &tx,
     );
-    drop(tx);
     let turn = match turn {
         Ok(turn) => turn,
         Err(e) => {
@@ -119,14 +132,36 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
     let renderer = if spec.json {
         tokio::spawn(render::json_lines(session_line, render_rx))
     } else {
-        tokio::spawn(render::terminal(render_rx, show_agents))
+        // With a typed result, stdout holds that result alone.
+        tokio::spawn(render::terminal(render_rx, show_agents, schema.is_some()))
     };
     // Ctrl-C, SIGTERM, SIGHUP or a closed stdout/stderr cancel the run alike (crate::stop).
     crate::stop::watch_signals(true);
     let cancel = crate::stop::token().child_token();
-    let ran = turn.run(cancel).await;
+    let ran = turn.run(cancel.clone()).await;
+    let mut ended = driver.end(ran);
+    // A typed result that does not validate is sent back once.
+    let mut typed = schema.as_ref().map(|schema| check_typed(schema, &ended));
+    if let (Some(schema), Some(Err(problem))) = (&schema, &typed)
+        && !cancel.is_cancelled()
+        && ended.failure.is_none()
+    {
+        tracing::info!(%problem, "the typed result does not validate: asking once more");
+        let again = driver.begin(
+            Input {
+                text: schema.retry_prompt(problem),
+                ..Input::default()
+            },
+            &tx,
+        );
+        if let Ok(turn) = again {
+            let ran = turn.run(cancel.clone()).await;
+            ended = driver.end(ran);
+            typed = Some(check_typed(schema, &ended));
+        }
+    }
+    drop(tx);
     crate::stop::saving();
-    let ended = driver.end(ran);
     driver.close("other").await;
     mcp.finish().await;
     let totals = renderer.await.unwrap_or_default();
@@ -134,7 +169,7 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
     crate::stop::closing();
     // Nobody reads the rest: end quietly (the session is saved).
     if crate::stop::exit_status() == Some(crate::stop::Cause::ReaderGone as u8) {
-        return Ok(ExitCode::from(crate::stop::Cause::ReaderGone as u8));
+        return Ok(Finished::quiet(crate::stop::Cause::ReaderGone as u8));
     }
     // Nothing spent (the first call failed): the error alone, without a line of zeros.
     if !spec.json && !totals.usage.is_empty() {
@@ -157,16 +192,137 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
         bail!("{why}");
     }
     let result = ended.outcome.map_err(|e| anyhow!("{e}"))?;
-    let (code, note) = driver::how_it_ended(&result, driver.crew().primary().config.max_iterations);
+    let (mut code, note) =
+        driver::how_it_ended(&result, driver.crew().primary().config.max_iterations);
     if let Some(note) = note {
         errln!("{note}");
     }
-    Ok(match result.stop {
-        RunStop::Cancelled => ExitCode::from(
-            crate::stop::exit_status().unwrap_or(crate::stop::Cause::Interrupt as u8),
+    if result.stop == RunStop::Cancelled {
+        code = crate::stop::exit_status().unwrap_or(crate::stop::Cause::Interrupt as u8);
+    }
+    let answer = crow_app::structured::final_answer(&result);
+    let structured = match typed {
+        Some(Ok(value)) => Some(value),
+        // Only a run that answered is judged on its answer: a cancel or a bound says so.
+        Some(Err(problem)) if code == 0 => {
+            errln!("error: the final answer does not follow the output schema: {problem}");
+            code = SCHEMA_FAILED;
+            None
+        }
+        _ => None,
+    };
+    let finished = Finished {
+        code,
+        status: status_of(&result.stop, code),
+        answer,
+        structured,
+        session_id: ended.id.clone(),
+        usage: totals.usage,
+        cost_usd: cost_of(&composer, &totals.usage),
+        files_changed: result.files_changed.clone(),
+    };
+    if let Some(path) = &spec.output_last_message {
+        finished.write_last_message(path)?;
+    }
+    if spec.json {
+        finished.print_result_line();
+    } else if let Some(value) = &finished.structured {
+        outln!("{}", serde_json::to_string_pretty(value).unwrap_or_default());
+    }
+    Ok(finished)
+}
+
+/// `crow run --output-schema`: the final answer never followed the schema.
+pub const SCHEMA_FAILED: u8 = 7;
+
+/// The typed result of a prompt that ended, or what is wrong with it.
+fn check_typed(
+    schema: &crow_app::structured::OutputSchema,
+    ended: &driver::Ended,
+) -> Result<serde_json::Value, String> {
+    match &ended.outcome {
+        Ok(result) => schema.check(
+            &crow_app::structured::final_answer(result).unwrap_or_default(),
         ),
-        _ => ExitCode::from(code),
-    })
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// How a run ended, as the `result` line says it.
+fn status_of(stop: &RunStop, code: u8) -> &'static str {
+    match stop {
+        _ if code == SCHEMA_FAILED => "invalid_output",
+        RunStop::Complete { .. } => "complete",
+        RunStop::NeedsInput => "answered",
+        RunStop::Cancelled => "cancelled",
+        RunStop::MaxTurns => "max_turns",
+        RunStop::MaxTokens => "max_tokens",
+        RunStop::Refusal => "refusal",
+        RunStop::DoomLoop { .. } => "doom_loop",
+        RunStop::Halted { .. } => "halted",
+    }
+}
+
+/// What the run cost at list prices, when its model has one.
+fn cost_of(composer: &Composer, usage: &crow_core::Usage) -> Option<f64> {
+    let model = &composer.default_provider.model;
+    composer
+        .config
+        .models
+        .price(model)
+        .map(|price| price.cost(usage))
+}
+
+/// How a `crow run` ended, for its caller (`crow review` reads the typed result).
+#[derive(Debug, Default)]
+pub struct Finished {
+    pub code: u8,
+    pub status: &'static str,
+    /// The final answer: task_complete's summary, else the last text.
+    pub answer: Option<String>,
+    /// The answer as JSON that follows `--output-schema`.
+    pub structured: Option<serde_json::Value>,
+    pub session_id: Option<String>,
+    pub usage: crow_core::Usage,
+    pub cost_usd: Option<f64>,
+    pub files_changed: Vec<std::path::PathBuf>,
+}
+
+impl Finished {
+    fn quiet(code: u8) -> Self {
+        Self {
+            code,
+            status: "cancelled",
+            ..Self::default()
+        }
+    }
+
+    /// `crow run --json`'s last line.
+    fn print_result_line(&self) {
+        let line = serde_json::json!({
+            "type": "result",
+            "status": self.status,
+            "exit_code": self.code,
+            "answer": self.answer,
+            "structured_output": self.structured,
+            "session_id": self.session_id,
+            "usage": self.usage,
+            "cost_usd": self.cost_usd,
+            "files_changed": self.files_changed,
+        });
+        outln!("{line}");
+    }
+
+    /// `--output-last-message FILE`: the typed result (pretty JSON), else the answer's text.
+    fn write_last_message(&self, path: &std::path::Path) -> Result<()> {
+        let text = match (&self.structured, &self.answer) {
+            (Some(value), _) => serde_json::to_string_pretty(value).unwrap_or_default(),
+            (None, Some(answer)) => answer.clone(),
+            (None, None) => String::new(),
+        };
+        std::fs::write(path, format!("{}\n", text.trim_end()))
+            .map_err(|e| anyhow!("cannot write the last message to {}: {e}", path.display()))
+    }
 }
 
 /// `crow run --continue "/compact"` or `"/context"`: the session command, answered on stdout;
@@ -174,7 +330,7 @@ pub async fn run_session(spec: RunSpec) -> Result<ExitCode> {
 async fn session_command(
     command: &crate::session_cmd::SessionCommand,
     driver: &mut Driver,
-) -> Result<ExitCode> {
+) -> Result<u8> {
     let (tx, mut render_rx) = tokio::sync::mpsc::unbounded_channel();
     let drain = tokio::spawn(async move { while render_rx.recv().await.is_some() {} });
     let cancel = crate::stop::token().child_token();
@@ -195,5 +351,5 @@ async fn session_command(
             let _ = writeln!(crate::stop::stderr(), "{}", reply.text);
         }
     }
-    Ok(ExitCode::from(reply.status))
+    Ok(reply.status)
 }

@@ -15,7 +15,13 @@ use super::summary::{self, Shown};
 use super::{Style, Totals, format_ms};
 
 /// Streams the events to stdout and stderr until the channel closes.
-pub async fn run(mut events: UnboundedReceiver<AgentEvent>, show_agent: bool) -> Totals {
+/// `answer_on_stderr`: the answer's text goes to stderr with the rest (stdout is kept for a
+/// typed result printed at the end, `crow run --output-schema`).
+pub async fn run(
+    mut events: UnboundedReceiver<AgentEvent>,
+    show_agent: bool,
+    answer_on_stderr: bool,
+) -> Totals {
     let colour = std::env::var_os("NO_COLOR").is_none();
     let mut renderer = Renderer::new(
         Style::new(colour && std::io::stdout().is_terminal()),
@@ -31,14 +37,22 @@ pub async fn run(mut events: UnboundedReceiver<AgentEvent>, show_agent: bool) ->
         }
         // The spinner takes stderr's lock under its own: erase it before taking ours.
         spinner.clear();
-        {
+        if answer_on_stderr {
+            // Stderr's lock is re-entrant: one thread may hold it twice.
+            let (mut out, mut err) = (crate::stop::stderr(), crate::stop::stderr());
+            renderer.event(&event, &mut out, &mut err);
+        } else {
             let (mut out, mut err) = (crate::stop::stdout(), crate::stop::stderr());
             renderer.event(&event, &mut out, &mut err);
         }
         spinner.set(renderer.spinner());
     }
     spinner.clear();
-    renderer.finish(&mut crate::stop::stdout(), &mut crate::stop::stderr());
+    if answer_on_stderr {
+        renderer.finish(&mut crate::stop::stderr(), &mut crate::stop::stderr());
+    } else {
+        renderer.finish(&mut crate::stop::stdout(), &mut crate::stop::stderr());
+    }
     totals
 }
 
