@@ -203,23 +203,47 @@ async fn posts_one_review_with_inline_comments_and_the_rest_in_its_body() {
     assert_eq!(comments[0]["start_line"], 12);
     assert_eq!(comments[0]["line"], 14);
     assert_eq!(comments[0]["side"], "RIGHT");
-    assert!(comments[0]["body"].as_str().unwrap().contains("Length overflows"));
+    assert!(
+        comments[0]["body"]
+            .as_str()
+            .unwrap()
+            .contains("Length overflows")
+    );
     assert_eq!(comments[1]["path"], "src/main.rs");
     assert_eq!(comments[1]["line"], 3);
     assert_eq!(comments[1]["side"], "RIGHT");
     assert!(comments[1].get("start_line").is_none());
-    assert!(comments[1]["body"].as_str().unwrap().contains("`std::fs` is unused."));
+    assert!(
+        comments[1]["body"]
+            .as_str()
+            .unwrap()
+            .contains("`std::fs` is unused.")
+    );
 
     let body = req.body["body"].as_str().unwrap();
-    assert!(body.contains("The parser overflows on long input."), "{body}");
+    assert!(
+        body.contains("The parser overflows on long input."),
+        "{body}"
+    );
     assert!(body.contains("Unpinned dependency"), "{body}");
     assert!(body.contains("Cargo.toml"), "{body}");
     assert!(body.contains("Pin `serde` to a minor version."), "{body}");
-    assert!(!body.contains("Length overflows"), "an inline finding is in the body: {body}");
-    assert!(body.contains("crow") && body.contains("changes requested"), "{body}");
+    assert!(
+        !body.contains("Length overflows"),
+        "an inline finding is in the body: {body}"
+    );
+    assert!(
+        body.contains("crow") && body.contains("changes requested"),
+        "{body}"
+    );
 
     // The job summary has everything, with locations.
-    for want in ["src/lib.rs:12-14", "src/main.rs:3", "Unpinned dependency", "changes requested"] {
+    for want in [
+        "src/lib.rs:12-14",
+        "src/main.rs:3",
+        "Unpinned dependency",
+        "changes requested",
+    ] {
         assert!(summary.contains(want), "summary lacks {want:?}:\n{summary}");
     }
 }
@@ -243,7 +267,11 @@ async fn a_refused_line_folds_the_inline_comments_into_the_body_once() {
     assert_no_token(&out, &summary);
 
     let requests = api.requests.lock().unwrap().clone();
-    assert_eq!(requests.len(), 2, "one refused POST, one retry: {requests:#?}");
+    assert_eq!(
+        requests.len(),
+        2,
+        "one refused POST, one retry: {requests:#?}"
+    );
     assert_review_request(&requests[0], "COMMENT");
     assert_eq!(requests[0].body["comments"].as_array().unwrap().len(), 2);
 
@@ -259,7 +287,10 @@ async fn a_refused_line_folds_the_inline_comments_into_the_body_once() {
         "src/main.rs:3",
         "Unpinned dependency",
     ] {
-        assert!(body.contains(want), "the retry's body lacks {want:?}:\n{body}");
+        assert!(
+            body.contains(want),
+            "the retry's body lacks {want:?}:\n{body}"
+        );
     }
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("Line could not be resolved"), "{stderr}");
@@ -272,7 +303,10 @@ async fn an_api_error_exits_1_with_githubs_message_and_no_token() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert_no_token(&out, &summary);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("Resource not accessible by integration"), "{stderr}");
+    assert!(
+        stderr.contains("Resource not accessible by integration"),
+        "{stderr}"
+    );
     assert!(stderr.contains("403"), "{stderr}");
     assert_eq!(api.requests.lock().unwrap().len(), 1);
     // The job summary is written before posting, so a refused token still leaves the review.
