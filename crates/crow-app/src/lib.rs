@@ -22,6 +22,7 @@ pub mod models;
 pub mod opencode;
 pub mod permissions;
 pub mod prompt;
+pub mod review;
 pub mod session_cmd;
 pub mod sessions;
 pub mod setup;

@@ -177,7 +177,10 @@ mod tests {
         let wrong = s.check(r#"{"title": 3, "count": -1}"#).unwrap_err();
         assert!(wrong.contains("at /title"), "{wrong}");
         assert!(wrong.contains("at /count"), "{wrong}");
-        assert_eq!(s.check("no idea").unwrap_err(), "the final answer is not JSON");
+        assert_eq!(
+            s.check("no idea").unwrap_err(),
+            "the final answer is not JSON"
+        );
         assert_eq!(s.check("  ").unwrap_err(), "the final answer is empty");
         let missing = s.check(r#"{"title": "a"}"#).unwrap_err();
         assert!(missing.contains("count"), "{missing}");

@@ -55,6 +55,9 @@ pub(crate) struct SessionArgs {
 pub(crate) enum Command {
     /// Run one task to completion, streaming to the terminal
     Run(RunArgs),
+    /// Review a change read-only: findings (file, line, severity) and a verdict; exits 0 on
+    /// approve, 8 on changes requested
+    Review(crate::cmd::review::ReviewArgs),
     /// Watch crow work on a small project, driven by a scripted local model (no setup needed)
     Demo {
         /// Print the event stream as JSON lines instead

@@ -119,6 +119,7 @@ pub async fn run(json: bool, dir: Option<PathBuf>) -> Result<ExitCode> {
         plain_root: false,
         output_schema: None,
         output_last_message: None,
+        print_result: true,
     })
     .await?;
     mock.shutdown().await;

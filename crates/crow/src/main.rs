@@ -204,6 +204,7 @@ fn one_line(e: &anyhow::Error) -> String {
 async fn dispatch(command: Command) -> Result<ExitCode> {
     match command {
         Command::Run(args) => run(args).await,
+        Command::Review(args) => cmd::review::run(args).await,
         Command::Demo { json, dir } => demo::run(json, dir).await,
         Command::Models {
             provider,
@@ -406,6 +407,7 @@ async fn run(args: RunArgs) -> Result<ExitCode> {
         plain_root: assembled.plain_root,
         output_schema,
         output_last_message: args.output_last_message,
+        print_result: true,
     };
     run::run_session(spec)
         .await

@@ -37,6 +37,9 @@ pub struct RunSpec {
     pub output_schema: Option<Arc<crow_app::structured::OutputSchema>>,
     /// `--output-last-message`: where the final answer is written.
     pub output_last_message: Option<std::path::PathBuf>,
+    /// Print the typed result on stdout (`crow run`); `false`: the caller shows it
+    /// (`crow review`).
+    pub print_result: bool,
 }
 
 /// Runs the prompt through a new or resumed session of the chosen crew, rendering as it
@@ -226,8 +229,11 @@ pub async fn run_prompt(spec: RunSpec) -> Result<Finished> {
     }
     if spec.json {
         finished.print_result_line();
-    } else if let Some(value) = &finished.structured {
-        outln!("{}", serde_json::to_string_pretty(value).unwrap_or_default());
+    } else if let (Some(value), true) = (&finished.structured, spec.print_result) {
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(value).unwrap_or_default()
+        );
     }
     Ok(finished)
 }
@@ -241,9 +247,7 @@ fn check_typed(
     ended: &driver::Ended,
 ) -> Result<serde_json::Value, String> {
     match &ended.outcome {
-        Ok(result) => schema.check(
-            &crow_app::structured::final_answer(result).unwrap_or_default(),
-        ),
+        Ok(result) => schema.check(&crow_app::structured::final_answer(result).unwrap_or_default()),
         Err(e) => Err(e.to_string()),
     }
 }

@@ -3,6 +3,7 @@
 
 pub mod hooks;
 pub mod mcp;
+pub mod review;
 pub mod sessions;
 pub mod skills;
 pub mod undo;
