@@ -190,7 +190,7 @@ async fn a_review_of_a_planted_bug_reports_it_changes_nothing_and_exits_8() {
             "write_file",
             json!({"path": "sum.py", "content": "fixed\n"}),
         ))
-        .reply(Reply::text(&review_answer()));
+        .reply(Reply::text(review_answer()));
     let mock = MockLlm::start(scenario).await.unwrap();
     let mut cmd = crow_review(dir, &mock);
     cmd.arg("--uncommitted");
@@ -228,7 +228,7 @@ async fn a_json_review_is_one_object_and_an_approval_exits_0() {
     let repo = planted_bug();
     let dir = repo.path();
     let approve = json!({"verdict": "approve", "summary": "Fine.", "findings": []}).to_string();
-    let mock = MockLlm::start(Scenario::new().reply(Reply::text(&approve)))
+    let mock = MockLlm::start(Scenario::new().reply(Reply::text(approve)))
         .await
         .unwrap();
     let mut cmd = crow_review(dir, &mock);
