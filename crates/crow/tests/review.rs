@@ -252,3 +252,41 @@ async fn nothing_to_review_is_an_error_before_any_model_call() {
     assert!(out.stderr.contains("nothing to review"), "{}", out.stderr);
     assert!(mock.requests().is_empty());
 }
+
+/// The action's posting script reads what `crow review --json` really prints: the planted
+/// bug becomes one inline comment at its line (a dry run: the request, not posted).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_actions_script_turns_a_real_review_into_an_inline_comment() {
+    let repo = planted_bug();
+    let dir = repo.path();
+    let mock = MockLlm::start(Scenario::new().reply(Reply::text(review_answer())))
+        .await
+        .unwrap();
+    let mut cmd = crow_review(dir, &mock);
+    cmd.arg("--json");
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(8), "stderr: {}", out.stderr);
+    let review = dir.join("review.json");
+    std::fs::write(&review, &out.stdout).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../.github/actions/crow/post_review.py");
+    let posted = tokio::process::Command::new("python3")
+        .arg(script)
+        .arg(&review)
+        .args(["--dry-run", "--commit", "abc123", "--pr", "7"])
+        .env_remove("GITHUB_STEP_SUMMARY")
+        .output()
+        .await
+        .unwrap();
+    assert!(posted.status.success(), "{}", String::from_utf8_lossy(&posted.stderr));
+    let request: Value = serde_json::from_slice(&posted.stdout).unwrap();
+    assert_eq!(request["commit_id"], "abc123");
+    let comments = request["comments"].as_array().unwrap();
+    assert_eq!(comments.len(), 1, "{request}");
+    assert_eq!(comments[0]["path"], "sum.py");
+    assert_eq!(comments[0]["line"], 3);
+    assert!(
+        comments[0]["body"].as_str().unwrap().contains("The last element is skipped"),
+        "{request}"
+    );
+}
