@@ -268,8 +268,8 @@ async fn the_actions_script_turns_a_real_review_into_an_inline_comment() {
     assert_eq!(out.code, Some(8), "stderr: {}", out.stderr);
     let review = dir.join("review.json");
     std::fs::write(&review, &out.stdout).unwrap();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../.github/actions/crow/post_review.py");
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.github/actions/crow/post_review.py");
     let posted = tokio::process::Command::new("python3")
         .arg(script)
         .arg(&review)
@@ -278,7 +278,11 @@ async fn the_actions_script_turns_a_real_review_into_an_inline_comment() {
         .output()
         .await
         .unwrap();
-    assert!(posted.status.success(), "{}", String::from_utf8_lossy(&posted.stderr));
+    assert!(
+        posted.status.success(),
+        "{}",
+        String::from_utf8_lossy(&posted.stderr)
+    );
     let request: Value = serde_json::from_slice(&posted.stdout).unwrap();
     assert_eq!(request["commit_id"], "abc123");
     let comments = request["comments"].as_array().unwrap();
@@ -286,7 +290,10 @@ async fn the_actions_script_turns_a_real_review_into_an_inline_comment() {
     assert_eq!(comments[0]["path"], "sum.py");
     assert_eq!(comments[0]["line"], 3);
     assert!(
-        comments[0]["body"].as_str().unwrap().contains("The last element is skipped"),
+        comments[0]["body"]
+            .as_str()
+            .unwrap()
+            .contains("The last element is skipped"),
         "{request}"
     );
 }
