@@ -259,7 +259,12 @@ async fn sigint_mid_stream_cancels_and_keeps_the_partial_text() {
         !partial.is_empty() && partial.len() < 2200,
         "partial: {partial}"
     );
-    assert_eq!(out.events.last().unwrap()["type"], "cancelled");
+    // The run's events end cancelled; the result line closes the output.
+    let n = out.events.len();
+    assert_eq!(out.events[n - 2]["type"], "cancelled", "{}", out.stdout);
+    assert_eq!(out.events[n - 1]["type"], "result");
+    assert_eq!(out.events[n - 1]["status"], "cancelled");
+    assert_eq!(out.events[n - 1]["exit_code"], 130);
 }
 
 #[tokio::test(flavor = "multi_thread")]
