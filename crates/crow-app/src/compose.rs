@@ -312,7 +312,9 @@ impl Composer {
             Some(_) => crow_core::HookEvent::SubagentStop,
             None => crow_core::HookEvent::Stop,
         };
+        let side = self.side_models()?;
         let with_snapshots = |agent: BaseAgent, stop: Option<crow_core::HookEvent>| {
+            let agent = agent.with_side_models(side.clone());
             let agent = match &self.hooks {
                 Some(hooks) => agent.with_hooks(Arc::clone(hooks), stop),
                 None => agent,
@@ -529,22 +531,52 @@ impl Composer {
         let settings = match def.model.as_deref() {
             None => self.default_provider.clone(),
             Some(alias) if claude_alias(alias).is_some() => self.alias_settings(def, alias),
-            Some(spec) => match spec.split_once('/') {
-                Some((provider, model)) if self.config.providers.contains_key(provider) => {
-                    provider_settings(&self.config, provider, None, Some(model))
-                        .with_context(|| format!("agent '{}' ({})", def.name, def.source))?
-                }
-                _ => ProviderSettings {
-                    model: spec.to_owned(),
-                    ..self.default_provider.clone()
-                },
-            },
+            Some(spec) => self
+                .spec_settings(spec)
+                .with_context(|| format!("agent '{}' ({})", def.name, def.source))?,
         };
         let mut settings = settings;
         // The session's own pick, then the agent's definition, then the provider's config.
         if let Some(effort) = self.effort.or(def.reasoning_effort) {
             settings.reasoning_effort = Some(effort);
         }
+        self.built(settings)
+    }
+
+    /// `provider/model` (a configured provider), else a model of the session's provider.
+    fn spec_settings(&self, spec: &str) -> Result<ProviderSettings> {
+        Ok(match spec.split_once('/') {
+            Some((provider, model)) if self.config.providers.contains_key(provider) => {
+                provider_settings(&self.config, provider, None, Some(model))?
+            }
+            _ => ProviderSettings {
+                model: spec.to_owned(),
+                ..self.default_provider.clone()
+            },
+        })
+    }
+
+    /// The models of the side jobs (`[models] compaction`, `nudge`, else `small`); a job
+    /// with none keeps the agent's own model.
+    fn side_models(&self) -> Result<crow_core::SideModels> {
+        let models = &self.config.models;
+        let job = |name: &str, spec: Option<&String>| -> Result<Option<Arc<dyn Provider>>> {
+            spec.or(models.small.as_ref())
+                .map(|spec| {
+                    self.spec_settings(spec)
+                        .and_then(|settings| self.built(settings))
+                        .with_context(|| format!("[models] {name} = \"{spec}\""))
+                })
+                .transpose()
+        };
+        Ok(crow_core::SideModels {
+            compaction: job("compaction", models.compaction.as_ref())?,
+            nudge: job("nudge", models.nudge.as_ref())?,
+        })
+    }
+
+    /// A provider for `settings`, built once per provider, model and effort.
+    fn built(&self, settings: ProviderSettings) -> Result<Arc<dyn Provider>> {
         let key = (
             settings.name.clone(),
             settings.model.clone(),

@@ -323,13 +323,38 @@ pub fn only_prompt(session: &CrewSession) -> bool {
 /// The model each agent of the crew talks to, for the usage rows.
 pub fn models(crew: &Crew) -> crate::telemetry::Agents {
     let agents = || std::iter::once(crew.primary()).chain(crew.coagent());
+    // Side jobs are billed under their own names, at their own model (the builder's when none
+    // is set).
+    let primary = crew.primary();
+    let side = primary.side_models();
+    let jobs = [
+        (
+            crow_core::compaction::COMPACTION_JOB,
+            side.compaction.as_ref(),
+        ),
+        (crow_core::crew::NUDGE_JOB, side.nudge.as_ref()),
+    ];
+    let job_provider = |p: Option<&std::sync::Arc<dyn crow_core::Provider>>| {
+        p.map_or_else(
+            || std::sync::Arc::clone(primary.provider()),
+            std::sync::Arc::clone,
+        )
+    };
     crate::telemetry::Agents {
         crew: crew.name.clone(),
         models: agents()
             .map(|a| (a.name.clone(), a.provider().model().to_owned()))
+            .chain(
+                jobs.iter()
+                    .map(|(job, p)| ((*job).to_owned(), job_provider(*p).model().to_owned())),
+            )
             .collect(),
         providers: agents()
             .map(|a| (a.name.clone(), a.provider().name().to_owned()))
+            .chain(
+                jobs.iter()
+                    .map(|(job, p)| ((*job).to_owned(), job_provider(*p).name().to_owned())),
+            )
             .collect(),
     }
 }

@@ -157,7 +157,19 @@ pub struct BaseAgent {
     /// primary, `SubagentStop` for a subagent, none for a reviewer).
     hooks: Option<Arc<dyn Hooks>>,
     stop_event: Option<HookEvent>,
+    /// Models for side jobs; a job without one uses the agent's own.
+    side: SideModels,
     pub config: AgentConfig,
+}
+
+/// Models for an agent's side jobs (`[models] compaction`, `nudge`, else `small`): a cheaper
+/// model writes the summary or the nudge; `None` keeps the agent's own.
+#[derive(Clone, Default)]
+pub struct SideModels {
+    /// Writes compaction summaries (usage rows named `compaction`).
+    pub compaction: Option<Arc<dyn Provider>>,
+    /// Writes level-2 generated nudges (usage rows named `nudge`).
+    pub nudge: Option<Arc<dyn Provider>>,
 }
 
 impl std::fmt::Debug for BaseAgent {
@@ -195,6 +207,7 @@ impl BaseAgent {
             snapshots: None,
             hooks: None,
             stop_event: None,
+            side: SideModels::default(),
             config,
         }
     }
@@ -236,6 +249,22 @@ impl BaseAgent {
         self.hooks = Some(hooks);
         self.stop_event = stop;
         self
+    }
+
+    /// Lets cheaper models do this agent's side jobs.
+    pub fn with_side_models(mut self, side: SideModels) -> Self {
+        self.side = side;
+        self
+    }
+
+    /// The models of this agent's side jobs.
+    pub fn side_models(&self) -> &SideModels {
+        &self.side
+    }
+
+    /// The provider of side job `job`'s model: its own, else the agent's.
+    pub(crate) fn side_provider(&self, job: Option<&Arc<dyn Provider>>) -> Arc<dyn Provider> {
+        Arc::clone(job.unwrap_or(&self.provider))
     }
 
     /// The hooks this agent fires, if any.

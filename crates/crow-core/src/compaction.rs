@@ -48,6 +48,9 @@ use parts::{
 /// Version of [`TEMPLATE`] and of the elision format, stored with every compaction.
 pub const TEMPLATE_VERSION: u32 = 2;
 /// The summary request (minijinja).
+/// The name usage rows of compaction summaries carry.
+pub const COMPACTION_JOB: &str = "compaction";
+
 pub const TEMPLATE: &str = include_str!("prompts/compaction.md.j2");
 /// System prompt of the summary call (the mock routes on it, too).
 pub const SUMMARY_SYSTEM: &str = "You write concise, exact checkpoints of coding sessions.";
@@ -623,13 +626,14 @@ impl BaseAgent {
             session_id: &session.id,
         };
         // Cancelled: a reason like any other; the caller sees the token and gives up.
-        let done = crate::side_call::complete(&**self.provider(), &request, cancel)
+        let provider = self.side_provider(self.side_models().compaction.as_ref());
+        let done = crate::side_call::complete(&*provider, &request, cancel)
             .await
             .map_err(|e| e.to_string())?
             .ok_or("cancelled")?;
         if !done.usage.is_empty() {
-            // Billed like any call: front ends and the store count it.
-            let _ = events.send(AgentEvent::usage(&self.name, &done.usage));
+            // Billed like any call, under the job's name: `crow stats` shows what it cost.
+            let _ = events.send(AgentEvent::usage(COMPACTION_JOB, &done.usage));
         }
         let text = done.text;
         let text = text.trim();

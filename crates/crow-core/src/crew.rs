@@ -279,7 +279,14 @@ impl Crew {
                         display_paths(&run.files_changed).join(", ")
                     );
                     match self
-                        .side_call(&self.primary, generator_prompt, &context, events, &cancel)
+                        .side_call(
+                            &self.primary,
+                            SideJob::Nudge,
+                            generator_prompt,
+                            &context,
+                            events,
+                            &cancel,
+                        )
                         .await?
                     {
                         Some(text) if !text.trim().is_empty() => text,
@@ -470,7 +477,14 @@ impl Crew {
             Handoff::Generated { generator_prompt } => {
                 let context = render(DEFAULT_HANDOFF_TEMPLATE, &vars).unwrap_or_default();
                 return self
-                    .side_call(coagent, generator_prompt, &context, events, cancel)
+                    .side_call(
+                        coagent,
+                        SideJob::Handoff,
+                        generator_prompt,
+                        &context,
+                        events,
+                        cancel,
+                    )
                     .await;
             }
         };
@@ -490,6 +504,7 @@ impl Crew {
     async fn side_call(
         &self,
         agent: &BaseAgent,
+        job: SideJob,
         system: &str,
         user: &str,
         events: &EventSender,
@@ -506,18 +521,35 @@ impl Crew {
             temperature: agent.config.temperature,
             session_id: "",
         };
-        let Some(done) = crate::side_call::complete(&**agent.provider(), &request, cancel).await?
-        else {
+        let (provider, billed) = match job {
+            SideJob::Nudge => (
+                agent.side_provider(agent.side_models().nudge.as_ref()),
+                NUDGE_JOB.to_owned(),
+            ),
+            SideJob::Handoff => (
+                std::sync::Arc::clone(agent.provider()),
+                format!("{}:side", agent.name),
+            ),
+        };
+        let Some(done) = crate::side_call::complete(&*provider, &request, cancel).await? else {
             return Ok(None);
         };
         if !done.usage.is_empty() {
-            let _ = events.send(AgentEvent::usage(
-                &format!("{}:side", agent.name),
-                &done.usage,
-            ));
+            let _ = events.send(AgentEvent::usage(&billed, &done.usage));
         }
         Ok(Some(done.text))
     }
+}
+
+/// The name usage rows of generated nudges carry.
+pub const NUDGE_JOB: &str = "nudge";
+
+/// What a side call is for: a generated nudge may run on `[models] nudge`; a generated handoff
+/// is the coagent's own.
+#[derive(Clone, Copy)]
+enum SideJob {
+    Nudge,
+    Handoff,
 }
 
 enum CoagentVerdict {

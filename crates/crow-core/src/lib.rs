@@ -46,7 +46,9 @@ mod request_shape_tests;
 #[cfg(test)]
 mod testing;
 
-pub use agent::{AgentConfig, AgentError, BaseAgent, ExecutedToolCall, TurnResult, TurnStop};
+pub use agent::{
+    AgentConfig, AgentError, BaseAgent, ExecutedToolCall, SideModels, TurnResult, TurnStop,
+};
 pub use client::{BridgeError, ClientBridge, CommandEnding, CommandOutcome, CommandRequest};
 pub use compaction::{CompactionConfig, ContextBreakdown};
 pub use crew::{

@@ -192,3 +192,51 @@ async fn context_and_compact_commands_work_on_a_continued_session() {
     let text = serde_json::to_string(messages(&next)).unwrap();
     assert!(text.contains("the checkpoint of the reads"), "{text}");
 }
+
+/// `[models] compaction`: the summary is written by that model, and its usage is stored
+/// under the job's name, so `crow stats` shows what compaction cost.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cheaper_model_writes_the_summary_and_is_billed_as_compaction() {
+    let repo = git_repo();
+    let dir = repo.path();
+    std::fs::write(dir.join("notes.txt"), "some notes\n").unwrap();
+    write_project_config(
+        dir,
+        "doom_loop_threshold = 0\n[models]\ncompaction = \"cheap-model\"\n",
+    );
+    let mut scenario = Scenario::new();
+    for i in 0..6 {
+        scenario = scenario.reply(
+            Reply::text(format!("reading {i}"))
+                .with_tool_call("read_file", json!({"path": "notes.txt"}))
+                .matching_system(AGENT),
+        );
+    }
+    let scenario = scenario
+        .reply(Reply::text("read").matching_system(AGENT))
+        .reply(Reply::text("## Task\nthe notes were read").matching_system(SUMMARISER));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let out = output(crow_run(dir, &mock, "read the notes")).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    let mut cmd = crow_run(dir, &mock, "/compact");
+    cmd.arg("--continue");
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(out.stdout.starts_with("Compacted"), "{}", out.stdout);
+    let requests = mock.requests();
+    let summary = requests.last().unwrap();
+    assert!(String::from_utf8_lossy(&summary.raw_body).contains(SUMMARISER));
+    assert_eq!(summary.body["model"], "cheap-model", "the summary's model");
+    assert!(
+        requests[..requests.len() - 1]
+            .iter()
+            .all(|r| r.body["model"] == "mock-model"),
+        "the turns keep the session's model"
+    );
+    let store = store(dir);
+    let session = only_session(dir);
+    let usage = crow_core::SessionStore::usage(&store, &session.id).unwrap();
+    let compaction: Vec<_> = usage.iter().filter(|u| u.agent == "compaction").collect();
+    assert_eq!(compaction.len(), 1, "{usage:?}");
+    assert_eq!(compaction[0].model, "cheap-model");
+}

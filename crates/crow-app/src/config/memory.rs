@@ -38,9 +38,14 @@ pub struct MemoryConfig {
 #[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ModelsConfig {
-    /// A small, cheap model for side calls such as the finish step: a model of the session's
-    /// provider, or `provider/model`. Default: the session's own model.
+    /// A small, cheap model for side jobs — the finish step, compaction summaries, level-2
+    /// generated nudges: a model of the session's provider, or `provider/model`. Default: the
+    /// session's own model.
     pub small: Option<String>,
+    /// The model that writes compaction summaries (default: `small`, else the agent's own).
+    pub compaction: Option<String>,
+    /// The model that writes level-2 generated nudges (default: `small`, else the builder's).
+    pub nudge: Option<String>,
     /// Prices in US dollars per million tokens, by model name or name prefix (the longest
     /// wins), over the built-in list: `[models.prices."gpt-4.1"] input = 2.0, output = 8.0`.
     #[serde(default)]
