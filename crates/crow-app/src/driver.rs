@@ -28,8 +28,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
 use crow_core::{
-    AgentError, Crew, CrewSession, EntryKind, EventSender, HistorySink, HookEvent, HookInput,
-    Hooks, RunResult, RunStop, SessionInfo, SessionStore, Steering, SystemEvent,
+    AgentError, Crew, CrewSession, EventSender, HistorySink, HookEvent, HookInput, Hooks,
+    RunResult, RunStop, SessionInfo, SessionStore, Steering,
 };
 use crow_mcp::McpManager;
 use crow_store::SqliteStore;
@@ -37,6 +37,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::compose::Composer;
 use crate::sessions;
+
+mod prompt_hooks;
+
+use prompt_hooks::{Prompt, blocked_run, enter_prompt, prompt_hooks};
 
 /// How a driver opens its session.
 pub enum Open {
@@ -102,17 +106,6 @@ pub struct Turn {
     /// this is its first prompt in this driver.
     start: Option<&'static str>,
     pub begun: Begun,
-}
-
-/// What a prompt puts into the history: learnings recalled for it, the text as the model
-/// reads it (mentions expanded), images. Held back until `UserPromptSubmit` hooks let it
-/// through: a blocked prompt leaves nothing in the session, the store or later requests.
-struct Prompt {
-    /// The text as the user typed it, which the hooks are told.
-    typed: String,
-    text: String,
-    images: Vec<(String, String)>,
-    recalled: Option<(Vec<i64>, String)>,
 }
 
 /// A turn that ran: hand it back with [`Driver::end`].
@@ -819,103 +812,6 @@ impl Turn {
             outcome,
             blocked: false,
         }
-    }
-}
-
-/// What the hooks of a prompt said.
-#[derive(Default)]
-struct Hooked {
-    /// `SessionStart` hooks' context, before the prompt.
-    start: Option<String>,
-    /// `UserPromptSubmit` hooks' context, after it.
-    submit: Option<String>,
-    /// Why a `UserPromptSubmit` hook blocked the prompt.
-    blocked: Option<String>,
-}
-
-/// `SessionStart` (on the session's first prompt in this driver) and `UserPromptSubmit`.
-async fn prompt_hooks(
-    hooks: Option<&Arc<dyn Hooks>>,
-    session: &CrewSession,
-    start: Option<&'static str>,
-    prompt: &Prompt,
-    events: &EventSender,
-    cancel: &CancellationToken,
-) -> Hooked {
-    let mut hooked = Hooked::default();
-    let Some(hooks) = hooks else {
-        return hooked;
-    };
-    let primary = &session.primary;
-    let input = |event| HookInput::new(event, &primary.id, &primary.cwd, &primary.agent);
-    let tell = |event, outcome: &crow_core::HookOutcome| {
-        crow_core::hooks::announce(events, &primary.agent, event, outcome);
-    };
-    if let Some(source) = start
-        && hooks.listens(HookEvent::SessionStart, Some(source))
-    {
-        let outcome = hooks
-            .fire(
-                input(HookEvent::SessionStart)
-                    .subject(source)
-                    .field("source", source),
-                cancel,
-            )
-            .await;
-        tell(HookEvent::SessionStart, &outcome);
-        hooked.start = outcome.context_text();
-    }
-    if hooks.listens(HookEvent::UserPromptSubmit, None) {
-        let outcome = hooks
-            .fire(
-                input(HookEvent::UserPromptSubmit).field("prompt", prompt.typed.as_str()),
-                cancel,
-            )
-            .await;
-        tell(HookEvent::UserPromptSubmit, &outcome);
-        hooked.submit = outcome.context_text();
-        hooked.blocked = outcome.block.or(outcome.halt);
-    }
-    hooked
-}
-
-/// The prompt into the history: recalled learnings and a session start's context before it,
-/// a prompt hook's context after it.
-fn enter_prompt(session: &mut CrewSession, crew: &Crew, prompt: Prompt, hooked: Hooked) {
-    let primary = &mut session.primary;
-    if let Some(recalled) = prompt.recalled {
-        crate::memory::remember(primary, recalled);
-    }
-    let context = |hook: HookEvent, note: String| EntryKind::System {
-        event: SystemEvent::HookContext {
-            hook: hook.name().to_owned(),
-            note,
-        },
-    };
-    if let Some(note) = hooked.start {
-        primary.push(context(HookEvent::SessionStart, note));
-    }
-    sessions::add_prompt(
-        primary,
-        crew.primary().provider().as_ref(),
-        prompt.text,
-        prompt.images,
-    );
-    if let Some(note) = hooked.submit {
-        primary.push(context(HookEvent::UserPromptSubmit, note));
-    }
-}
-
-/// The run of a prompt a hook blocked: nothing ran.
-fn blocked_run(reason: String) -> RunResult {
-    RunResult {
-        stop: RunStop::Halted {
-            reason: format!("a UserPromptSubmit hook blocked the prompt: {reason}"),
-        },
-        last: None,
-        usage: crow_core::Usage::default(),
-        rounds: 0,
-        files_changed: Vec::new(),
     }
 }
 

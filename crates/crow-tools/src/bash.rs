@@ -506,23 +506,25 @@ fn finish(text: String, ending: Ending, timeout: Duration) -> ToolResult {
     }
 }
 
-/// Owns the process group: whoever drops it without disarming kills the group, which covers
-/// the tool's future being dropped mid-command. The group stays in [`live_groups`] until it
-/// is seen gone, so a front end that exits can end it first ([`end_all_commands`]).
-struct GroupGuard {
+/// Owns a command's process group: whoever drops it without ending it kills the group, which
+/// covers the tool's future being dropped mid-command. The group stays in [`live_groups`] until
+/// it is seen gone, so a front end that exits can end it first ([`end_all_commands`]). Hooks'
+/// programs are held the same way.
+pub struct GroupGuard {
     pgid: Pid,
     done: bool,
 }
 
 impl GroupGuard {
-    fn new(pgid: Pid) -> Self {
+    /// Takes charge of group `pgid` (a child started as its own group leader).
+    pub fn new(pgid: Pid) -> Self {
         live_groups().insert(pgid.as_raw());
         Self { pgid, done: false }
     }
 
     /// SIGTERM the group, give it [`KILL_GRACE`] to exit, then SIGKILL what is left (a
     /// process may ignore SIGTERM) and reap the shell.
-    async fn terminate_now(&mut self, child: &mut Child) {
+    pub async fn terminate_now(&mut self, child: &mut Child) {
         if signal_group(self.pgid, Signal::SIGTERM) {
             let _ = tokio::time::timeout(KILL_GRACE, child.wait()).await;
             signal_group(self.pgid, Signal::SIGKILL);
@@ -535,7 +537,7 @@ impl GroupGuard {
 
     /// Same as [`Self::terminate_now`] but without waiting: SIGKILL follows from a thread,
     /// so it also works from `Drop` and outside a runtime.
-    fn terminate_in_background(&mut self) {
+    pub fn terminate_in_background(&mut self) {
         if std::mem::replace(&mut self.done, true) {
             return;
         }

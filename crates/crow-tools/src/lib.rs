@@ -46,7 +46,7 @@ mod proptests;
 #[cfg(test)]
 mod test_support;
 
-pub use bash::{BashTool, end_all_commands, shell_command};
+pub use bash::{BashTool, GroupGuard, end_all_commands, shell_command};
 pub use edit::EditFileTool;
 pub use glob::GlobTool;
 pub use grep::GrepTool;

@@ -9,9 +9,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use crow_core::{EnvPolicy, HookEvent, HookInput, HookOutcome, HookPermission, Hooks};
+use crow_tools::GroupGuard;
 use crow_tools::LazySandbox;
-use nix::errno::Errno;
-use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use serde_json::{Map, Value};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
@@ -23,8 +22,6 @@ use super::{Hook, HookSet, claude_tool_name};
 /// Each of a hook's stdout and stderr is kept up to this many bytes (the rest is read and
 /// dropped, so the hook never blocks on a full pipe).
 const OUTPUT_CAP: usize = 64 * 1024;
-/// Between SIGTERM and SIGKILL of a hook's process group.
-const KILL_GRACE: Duration = Duration::from_millis(200);
 /// After the hook exits, how long its pipes may stay open (a process that left its group).
 const DRAIN_GRACE: Duration = Duration::from_secs(1);
 
@@ -244,10 +241,7 @@ impl HookRunner {
             return Ran::Failed("exited before it could be observed".to_owned());
         };
         // Whatever way this ends (the future dropped too), the group goes.
-        let mut group = Group {
-            pgid: Pid::from_raw(pid),
-            done: false,
-        };
+        let mut group = GroupGuard::new(Pid::from_raw(pid));
         let writer = child.stdin.take().map(|mut pipe| {
             let bytes = stdin.to_vec();
             // A hook that reads no stdin closes the pipe: the error is no failure.
@@ -268,8 +262,8 @@ impl HookRunner {
         };
         match ending {
             // Background jobs it left would hold the pipes and outlive the hook.
-            Ending::Exited(_) => group.end_in_background(),
-            _ => group.end_now(&mut child).await,
+            Ending::Exited(_) => group.terminate_in_background(),
+            _ => group.terminate_now(&mut child).await,
         }
         if let Some(writer) = writer {
             writer.abort();
@@ -339,57 +333,6 @@ enum Ran {
     Cancelled,
     /// Could not start or be waited for; the sentence says which.
     Failed(String),
-}
-
-/// The hook's process group; dropped or ended, it is signalled (the hook and everything it
-/// started).
-struct Group {
-    pgid: Pid,
-    done: bool,
-}
-
-impl Group {
-    /// SIGTERM, a short grace, SIGKILL; the shell is reaped.
-    async fn end_now(&mut self, child: &mut tokio::process::Child) {
-        self.done = true;
-        if signal_group(self.pgid, Signal::SIGTERM) {
-            let _ = tokio::time::timeout(KILL_GRACE, child.wait()).await;
-            signal_group(self.pgid, Signal::SIGKILL);
-        }
-        let _ = child.kill().await;
-    }
-
-    /// The same without waiting: SIGKILL follows from a thread (works from `Drop`).
-    fn end_in_background(&mut self) {
-        if std::mem::replace(&mut self.done, true) {
-            return;
-        }
-        let pgid = self.pgid;
-        if signal_group(pgid, Signal::SIGTERM) {
-            std::thread::spawn(move || {
-                std::thread::sleep(KILL_GRACE);
-                signal_group(pgid, Signal::SIGKILL);
-            });
-        }
-    }
-}
-
-impl Drop for Group {
-    fn drop(&mut self) {
-        self.end_in_background();
-    }
-}
-
-/// Signals the group; false when it is gone.
-fn signal_group(pgid: Pid, signal: Signal) -> bool {
-    match killpg(pgid, signal) {
-        Ok(()) => true,
-        Err(Errno::ESRCH) => false,
-        Err(e) => {
-            tracing::warn!(pgid = pgid.as_raw(), %e, "cannot signal a hook's process group");
-            false
-        }
-    }
 }
 
 /// Reads a pipe to its end, keeping the first [`OUTPUT_CAP`] bytes.
