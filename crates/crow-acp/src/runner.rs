@@ -291,6 +291,10 @@ pub trait SessionRunner: Send {
     fn rule_saver(&self) -> Option<Arc<dyn RuleSaver>> {
         None
     }
+
+    /// The session is closed, or the client is gone: what ends with it is told (crow's
+    /// `SessionEnd` hooks). Called once no turn runs.
+    async fn close(&mut self) {}
 }
 
 /// Creates sessions and knows what the agent offers.

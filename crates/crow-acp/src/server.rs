@@ -20,6 +20,9 @@ use agent_client_protocol::{Error, ErrorCode};
 use crow_core::{AgentEvent, ClientBridge};
 
 use crate::bridge::{AcpClientBridge, ClientCaps};
+
+/// How long a closed session's turn may take to wind down before its runner is closed.
+const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 use crate::commands;
 use crate::permission::AcpPermissionGate;
 use crate::replay::replay;
@@ -444,10 +447,16 @@ impl Server {
         ))
     }
 
+    /// session/close: its turn is cancelled and its runner closed once the turn wound down.
     pub fn close_session(&self, id: &str) -> Result<(), Error> {
-        match lock(&self.sessions).remove(id) {
+        let removed = lock(&self.sessions).remove(id);
+        match removed {
             Some(state) => {
                 state.cancel();
+                // Told once its turn has wound down, without holding up the answer.
+                tokio::spawn(async move {
+                    state.close(tokio::time::Instant::now() + CLOSE_GRACE).await;
+                });
                 Ok(())
             }
             None => Err(acp::Error::session_not_found(id.to_owned()).into()),
@@ -467,6 +476,9 @@ impl Server {
             if !state.wait_idle(deadline).await {
                 tracing::warn!(session = %state.shared.id, "a turn was still running at exit");
             }
+        }
+        for state in &sessions {
+            state.close(deadline).await;
         }
     }
 

@@ -350,6 +350,18 @@ impl SessionState {
         }
     }
 
+    /// Closes the runner once no turn holds it (at most until `deadline`): it is taken out for
+    /// good, so no later prompt can start.
+    pub async fn close(&self, deadline: tokio::time::Instant) {
+        if !self.wait_idle(deadline).await {
+            return;
+        }
+        let runner = lock(&self.slot).runner.take();
+        if let Some(mut runner) = runner {
+            let _ = tokio::time::timeout_at(deadline, runner.close()).await;
+        }
+    }
+
     /// Cancels the running turn, if any.
     pub fn cancel(&self) {
         if let Some(turn) = &lock(&self.slot).turn {

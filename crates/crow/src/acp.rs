@@ -563,6 +563,11 @@ impl SessionRunner for CrowRunner {
         })
     }
 
+    /// The session ends in the editor (closed, or the editor gone): `SessionEnd` hooks hear it.
+    async fn close(&mut self) {
+        self.driver.close("other").await;
+    }
+
     fn tool_kind(&self, tool: &str) -> Option<ToolKind> {
         self.tools.get(tool).map(|t| t.kind())
     }

@@ -248,6 +248,37 @@ async fn a_pre_tool_use_ask_puts_the_question_to_the_acp_client_under_approve_al
     assert!(dir.join("made.txt").exists(), "{:?}", turn.updates);
 }
 
+/// The session's ends reach hooks in the editor too: SessionStart before the first prompt,
+/// SessionEnd when the editor goes away.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_acp_session_tells_its_start_and_its_end() {
+    let repo = git_repo();
+    let dir = repo.path();
+    let started = file(dir, "start.json");
+    let ended = file(dir, "end.json");
+    let start = script(dir, "start.sh", &format!("cat > {}", started.display()));
+    let end = script(dir, "end.sh", &format!("cat > {}", ended.display()));
+    let mock = MockLlm::start(Scenario::new().reply(Reply::text("done")))
+        .await
+        .unwrap();
+    write_user_config(
+        dir,
+        &format!(
+            "{}{}{}",
+            mock_provider(&mock),
+            hook_toml("SessionStart", None, &start, None),
+            hook_toml("SessionEnd", None, &end, None)
+        ),
+    );
+    acp_prompt(dir, "ask", "allow_once").await;
+    let start: Value = serde_json::from_str(&std::fs::read_to_string(&started).unwrap()).unwrap();
+    assert_eq!(start["source"], "startup", "{start}");
+    // crow acp has exited (acp_prompt waits for it): the hook ran before it did.
+    let end: Value = serde_json::from_str(&std::fs::read_to_string(&ended).unwrap()).unwrap();
+    assert_eq!(end["hook_event_name"], "SessionEnd", "{end}");
+    assert_eq!(end["session_id"], start["session_id"]);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_post_tool_use_hook_sees_the_call_and_its_result() {
     let repo = git_repo();
