@@ -322,11 +322,15 @@ impl Composer {
                 None => agent,
             }
         };
-        // Where the reviewer ends the run, the builder's task_complete is a claim: it is told.
+        // Where the reviewer ends the run (or Loop(n) runs its rounds), the builder's
+        // task_complete is a claim: it is told.
         let reviewed = matches!(
             def.flow,
             ControlFlow::Coagent {
                 can_terminate: true,
+                ..
+            } | ControlFlow::Coagent {
+                rounds: Some(_),
                 ..
             }
         ) && def.coagent.is_some();
