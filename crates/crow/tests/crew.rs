@@ -415,3 +415,43 @@ async fn a_loop_n_composition_reviews_every_round_and_stops_at_n() {
         .unwrap();
     assert!(String::from_utf8_lossy(&builder_second.raw_body).contains("Tighten the wording."));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn default_agent_in_config_picks_the_composition_and_an_unknown_one_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    write_project_config(dir.path(), "default_agent = \"build-loop\"\n");
+    let scenario = Scenario::new()
+        .reply(Reply::text("Step one done."))
+        .reply(Reply::tool_call(
+            "task_complete",
+            json!({"summary": "both"}),
+        ));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let out = output(crow_run(dir.path(), &mock, "do two steps")).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert_eq!(out.of_type("session")[0]["agent"], "build-loop");
+    assert_eq!(mock.requests().len(), 2, "level 0 went on after the text");
+
+    // --agent still wins.
+    let mock = MockLlm::start(Scenario::new().reply(Reply::text("hi")))
+        .await
+        .unwrap();
+    let mut cmd = crow_run(dir.path(), &mock, "hello");
+    cmd.args(["--agent", "build"]);
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert_eq!(out.of_type("session")[0]["agent"], "build");
+
+    write_project_config(dir.path(), "default_agent = \"buidl\"\n");
+    let mock = MockLlm::start(Scenario::new()).await.unwrap();
+    let out = output(crow_run(dir.path(), &mock, "hello")).await;
+    assert_ne!(out.code, Some(0));
+    assert!(
+        out.stderr.contains("default_agent = \"buidl\"")
+            && out.stderr.contains("build-judge")
+            && out.stderr.contains("builder"),
+        "{}",
+        out.stderr
+    );
+    assert!(mock.requests().is_empty());
+}
