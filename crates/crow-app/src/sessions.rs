@@ -148,12 +148,7 @@ pub fn create_with_id(
                 .collect(),
         })
         .map_err(store_error)?;
-    let mut session = crew_session(store, crew, &info, composer.cwd.clone(), false)?;
-    // The timeline starts with the session (once: a resume reopens it without a new one);
-    // like other system events, the model never reads it.
-    session.primary.push(crow_core::EntryKind::System {
-        event: crow_core::SystemEvent::SessionStart,
-    });
+    let session = crew_session(store, crew, &info, composer.cwd.clone(), false)?;
     Ok((info, session))
 }
 

@@ -106,7 +106,6 @@ async fn a_resumed_session_sends_what_an_uninterrupted_one_would_byte_for_byte()
     assert_eq!(
         kinds(&history),
         [
-            "system",
             "user",
             "thinking",
             "assistant_text",
@@ -116,13 +115,6 @@ async fn a_resumed_session_sends_what_an_uninterrupted_one_would_byte_for_byte()
             "user",
             "assistant_text"
         ]
-    );
-    // Written once, when the session was created: the resume did not start another.
-    assert_eq!(
-        history[0].kind,
-        EntryKind::System {
-            event: crow_core::SystemEvent::SessionStart
-        }
     );
     assert_eq!(
         store(dir).usage(&info.id).unwrap().len(),
@@ -190,8 +182,7 @@ async fn resume_by_id_prefix_and_unknown_ids() {
     cmd.args(["--resume", &info.id[..20]]);
     let out = output(cmd).await;
     assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
-    // session start, two prompts, two answers
-    assert_eq!(store(dir.path()).session(&info.id).unwrap().entries, 5);
+    assert_eq!(store(dir.path()).session(&info.id).unwrap().entries, 4);
 
     let mut cmd = crow_run(dir.path(), &mock, "again");
     cmd.args(["--resume", "ffffffff"]);
@@ -250,8 +241,8 @@ async fn two_crow_processes_share_the_database_each_on_its_own_session() {
     assert_eq!(sessions.len(), 2);
     for s in sessions {
         let history = store.load_history(&s.id, "builder").unwrap();
-        assert_eq!(history.len(), 2 + 6 * 3 + 1, "{}", s.title);
-        assert!(matches!(&history[1].kind, EntryKind::User { content } if *content == s.title));
+        assert_eq!(history.len(), 1 + 6 * 3 + 1, "{}", s.title);
+        assert!(matches!(&history[0].kind, EntryKind::User { content } if *content == s.title));
     }
 }
 
