@@ -422,6 +422,9 @@ struct TomlComposition {
     coagent_tools: Option<CoagentTools>,
     can_terminate: Option<bool>,
     max_rounds: Option<u32>,
+    /// Loop(n): the number of primary → coagent cycles (with `flow = "loop"` and a coagent,
+    /// or any coagent flow).
+    rounds: Option<u32>,
     handoff: Option<TomlHandoff>,
 }
 
@@ -468,11 +471,26 @@ fn parse_toml(text: &str, path: &Path, source: DefSource) -> Result<Def, String>
             }
         };
         if flow.needs_coagent() && raw.coagent.is_none() {
+            let rounds = if raw.rounds.is_some() {
+                " with rounds"
+            } else {
+                ""
+            };
             return Err(format!(
-                "coagent: flow '{}' needs a coagent agent",
+                "coagent: flow '{}'{rounds} needs a coagent agent",
                 raw.flow.as_deref().unwrap_or("level")
             ));
         }
+        // Loop(n)'s rounds are its bound unless a larger one is given.
+        let max_rounds = match (raw.max_rounds, flow.fixed_rounds()) {
+            (Some(max), Some(rounds)) if max < rounds => {
+                return Err(format!(
+                    "max_rounds: {max} is below rounds = {rounds}; drop max_rounds or raise it"
+                ));
+            }
+            (Some(max), _) => max,
+            (None, rounds) => rounds.unwrap_or(0).max(DEFAULT_MAX_ROUNDS),
+        };
         Ok(Def::Composition(CompositionDef {
             name,
             description: raw.description.unwrap_or_default(),
@@ -480,7 +498,7 @@ fn parse_toml(text: &str, path: &Path, source: DefSource) -> Result<Def, String>
             coagent: raw.coagent,
             flow,
             handoff,
-            max_rounds: raw.max_rounds.unwrap_or(DEFAULT_MAX_ROUNDS),
+            max_rounds,
             source,
         }))
     } else {
@@ -519,6 +537,38 @@ fn parse_toml(text: &str, path: &Path, source: DefSource) -> Result<Def, String>
 }
 
 fn flow_of(raw: &TomlComposition) -> Result<ControlFlow, String> {
+    let flow = base_flow_of(raw)?;
+    let Some(n) = raw.rounds else {
+        return Ok(flow);
+    };
+    if n == 0 {
+        return Err("rounds: must be at least 1".into());
+    }
+    match flow {
+        // `flow = "loop"` with a coagent is Loop(n): a judge-like reviewer after each round,
+        // unless coagent_tools / can_terminate say otherwise.
+        ControlFlow::Loop => Ok(ControlFlow::Coagent {
+            tools: raw.coagent_tools.unwrap_or(CoagentTools::ReadOnly),
+            can_terminate: raw.can_terminate.unwrap_or(true),
+            rounds: Some(n),
+        }),
+        ControlFlow::Coagent {
+            tools,
+            can_terminate,
+            ..
+        } => Ok(ControlFlow::Coagent {
+            tools,
+            can_terminate,
+            rounds: Some(n),
+        }),
+        _ => Err(format!(
+            "rounds: flow '{}' has no coagent to review each round (use flow = \"loop\" with a coagent)",
+            raw.flow.as_deref().unwrap_or("level")
+        )),
+    }
+}
+
+fn base_flow_of(raw: &TomlComposition) -> Result<ControlFlow, String> {
     if let Some(level) = raw.level {
         return ControlFlow::from_level(level)
             .ok_or_else(|| format!("level: {level} is not in -1..5"));
@@ -546,6 +596,7 @@ fn flow_of(raw: &TomlComposition) -> Result<ControlFlow, String> {
                 .coagent_tools
                 .ok_or("coagent_tools: required for flow 'coagent' (none, read_only, full)")?,
             can_terminate: raw.can_terminate.unwrap_or(false),
+            rounds: None,
         },
         other => {
             return Err(format!(
@@ -700,6 +751,61 @@ mod tests {
         assert!(c.agents["planner"].allows("read_file") && !c.agents["planner"].allows("bash"));
         for comp in c.compositions.values() {
             assert!(c.agents.contains_key(&comp.primary), "{}", comp.name);
+        }
+    }
+
+    #[test]
+    fn loop_n_compositions_load_and_bad_ones_are_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let agents = dir.path().join("agents");
+        std::fs::create_dir_all(&agents).unwrap();
+        let write = |name: &str, text: &str| std::fs::write(agents.join(name), text).unwrap();
+        write(
+            "three.toml",
+            "primary = \"builder\"\ncoagent = \"reviewer\"\nflow = \"loop\"\nrounds = 3\n",
+        );
+        write(
+            "long.toml",
+            "primary = \"builder\"\ncoagent = \"reviewer\"\nflow = \"loop\"\nrounds = 12\ncoagent_tools = \"none\"\ncan_terminate = false\n",
+        );
+        write(
+            "alone.toml",
+            "primary = \"builder\"\nflow = \"loop\"\nrounds = 3\n",
+        );
+        write(
+            "nudged.toml",
+            "primary = \"builder\"\ncoagent = \"reviewer\"\nflow = \"static\"\nrounds = 3\n",
+        );
+        write(
+            "tight.toml",
+            "primary = \"builder\"\ncoagent = \"reviewer\"\nflow = \"loop\"\nrounds = 5\nmax_rounds = 2\n",
+        );
+        let c = load_catalog(None, dir.path());
+        let three = &c.compositions["three"];
+        assert_eq!(three.flow, ControlFlow::rounds(3));
+        assert_eq!(three.max_rounds, DEFAULT_MAX_ROUNDS);
+        let long = &c.compositions["long"];
+        assert_eq!(
+            long.flow,
+            ControlFlow::Coagent {
+                tools: CoagentTools::None,
+                can_terminate: false,
+                rounds: Some(12)
+            }
+        );
+        assert_eq!(long.max_rounds, 12, "the rounds are the bound");
+        for (file, field) in [
+            ("alone.toml", "coagent"),
+            ("nudged.toml", "rounds"),
+            ("tight.toml", "max_rounds"),
+        ] {
+            assert!(
+                c.problems
+                    .iter()
+                    .any(|p| p.contains(file) && p.contains(field)),
+                "{file}: {:?}",
+                c.problems
+            );
         }
     }
 

@@ -324,11 +324,15 @@ impl Composer {
                 None => agent,
             }
         };
-        // Where the reviewer ends the run, the builder's task_complete is a claim: it is told.
+        // Where the reviewer ends the run (or Loop(n) runs its rounds), the builder's
+        // task_complete is a claim: it is told.
         let reviewed = matches!(
             def.flow,
             ControlFlow::Coagent {
                 can_terminate: true,
+                ..
+            } | ControlFlow::Coagent {
+                rounds: Some(_),
                 ..
             }
         ) && def.coagent.is_some();
@@ -388,6 +392,28 @@ impl Composer {
             def.max_rounds,
         )
         .map_err(|e| anyhow!("{e}"))
+    }
+
+    /// What a new session runs when none is named: config.toml's `default_agent`, else
+    /// `build`. A name that is neither a composition nor an agent is an error naming the key.
+    pub fn default_composition(&self) -> Result<String> {
+        let Some(name) = &self.config.default_agent else {
+            return Ok(DEFAULT_COMPOSITION.to_owned());
+        };
+        if self.composition(name).is_ok() {
+            return Ok(name.clone());
+        }
+        let known: Vec<&str> = self
+            .catalog
+            .compositions
+            .keys()
+            .chain(self.catalog.agents.keys())
+            .map(String::as_str)
+            .collect();
+        bail!(
+            "default_agent = \"{name}\" in config.toml: no composition or agent by that name; use one of: {}",
+            known.join(", ")
+        )
     }
 
     pub fn composition(&self, name: &str) -> Result<CompositionDef> {
@@ -671,6 +697,10 @@ fn subagents(catalog: &Catalog) -> Vec<(String, String)> {
 }
 
 /// Subagents may nest this deep below a top-level agent.
+/// What a new session runs when neither the caller nor config.toml's `default_agent` names
+/// a composition.
+pub const DEFAULT_COMPOSITION: &str = "build";
+
 pub const MAX_SUBAGENT_DEPTH: usize = 2;
 /// Subagents running at once; more calls wait.
 pub const MAX_PARALLEL_SUBAGENTS: usize = 4;

@@ -18,6 +18,9 @@ pub struct Config {
     pub provider: Option<String>,
     /// Model to ask for (overrides the provider's default model).
     pub model: Option<String>,
+    /// The composition (or agent) a new session runs when none is named (`--agent`, an
+    /// editor's mode); unset, `build`.
+    pub default_agent: Option<String>,
     /// Model calls allowed per turn.
     pub max_iterations: Option<u32>,
     /// Repeats (same call, cycle, same error) that make a loop; 0 turns loop detection off.

@@ -189,9 +189,10 @@ impl Driver {
             Open::Resume(info) => Some(info),
             _ => None,
         };
-        let composition = composition
-            .or_else(|| resumed.map(|info| info.agent.clone()))
-            .unwrap_or_else(|| "build".to_owned());
+        let composition = match composition.or_else(|| resumed.map(|info| info.agent.clone())) {
+            Some(name) => name,
+            None => composer.default_composition()?,
+        };
         // A level given for the session (`--level`) stays with it when it is resumed.
         let level = level.or_else(|| resumed.and_then(|info| info.level));
         let (crew, store) = match resumed {

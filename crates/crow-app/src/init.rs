@@ -42,6 +42,7 @@ const PROJECT_CONFIG_TEMPLATE: &str = r#"# crow's settings for this project; you
 # once you trust the project (`crow trust`).
 
 # model = "gpt-4.1"            # the model sessions here use
+# default_agent = "build-judge" # the composition new sessions run without --agent
 # max_iterations = 50          # model calls per turn
 # doom_loop_threshold = 3      # repeats before crow steers the model (0: off)
 

@@ -130,6 +130,7 @@ impl Crew {
                     ControlFlow::Coagent {
                         tools,
                         can_terminate,
+                        ..
                     },
                     Some(agent),
                 ) => {
@@ -246,10 +247,14 @@ impl Crew {
                 TurnStop::Text | TurnStop::TaskComplete => {}
             }
 
+            // Loop(n) runs its rounds whatever the primary claims.
             let coagent_decides = matches!(
                 self.flow,
                 ControlFlow::Coagent {
                     can_terminate: true,
+                    ..
+                } | ControlFlow::Coagent {
+                    rounds: Some(_),
                     ..
                 }
             );
@@ -300,6 +305,7 @@ impl Crew {
                 ControlFlow::Coagent {
                     tools,
                     can_terminate,
+                    rounds,
                 } => {
                     match self
                         .coagent_round(
@@ -323,6 +329,12 @@ impl Crew {
                         }
                         CoagentVerdict::Stop(stop) => {
                             run.stop = stop;
+                            return Ok(run);
+                        }
+                        CoagentVerdict::Feedback(_) if rounds.is_some_and(|n| run.rounds >= n) => {
+                            run.stop = RunStop::Complete {
+                                summary: rounds_done_summary(&run),
+                            };
                             return Ok(run);
                         }
                         CoagentVerdict::Feedback(text) => text,
@@ -611,6 +623,16 @@ fn doom_loop_stop(turn: Option<&TurnResult>) -> RunStop {
             .and_then(|t| t.doom_loop.clone())
             .unwrap_or_else(|| "the agent kept repeating itself".to_owned()),
     }
+}
+
+/// What a Loop(n) run that used all its rounds reports: the primary's last claim, else its
+/// last words.
+fn rounds_done_summary(run: &RunResult) -> String {
+    let last = run.last.as_ref();
+    last.and_then(|t| t.task_complete.clone())
+        .or_else(|| last.and_then(|t| t.text.clone()))
+        .filter(|s| !s.trim().is_empty())
+        .unwrap_or_else(|| format!("{} rounds done", run.rounds))
 }
 
 fn absorb(run: &mut RunResult, turn: &TurnResult) {

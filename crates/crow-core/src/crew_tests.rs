@@ -696,3 +696,87 @@ async fn a_looping_reviewer_ends_the_run_too() {
         )
     );
 }
+
+#[tokio::test]
+async fn loop_n_runs_every_round_though_the_builder_claims_done_in_the_first() {
+    let f = fixture(
+        ControlFlow::rounds(3),
+        vec![
+            act("b1", "task_complete", r#"{"summary":"wrote it"}"#),
+            say("improved it"),
+            act("b3", "task_complete", r#"{"summary":"polished"}"#),
+        ],
+        vec![
+            say("Round 1 feedback: tighten it."),
+            say("Round 2 feedback: add a test."),
+            say("Round 3 feedback: rename it."),
+        ],
+    );
+    let (result, _, events) = run(&f).await;
+    assert_eq!(result.rounds, 3, "exactly n rounds");
+    assert_eq!(
+        result.stop,
+        RunStop::Complete {
+            summary: "polished".into()
+        },
+        "the last round ends it with the builder's last claim"
+    );
+    assert_eq!(f.builder.requests().len(), 3);
+    assert_eq!(f.reviewer.requests().len(), 3, "a review after every round");
+    // The first claim was reviewed, and the feedback went back to the builder.
+    assert!(
+        f.reviewer.requests()[0]
+            .messages
+            .contains("says the task is done: wrote it")
+    );
+    assert!(
+        f.builder.requests()[1]
+            .messages
+            .contains("Round 1 feedback: tighten it.")
+    );
+    // The last feedback ends the run: it is not handed to the builder.
+    assert!(!events.iter().any(|e| matches!(
+        e,
+        AgentEvent::Handoff { prompt, .. } if prompt.contains("Round 3 feedback")
+    )));
+}
+
+#[tokio::test]
+async fn loop_n_stops_early_when_the_reviewer_approves() {
+    let f = fixture(
+        ControlFlow::rounds(4),
+        vec![
+            act("b1", "task_complete", r#"{"summary":"wrote it"}"#),
+            act("b2", "task_complete", r#"{"summary":"fixed"}"#),
+        ],
+        vec![
+            say("Not yet: it says hello."),
+            act("r2", "task_complete", r#"{"summary":"approved"}"#),
+        ],
+    );
+    let (result, _, _) = run(&f).await;
+    assert_eq!(
+        result.stop,
+        RunStop::Complete {
+            summary: "approved".into()
+        }
+    );
+    assert_eq!(result.rounds, 2);
+    assert_eq!(f.builder.requests().len(), 2);
+    assert_eq!(f.reviewer.requests().len(), 2);
+}
+
+#[test]
+fn loop_n_is_off_the_level_scale_and_says_so() {
+    let flow = ControlFlow::rounds(3);
+    assert_eq!(flow.level(), None);
+    assert_eq!(flow.label(), "loop(3)");
+    assert_eq!(flow.fixed_rounds(), Some(3));
+    assert!(flow.to_string().starts_with("loop(3): "), "{flow}");
+    // The levels keep their shape (no `rounds` when it is not set).
+    assert_eq!(
+        serde_json::to_value(ControlFlow::judge()).unwrap(),
+        json!({"type": "coagent", "tools": "read_only", "can_terminate": true})
+    );
+    assert_eq!(ControlFlow::judge().fixed_rounds(), None);
+}

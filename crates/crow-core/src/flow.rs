@@ -35,6 +35,11 @@ pub enum ControlFlow {
     Coagent {
         tools: CoagentTools,
         can_terminate: bool,
+        /// Loop(n): exactly this many primary → coagent cycles, unless the coagent (when it
+        /// can terminate) approves earlier; the primary's task_complete never ends the run.
+        /// `None`: until the completion rule ends it (bounded by `max_rounds`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rounds: Option<u32>,
     },
 }
 
@@ -56,22 +61,27 @@ impl std::fmt::Display for ControlFlow {
             ControlFlow::Coagent {
                 tools,
                 can_terminate,
+                rounds,
             } => {
-                let name = match (tools, can_terminate) {
-                    (CoagentTools::ReadOnly, true) => "judge: ",
-                    (CoagentTools::Full, true) => "smart: ",
-                    (CoagentTools::None, true) => "chat: ",
-                    _ => "",
+                let name = match (tools, can_terminate, rounds) {
+                    (_, _, Some(n)) => format!("loop({n}): "),
+                    (CoagentTools::ReadOnly, true, None) => "judge: ".into(),
+                    (CoagentTools::Full, true, None) => "smart: ".into(),
+                    (CoagentTools::None, true, None) => "chat: ".into(),
+                    _ => String::new(),
                 };
                 let tools = match tools {
                     CoagentTools::None => "no tools",
                     CoagentTools::ReadOnly => "read-only tools",
                     CoagentTools::Full => "every tool",
                 };
-                let ends = if *can_terminate {
-                    "only the coagent's task_complete ends the run"
-                } else {
-                    "the primary's task_complete ends the run"
+                let ends = match (rounds, can_terminate) {
+                    (Some(n), true) => {
+                        format!("{n} rounds, fewer if the coagent approves with task_complete")
+                    }
+                    (Some(n), false) => format!("exactly {n} rounds"),
+                    (None, true) => "only the coagent's task_complete ends the run".into(),
+                    (None, false) => "the primary's task_complete ends the run".into(),
                 };
                 write!(
                     f,
@@ -105,6 +115,7 @@ impl ControlFlow {
             3 => ControlFlow::Coagent {
                 tools: CoagentTools::None,
                 can_terminate: false,
+                rounds: None,
             },
             4 => ControlFlow::judge(),
             5 => ControlFlow::smart(),
@@ -117,6 +128,7 @@ impl ControlFlow {
         ControlFlow::Coagent {
             tools: CoagentTools::ReadOnly,
             can_terminate: true,
+            rounds: None,
         }
     }
 
@@ -125,6 +137,7 @@ impl ControlFlow {
         ControlFlow::Coagent {
             tools: CoagentTools::Full,
             can_terminate: true,
+            rounds: None,
         }
     }
 
@@ -133,6 +146,7 @@ impl ControlFlow {
         ControlFlow::Coagent {
             tools: CoagentTools::None,
             can_terminate: true,
+            rounds: None,
         }
     }
 
@@ -160,9 +174,34 @@ impl ControlFlow {
                 ControlFlow::Coagent {
                     tools: CoagentTools::None,
                     can_terminate: true,
+                    rounds: None,
                 },
             ) => "chat".into(),
+            (
+                None,
+                ControlFlow::Coagent {
+                    rounds: Some(n), ..
+                },
+            ) => format!("loop({n})"),
             (None, _) => "coagent".into(),
+        }
+    }
+
+    /// Loop(n): `rounds` review cycles with a coagent (read-only, approving with
+    /// task_complete, like the judge), ended early only by the coagent's approval.
+    pub fn rounds(rounds: u32) -> Self {
+        ControlFlow::Coagent {
+            tools: CoagentTools::ReadOnly,
+            can_terminate: true,
+            rounds: Some(rounds.max(1)),
+        }
+    }
+
+    /// The fixed number of cycles of a Loop(n) flow.
+    pub fn fixed_rounds(&self) -> Option<u32> {
+        match self {
+            ControlFlow::Coagent { rounds, .. } => *rounds,
+            _ => None,
         }
     }
 

@@ -95,8 +95,9 @@ fn markdown_lines(text: &str) -> String {
         .collect()
 }
 
-/// The compositions, the default one first.
-fn modes(root: &Path) -> Vec<ModeInfo> {
+/// The compositions, the default one (config.toml's `default_agent`, else `build`) first:
+/// a new session starts in the first mode.
+fn modes(root: &Path, default: Option<&str>) -> Vec<ModeInfo> {
     let catalog = crate::wiring::load_agents(root);
     let mut modes: Vec<ModeInfo> = catalog
         .compositions
@@ -106,7 +107,8 @@ fn modes(root: &Path) -> Vec<ModeInfo> {
             auto_approve: false,
         })
         .collect();
-    if let Some(i) = modes.iter().position(|m| m.choice.id == DEFAULT_MODE) {
+    let default = default.unwrap_or(DEFAULT_MODE);
+    if let Some(i) = modes.iter().position(|m| m.choice.id == default) {
         let default = modes.remove(i);
         modes.insert(0, default);
     }
@@ -148,7 +150,7 @@ impl CrowFactory {
         let listed = Listed::fetch(&config);
         Ok(Self {
             models,
-            modes: modes(&root),
+            modes: modes(&root, config.default_agent.as_deref()),
             config,
             overrides,
             listed,
@@ -294,7 +296,7 @@ impl CrowRunner {
         }
         let mcp = start_mcp(spec, &loaded, &tools);
         let driver = Driver::open(driver::Spec {
-            composition: Some(known_mode(&composer, &spec.mode).to_owned()),
+            composition: Some(known_mode(&composer, &spec.mode)),
             composer,
             store: store.map(sessions::Opening::ready),
             level: None,
@@ -340,7 +342,7 @@ impl CrowRunner {
             &composer.project_root,
             Some(&info.id),
         );
-        let mode = known_mode(&composer, &info.agent).to_owned();
+        let mode = known_mode(&composer, &info.agent);
         let (approve, remembered) = stored_answers(&info);
         let title = Some(info.title.clone()).filter(|t| !t.is_empty());
         let mcp = start_mcp(&spec, &loaded, &tools);
@@ -398,12 +400,15 @@ impl CrowRunner {
     }
 }
 
-/// `mode` when the composer knows it, else the default mode.
-fn known_mode<'a>(composer: &Composer, mode: &'a str) -> &'a str {
+/// `mode` when the composer knows it, else the default mode (`default_agent`, when it is a
+/// name crow knows).
+fn known_mode(composer: &Composer, mode: &str) -> String {
     if composer.composition(mode).is_ok() {
-        mode
+        mode.to_owned()
     } else {
-        DEFAULT_MODE
+        composer
+            .default_composition()
+            .unwrap_or_else(|_| DEFAULT_MODE.to_owned())
     }
 }
 
@@ -487,7 +492,7 @@ impl SessionRunner for CrowRunner {
             self.effort = input.effort.clone();
         }
         let root = self.driver.composer().project_root.clone();
-        let mode = known_mode(self.driver.composer(), &input.mode).to_owned();
+        let mode = known_mode(self.driver.composer(), &input.mode);
         if mode != self.driver.composition() {
             self.driver
                 .set_composition(&mode)
@@ -502,7 +507,7 @@ impl SessionRunner for CrowRunner {
             text = invoked.prompt;
             agent = invoked
                 .agent
-                .map(|a| known_mode(self.driver.composer(), &a).to_owned())
+                .map(|a| known_mode(self.driver.composer(), &a))
                 .filter(|a| *a != mode);
         }
         if let Some(command) = crate::session_cmd::parse(&text) {

@@ -372,3 +372,86 @@ async fn an_unmappable_alias_and_missing_tools_are_warned_once() {
         "{warnings:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_loop_n_composition_reviews_every_round_and_stops_at_n() {
+    let dir = tempfile::tempdir().unwrap();
+    let agents = dir.path().join(".crow/agents");
+    std::fs::create_dir_all(&agents).unwrap();
+    std::fs::write(
+        agents.join("twice.toml"),
+        "primary = \"builder\"\ncoagent = \"reviewer\"\nflow = \"loop\"\nrounds = 2\n",
+    )
+    .unwrap();
+    // The builder says it is done at once; the reviewer never approves: two rounds, then the
+    // run ends with the builder's last claim.
+    let scenario = Scenario::new()
+        .reply(
+            Reply::tool_call("task_complete", json!({"summary": "first draft"}))
+                .matching_system(BUILDER),
+        )
+        .reply(Reply::text("Tighten the wording.").matching_system(REVIEWER))
+        .reply(
+            Reply::tool_call("task_complete", json!({"summary": "second draft"}))
+                .matching_system(BUILDER),
+        )
+        .reply(Reply::text("Still wordy.").matching_system(REVIEWER));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let mut cmd = crow_run(dir.path(), &mock, "write a haiku");
+    cmd.args(["--agent", "twice"]);
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "stderr: {}\n{}", out.stderr, out.stdout);
+    assert_eq!(mock.remaining_steps(), 0, "two rounds, each reviewed");
+    assert_eq!(out.of_type("coagent_start").len(), 2);
+    let result = out.of_type("result").pop().unwrap();
+    assert_eq!(result["status"], "complete");
+    assert_eq!(result["answer"], "second draft");
+    // The first round's feedback reached the builder.
+    let builder_second = mock
+        .requests()
+        .into_iter()
+        .filter(|r| String::from_utf8_lossy(&r.raw_body).contains(BUILDER))
+        .nth(1)
+        .unwrap();
+    assert!(String::from_utf8_lossy(&builder_second.raw_body).contains("Tighten the wording."));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn default_agent_in_config_picks_the_composition_and_an_unknown_one_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    write_project_config(dir.path(), "default_agent = \"build-loop\"\n");
+    let scenario = Scenario::new()
+        .reply(Reply::text("Step one done."))
+        .reply(Reply::tool_call(
+            "task_complete",
+            json!({"summary": "both"}),
+        ));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let out = output(crow_run(dir.path(), &mock, "do two steps")).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert_eq!(out.of_type("session")[0]["agent"], "build-loop");
+    assert_eq!(mock.requests().len(), 2, "level 0 went on after the text");
+
+    // --agent still wins.
+    let mock = MockLlm::start(Scenario::new().reply(Reply::text("hi")))
+        .await
+        .unwrap();
+    let mut cmd = crow_run(dir.path(), &mock, "hello");
+    cmd.args(["--agent", "build"]);
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert_eq!(out.of_type("session")[0]["agent"], "build");
+
+    write_project_config(dir.path(), "default_agent = \"buidl\"\n");
+    let mock = MockLlm::start(Scenario::new()).await.unwrap();
+    let out = output(crow_run(dir.path(), &mock, "hello")).await;
+    assert_ne!(out.code, Some(0));
+    assert!(
+        out.stderr.contains("default_agent = \"buidl\"")
+            && out.stderr.contains("build-judge")
+            && out.stderr.contains("builder"),
+        "{}",
+        out.stderr
+    );
+    assert!(mock.requests().is_empty());
+}
