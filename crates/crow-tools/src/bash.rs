@@ -507,7 +507,7 @@ fn finish(text: String, ending: Ending, timeout: Duration) -> ToolResult {
 }
 
 /// Owns a command's process group: whoever drops it without ending it kills the group, which
-/// covers the tool's future being dropped mid-command. The group stays in [`live_groups`] until
+/// covers the tool's future being dropped mid-command. The group stays in the live groups until
 /// it is seen gone, so a front end that exits can end it first ([`end_all_commands`]). Hooks'
 /// programs are held the same way.
 pub struct GroupGuard {
@@ -522,7 +522,7 @@ impl GroupGuard {
         Self { pgid, done: false }
     }
 
-    /// SIGTERM the group, give it [`KILL_GRACE`] to exit, then SIGKILL what is left (a
+    /// SIGTERM the group, give it a short grace to exit, then SIGKILL what is left (a
     /// process may ignore SIGTERM) and reap the shell.
     pub async fn terminate_now(&mut self, child: &mut Child) {
         if signal_group(self.pgid, Signal::SIGTERM) {
