@@ -590,10 +590,8 @@ pub fn load(project_root: &Path, flags: &Overrides) -> Result<LoadedConfig> {
 /// cannot use (e.g. `sse`) are skipped with a warning.
 pub fn mcp_json_layer(project_root: &Path) -> Result<Option<(toml::Table, Source)>> {
     let path = project_root.join(".mcp.json");
-    let text = match std::fs::read_to_string(&path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => bail!("cannot read {}: {e}", path.display()),
+    let Some(text) = files::read_bounded(&path)? else {
+        return Ok(None);
     };
     let entries = crow_mcp::parse_mcp_json(&text, &path.display().to_string())?;
     let mut servers = toml::Table::new();
@@ -683,7 +681,7 @@ mod proptests;
 mod shown;
 
 pub use files::{open_private, read_or_empty, write_config_file};
-pub use files::{parse_layer, read_layer};
+pub use files::{parse_layer, read_bounded, read_layer};
 
 #[cfg(test)]
 mod tests {

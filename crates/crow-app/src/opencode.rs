@@ -191,10 +191,8 @@ pub fn strip_jsonc(text: &str) -> String {
 /// A file that does not parse names its line and column: the session must not start
 /// without the policy it holds.
 pub fn file_rules(path: &Path) -> Result<Option<Vec<Rule>>> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => bail!("cannot read {}: {e}", path.display()),
+    let Some(text) = crate::config::read_bounded(path)? else {
+        return Ok(None);
     };
     let json: Value = match serde_json::from_str(&strip_jsonc(&text)) {
         Ok(json) => json,

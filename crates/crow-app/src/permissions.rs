@@ -67,10 +67,8 @@ pub fn claude_rules(project_root: &Path, trusted: bool) -> Result<Vec<Rule>> {
     let mut rules = Vec::new();
     for name in ["settings.json", "settings.local.json"] {
         let path = project_root.join(".claude").join(name);
-        let text = match std::fs::read_to_string(&path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => bail!("cannot read {}: {e}", path.display()),
+        let Some(text) = crate::config::read_bounded(&path)? else {
+            continue;
         };
         let json: serde_json::Value = match serde_json::from_str(&text) {
             Ok(json) => json,
@@ -393,6 +391,46 @@ mod tests {
         let table: toml::Table = toml::from_str(good).unwrap();
         let rules = layer_rules(&table, &Source::File(path.clone())).unwrap();
         assert_eq!(rules[0].source, format!("{}:3", path.display()));
+    }
+
+    #[test]
+    #[cfg(unix)]
+    fn project_policy_files_that_are_devices_are_refused_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join(".claude")).unwrap();
+        std::fs::create_dir_all(dir.path().join(".crow")).unwrap();
+        // Endless files: reading one whole would never end.
+        for file in [
+            ".claude/settings.json",
+            ".crow/config.toml",
+            ".mcp.json",
+            "opencode.json",
+        ] {
+            std::os::unix::fs::symlink("/dev/zero", dir.path().join(file)).unwrap();
+        }
+        let error = claude_rules(dir.path(), true).unwrap_err().to_string();
+        assert!(
+            error.contains("not a regular file of at most 1 MiB"),
+            "{error}"
+        );
+        let error = crate::config::read_layer(&dir.path().join(".crow/config.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("config.toml is not a regular file"),
+            "{error}"
+        );
+        let error = crate::config::mcp_json_layer(dir.path())
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains(".mcp.json is not a regular file"), "{error}");
+        let error = crate::opencode::file_rules(&dir.path().join("opencode.json"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("opencode.json is not a regular file"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -8,6 +8,43 @@ use anyhow::{Context, Result, bail};
 
 use super::{Config, Source};
 
+/// Config and policy files larger than this are no file crow reads.
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// A config or policy file's text; `None` when it does not exist. Only a regular file of at
+/// most [`MAX_CONFIG_BYTES`] is read — a cloned repository's `.crow/config.toml`, `.mcp.json`
+/// or `.claude/settings.json` that links to `/dev/zero` or a pipe must not hang or exhaust
+/// crow: it is an error naming the file. Checked on the open file, and the read is bounded
+/// too, so a swap after the check changes nothing.
+pub fn read_bounded(path: &Path) -> Result<Option<String>> {
+    use std::io::Read as _;
+    let file = match std::fs::File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => bail!("cannot read {}: {e}", path.display()),
+    };
+    let meta = file
+        .metadata()
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    if !meta.is_file() || meta.len() > MAX_CONFIG_BYTES {
+        bail!(
+            "{} is not a regular file of at most 1 MiB; crow does not read it (remove or replace it)",
+            path.display()
+        );
+    }
+    let mut text = String::new();
+    file.take(MAX_CONFIG_BYTES + 1)
+        .read_to_string(&mut text)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    if text.len() as u64 > MAX_CONFIG_BYTES {
+        bail!(
+            "{} grew past 1 MiB while read; crow does not read it",
+            path.display()
+        );
+    }
+    Ok(Some(text))
+}
+
 /// A config file's text; a file that does not exist yet reads as empty.
 pub fn read_or_empty(path: &Path) -> Result<String> {
     match std::fs::read_to_string(path) {
@@ -45,14 +82,11 @@ pub fn open_private(path: &Path) -> Result<std::fs::File> {
 }
 
 pub fn read_layer(path: &Path) -> Result<Option<(toml::Table, Source)>> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => {
-            let source = Source::File(path.to_path_buf());
-            Ok(Some((parse_layer(&text, &source)?, source)))
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => bail!("cannot read config file {}: {e}", path.display()),
-    }
+    let Some(text) = read_bounded(path)? else {
+        return Ok(None);
+    };
+    let source = Source::File(path.to_path_buf());
+    Ok(Some((parse_layer(&text, &source)?, source)))
 }
 
 /// Parses one layer and checks it against the schema, naming the file on error.
