@@ -12,7 +12,7 @@ use super::{Config, Source};
 pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
 /// A config or policy file's text; `None` when it does not exist. Only a regular file of at
-/// most [`MAX_CONFIG_BYTES`] is read — a cloned repository's `.crow/config.toml`, `.mcp.json`
+/// most 1 MiB is read — a cloned repository's `.crow/config.toml`, `.mcp.json`
 /// or `.claude/settings.json` that links to `/dev/zero` or a pipe must not hang or exhaust
 /// crow: it is an error naming the file. Checked on the open file, and the read is bounded
 /// too, so a swap after the check changes nothing.
