@@ -91,35 +91,12 @@ pub struct ClaudeHooksFile {
     pub outside: Option<std::path::PathBuf>,
 }
 
-/// Settings files larger than this are not Claude Code's settings.
-const MAX_SETTINGS_BYTES: u64 = 1 << 20;
-
-/// A settings file's text; `None` when it does not exist. Only a regular file of sane size
-/// is read: a link to a device or a pipe (a cloned repository can hold one) must not hang
-/// or exhaust crow.
-pub fn read_settings(path: &std::path::Path) -> anyhow::Result<Option<String>> {
-    let meta = match std::fs::metadata(path) {
-        Ok(meta) => meta,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => anyhow::bail!("cannot read {}: {e}", path.display()),
-    };
-    if !meta.is_file() || meta.len() > MAX_SETTINGS_BYTES {
-        tracing::warn!(
-            "{}: not a regular settings file of at most 1 MiB; skipped",
-            path.display()
-        );
-        return Ok(None);
-    }
-    match std::fs::read_to_string(path) {
-        Ok(text) => Ok(Some(text)),
-        Err(e) => anyhow::bail!("cannot read {}: {e}", path.display()),
-    }
-}
-
 /// The `hooks` of a settings file (`None`: no file, or no hooks in it); invalid JSON is an
 /// error naming the file.
 pub fn settings_hooks(path: &std::path::Path) -> anyhow::Result<Option<serde_json::Value>> {
-    let Some(text) = read_settings(path)? else {
+    // A regular file of at most 1 MiB only: a link to a device in a cloned repository
+    // must not hang crow (`read_bounded`).
+    let Some(text) = super::files::read_bounded(path)? else {
         return Ok(None);
     };
     let json: serde_json::Value = serde_json::from_str(&text)

@@ -725,13 +725,16 @@ fn a_project_settings_link_out_of_the_project_runs_nothing_untrusted() {
         crate::config::project_fingerprint(project.path()).unwrap(),
         before
     );
-    // A link to something that is no file (a device that never ends) is skipped unread.
+    // A link to something that is no file (a device that never ends) is refused unread, as
+    // every project config file is (`config::read_bounded`).
     std::fs::remove_file(project.path().join(".claude/settings.json")).unwrap();
     std::os::unix::fs::symlink("/dev/zero", project.path().join(".claude/settings.json")).unwrap();
+    let error = crate::config::hooks::claude_project_hooks(project.path())
+        .unwrap_err()
+        .to_string();
     assert!(
-        crate::config::hooks::claude_project_hooks(project.path())
-            .unwrap()
-            .is_empty()
+        error.contains("not a regular file of at most 1 MiB"),
+        "{error}"
     );
 }
 
