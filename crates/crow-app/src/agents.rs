@@ -113,7 +113,7 @@ pub struct Catalog {
 }
 
 /// crow's own tools, as agent files name them after [`canonical_tool`].
-const CROW_TOOLS: [&str; 12] = [
+const CROW_TOOLS: [&str; 11] = [
     "bash",
     "edit_file",
     "glob",
@@ -123,7 +123,6 @@ const CROW_TOOLS: [&str; 12] = [
     "task",
     "task_complete",
     "think",
-    "todo_read",
     "todo_write",
     "write_file",
 ];
@@ -705,14 +704,14 @@ pub fn canonical_tool(name: &str) -> String {
         "edit" | "multiedit" | "patch" => "edit_file",
         "ls" | "list" => "list_directory",
         "todowrite" => "todo_write",
-        "todoread" => "todo_read",
+        // Writing the plan shows it back: the separate reading tool is gone, and an agent
+        // file that names it (ours did) keeps a plan.
+        "todoread" | "todo_read" => "todo_write",
         "task" | "agent" => "task",
         "webfetch" => "web_fetch",
         // crow's own names, in any case (`Grep`, `Bash`).
         "bash" | "glob" | "grep" | "think" | "read_file" | "write_file" | "edit_file"
-        | "list_directory" | "todo_write" | "todo_read" | "task_complete" | "web_fetch" => {
-            lower.as_str()
-        }
+        | "list_directory" | "todo_write" | "task_complete" | "web_fetch" => lower.as_str(),
         // Anything else (an MCP tool) keeps its exact name.
         _ => return name.trim().to_owned(),
     };

@@ -21,7 +21,7 @@ use crow_providers::ProviderSettings;
 
 use crate::agents::{AgentDef, Catalog, CompositionDef, DEFAULT_MAX_ROUNDS, DefSource, Mode};
 use crate::config::Config;
-use crate::prompt::{PromptFacts, render_system_prompt_from};
+use crate::prompt::{Asking, PromptFacts, render_system_prompt_from};
 use crate::wiring::{find_project_root, provider_settings};
 
 /// Everything needed to turn a composition name into a [`Crew`]. Built whole by
@@ -336,8 +336,20 @@ impl Composer {
                 ..
             }
         ) && def.coagent.is_some();
+        // Only a top-level primary in a flow that hands back to the user after each turn has
+        // someone to answer its questions.
+        let asking = if parent.is_none() && def.flow == ControlFlow::Hitl {
+            Asking::User
+        } else {
+            Asking::NoOne
+        };
+        let seat = Seat {
+            reviewed,
+            commands: true,
+            asking,
+        };
         let primary = with_snapshots(
-            self.agent_in(&def.primary, &primary_name, reviewed, true)?,
+            self.agent_in(&def.primary, &primary_name, seat)?,
             Some(stop),
         );
         let coagent = match &def.coagent {
@@ -356,10 +368,11 @@ impl Composer {
                         ..
                     }
                 );
-                Some(with_snapshots(
-                    self.agent_in(coagent, &shown, false, commands)?,
-                    None,
-                ))
+                let seat = Seat {
+                    commands,
+                    ..Seat::default()
+                };
+                Some(with_snapshots(self.agent_in(coagent, &shown, seat)?, None))
             }
             _ => None,
         };
@@ -447,18 +460,16 @@ impl Composer {
 
     /// One base agent from its definition; `shown` is the name its events carry.
     pub fn agent(&self, name: &str, shown: &str) -> Result<BaseAgent> {
-        self.agent_in(name, shown, false, true)
+        let seat = Seat {
+            commands: true,
+            ..Seat::default()
+        };
+        self.agent_in(name, shown, seat)
     }
 
-    /// [`Composer::agent`], told whether a reviewer checks its work (`PromptFacts::reviewed`)
-    /// and, when it may run commands (`commands`, and `bash` among its tools), their sandbox.
-    fn agent_in(
-        &self,
-        name: &str,
-        shown: &str,
-        reviewed: bool,
-        commands: bool,
-    ) -> Result<BaseAgent> {
+    /// [`Composer::agent`] in its seat of a crew (what its system prompt tells it). An agent
+    /// as deep as subagents may nest is not offered `task`, which could only fail for it.
+    fn agent_in(&self, name: &str, shown: &str, seat: Seat) -> Result<BaseAgent> {
         let def =
             self.catalog.agents.get(name).ok_or_else(|| {
                 anyhow!("unknown agent '{name}' (crow agents list shows the agents)")
@@ -469,6 +480,11 @@ impl Composer {
             self.tools.filtered(move |t| def.allows(t.name()))
         } else {
             self.tools.clone()
+        };
+        let tools = if shown.matches('/').count() >= MAX_SUBAGENT_DEPTH {
+            tools.filtered(|t| t.name() != crow_core::TASK)
+        } else {
+            tools
         };
         let stored = self
             .stored_prompts
@@ -494,8 +510,9 @@ impl Composer {
                     } else {
                         &no_skills
                     },
-                    reviewed,
-                    sandbox: tools.get("bash").filter(|_| commands).and_then(|_| {
+                    reviewed: seat.reviewed,
+                    asking: seat.asking,
+                    sandbox: tools.get("bash").filter(|_| seat.commands).and_then(|_| {
                         crate::prompt::sandbox_note(&self.config.sandbox, &self.project_root)
                     }),
                 },
@@ -679,20 +696,43 @@ impl SubagentFactory for Composer {
     }
 }
 
-/// What the `task` tool offers: agents that may run as subagents, and every composition but
-/// the built-in single-agent ones (`build`, `plan` are their agent under another name), so a
-/// subagent can come with its own reviewer (`build-judge`, `build-smart`).
+/// An agent's seat in its crew: what its system prompt says about it.
+#[derive(Debug, Clone, Copy, Default)]
+struct Seat {
+    /// A reviewer checks its work and ends the run: its `task_complete` is a claim.
+    reviewed: bool,
+    /// It may run commands (a coagent without every tool runs none): told their sandbox
+    /// when `bash` is among its tools.
+    commands: bool,
+    asking: Asking,
+}
+
+/// What the `task` tool offers: agents that may run as subagents, the user's and project's
+/// compositions, and of the built-in ones those that give a subagent its own reviewer
+/// (`build-judge`, `build-smart`) — described for the calling model, which knows nothing of
+/// levels. (`build`, `plan` are their agent under another name; a loop or a chat adds
+/// nothing when no person takes part.)
 fn subagents(catalog: &Catalog) -> Vec<(String, String)> {
     let agents = catalog
         .agents
         .values()
         .filter(|a| a.mode != Mode::Primary)
         .map(|a| (a.name.clone(), a.description.clone()));
-    let compositions = catalog
-        .compositions
-        .values()
-        .filter(|c| c.source != DefSource::BuiltIn || c.flow != crow_core::ControlFlow::Hitl)
-        .map(|c| (c.name.clone(), c.description.clone()));
+    let compositions = catalog.compositions.values().filter_map(|c| {
+        if c.source != DefSource::BuiltIn {
+            return Some((c.name.clone(), c.description.clone()));
+        }
+        let reviewed = if c.flow == ControlFlow::judge() {
+            "the builder, and a reviewer that reads its work and sends it back until it is \
+             right (slower; for changes that must be correct)"
+        } else if c.flow == ControlFlow::smart() {
+            "the builder, and a reviewer that may run and fix the work itself before it \
+             returns (slowest, most thorough)"
+        } else {
+            return None;
+        };
+        Some((c.name.clone(), reviewed.to_owned()))
+    });
     agents.chain(compositions).collect()
 }
 
@@ -728,10 +768,10 @@ mod tests {
         let empty = tempfile::tempdir().unwrap();
         let catalog = crate::agents::load_catalog(None, empty.path());
         let names: Vec<String> = subagents(&catalog).into_iter().map(|(n, _)| n).collect();
-        for offered in ["build-judge", "build-smart", "build-loop", "pair"] {
+        for offered in ["build-judge", "build-smart"] {
             assert!(names.iter().any(|n| n == offered), "{offered} in {names:?}");
         }
-        for hidden in ["build", "plan"] {
+        for hidden in ["build", "plan", "build-loop", "pair"] {
             assert!(!names.iter().any(|n| n == hidden), "{hidden} in {names:?}");
         }
     }

@@ -26,7 +26,8 @@ fn tools_for(key: &str) -> Option<&'static [&'static str]> {
         "task" => &["task"],
         "skill" => &["skill"],
         "todowrite" => &["todo_write"],
-        "todoread" => &["todo_read"],
+        // crow has no tool that only reads the plan (writing it shows it back).
+        "todoread" => &[],
         "webfetch" => &["web_fetch"],
         "websearch" => &["web_search"],
         _ => return None,

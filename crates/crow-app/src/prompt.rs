@@ -26,6 +26,31 @@ pub struct PromptFacts<'a> {
     /// What the sandbox of its commands allows, from the session's settings ([`sandbox_note`]);
     /// `None` without a sandbox or without `bash`.
     pub sandbox: Option<String>,
+    /// Who answers when the agent asks a question in plain text.
+    pub asking: Asking,
+}
+
+/// Who answers an agent's question: the prompt tells a primary how to ask, or, where no
+/// person reads its turns (a flow that goes on by itself, a subagent), what to do instead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Asking {
+    /// Nothing said (a reviewer, a single agent shown by `crow agents show`).
+    #[default]
+    Unsaid,
+    /// The user reads the turn's end (level -1, the default): ask in plain text.
+    User,
+    /// The flow goes on without a person, or a calling agent reads the result.
+    NoOne,
+}
+
+impl Asking {
+    fn name(self) -> &'static str {
+        match self {
+            Asking::Unsaid => "",
+            Asking::User => "user",
+            Asking::NoOne => "no_one",
+        }
+    }
 }
 
 /// One sentence on the sandbox commands run in, from the session's `[sandbox]` settings;
@@ -96,6 +121,7 @@ pub fn render_system_prompt_from(template: &str, facts: &PromptFacts<'_>) -> Res
             skills_omitted => facts.skills.omitted,
             reviewed => facts.reviewed,
             sandbox => facts.sandbox,
+            asking => facts.asking.name(),
         })
         .context("cannot render the system prompt")
 }
@@ -115,6 +141,7 @@ mod tests {
             instructions: &[],
             skills: &crow_tools::SkillIndex::default(),
             reviewed: false,
+            asking: Asking::Unsaid,
             sandbox: None,
         };
         let a = render_system_prompt(&facts).unwrap();
@@ -167,6 +194,7 @@ mod instruction_tests {
             instructions: &files,
             skills: &crow_tools::SkillIndex::default(),
             reviewed: false,
+            asking: Asking::Unsaid,
             sandbox: None,
         })
         .unwrap();
@@ -200,6 +228,7 @@ mod skill_tests {
             instructions: &[],
             skills: &skills,
             reviewed: false,
+            asking: Asking::Unsaid,
             sandbox: None,
         })
         .unwrap();
@@ -264,6 +293,7 @@ mod sandbox_tests {
             instructions: &[],
             skills: &crow_tools::SkillIndex::default(),
             reviewed: false,
+            asking: Asking::Unsaid,
             sandbox: Some("Commands run in a sandbox.".into()),
         })
         .unwrap();
@@ -271,5 +301,31 @@ mod sandbox_tests {
             prompt.ends_with("- Date: 2026-11-21\n- Commands run in a sandbox."),
             "{prompt:?}"
         );
+    }
+
+    #[test]
+    fn who_answers_is_said_after_the_role() {
+        let render = |asking| {
+            render_system_prompt(&PromptFacts {
+                role: "Role.",
+                cwd: Path::new("/w/p"),
+                project_root: Path::new("/w/p"),
+                is_git: false,
+                date: "2026-11-21".into(),
+                instructions: &[],
+                skills: &crow_tools::SkillIndex::default(),
+                reviewed: false,
+                asking,
+                sandbox: None,
+            })
+            .unwrap()
+        };
+        let unsaid = render(Asking::Unsaid);
+        assert!(unsaid.starts_with("Role.\n\n# Environment"), "{unsaid:?}");
+        let user = render(Asking::User);
+        assert!(user.starts_with("Role.\n\nIf you need the user's input, ask in plain text"));
+        let no_one = render(Asking::NoOne);
+        assert!(no_one.starts_with("Role.\n\nNo one answers questions while you work"));
+        assert!(!no_one.contains("the user's input"));
     }
 }

@@ -39,8 +39,8 @@ fn in_a_clean_home() {
         String::from_utf8_lossy(&output.stderr)
     );
     assert!(
-        stdout.contains("test result: ok. 2 passed"),
-        "both ran: {stdout}"
+        stdout.contains("test result: ok. 3 passed"),
+        "all ran: {stdout}"
     );
 }
 
@@ -154,6 +154,52 @@ async fn clean_home_prompts_and_tools_per_composition() {
         }
         insta::assert_snapshot!(name, text);
     }
+}
+
+/// A subagent is told that no one answers its questions; one as deep as subagents may nest
+/// is not offered `task` (which could only fail for it), one above is.
+#[tokio::test]
+#[ignore = "run by in_a_clean_home"]
+async fn clean_home_what_a_subagent_is_told() {
+    use crow_core::SubagentFactory;
+    require_clean_home();
+    let dir = tempfile::tempdir().unwrap();
+    let composer = composer(dir.path(), "http://127.0.0.1:9/v1".into());
+    let top = composer.crew("build", None).unwrap();
+    assert!(
+        top.primary()
+            .system_prompt()
+            .contains("If you need the user's input, ask in plain text")
+    );
+    let has_task = |crew: &crow_core::Crew| crew.primary().tools().get("task").is_some();
+    assert!(has_task(&top));
+
+    let first = composer.build("builder", "builder").unwrap();
+    assert_eq!(first.primary().name, "builder/builder");
+    assert!(has_task(&first), "a first-level subagent may delegate");
+    let prompt = first.primary().system_prompt();
+    assert!(
+        prompt.contains("No one answers questions while you work"),
+        "{prompt}"
+    );
+    assert!(!prompt.contains("the user's input"), "{prompt}");
+
+    let deepest = composer.build("builder", "builder/builder").unwrap();
+    assert!(
+        !has_task(&deepest),
+        "at the depth bound `task` is not offered"
+    );
+    let judged = composer.build("build-judge", "builder/builder").unwrap();
+    assert!(!has_task(&judged));
+
+    // A top-level loop (level 0) goes on without the user: told so too.
+    let loop_ = composer.crew("build-loop", None).unwrap();
+    assert!(
+        loop_
+            .primary()
+            .system_prompt()
+            .contains("No one answers questions while you work")
+    );
 }
 
 /// The default composition's first request (OpenAI Chat Completions, as crow-bench measures

@@ -53,8 +53,9 @@ impl TaskTool {
             .join("\n");
         let description = format!(
             "Hand a self-contained job to a subagent, which works with its own context and \
-             returns its result. Give it everything it needs in the prompt. Several task calls \
-             in one response run in parallel.\nAgents:\n{agents}"
+             returns its result to you (the user does not see it: pass on what matters). Give \
+             it everything it needs in the prompt. Several task calls in one response run in \
+             parallel.\nAgents:\n{agents}"
         );
         Self {
             factory,

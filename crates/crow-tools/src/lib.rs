@@ -5,7 +5,7 @@
 //! permission gate before changing the machine, and never panics on model input.
 //!
 //! The tools: `read_file`, `write_file`, `edit_file`, `bash`, `glob`, `grep`, `list_directory`,
-//! `todo_write`/`todo_read`, `think`, `task_complete`, `web_fetch`, `web_search` (registered only
+//! `todo_write`, `think`, `task_complete`, `web_fetch`, `web_search` (registered only
 //! when `ToolOptions.web_search` is set, which the binary builds from `[tools.web_search]`).
 //! `builtin_tools(&ToolOptions)` builds the registry; the `skill` tool joins it only where a
 //! skill exists. glob, grep and list use ripgrep's
@@ -59,7 +59,7 @@ pub use skill::{
     Skill, SkillError, SkillIndex, SkillProblem, SkillRoot, SkillScope, SkillTool, Skills,
     discover as discover_skills, index as skill_index, standard_roots as skill_roots,
 };
-pub use todo::{Todo, TodoList, TodoReadTool, TodoStatus, TodoWriteTool};
+pub use todo::{Todo, TodoList, TodoStatus, TodoWriteTool};
 pub use web_fetch::{WebFetchOptions, WebFetchTool};
 pub use web_search::{SearchBackend, WebSearchOptions, WebSearchTool};
 pub use write::WriteFileTool;
@@ -99,7 +99,7 @@ impl Default for ToolOptions {
     }
 }
 
-/// Every built-in tool. The todo tools share one list per registry, so call this once per
+/// Every built-in tool. The todo tool keeps one list per registry, so call this once per
 /// session.
 pub fn builtin_tools(options: &ToolOptions) -> ToolRegistry {
     let todos = TodoList::default();
@@ -111,8 +111,7 @@ pub fn builtin_tools(options: &ToolOptions) -> ToolRegistry {
     registry.register(Arc::new(GlobTool::new(options.clone())));
     registry.register(Arc::new(GrepTool::new(options.clone())));
     registry.register(Arc::new(ListDirectoryTool::new(options.clone())));
-    registry.register(Arc::new(TodoWriteTool::new(todos.clone())));
-    registry.register(Arc::new(TodoReadTool::new(todos)));
+    registry.register(Arc::new(TodoWriteTool::new(todos)));
     registry.register(Arc::new(ThinkTool));
     if let Some(search) = &options.web_search {
         registry.register(Arc::new(WebSearchTool::new(search.clone())));
@@ -144,7 +143,6 @@ mod tests {
             ("read_file", ToolKind::Read),
             (crow_core::TASK_COMPLETE, ToolKind::Other),
             ("think", ToolKind::Think),
-            ("todo_read", ToolKind::Think),
             ("todo_write", ToolKind::Think),
             ("web_fetch", ToolKind::Fetch),
             ("write_file", ToolKind::Edit),

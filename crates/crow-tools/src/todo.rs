@@ -1,6 +1,7 @@
-//! `todo_write` / `todo_read`: each agent's own plan, kept by both tools of one registry. The
-//! builder, its reviewer and every subagent share the registry but not a plan: a subagent's
-//! plan must not replace its caller's (agents are told apart by their shown name).
+//! `todo_write`: each agent's own plan. The builder, its reviewer and every subagent share the
+//! registry but not a plan: a subagent's plan must not replace its caller's (agents are told
+//! apart by their shown name). Writing the plan shows it back, so no separate read tool is
+//! advertised (one tool definition less in every request).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -11,7 +12,8 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::args::parse;
 
-const SHAPE: &str = r#"{"todos": [{"content": string, "status": "pending"|"in_progress"|"completed", "id"?: string, "priority"?: string}]}"#;
+const SHAPE: &str =
+    r#"{"todos": [{"content": string, "status": "pending"|"in_progress"|"completed"}]}"#;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -23,17 +25,13 @@ pub enum TodoStatus {
     Completed,
 }
 
-/// One item of the plan.
+/// One item of the plan. Items are numbered by position; an `id` a model sends (as models
+/// trained on other agents' todo tools do) is ignored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Todo {
     pub content: String,
     pub status: TodoStatus,
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "string_or_number"
-    )]
-    pub id: Option<String>,
+    /// Not advertised; kept when a model sends it anyway (ACP plans show it).
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
@@ -42,7 +40,7 @@ pub struct Todo {
     pub priority: Option<String>,
 }
 
-/// Models send ids as `1` as often as `"1"`.
+/// Models send `1` as often as `"1"`.
 fn string_or_number<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
     Ok(match Option::<serde_json::Value>::deserialize(d)? {
         None | Some(serde_json::Value::Null) => None,
@@ -137,9 +135,7 @@ impl Tool for TodoWriteTool {
                         "type": "object",
                         "properties": {
                             "content": {"type": "string"},
-                            "status": {"enum": ["pending", "in_progress", "completed"]},
-                            "id": {"type": "string"},
-                            "priority": {"type": "string"}
+                            "status": {"enum": ["pending", "in_progress", "completed"]}
                         },
                         "required": ["content", "status"]
                     }
@@ -166,54 +162,17 @@ impl Tool for TodoWriteTool {
     }
 }
 
-/// Shows the plan.
-#[derive(Debug, Clone)]
-pub struct TodoReadTool {
-    list: TodoList,
-}
-
-impl TodoReadTool {
-    pub fn new(list: TodoList) -> Self {
-        Self { list }
-    }
-}
-
-#[async_trait]
-impl Tool for TodoReadTool {
-    fn name(&self) -> &str {
-        "todo_read"
-    }
-
-    fn description(&self) -> &str {
-        "Show your current todo list."
-    }
-
-    fn parameters_schema(&self) -> serde_json::Value {
-        serde_json::json!({"type": "object", "properties": {}})
-    }
-
-    fn kind(&self) -> ToolKind {
-        ToolKind::Think
-    }
-
-    async fn execute(&self, _input: serde_json::Value, ctx: &ToolContext) -> ToolResult {
-        result(&self.list.get(&ctx.agent))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::test_support::TestEnv;
 
     #[tokio::test]
-    async fn round_trip_through_the_shared_list() {
+    async fn writing_the_plan_shows_it_back() {
         let env = TestEnv::new();
         let list = TodoList::default();
         let write = TodoWriteTool::new(list.clone());
-        let read = TodoReadTool::new(list);
-        let r = read.execute(serde_json::json!({}), &env.ctx).await;
-        assert_eq!(r.output, "No todos.");
+        assert!(list.get(&env.ctx.agent).is_empty());
         let r = write
             .execute(
                 serde_json::json!({"todos": [
@@ -227,11 +186,11 @@ mod tests {
         assert!(r.is_success(), "{}", r.output);
         let expected = "Todos (1/3 completed):\n[x] 1. read code\n[>] 2. fix bug\n[ ] 3. run tests";
         assert_eq!(r.output, expected);
-        assert_eq!(r.metadata.extra["todos"][0]["id"], "1");
+        // An id a model sends is dropped; a priority is kept for editors' plans.
+        assert!(r.metadata.extra["todos"][0].get("id").is_none());
+        assert_eq!(r.metadata.extra["todos"][1]["priority"], "high");
         assert_eq!(r.metadata.extra["todos"][1]["status"], "in_progress");
-        let r = read.execute(serde_json::Value::Null, &env.ctx).await;
-        assert_eq!(r.output, expected);
-        assert_eq!(r.metadata.extra["todos"].as_array().map(Vec::len), Some(3));
+        assert_eq!(list.get(&env.ctx.agent).len(), 3);
     }
 
     #[tokio::test]
@@ -241,7 +200,6 @@ mod tests {
         explore.ctx.agent = "builder/explore".into();
         let list = TodoList::default();
         let write = TodoWriteTool::new(list.clone());
-        let read = TodoReadTool::new(list);
         let plan =
             |what: &str| serde_json::json!({"todos": [{"content": what, "status": "pending"}]});
         assert!(
@@ -257,18 +215,12 @@ mod tests {
                 .await
                 .is_success()
         );
-        let r = read.execute(serde_json::json!({}), &builder.ctx).await;
-        assert!(
-            r.output.contains("fix the bug") && !r.output.contains("list the files"),
-            "{}",
-            r.output
-        );
-        let r = read.execute(serde_json::json!({}), &explore.ctx).await;
-        assert!(
-            r.output.contains("list the files") && !r.output.contains("fix the bug"),
-            "{}",
-            r.output
-        );
+        let mine = list.get(&builder.ctx.agent);
+        let theirs = list.get(&explore.ctx.agent);
+        assert_eq!(mine.len(), 1);
+        assert_eq!(mine[0].content, "fix the bug");
+        assert_eq!(theirs.len(), 1);
+        assert_eq!(theirs[0].content, "list the files");
     }
 
     #[tokio::test]
