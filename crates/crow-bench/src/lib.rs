@@ -11,6 +11,7 @@ pub mod long;
 pub mod memory;
 pub mod prefix;
 pub mod sandbox;
+pub mod scale;
 pub mod search;
 pub mod sessions;
 pub mod snapshot;
@@ -54,6 +55,8 @@ pub struct Config {
     pub cold_runs: usize,
     /// Files of the generated tree that snapshots are measured on.
     pub snapshot_files: usize,
+    /// Files of the generated project of section 16 (undo at repository scale).
+    pub scale_files: usize,
     /// Entries in the store that memory search is measured on.
     pub memory_entries: usize,
 }
@@ -78,6 +81,7 @@ impl Config {
             growth_runs: 5,
             cold_runs: 31,
             snapshot_files: 5_000,
+            scale_files: 50_000,
             memory_entries: 100_000,
         }
     }
@@ -94,6 +98,7 @@ impl Config {
             terminal_turns: 200,
             growth_runs: 2,
             cold_runs: 11,
+            scale_files: 10_000,
             memory_entries: 20_000,
             ..Self::full()
         }
@@ -118,6 +123,7 @@ impl Config {
             growth_runs: 1,
             cold_runs: 2,
             snapshot_files: 300,
+            scale_files: 300,
             memory_entries: 300,
         }
     }
@@ -175,9 +181,10 @@ impl Bench {
         let terminal = terminal::measure(self, self.config.terminal_turns)?;
         let memory = memory::measure(self, progress)?;
         let hooks = hooks::measure(self, progress)?;
+        let scale = scale::measure(self, progress)?;
         Ok(vec![
             overhead, walls, startup, requests, streaming, store, search, parallel, long, sandbox,
-            limits, snapshots, terminal, memory, hooks,
+            limits, snapshots, terminal, memory, hooks, scale,
         ])
     }
 }

@@ -55,6 +55,10 @@ struct Args {
     /// Only the hooks section (section 15: what a trivial hook adds per tool call)
     #[arg(long)]
     hooks_only: bool,
+    /// Only undo at repository scale (section 16), in a project of this many files
+    /// (default 50,000)
+    #[arg(long, value_name = "FILES", num_args = 0..=1, default_missing_value = "50000")]
+    scale_only: Option<usize>,
 }
 
 fn main() -> ExitCode {
@@ -89,6 +93,9 @@ fn run(args: Args) -> Result<()> {
     }
     if let Some(files) = args.files {
         config.tree_files = files;
+    }
+    if let Some(files) = args.scale_only {
+        config.scale_files = files;
     }
     let crow = match args.crow {
         Some(path) => path,
@@ -138,6 +145,11 @@ fn run(args: Args) -> Result<()> {
         (None, None) if args.sandbox_only => vec![crow_bench::sandbox::measure(&bench)?],
         (None, None) if args.hooks_only => {
             vec![crow_bench::hooks::measure(&bench, &mut |step| {
+                eprintln!("· {step}")
+            })?]
+        }
+        (None, None) if args.scale_only.is_some() => {
+            vec![crow_bench::scale::measure(&bench, &mut |step| {
                 eprintln!("· {step}")
             })?]
         }

@@ -23,22 +23,31 @@ const EXTENSIONS: [&str; 4] = ["rs", "txt", "md", "py"];
 
 /// Writes `files` small text files under `root`; returns how many hold a needle.
 pub fn generate_tree(root: &Path, files: usize) -> Result<usize> {
+    generate_tree_in(root, files, PER_DIR)
+}
+
+/// [`generate_tree`] with `per_dir` files in each directory.
+pub fn generate_tree_in(root: &Path, files: usize, per_dir: usize) -> Result<usize> {
     let body = "fn helper(x: u32) -> u32 {\n    // an ordinary line of code\n    x * 2 + 1\n}\n";
     let mut needles = 0;
     for i in 0..files {
-        let dir = root.join(format!("d{:03}", i / PER_DIR));
-        if i % PER_DIR == 0 {
-            std::fs::create_dir_all(&dir)?;
+        if i % per_dir == 0 {
+            std::fs::create_dir_all(root.join(format!("d{:03}", i / per_dir)))?;
         }
-        let ext = EXTENSIONS[i % EXTENSIONS.len()];
         let mut text = format!("// file {i}\n{}", body.repeat(3));
         if i % NEEDLE_EVERY == 0 {
             text.push_str(&format!("const MARKER: &str = \"needle_{i}\";\n"));
             needles += 1;
         }
-        std::fs::write(dir.join(format!("f{i:05}.{ext}")), text)?;
+        std::fs::write(root.join(tree_file(i, per_dir)), text)?;
     }
     Ok(needles)
+}
+
+/// The path of the generated tree's file number `i`, relative to its root.
+pub fn tree_file(i: usize, per_dir: usize) -> String {
+    let ext = EXTENSIONS[i % EXTENSIONS.len()];
+    format!("d{:03}/f{i:05}.{ext}", i / per_dir)
 }
 
 fn context(root: &Path) -> ToolContext {
