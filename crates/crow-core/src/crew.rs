@@ -204,6 +204,9 @@ impl Crew {
             files_changed: Vec::new(),
         };
         let task = last_user_message(&session.primary).unwrap_or_default();
+        // Flows that go on without a person: replies in a row with no tool call and no
+        // task_complete (the agent talking to no one) count as a loop.
+        let mut monologue = Monologue::new(&self.flow, self.primary.config.doom_loop_threshold);
 
         loop {
             if run.rounds >= self.max_rounds {
@@ -262,6 +265,10 @@ impl Crew {
                 run.stop = RunStop::Complete {
                     summary: summary.clone(),
                 };
+                return Ok(run);
+            }
+            if let Some(description) = run.last.as_ref().and_then(|t| monologue.after(t)) {
+                run.stop = RunStop::DoomLoop { description };
                 return Ok(run);
             }
 
@@ -614,6 +621,46 @@ fn halted_stop(turn: Option<&TurnResult>) -> RunStop {
         reason: turn
             .and_then(|t| t.halted.clone())
             .unwrap_or_else(|| "a hook stopped the run".to_owned()),
+    }
+}
+
+/// Seed 002's monologue rule, for the flows that continue without a person (levels 0–2):
+/// `threshold` replies in a row without a tool call or task_complete stop the run as a loop
+/// (the nudge after each already told the agent to act or finish).
+struct Monologue {
+    threshold: u32,
+    replies: u32,
+}
+
+impl Monologue {
+    fn new(flow: &ControlFlow, threshold: u32) -> Self {
+        let unattended = matches!(
+            flow,
+            ControlFlow::Loop | ControlFlow::Static { .. } | ControlFlow::Generated { .. }
+        );
+        Self {
+            // 0 turns loop detection off, here as in the turn's own detector.
+            threshold: if unattended { threshold } else { 0 },
+            replies: 0,
+        }
+    }
+
+    /// After a turn of the primary: why the run stops, once the replies reach the threshold.
+    fn after(&mut self, turn: &TurnResult) -> Option<String> {
+        if self.threshold == 0 {
+            return None;
+        }
+        if turn.tool_calls.is_empty() && turn.task_complete.is_none() {
+            self.replies += 1;
+        } else {
+            self.replies = 0;
+        }
+        (self.replies >= self.threshold).then(|| {
+            format!(
+                "{} replies in a row without a tool call or task_complete",
+                self.replies
+            )
+        })
     }
 }
 

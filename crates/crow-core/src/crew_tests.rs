@@ -213,16 +213,78 @@ async fn loop_continues_until_task_complete() {
     assert_eq!(result.rounds, 2);
 }
 
+/// A turn that does something (a write of its own content), then says so.
+fn working_turns(n: usize) -> Vec<crate::testing::Script> {
+    (0..n)
+        .flat_map(|i| {
+            [
+                act(
+                    &format!("w{i}"),
+                    "write_file",
+                    &format!(r#"{{"content":"version {i}"}}"#),
+                ),
+                say("still working"),
+            ]
+        })
+        .collect()
+}
+
 #[tokio::test]
 async fn loop_stops_at_its_bound() {
-    let f = fixture(
-        ControlFlow::Loop,
-        (0..10).map(|_| say("still working")).collect(),
-        vec![],
-    );
+    let f = fixture(ControlFlow::Loop, working_turns(10), vec![]);
     let (result, _, _) = run(&f).await;
     assert_eq!(result.stop, RunStop::MaxTurns);
-    assert_eq!(f.builder.requests().len(), 4, "max_rounds = 4");
+    assert_eq!(
+        f.builder.requests().len(),
+        8,
+        "max_rounds = 4, two calls each"
+    );
+}
+
+#[tokio::test]
+async fn replies_without_a_tool_call_end_a_loop_as_a_monologue() {
+    for flow in [
+        ControlFlow::Loop,
+        ControlFlow::Static {
+            message: "Go on.".into(),
+        },
+    ] {
+        let f = fixture(
+            flow.clone(),
+            (0..10).map(|_| say("thinking aloud")).collect(),
+            vec![],
+        );
+        let (result, _, _) = run(&f).await;
+        assert!(
+            matches!(&result.stop, RunStop::DoomLoop { description }
+                if description.contains("3 replies in a row without a tool call")),
+            "{flow:?}: {:?}",
+            result.stop
+        );
+        assert_eq!(f.builder.requests().len(), 3, "the default threshold");
+    }
+}
+
+#[tokio::test]
+async fn a_tool_call_between_replies_starts_the_count_again() {
+    let mut scripts = vec![say("one"), say("two")];
+    scripts.extend(working_turns(1));
+    scripts.extend([say("three"), say("four"), act("c", "task_complete", DONE)]);
+    let mut f = fixture(ControlFlow::Loop, scripts, vec![]);
+    f.crew.max_rounds = 10;
+    let (result, _, _) = run(&f).await;
+    assert!(
+        matches!(result.stop, RunStop::Complete { .. }),
+        "{:?}",
+        result.stop
+    );
+}
+
+#[tokio::test]
+async fn a_person_reads_the_replies_at_level_minus_one() {
+    let f = fixture(ControlFlow::Hitl, vec![say("a question?")], vec![]);
+    let (result, _, _) = run(&f).await;
+    assert_eq!(result.stop, RunStop::NeedsInput);
 }
 
 #[tokio::test]
