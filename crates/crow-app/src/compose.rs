@@ -612,9 +612,30 @@ impl Composer {
                 })
                 .transpose()
         };
+        let watching = &self.config.loop_detection;
+        let watcher = match watching.watcher.as_deref() {
+            None => None,
+            Some(spec) => {
+                let provider = match (spec, models.small.as_ref()) {
+                    ("small", Some(small)) => self.spec_settings(small),
+                    ("small", None) => Ok(self.default_provider.clone()),
+                    (spec, _) => self.spec_settings(spec),
+                }
+                .and_then(|settings| self.built(settings))
+                .with_context(|| format!("[loop_detection] watcher = \"{spec}\""))?;
+                Some(crow_core::LoopWatcher {
+                    provider,
+                    every: watching
+                        .every
+                        .unwrap_or(crow_core::watcher::DEFAULT_EVERY)
+                        .max(1),
+                })
+            }
+        };
         Ok(crow_core::SideModels {
             compaction: job("compaction", models.compaction.as_ref())?,
             nudge: job("nudge", models.nudge.as_ref())?,
+            watcher,
         })
     }
 

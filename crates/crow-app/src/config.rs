@@ -51,6 +51,9 @@ pub struct Config {
     /// Models for side jobs (`small`).
     #[serde(default)]
     pub models: memory::ModelsConfig,
+    /// A model that watches turns for loops, beside the deterministic detector.
+    #[serde(default)]
+    pub loop_detection: LoopDetectionConfig,
     /// OpenTelemetry traces to a collector (off unless an endpoint is set).
     #[serde(default)]
     pub telemetry: crate::telemetry::TelemetryConfig,
@@ -205,6 +208,19 @@ pub struct SnapshotsConfig {
     pub max_file_bytes: Option<u64>,
     /// Snapshots not seen for this many days are removed (default 7).
     pub max_age_days: Option<u64>,
+}
+
+/// `[loop_detection]`: the loop watcher (opt-in). `doom_loop_threshold` at the top sets the
+/// deterministic detector.
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LoopDetectionConfig {
+    /// The model that reads a digest of the recent calls and says whether the agent is
+    /// stuck: "small" (`[models] small`, else the session's model), a model of the session's
+    /// provider, or "provider/model". Unset: no watcher.
+    pub watcher: Option<String>,
+    /// Batches of tool calls between two looks (default 8).
+    pub every: Option<u32>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]

@@ -333,6 +333,10 @@ pub fn models(crew: &Crew) -> crate::telemetry::Agents {
             side.compaction.as_ref(),
         ),
         (crow_core::crew::NUDGE_JOB, side.nudge.as_ref()),
+        (
+            crow_core::WATCHER_JOB,
+            side.watcher.as_ref().map(|w| &w.provider),
+        ),
     ];
     let job_provider = |p: Option<&std::sync::Arc<dyn crow_core::Provider>>| {
         p.map_or_else(

@@ -170,6 +170,9 @@ pub struct SideModels {
     pub compaction: Option<Arc<dyn Provider>>,
     /// Writes level-2 generated nudges (usage rows named `nudge`).
     pub nudge: Option<Arc<dyn Provider>>,
+    /// Watches the agent's turns for loops (`[loop_detection] watcher`; usage rows named
+    /// `watcher`); `None`: only the deterministic detector.
+    pub watcher: Option<crate::watcher::LoopWatcher>,
 }
 
 impl std::fmt::Debug for BaseAgent {
@@ -305,6 +308,7 @@ impl BaseAgent {
     ) -> Result<TurnResult, AgentError> {
         let mut ledger = TurnLedger::new();
         let mut loops = LoopDetector::new(self.config.doom_loop_threshold);
+        let mut watch = crate::watcher::Watch::new(self.side.watcher.clone());
         let mut snaps = SnapshotStep::new(self.snapshots.clone());
         let halt = Halt::default();
         // Whether a Stop hook already kept this turn going (hooks read it to avoid looping).
@@ -373,6 +377,16 @@ impl BaseAgent {
                 .await;
             // Named point: after a batch of tool results, before they enter history.
             let repeating = loops.after_batch(&mut executed);
+            // The watcher looks when the deterministic detector saw nothing.
+            let watched = match repeating {
+                Verdict::Continue => {
+                    let task = session.last_user_message().unwrap_or_default().to_owned();
+                    watch
+                        .after_batch(&task, &mut executed, events, &cancel)
+                        .await
+                }
+                _ => crate::watcher::Watched::Continue,
+            };
             self.record_results(session, events, &executed);
             let seen = match may_change {
                 true => snaps.after_batch(session, events, &self.name).await,
@@ -404,6 +418,10 @@ impl BaseAgent {
             }
             if let Verdict::Stop(pattern) = repeating {
                 break self.doom_loop(session, events, ledger, pattern.to_string());
+            }
+            if let crate::watcher::Watched::Stop(reason) = watched {
+                let what = format!("the loop watcher: {reason}");
+                break self.doom_loop(session, events, ledger, what);
             }
         };
 

@@ -203,7 +203,11 @@ impl Crew {
             rounds: 0,
             files_changed: Vec::new(),
         };
-        let task = last_user_message(&session.primary).unwrap_or_default();
+        let task = session
+            .primary
+            .last_user_message()
+            .unwrap_or_default()
+            .to_owned();
         // Flows that go on without a person: replies in a row with no tool call and no
         // task_complete (the agent talking to no one) count as a loop.
         let mut monologue = Monologue::new(&self.flow, self.primary.config.doom_loop_threshold);
@@ -746,13 +750,6 @@ fn render(template: &str, vars: &minijinja::Value) -> Result<String, CrewError> 
 
 fn display_paths(paths: &[PathBuf]) -> Vec<String> {
     paths.iter().map(|p| p.display().to_string()).collect()
-}
-
-fn last_user_message(session: &Session) -> Option<String> {
-    session.entries().iter().rev().find_map(|e| match &e.kind {
-        EntryKind::User { content } => Some(content.clone()),
-        _ => None,
-    })
 }
 
 /// The latest rendering of the todo list in a history, if the agent keeps one.

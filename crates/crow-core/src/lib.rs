@@ -40,6 +40,7 @@ pub mod snapshot;
 pub mod store;
 pub mod subagent;
 pub mod tool;
+pub mod watcher;
 
 #[cfg(test)]
 mod request_shape_tests;
@@ -83,6 +84,7 @@ pub use tool::{
     PermissionRequest, Tool, ToolContext, ToolKind, ToolMetadata, ToolRegistry, ToolResult,
     ToolStatus,
 };
+pub use watcher::{LoopWatcher, WATCHER_JOB};
 
 /// Name of the tool a model calls to end its work; the loop treats it specially.
 pub const TASK_COMPLETE: &str = "task_complete";

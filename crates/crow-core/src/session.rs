@@ -105,6 +105,14 @@ impl Session {
         &self.entries
     }
 
+    /// The newest user message: the task the agent is working on.
+    pub fn last_user_message(&self) -> Option<&str> {
+        self.entries.iter().rev().find_map(|e| match &e.kind {
+            EntryKind::User { content } => Some(content.as_str()),
+            _ => None,
+        })
+    }
+
     pub fn push(&mut self, kind: EntryKind) {
         let entry = HistoryEntry::now(kind);
         if let Some(sink) = &self.sink {

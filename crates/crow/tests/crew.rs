@@ -455,3 +455,69 @@ async fn default_agent_in_config_picks_the_composition_and_an_unknown_one_is_an_
     );
     assert!(mock.requests().is_empty());
 }
+
+/// The loop watcher (`[loop_detection] watcher`): every 2 batches a small model reads what
+/// the builder did; its first "stuck" reaches the builder as a note, the second stops the
+/// run as a loop (exit 6), and its calls are billed as `watcher` on the small model.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_loop_watcher_steers_once_then_stops_the_run() {
+    const WATCHER: &str = "You watch a coding agent for loops";
+    let dir = tempfile::tempdir().unwrap();
+    write_project_config(
+        dir.path(),
+        "[models]\nsmall = \"watch-model\"\n[loop_detection]\nwatcher = \"small\"\nevery = 2\n",
+    );
+    let check = |file: &str| {
+        // Different outputs: the deterministic detector sees no repeat.
+        Reply::tool_call(
+            "bash",
+            json!({"command": format!("echo no config in {file}")}),
+        )
+        .matching_system(BUILDER)
+    };
+    let scenario = Scenario::new()
+        .reply(check("a.txt"))
+        .reply(check("b.txt"))
+        .reply(Reply::text("STUCK: every check fails the same way").matching_system(WATCHER))
+        .reply(check("c.txt"))
+        .reply(check("d.txt"))
+        .reply(
+            Reply::text("STUCK: still checking files that do not exist").matching_system(WATCHER),
+        );
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let mut cmd = crow_run(dir.path(), &mock, "find the config file");
+    cmd.args(["--mode", "full-auto"]);
+    let out = output(cmd).await;
+    assert_eq!(
+        out.code,
+        Some(6),
+        "stopped as a loop: {}\n{}",
+        out.stderr,
+        out.stdout
+    );
+    assert_eq!(mock.remaining_steps(), 0);
+    let requests = mock.requests();
+    let body = |i: usize| String::from_utf8_lossy(&requests[i].raw_body).into_owned();
+    // The builder's third request carries the watcher's first verdict as a note.
+    assert!(
+        body(3).contains("[crow: loop watcher] You look stuck: every check fails the same way"),
+        "{}",
+        body(3)
+    );
+    for watcher in [2, 5] {
+        assert_eq!(requests[watcher].body["model"], "watch-model");
+        assert!(
+            requests[watcher].body.get("tools").is_none(),
+            "the watcher gets no tools"
+        );
+        assert!(
+            body(watcher).contains("no config in b.txt"),
+            "it reads the calls"
+        );
+    }
+    let session = only_session(dir.path());
+    let usage = crow_core::SessionStore::usage(&store(dir.path()), &session.id).unwrap();
+    let watched: Vec<_> = usage.iter().filter(|u| u.agent == "watcher").collect();
+    assert_eq!(watched.len(), 2, "{usage:?}");
+    assert_eq!(watched[0].model, "watch-model");
+}
