@@ -99,7 +99,7 @@ impl Watch {
             self.calls.push_back(digest_line(call));
         }
         self.batches += 1;
-        if self.batches % watcher.every.max(1) != 0 {
+        if !self.batches.is_multiple_of(watcher.every.max(1)) {
             return Watched::Continue;
         }
         let Some(reason) = self.ask(&watcher, task, events, cancel).await else {
