@@ -555,7 +555,7 @@ impl Driver {
                     events.clone(),
                     Arc::clone(store),
                     id.clone(),
-                    sessions::models(&crew),
+                    sessions::models(&crew, &self.composer.config.models),
                 ));
                 Some((tx, task))
             }
@@ -707,7 +707,7 @@ impl Driver {
                     events.clone(),
                     Arc::clone(store),
                     id.clone(),
-                    sessions::models(&self.crew),
+                    sessions::models(&self.crew, &self.composer.config.models),
                 ));
                 (tx, Some(task))
             }

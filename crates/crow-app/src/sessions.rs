@@ -321,7 +321,10 @@ pub fn only_prompt(session: &CrewSession) -> bool {
 }
 
 /// The model each agent of the crew talks to, for the usage rows.
-pub fn models(crew: &Crew) -> crate::telemetry::Agents {
+pub fn models(
+    crew: &Crew,
+    prices: &crate::config::memory::ModelsConfig,
+) -> crate::telemetry::Agents {
     let agents = || std::iter::once(crew.primary()).chain(crew.coagent());
     // Side jobs are billed under their own names, at their own model (the builder's when none
     // is set).
@@ -344,15 +347,20 @@ pub fn models(crew: &Crew) -> crate::telemetry::Agents {
             std::sync::Arc::clone,
         )
     };
+    let models: HashMap<String, String> = agents()
+        .map(|a| (a.name.clone(), a.provider().model().to_owned()))
+        .chain(
+            jobs.iter()
+                .map(|(job, p)| ((*job).to_owned(), job_provider(*p).model().to_owned())),
+        )
+        .collect();
     crate::telemetry::Agents {
         crew: crew.name.clone(),
-        models: agents()
-            .map(|a| (a.name.clone(), a.provider().model().to_owned()))
-            .chain(
-                jobs.iter()
-                    .map(|(job, p)| ((*job).to_owned(), job_provider(*p).model().to_owned())),
-            )
+        prices: models
+            .values()
+            .filter_map(|model| Some((model.clone(), prices.price(model)?)))
             .collect(),
+        models,
         providers: agents()
             .map(|a| (a.name.clone(), a.provider().name().to_owned()))
             .chain(

@@ -131,6 +131,11 @@ fn judge_scenario() -> Scenario {
 async fn a_build_judge_run_is_one_trace_of_agents_calls_and_tools() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("greet.txt"), "helo\n").unwrap();
+    // Priced, so the root carries the prompt's cost.
+    write_project_config(
+        dir.path(),
+        "[models.prices.\"mock-model\"]\ninput = 1.0\noutput = 2.0\n",
+    );
     let mock = MockLlm::start(judge_scenario()).await.unwrap();
     let otlp = receiver().await;
     let mut cmd = crow_run(dir.path(), &mock, "fix the greeting");
@@ -252,6 +257,28 @@ async fn a_build_judge_run_is_one_trace_of_agents_calls_and_tools() {
     assert_eq!(tool("task_complete").len(), 3);
 
     // The crew's rounds are events of the root.
+    // The root carries the prompt's totals: every call's tokens, their cost, the tool calls.
+    let usage = out.of_type("usage");
+    let sum = |key: &str| usage.iter().map(|u| u[key].as_i64().unwrap()).sum::<i64>();
+    assert_eq!(int(root, "gen_ai.usage.input_tokens"), sum("input_tokens"));
+    assert_eq!(
+        int(root, "gen_ai.usage.output_tokens"),
+        sum("output_tokens")
+    );
+    let tools = spans
+        .iter()
+        .filter(|s| s.name.starts_with("execute_tool"))
+        .count();
+    assert!(tools > 0);
+    assert_eq!(int(root, "crow.tool_calls"), tools as i64);
+    assert_eq!(int(root, "crow.review.rounds"), 2);
+    let cost = match attr(root, "crow.cost_usd") {
+        Some(Any::DoubleValue(cost)) => *cost,
+        other => panic!("crow.cost_usd: {other:?}"),
+    };
+    let expected = (sum("input_tokens") as f64 + 2.0 * sum("output_tokens") as f64) / 1e6;
+    assert!((cost - expected).abs() < 1e-12, "{cost} vs {expected}");
+
     let events: Vec<&str> = root.events.iter().map(|e| e.name.as_str()).collect();
     assert_eq!(
         events.iter().filter(|e| **e == "crow.review.start").count(),

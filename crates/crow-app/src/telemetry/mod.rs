@@ -212,6 +212,8 @@ pub struct Agents {
     pub models: HashMap<String, String>,
     /// Agent → provider.
     pub providers: HashMap<String, String>,
+    /// Model → its price (config's, else the built-in list's), for the prompt's cost.
+    pub prices: HashMap<String, crow_providers::prices::Price>,
 }
 
 /// A span being built.
@@ -262,6 +264,11 @@ pub struct Trace {
     /// A subagent's turns hang under the `task` call that started it.
     subagent_parents: HashMap<String, Vec<u8>>,
     rounds: u64,
+    /// The prompt's totals, put on the root at the end: every agent's and side job's tokens,
+    /// their cost where the models' prices are known, the tool calls made.
+    usage: crow_core::Usage,
+    cost: Option<f64>,
+    tool_calls: u64,
     /// The reviewer of the crew, once a round started: its handoff back is a verdict.
     coagent: Option<String>,
     done: Vec<Span>,
@@ -303,6 +310,9 @@ impl Trace {
             tools: HashMap::new(),
             subagent_parents: HashMap::new(),
             rounds: 0,
+            usage: crow_core::Usage::default(),
+            cost: None,
+            tool_calls: 0,
             coagent: None,
             done: Vec::new(),
         })
@@ -486,6 +496,7 @@ impl Trace {
                 duration_ms,
                 ..
             } => {
+                self.tool_calls += 1;
                 if let Some(mut span) = self.tools.remove(call_id) {
                     let status = match result.status {
                         ToolStatus::Success => "success",
@@ -517,6 +528,15 @@ impl Trace {
                 cache_write_tokens,
                 ..
             } => {
+                let usage = crow_core::Usage {
+                    input_tokens: *input_tokens,
+                    output_tokens: *output_tokens,
+                    reasoning_tokens: reasoning_tokens.unwrap_or(0),
+                    cache_read_tokens: *cache_read_tokens,
+                    cache_write_tokens: *cache_write_tokens,
+                    ..crow_core::Usage::default()
+                };
+                self.add_usage(agent, &usage);
                 if let Some(call) = self.calls.get_mut(agent) {
                     let attributes = &mut call.span.attributes;
                     attributes.push(kv("gen_ai.usage.input_tokens", *input_tokens));
@@ -679,6 +699,24 @@ impl Trace {
         }
     }
 
+    /// Adds one call's usage to the prompt's totals, and its cost when its model is priced.
+    fn add_usage(&mut self, agent: &str, usage: &crow_core::Usage) {
+        let total = &mut self.usage;
+        total.input_tokens += usage.input_tokens;
+        total.output_tokens += usage.output_tokens;
+        total.reasoning_tokens += usage.reasoning_tokens;
+        total.cache_read_tokens += usage.cache_read_tokens;
+        total.cache_write_tokens += usage.cache_write_tokens;
+        let price = self
+            .agents
+            .models
+            .get(agent)
+            .and_then(|model| self.agents.prices.get(model));
+        if let Some(price) = price {
+            *self.cost.get_or_insert(0.0) += price.cost(usage);
+        }
+    }
+
     /// A review round's outcome, as an event of the root.
     fn verdict(&mut self, verdict: &str) {
         let round = self.rounds;
@@ -702,10 +740,29 @@ impl Trace {
         for agent in agents {
             self.close_turn(&agent, at);
         }
-        self.root
-            .span
-            .attributes
-            .push(kv("crow.review.rounds", self.rounds));
+        let totals = &self.usage;
+        let attributes = &mut self.root.span.attributes;
+        attributes.push(kv("crow.review.rounds", self.rounds));
+        attributes.push(kv("crow.tool_calls", self.tool_calls));
+        attributes.push(kv("gen_ai.usage.input_tokens", totals.input_tokens));
+        attributes.push(kv("gen_ai.usage.output_tokens", totals.output_tokens));
+        attributes.push(kv(
+            "gen_ai.usage.cache_read.input_tokens",
+            totals.cache_read_tokens,
+        ));
+        attributes.push(kv(
+            "gen_ai.usage.cache_creation.input_tokens",
+            totals.cache_write_tokens,
+        ));
+        if totals.reasoning_tokens > 0 {
+            attributes.push(kv(
+                "gen_ai.usage.reasoning.output_tokens",
+                totals.reasoning_tokens,
+            ));
+        }
+        if let Some(cost) = self.cost {
+            attributes.push(kv("crow.cost_usd", cost));
+        }
         let Self {
             settings,
             root,

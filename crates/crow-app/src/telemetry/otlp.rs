@@ -151,6 +151,12 @@ impl From<u64> for Value {
     }
 }
 
+impl From<f64> for Value {
+    fn from(n: f64) -> Self {
+        Value::Double(n)
+    }
+}
+
 impl From<bool> for Value {
     fn from(b: bool) -> Self {
         Value::Bool(b)
