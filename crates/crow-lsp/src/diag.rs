@@ -81,9 +81,8 @@ pub fn introduced(before: &[Diagnostic], after: &[Diagnostic]) -> Vec<Diagnostic
 /// The order they are shown in: by file, then position.
 pub fn sort(list: &mut [Diagnostic]) {
     list.sort_by(|a, b| {
-        (&a.path, a.line, a.column, a.severity, &a.message).cmp(&(
-            &b.path, b.line, b.column, b.severity, &b.message,
-        ))
+        (&a.path, a.line, a.column, a.severity, &a.message)
+            .cmp(&(&b.path, b.line, b.column, b.severity, &b.message))
     });
 }
 
@@ -154,7 +153,10 @@ mod tests {
     fn a_second_problem_of_the_same_kind_is_new_and_located() {
         let before = [d(3, "undefined name 'x'")];
         let after = [d(3, "undefined name 'x'"), d(9, "undefined name 'x'")];
-        assert_eq!(introduced(&before, &after), vec![d(9, "undefined name 'x'")]);
+        assert_eq!(
+            introduced(&before, &after),
+            vec![d(9, "undefined name 'x'")]
+        );
     }
 
     #[test]

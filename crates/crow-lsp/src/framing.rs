@@ -100,7 +100,11 @@ mod tests {
         let got = read_all(bytes).await;
         assert_eq!(
             got,
-            vec![Ok(Some(b"{}".to_vec())), Ok(Some(b"null".to_vec())), Ok(None)]
+            vec![
+                Ok(Some(b"{}".to_vec())),
+                Ok(Some(b"null".to_vec())),
+                Ok(None)
+            ]
         );
     }
 

@@ -349,7 +349,9 @@ impl LspManager {
                 continue;
             };
             let root = self.root_for(index, path, project);
-            let Some(server) = self.server(index, &root, deadline, &mut outcome.notices).await
+            let Some(server) = self
+                .server(index, &root, deadline, &mut outcome.notices)
+                .await
             else {
                 continue;
             };
@@ -386,7 +388,9 @@ impl LspManager {
                 }
             }
             let after = self.converted(&server.diagnostics(&uri), path, cwd);
-            outcome.diagnostics.extend(diag::introduced(&before, &after));
+            outcome
+                .diagnostics
+                .extend(diag::introduced(&before, &after));
         }
         diag::sort(&mut outcome.diagnostics);
         outcome

@@ -336,7 +336,11 @@ impl Server {
                 seen = now;
                 quiet_until = deadline.min(Instant::now() + SETTLE);
             }
-            let until = if seen.is_some() { quiet_until } else { deadline };
+            let until = if seen.is_some() {
+                quiet_until
+            } else {
+                deadline
+            };
             let woke = tokio::select! {
                 r = tokio::time::timeout_at(until, rx.changed()) => matches!(r, Ok(Ok(()))),
                 () = self.dead.cancelled() => false,

@@ -160,9 +160,7 @@ impl Tool for DiagnosticsTool {
             Some(Value::String(p)) => match confined(&ctx.cwd.join(p), &ctx.project_root) {
                 Some(path) => Some(path),
                 None => {
-                    return ToolResult::error(format!(
-                        "`{p}` is not a file inside the project"
-                    ));
+                    return ToolResult::error(format!("`{p}` is not a file inside the project"));
                 }
             },
             Some(_) => return ToolResult::error("`path` must be a string"),
