@@ -79,9 +79,9 @@ pub use store::{
 };
 pub use subagent::{SubagentFactory, TASK, TaskTool};
 pub use tool::{
-    AllowAll, Diagnostic, FileEdit, Footprint, PermissionDecision, PermissionGate, PermissionPreview,
-    PermissionRequest, Tool, ToolContext, ToolKind, ToolMetadata, ToolRegistry, ToolResult,
-    Severity, ToolStatus,
+    AllowAll, Diagnostic, FileEdit, Footprint, PermissionDecision, PermissionGate,
+    PermissionPreview, PermissionRequest, Severity, Tool, ToolContext, ToolKind, ToolMetadata,
+    ToolRegistry, ToolResult, ToolStatus,
 };
 
 /// Name of the tool a model calls to end its work; the loop treats it specially.

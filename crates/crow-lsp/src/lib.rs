@@ -20,7 +20,7 @@ mod tools;
 pub use diag::{MAX_BYTES, MAX_ITEMS, introduced, render, summary};
 pub use framing::{read_message, write_message};
 pub use manager::{
-    EditOutcome, LspManager, LspSettings, ServerConfig, default_servers, find_on_path,
+    EditOutcome, LspManager, LspSettings, ServerConfig, default_servers, find_on_path, shutdown_all,
 };
 pub use server::kill_all_servers;
 pub use tools::{DIAGNOSTICS_TOOL, DiagnosticsTool, WithDiagnostics, wrap_registry};

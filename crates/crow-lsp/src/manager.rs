@@ -178,7 +178,32 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// The managers of this process, for [`shutdown_all`].
+static MANAGERS: Mutex<Vec<std::sync::Weak<LspManager>>> = Mutex::new(Vec::new());
+
+/// Shuts down the servers of every manager of this process still alive (a front end's end:
+/// one call, whatever session opened them).
+pub async fn shutdown_all() {
+    let managers: Vec<Arc<LspManager>> = {
+        let mut list = lock(&MANAGERS);
+        list.retain(|m| m.strong_count() > 0);
+        list.iter().filter_map(std::sync::Weak::upgrade).collect()
+    };
+    for manager in managers {
+        manager.shutdown().await;
+    }
+}
+
 impl LspManager {
+    /// A manager known to [`shutdown_all`].
+    pub fn shared(settings: LspSettings) -> Arc<Self> {
+        let manager = Arc::new(Self::new(settings));
+        let mut list = lock(&MANAGERS);
+        list.retain(|m| m.strong_count() > 0);
+        list.push(Arc::downgrade(&manager));
+        manager
+    }
+
     pub fn new(settings: LspSettings) -> Self {
         let mut by_ext = HashMap::new();
         for (i, server) in settings.servers.iter().enumerate() {
@@ -266,11 +291,11 @@ impl LspManager {
                     slot.starts += 1;
                     let name = &self.settings.servers[index].name;
                     tracing::warn!(server = %name, "language server stopped; starting it again");
-                    slot.phase = self.start(index, root);
+                    slot.phase = self.launch(index, root);
                     slot.phase.clone()
                 }
                 (None, _) => {
-                    let phase = self.start(index, root);
+                    let phase = self.launch(index, root);
                     slots.insert(
                         index,
                         Slot {
@@ -298,7 +323,7 @@ impl LspManager {
 
     /// Starts a server in the background: the handshake goes on even when the edit that
     /// asked stops waiting for it.
-    fn start(&self, index: usize, root: &Path) -> watch::Receiver<Phase> {
+    fn launch(&self, index: usize, root: &Path) -> watch::Receiver<Phase> {
         let (tx, rx) = watch::channel(Phase::Starting);
         let config = self.settings.servers[index].clone();
         let env = self.settings.env.clone();
@@ -480,21 +505,13 @@ impl LspManager {
         self.running().iter().map(|s| s.pid()).collect()
     }
 
-    /// Shuts every running server down cleanly (`shutdown`, `exit`), then kills what is left.
+    /// Shuts every running server down cleanly (`shutdown`, `exit`), then kills what is left;
+    /// one after another, each bounded to about a second (a session runs a few at most).
     pub async fn shutdown(&self) {
         let servers = self.running();
-        futures_join(servers.iter().map(|s| s.shutdown())).await;
         lock(&self.slots).clear();
-    }
-}
-
-/// Awaits all the futures, concurrently (a few servers at most).
-async fn futures_join<F: std::future::Future<Output = ()>>(futures: impl Iterator<Item = F>) {
-    let mut set = Vec::new();
-    for f in futures {
-        set.push(Box::pin(f));
-    }
-    for f in set {
-        f.await;
+        for server in servers {
+            server.shutdown().await;
+        }
     }
 }
