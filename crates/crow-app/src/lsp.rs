@@ -11,6 +11,8 @@ use crow_lsp::{LspManager, LspSettings, ServerConfig};
 
 use crate::config::lsp::{LspConfig, LspServerEntry};
 
+pub use crow_lsp::{REPORT_HEADING, summary, summary_new};
+
 /// The servers `config` asks for and the machine has, or `None` when there are none.
 pub fn settings(config: &LspConfig, env: &EnvPolicy) -> Option<LspSettings> {
     if config.enabled == Some(false) {

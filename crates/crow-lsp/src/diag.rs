@@ -105,8 +105,17 @@ pub fn render(list: &[Diagnostic]) -> String {
     out
 }
 
-/// "1 error", "2 errors, 1 warning": what a front end puts under the edit line.
+/// "1 error", "2 errors, 1 warning".
 pub fn summary(list: &[Diagnostic]) -> String {
+    counted(list, "")
+}
+
+/// "2 new errors, 1 new warning": what a front end puts under the edit line.
+pub fn summary_new(list: &[Diagnostic]) -> String {
+    counted(list, "new ")
+}
+
+fn counted(list: &[Diagnostic], adjective: &str) -> String {
     let count = |s| list.iter().filter(|d| d.severity == s).count();
     let mut parts = Vec::new();
     for (severity, one, many) in [
@@ -117,8 +126,8 @@ pub fn summary(list: &[Diagnostic]) -> String {
     ] {
         match count(severity) {
             0 => {}
-            1 => parts.push(format!("1 {one}")),
-            n => parts.push(format!("{n} {many}")),
+            1 => parts.push(format!("1 {adjective}{one}")),
+            n => parts.push(format!("{n} {adjective}{many}")),
         }
     }
     parts.join(", ")
@@ -189,5 +198,6 @@ mod tests {
         w.severity = Severity::Warning;
         assert_eq!(summary(&[d(1, "a"), d(2, "b"), w]), "2 errors, 1 warning");
         assert_eq!(summary(&[]), "");
+        assert_eq!(summary_new(&[d(1, "a")]), "1 new error");
     }
 }

@@ -17,13 +17,13 @@ mod manager;
 mod server;
 mod tools;
 
-pub use diag::{MAX_BYTES, MAX_ITEMS, introduced, render, summary};
+pub use diag::{MAX_BYTES, MAX_ITEMS, introduced, render, summary, summary_new};
 pub use framing::{read_message, write_message};
 pub use manager::{
     EditOutcome, LspManager, LspSettings, ServerConfig, default_servers, find_on_path, shutdown_all,
 };
 pub use server::kill_all_servers;
-pub use tools::{DIAGNOSTICS_TOOL, DiagnosticsTool, WithDiagnostics, wrap_registry};
+pub use tools::{DIAGNOSTICS_TOOL, REPORT_HEADING, DiagnosticsTool, WithDiagnostics, wrap_registry};
 
 /// What can go wrong talking to a server. None of it fails an edit: the edit's result goes
 /// back without diagnostics.

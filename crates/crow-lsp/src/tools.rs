@@ -14,6 +14,9 @@ use crate::{LspManager, diag};
 /// The built-in tools whose changes are checked.
 const EDIT_TOOLS: [&str; 2] = ["edit_file", "write_file"];
 pub const DIAGNOSTICS_TOOL: &str = "diagnostics";
+/// Begins the block appended to an edit's output (front ends that show the count instead
+/// cut the block there).
+pub const REPORT_HEADING: &str = "The language server reports problems this change introduced";
 
 /// Wraps the registry's edit tools so their results carry the problems the edit introduced,
 /// and adds the `diagnostics` tool.
@@ -99,7 +102,7 @@ impl Tool for WithDiagnostics {
 fn append(result: &mut ToolResult, list: &[crow_core::Diagnostic], notices: &[String], new: bool) {
     if !list.is_empty() {
         let what = if new {
-            "The language server reports problems this change introduced"
+            REPORT_HEADING
         } else {
             "Current problems"
         };
