@@ -23,7 +23,9 @@ pub use manager::{
     EditOutcome, LspManager, LspSettings, ServerConfig, default_servers, find_on_path, shutdown_all,
 };
 pub use server::kill_all_servers;
-pub use tools::{DIAGNOSTICS_TOOL, REPORT_HEADING, DiagnosticsTool, WithDiagnostics, wrap_registry};
+pub use tools::{
+    DIAGNOSTICS_TOOL, DiagnosticsTool, REPORT_HEADING, WithDiagnostics, wrap_registry,
+};
 
 /// What can go wrong talking to a server. None of it fails an edit: the edit's result goes
 /// back without diagnostics.

@@ -264,6 +264,9 @@ fn an_edits_new_problems_are_a_count_under_its_line() {
         false,
     );
     assert!(stdout.is_empty());
-    assert!(screen.contains("✓ Edited a.py\n    ⚠ 2 new errors\n"), "{screen}");
+    assert!(
+        screen.contains("✓ Edited a.py\n    ⚠ 2 new errors\n"),
+        "{screen}"
+    );
     assert!(!screen.contains("undefined name"), "{screen}");
 }
