@@ -172,6 +172,8 @@ pub struct LspManager {
     /// Extension → index in `settings.servers`.
     by_ext: HashMap<String, usize>,
     slots: Mutex<HashMap<usize, Slot>>,
+    /// Cancelled at shutdown: a server still in its handshake is killed, not waited for.
+    closing: tokio_util::sync::CancellationToken,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -217,6 +219,7 @@ impl LspManager {
             settings,
             by_ext,
             slots: Mutex::default(),
+            closing: tokio_util::sync::CancellationToken::new(),
         }
     }
 
@@ -328,20 +331,23 @@ impl LspManager {
         let config = self.settings.servers[index].clone();
         let env = self.settings.env.clone();
         let root = root.to_path_buf();
+        let closing = self.closing.clone();
         tokio::spawn(async move {
             let started = match Server::spawn(&config, &root, &env) {
-                Ok(server) => match server
-                    .initialize(
+                Ok(server) => match tokio::select! {
+                    r = server.initialize(
                         &root,
                         config.initialization_options.clone(),
                         INITIALIZE_LIMIT,
-                    )
-                    .await
-                {
+                    ) => r,
+                    () = closing.cancelled() => Err(crate::LspError::Exited),
+                } {
                     Ok(()) => {
                         tracing::debug!(server = %config.name, root = %root.display(), "language server ready");
                         Phase::Ready(server)
                     }
+                    // The session ended first: dropping it kills its group.
+                    Err(_) if closing.is_cancelled() => Phase::Failed,
                     Err(e) => {
                         tracing::warn!(server = %config.name, "language server failed to start: {e}");
                         server.shutdown().await;
@@ -508,6 +514,7 @@ impl LspManager {
     /// Shuts every running server down cleanly (`shutdown`, `exit`), then kills what is left;
     /// one after another, each bounded to about a second (a session runs a few at most).
     pub async fn shutdown(&self) {
+        self.closing.cancel();
         let servers = self.running();
         lock(&self.slots).clear();
         for server in servers {
