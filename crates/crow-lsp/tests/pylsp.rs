@@ -191,3 +191,67 @@ async fn a_server_that_never_answers_does_not_hold_the_edit() {
     assert!(r.metadata.diagnostics.is_empty());
     lsp.shutdown().await;
 }
+
+/// A server that answers `initialize`, then exits after `initialized`: a crash after start.
+const CRASHING: &str = r#"
+import sys, json
+def read():
+    length = 0
+    while True:
+        line = sys.stdin.buffer.readline()
+        if line in (b"\r\n", b"\n", b""):
+            break
+        name, _, value = line.decode().partition(":")
+        if name.lower() == "content-length":
+            length = int(value)
+    return json.loads(sys.stdin.buffer.read(length))
+request = read()
+body = json.dumps({"jsonrpc": "2.0", "id": request["id"], "result": {"capabilities": {}}}).encode()
+sys.stdout.buffer.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+sys.stdout.buffer.flush()
+read()
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_that_dies_is_restarted_once_then_left_off_with_one_notice() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let log = root.join("starts.log");
+    let crash = ServerConfig {
+        name: "crash".into(),
+        command: "sh".into(),
+        args: vec![
+            "-c".into(),
+            format!("echo $$ >> '{}'; exec python3 -c \"$0\"", log.display()),
+            CRASHING.into(),
+        ],
+        extensions: vec!["py".into()],
+        root_markers: vec![],
+        initialization_options: None,
+    };
+    let lsp = Arc::new(LspManager::new(settings(
+        crash,
+        Duration::from_secs(30),
+        None,
+    )));
+    let tool = WithDiagnostics::new(Arc::new(Write), lsp.clone());
+    let ctx = ctx(&root);
+    let mut outputs = Vec::new();
+    for i in 0..4 {
+        let r = tool
+            .execute(json!({"path": "a.py", "text": format!("x = {i}\n")}), &ctx)
+            .await;
+        assert!(r.output.starts_with("Wrote "), "{}", r.output);
+        outputs.push(r.output);
+    }
+    let starts = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(starts.lines().count(), 2, "started once, restarted once");
+    let notices: Vec<&String> = outputs.iter().filter(|o| o.contains("note:")).collect();
+    assert_eq!(notices.len(), 1, "{outputs:?}");
+    assert!(
+        notices[0].contains("`crash` stopped again"),
+        "{}",
+        notices[0]
+    );
+    lsp.shutdown().await;
+}
