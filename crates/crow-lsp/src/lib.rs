@@ -20,7 +20,8 @@ mod tools;
 pub use diag::{MAX_BYTES, MAX_ITEMS, introduced, render, summary, summary_new};
 pub use framing::{read_message, write_message};
 pub use manager::{
-    EditOutcome, LspManager, LspSettings, ServerConfig, default_servers, find_on_path, shutdown_all,
+    EditOutcome, EditedFile, LspManager, LspSettings, ServerConfig, default_servers, find_on_path,
+    shutdown_all,
 };
 pub use server::kill_all_servers;
 pub use tools::{

@@ -159,6 +159,16 @@ struct Slot {
     noticed: bool,
 }
 
+/// A file an edit changed, as the edit tool reported it.
+#[derive(Debug, Clone)]
+pub struct EditedFile {
+    pub path: PathBuf,
+    /// Before the edit; `None` for a new file.
+    pub old_text: Option<String>,
+    /// After the edit; `None` reads the disk.
+    pub new_text: Option<String>,
+}
+
 /// What an edit's files got: the new problems, and notices (a server left off).
 #[derive(Debug, Default)]
 pub struct EditOutcome {
@@ -369,13 +379,18 @@ impl LspManager {
     /// `settings.wait` in all. Paths are shown relative to `cwd`.
     pub async fn after_edit(
         &self,
-        files: &[(PathBuf, Option<String>)],
+        files: &[EditedFile],
         project: &Path,
         cwd: &Path,
     ) -> EditOutcome {
         let deadline = Instant::now() + self.settings.wait;
         let mut outcome = EditOutcome::default();
-        for (path, old_text) in files {
+        for EditedFile {
+            path,
+            old_text,
+            new_text,
+        } in files
+        {
             let Some(index) = self.server_index(path) else {
                 continue;
             };
@@ -405,8 +420,12 @@ impl LspManager {
                 }
             }
             let before = self.converted(&server.diagnostics(&uri), path, cwd);
-            let Ok(text) = tokio::fs::read_to_string(path).await else {
-                continue;
+            let text = match new_text {
+                Some(text) => text.clone(),
+                None => match tokio::fs::read_to_string(path).await {
+                    Ok(text) => text,
+                    Err(_) => continue,
+                },
             };
             let mark = server.publish_mark();
             match server.sync(&uri, language, &text).await {

@@ -1,6 +1,7 @@
 //! The tools: [`WithDiagnostics`] around the edit tools, and `diagnostics`.
 
 use std::path::{Path, PathBuf};
+
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -9,7 +10,7 @@ use crow_core::{
 };
 use serde_json::{Value, json};
 
-use crate::{LspManager, diag};
+use crate::{EditedFile, LspManager, diag};
 
 /// The built-in tools whose changes are checked.
 const EDIT_TOOLS: [&str; 2] = ["edit_file", "write_file"];
@@ -70,19 +71,19 @@ impl Tool for WithDiagnostics {
         if result.status != ToolStatus::Success {
             return result;
         }
-        let files: Vec<(PathBuf, Option<String>)> = result
+        let files: Vec<EditedFile> = result
             .metadata
             .files_modified
             .iter()
             .filter(|p| self.lsp.serves(p))
             .map(|p| {
-                let old = result
-                    .metadata
-                    .edits
-                    .iter()
-                    .find(|e| &e.path == p)
-                    .and_then(|e| e.old_text.clone());
-                (p.clone(), old)
+                let edit = result.metadata.edits.iter().find(|e| &e.path == p);
+                EditedFile {
+                    path: p.clone(),
+                    old_text: edit.and_then(|e| e.old_text.clone()),
+                    // The text the tool wrote (an editor's buffer may be ahead of the disk).
+                    new_text: edit.map(|e| e.new_text.clone()),
+                }
             })
             .collect();
         // No server for these files: the result as it was, at the cost of a lookup.
