@@ -123,9 +123,37 @@ pub fn find_on_path(command: &str, path: Option<&std::ffi::OsStr>) -> Option<Pat
         let p = PathBuf::from(command);
         return executable(&p).then_some(p);
     }
-    std::env::split_paths(path?)
+    let found = std::env::split_paths(path?)
         .map(|dir| dir.join(command))
-        .find(|p| executable(p))
+        .find(|p| executable(p))?;
+    (!is_idle_rustup_proxy(&found)).then_some(found)
+}
+
+/// Whether `program` is rustup's proxy (the `rustup` beside it, linked or copied) for a component no
+/// toolchain has: `~/.cargo/bin/rust-analyzer` exists wherever rustup does, and only says
+/// "Unknown binary" until `rustup component add rust-analyzer`. Files only, no process.
+fn is_idle_rustup_proxy(program: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let (Some(dir), Some(name)) = (program.parent(), program.file_name()) else {
+        return false;
+    };
+    // rustup installs its proxies as hard links or as copies of itself.
+    let same = |a: &Path, b: &Path| match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(a), Ok(b)) => (a.dev() == b.dev() && a.ino() == b.ino()) || a.len() == b.len(),
+        _ => false,
+    };
+    if !same(program, &dir.join("rustup")) {
+        return false;
+    }
+    let home = std::env::var_os("RUSTUP_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".rustup")));
+    let Some(Ok(toolchains)) = home.map(|h| std::fs::read_dir(h.join("toolchains"))) else {
+        return true;
+    };
+    !toolchains
+        .flatten()
+        .any(|t| t.path().join("bin").join(name).is_file())
 }
 
 /// The protocol's language id for an extension.
@@ -539,5 +567,42 @@ impl LspManager {
         for server in servers {
             server.shutdown().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn commands_are_found_on_the_given_path_only_when_executable() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let ls = dir.path().join("my-ls");
+        std::fs::write(&ls, "#!/bin/sh\n").unwrap();
+        let path = Some(dir.path().as_os_str());
+        assert_eq!(find_on_path("my-ls", path), None, "not executable");
+        std::fs::set_permissions(&ls, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(find_on_path("my-ls", path), Some(ls.clone()));
+        assert_eq!(find_on_path(ls.to_str().unwrap(), None), Some(ls));
+        assert_eq!(find_on_path("absent-ls", path), None);
+    }
+
+    #[test]
+    fn an_edit_of_a_file_no_server_serves_is_a_lookup() {
+        let manager = LspManager::new(LspSettings {
+            servers: default_servers(),
+            wait: Duration::from_secs(2),
+            warnings: false,
+            env: EnvPolicy::default(),
+        });
+        assert!(manager.serves(Path::new("/p/a.rs")));
+        assert!(manager.serves(Path::new("/p/a.tsx")));
+        assert!(!manager.serves(Path::new("/p/notes.txt")));
+        assert!(!manager.serves(Path::new("/p/Makefile")));
+        // pyright is listed before pylsp: it serves .py when both are configured.
+        let index = manager.server_index(Path::new("a.py")).unwrap();
+        assert_eq!(manager.settings().servers[index].name, "pyright");
     }
 }
