@@ -190,6 +190,11 @@ pub fn result_content(
                 .old_text(edit.old_text.clone()),
         ));
     }
+    // The problems a language server found in the edit, beside its diff (the editor shows
+    // the diff, not the output the model read).
+    if !metadata.edits.is_empty() && !metadata.diagnostics.is_empty() {
+        content.push(text_content(new_problems(&metadata.diagnostics)));
+    }
     let terminal = metadata.extra.get("terminal_id").and_then(Value::as_str);
     if let Some(id) = terminal {
         content.push(acp::ToolCallContent::Terminal(acp::Terminal::new(
@@ -213,6 +218,19 @@ pub fn result_content(
     };
     content.push(text_content(shown));
     content
+}
+
+/// "New problems:" and one `path:line:col severity: message [code]` line each, at most 20.
+fn new_problems(list: &[crow_core::Diagnostic]) -> String {
+    const SHOWN: usize = 20;
+    let mut text = String::from("New problems:\n");
+    for d in list.iter().take(SHOWN) {
+        text.push_str(&format!("{d}\n"));
+    }
+    if list.len() > SHOWN {
+        text.push_str(&format!("… and {} more\n", list.len() - SHOWN));
+    }
+    text.trim_end().to_owned()
 }
 
 /// The plan entries of a `todo_write` result (`metadata.extra.todos`).
@@ -322,6 +340,38 @@ mod tests {
         let text = capped[1]["content"]["text"].as_str().unwrap();
         assert!(text.len() < TERMINAL_TEXT_BYTES + 100, "{}", text.len());
         assert!(text.ends_with("END\n```"), "{}", &text[text.len() - 20..]);
+    }
+
+    #[test]
+    fn an_edits_new_problems_follow_its_diff() {
+        let metadata = ToolMetadata {
+            edits: vec![crow_core::FileEdit {
+                path: "/p/a.py".into(),
+                old_text: Some("x = 1\n".into()),
+                new_text: "x = y\n".into(),
+            }],
+            diagnostics: vec![crow_core::Diagnostic {
+                path: "a.py".into(),
+                line: 1,
+                column: 5,
+                severity: crow_core::Severity::Error,
+                message: "undefined name 'y'".into(),
+                code: Some("F821".into()),
+                source: None,
+            }],
+            ..ToolMetadata::default()
+        };
+        let content = result_content("edit_file", ToolStatus::Success, "Edited", &metadata, true);
+        let values: Vec<Value> = content
+            .iter()
+            .map(|c| serde_json::to_value(c).unwrap())
+            .collect();
+        assert_eq!(values.len(), 2, "{values:?}");
+        assert_eq!(values[0]["type"], "diff");
+        assert_eq!(
+            values[1]["content"]["text"],
+            "New problems:\na.py:1:5 error: undefined name 'y' [F821]"
+        );
     }
 
     #[test]

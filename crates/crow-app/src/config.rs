@@ -68,6 +68,9 @@ pub struct Config {
     #[serde(default)]
     #[allow(dead_code)]
     pub hooks: hooks::HooksConfig,
+    /// Language servers whose diagnostics follow edits (`[lsp]`, `[lsp.NAME]`).
+    #[serde(default)]
+    pub lsp: lsp::LspConfig,
     /// Projects the user trusts (`[projects."/path"] trusted = true`; `crow trust`). Declared
     /// here so the user's file is validated; trust.rs reads it from the user's layer alone.
     #[serde(default)]
@@ -690,6 +693,7 @@ pub use shown::shown;
 
 mod files;
 pub mod hooks;
+pub mod lsp;
 pub mod memory;
 pub mod permissions;
 #[cfg(test)]

@@ -15,6 +15,7 @@ pub mod driver;
 pub mod hooks;
 pub mod init;
 pub mod instructions;
+pub mod lsp;
 pub mod mcp;
 pub mod memory;
 pub mod mentions;

@@ -1,7 +1,8 @@
 //! The one place a session is assembled from configuration, for every front end that runs
 //! one in this process's project (`crow run`, the interactive terminal): project root →
 //! layered config (with the flags, a custom command's model, the resumed session's own
-//! choices) → trust → store → provider → tools, MCP servers, agent catalog, permission
+//! choices) → trust → store → provider → tools (language servers around the edit tools), MCP
+//! servers, agent catalog, permission
 //! policy → [`Composer`]. Front ends consume what this returns; they differ only in how they
 //! show events and who answers permission questions. (`crow acp` assembles per editor
 //! session from the same pieces in `wiring` and `compose`, since each session has its own
@@ -45,6 +46,9 @@ pub struct Assembled {
     /// The stored session being continued, if any.
     pub resumed: Option<SessionInfo>,
     pub mcp_servers: Vec<crow_mcp::McpServerConfig>,
+    /// The session's language servers, when any is available: shut them down at the end
+    /// ([`crow_lsp::LspManager::shutdown`]).
+    pub lsp: Option<Arc<crow_lsp::LspManager>>,
     pub root: PathBuf,
     /// The root is a plain directory, not a git repository.
     pub plain_root: bool,
@@ -101,6 +105,7 @@ pub fn assemble(request: Request) -> Result<Assembled> {
     let catalog = wiring::load_agents(&root);
     let options = wiring::tool_options(&loaded.config);
     let tools = crow_tools::builtin_tools(&options);
+    let lsp = crate::lsp::attach(&tools, &loaded.config.lsp, &options.env);
     let hooks = crate::hooks::session_runner(&loaded, &root, &options)?;
     let max_iterations = loaded.config.max_iterations.unwrap_or(50);
     let mut policy = permissions::policy(&loaded, &root, request.mode, request.default_mode)?;
@@ -145,6 +150,7 @@ pub fn assemble(request: Request) -> Result<Assembled> {
         store: opening,
         resumed,
         mcp_servers,
+        lsp,
         root,
         plain_root: !in_git,
         ollama_fallback,

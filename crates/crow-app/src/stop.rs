@@ -151,6 +151,7 @@ fn supervise(signals: &std::sync::mpsc::Receiver<Cause>, grace: Option<std::time
         }
     };
     crow_mcp::kill_all_servers();
+    crow_lsp::kill_all_servers();
     crow_tools::end_all_commands(COMMANDS_GONE_WAIT);
     std::process::exit(i32::from(status));
 }

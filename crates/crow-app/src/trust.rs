@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 /// Keys of a project layer that take effect only in a trusted project: where a provider's
 /// requests (and the user's key) go, which key is sent, MCP servers (commands crow starts,
-/// URLs it connects to), hooks (commands crow runs), where sessions are stored, what
+/// URLs it connects to), hooks and language servers (commands crow runs), where sessions are stored, what
 /// commands see of the environment and the sandbox they run in (a cloned repository must
 /// not open it), and where traces of the session are sent.
 const GUARDED_PROVIDER_KEYS: &[&str] = &["base_url", "headers", "api_key_env", "api_key_file"];
@@ -63,6 +63,19 @@ fn take_guarded(layer: &mut toml::Table) -> Vec<(String, toml::Value)> {
                 if let Some(value) = table.remove(*key) {
                     removed.push((format!("{section}.{key}"), value));
                 }
+            }
+        }
+    }
+    // `[lsp.NAME]` tables start programs; `[lsp] wait_ms` and the like do not.
+    if let Some(toml::Value::Table(lsp)) = layer.get_mut("lsp") {
+        let servers: Vec<String> = lsp
+            .iter()
+            .filter(|(_, v)| v.is_table())
+            .map(|(k, _)| k.clone())
+            .collect();
+        for name in servers {
+            if let Some(value) = lsp.remove(&name) {
+                removed.push((format!("lsp.{name}"), value));
             }
         }
     }
@@ -216,6 +229,23 @@ mod tests {
         assert!(!layer.contains_key("mcp_servers"));
         assert!(!layer.contains_key("sandbox"));
         assert_eq!(layer["store"]["busy_timeout_ms"].as_integer(), Some(5));
+    }
+
+    #[test]
+    fn a_projects_language_servers_need_trust_and_its_lsp_settings_do_not() {
+        let mut layer: toml::Table = toml::from_str(
+            "[lsp]\nwait_ms = 500\n[lsp.evil]\ncommand = \"sh\"\nextensions = [\"py\"]\n",
+        )
+        .unwrap();
+        assert_eq!(strip_guarded(&mut layer), ["lsp.evil"]);
+        assert_eq!(layer["lsp"]["wait_ms"].as_integer(), Some(500));
+        assert!(layer["lsp"].get("evil").is_none());
+        let mut changed = toml::Table::new();
+        changed.insert(
+            "lsp".into(),
+            toml::Value::Table(layer["lsp"].as_table().unwrap().clone()),
+        );
+        assert!(fingerprint([&changed]).is_empty());
     }
 
     #[test]

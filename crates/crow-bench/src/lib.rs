@@ -8,6 +8,7 @@ pub mod encode;
 pub mod hooks;
 pub mod limits;
 pub mod long;
+pub mod lsp;
 pub mod memory;
 pub mod prefix;
 pub mod sandbox;

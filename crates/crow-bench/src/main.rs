@@ -59,9 +59,16 @@ struct Args {
     /// (default 50,000)
     #[arg(long, value_name = "FILES", num_args = 0..=1, default_missing_value = "50000")]
     scale_only: Option<usize>,
+    /// Only the language-server section (17: what a warm pylsp adds per edit; installs
+    /// pylsp from PyPI into tests/lsp-servers when missing). Not part of the full table.
+    #[arg(long, value_name = "EDITS", num_args = 0..=1, default_missing_value = "20")]
+    lsp_only: Option<usize>,
 }
 
 fn main() -> ExitCode {
+    if let Some(edits) = lsp_only() {
+        return lsp(edits);
+    }
     // Go-between mode first, before any other work, so its footprint stays small.
     let mut raw = std::env::args_os().skip(1);
     if raw.next().is_some_and(|a| a == child::WRAP) {
@@ -173,6 +180,33 @@ fn run(args: Args) -> Result<()> {
         (chrono::Utc::now() - started).num_seconds()
     );
     Ok(())
+}
+
+/// `--lsp-only [EDITS]`: measured in process, so no crow binary is built or needed.
+fn lsp_only() -> Option<usize> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let at = args.iter().position(|a| a == "--lsp-only")?;
+    Some(args.get(at + 1).and_then(|n| n.parse().ok()).unwrap_or(20))
+}
+
+fn lsp(edits: usize) -> ExitCode {
+    let started = chrono::Utc::now();
+    match crow_bench::lsp::measure(edits, &mut |step| eprintln!("· {step}")) {
+        Ok(section) => {
+            println!(
+                "crow-bench {} · in process\nmachine: {}\n",
+                started.format("%Y-%m-%d %H:%M UTC"),
+                machine()
+            );
+            print!("{}", table::render(&[section]));
+            println!("\nmedians with min–max; load average at the end {}", load());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("crow-bench: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// Rebuilds crow in this binary's profile, so the figures are of the current source.

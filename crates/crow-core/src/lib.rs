@@ -80,9 +80,9 @@ pub use store::{
 };
 pub use subagent::{SubagentFactory, TASK, TaskTool};
 pub use tool::{
-    AllowAll, FileEdit, Footprint, PermissionDecision, PermissionGate, PermissionPreview,
-    PermissionRequest, Tool, ToolContext, ToolKind, ToolMetadata, ToolRegistry, ToolResult,
-    ToolStatus,
+    AllowAll, Diagnostic, FileEdit, Footprint, PermissionDecision, PermissionGate,
+    PermissionPreview, PermissionRequest, Severity, Tool, ToolContext, ToolKind, ToolMetadata,
+    ToolRegistry, ToolResult, ToolStatus,
 };
 pub use watcher::{LoopWatcher, WATCHER_JOB};
 

@@ -333,6 +333,65 @@ pub struct ToolMetadata {
     /// Tool-specific facts (exit code, match strategy, ...).
     #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
     pub extra: serde_json::Value,
+    /// Problems a language server reported that the change introduced (or, for the
+    /// `diagnostics` tool, the ones asked for), for front ends to count or show.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+/// One problem a language server reports, at a 1-based line and column.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Diagnostic {
+    pub path: PathBuf,
+    pub line: u32,
+    pub column: u32,
+    pub severity: Severity,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    /// The tool inside the server that found it (`pyflakes`, `rustc`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+}
+
+/// How bad a [`Diagnostic`] is, worst first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    Error,
+    Warning,
+    Information,
+    Hint,
+}
+
+impl Severity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+            Severity::Information => "info",
+            Severity::Hint => "hint",
+        }
+    }
+}
+
+impl std::fmt::Display for Diagnostic {
+    /// `path:line:col severity: message [code]`, as compilers print them.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}:{}:{} {}: {}",
+            self.path.display(),
+            self.line,
+            self.column,
+            self.severity.as_str(),
+            self.message
+        )?;
+        if let Some(code) = &self.code {
+            write!(f, " [{code}]")?;
+        }
+        Ok(())
+    }
 }
 
 /// One file's text before and after a tool changed it.

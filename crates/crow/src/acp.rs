@@ -267,6 +267,8 @@ pub struct CrowRunner {
     effort: String,
     /// Kept for the session's life: dropping it stops the servers.
     _mcp: McpManager,
+    /// The session's language servers, shut down when it closes.
+    lsp: Option<Arc<crow_lsp::LspManager>>,
 }
 
 impl CrowRunner {
@@ -276,6 +278,7 @@ impl CrowRunner {
         loaded.require_trust(&root)?;
         let options = crate::wiring::tool_options(&loaded.config);
         let tools = crow_tools::builtin_tools(&options);
+        let lsp = crow_app::lsp::attach(&tools, &loaded.config.lsp, &options.env);
         let hooks = crow_app::hooks::session_runner(&loaded, &root, &options)?;
         let composer = compose(spec, &loaded, &tools, hooks, &spec.model, EFFORT_DEFAULT)?;
         let store = match sessions::open(&loaded.config) {
@@ -313,6 +316,7 @@ impl CrowRunner {
             model: spec.model.clone(),
             effort: EFFORT_DEFAULT.to_owned(),
             _mcp: mcp,
+            lsp,
         })
     }
 
@@ -331,6 +335,7 @@ impl CrowRunner {
         }
         let options = crate::wiring::tool_options(&loaded.config);
         let tools = crow_tools::builtin_tools(&options);
+        let lsp = crow_app::lsp::attach(&tools, &loaded.config.lsp, &options.env);
         let hooks = crow_app::hooks::session_runner(&loaded, &root, &options)?;
         let effort = info.settings.options.get(sessions::EFFORT_OPTION).cloned();
         let effort_id = effort.as_deref().unwrap_or(EFFORT_DEFAULT);
@@ -363,6 +368,7 @@ impl CrowRunner {
             tools,
             driver,
             _mcp: mcp,
+            lsp,
         };
         Ok(RestoredSession {
             runner: Box::new(runner),
@@ -571,6 +577,9 @@ impl SessionRunner for CrowRunner {
     /// The session ends in the editor (closed, or the editor gone): `SessionEnd` hooks hear it.
     async fn close(&mut self) {
         self.driver.close("other").await;
+        if let Some(lsp) = &self.lsp {
+            lsp.shutdown().await;
+        }
     }
 
     fn tool_kind(&self, tool: &str) -> Option<ToolKind> {

@@ -74,6 +74,8 @@ fn main() -> ExitCode {
     // crow's exit means its commands have ended: groups still being killed (a cancelled
     // command, background jobs a finished one left) are killed outright and waited for.
     crow_tools::end_all_commands(stop::COMMANDS_GONE_WAIT);
+    // Language servers a session did not shut down (an editor gone mid-session).
+    crow_app::lsp::kill_all();
     match result {
         // Nobody reads the rest (`crow sessions show ID | head`): the status a closed pipe
         // gives, quietly.

@@ -83,6 +83,7 @@ pub async fn run_prompt(spec: RunSpec) -> Result<Finished> {
         let reply = session_command(&command, &mut driver).await?;
         driver.close("other").await;
         mcp.finish().await;
+        crow_app::lsp::shutdown_all().await;
         return Ok(Finished::quiet(reply));
     }
     let (tx, render_rx) = tokio::sync::mpsc::unbounded_channel();
@@ -104,6 +105,7 @@ pub async fn run_prompt(spec: RunSpec) -> Result<Finished> {
         Err(e) => {
             driver.close("other").await;
             mcp.finish().await;
+            crow_app::lsp::shutdown_all().await;
             return Err(e);
         }
     };
@@ -167,6 +169,7 @@ pub async fn run_prompt(spec: RunSpec) -> Result<Finished> {
     crate::stop::saving();
     driver.close("other").await;
     mcp.finish().await;
+    crow_app::lsp::shutdown_all().await;
     let totals = renderer.await.unwrap_or_default();
     // A second signal still exits at once until here; from now on crow is only closing.
     crate::stop::closing();

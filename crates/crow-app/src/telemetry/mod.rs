@@ -507,6 +507,17 @@ impl Trace {
                     span.span
                         .attributes
                         .push(kv("crow.tool.duration_ms", *duration_ms));
+                    // A language server's problems the call introduced (or reported): counts.
+                    let problems = &result.metadata.diagnostics;
+                    if !problems.is_empty() {
+                        let errors = problems
+                            .iter()
+                            .filter(|d| d.severity == crow_core::Severity::Error)
+                            .count();
+                        let attributes = &mut span.span.attributes;
+                        attributes.push(kv("crow.tool.diagnostics", problems.len() as u64));
+                        attributes.push(kv("crow.tool.diagnostics.errors", errors as u64));
+                    }
                     if result.status != ToolStatus::Success {
                         span.span.attributes.push(kv("error.type", status));
                         span.fail(status);

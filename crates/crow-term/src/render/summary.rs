@@ -74,6 +74,19 @@ pub fn result(tool: &str, result: &ToolResult, duration_ms: u64) -> ResultView {
     if duration_ms >= SLOW_MS {
         words.push(super::format_ms(duration_ms));
     }
+    // An edit's new problems: the model reads them whole; here they are a count under the
+    // edit's line (`/expand` shows them).
+    let problems = &result.metadata.diagnostics;
+    let mut count = None;
+    if !problems.is_empty()
+        && let Some(at) = text.find(crow_app::lsp::REPORT_HEADING)
+    {
+        text = &text[..at];
+        count = Some(Shown::Line(format!(
+            "⚠ {}",
+            crow_app::lsp::summary_new(problems)
+        )));
+    }
     let lines: Vec<&str> = if tool == "read_file" && result.status == ToolStatus::Success {
         // The file's text is the model's business; its size is the user's.
         let read = text.lines().filter(|l| is_numbered(l)).count();
@@ -87,10 +100,9 @@ pub fn result(tool: &str, result: &ToolResult, duration_ms: u64) -> ResultView {
     } else {
         trimmed_lines(text)
     };
-    ResultView {
-        words,
-        lines: elide(&lines, from_end),
-    }
+    let mut lines = elide(&lines, from_end);
+    lines.extend(count);
+    ResultView { words, lines }
 }
 
 /// `     12\tcode`: a line of read_file's numbered output.

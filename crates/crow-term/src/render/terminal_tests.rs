@@ -233,3 +233,40 @@ fn a_reviewers_task_complete_is_an_approval() {
     );
     assert_eq!(stdout, "built it\n");
 }
+
+#[test]
+fn an_edits_new_problems_are_a_count_under_its_line() {
+    let problem = crow_core::Diagnostic {
+        path: "a.py".into(),
+        line: 2,
+        column: 7,
+        severity: crow_core::Severity::Error,
+        message: "undefined name 'y'".into(),
+        code: None,
+        source: Some("pyflakes".into()),
+    };
+    let result = ToolResult {
+        status: ToolStatus::Success,
+        output: format!(
+            "Edited a.py\n\n{} (1 error):\na.py:2:7 error: undefined name 'y'",
+            crow_app::lsp::REPORT_HEADING
+        ),
+        metadata: ToolMetadata {
+            diagnostics: vec![problem.clone(), problem],
+            ..ToolMetadata::default()
+        },
+    };
+    let (screen, stdout, _) = render(
+        &[
+            start("1", "edit_file", json!({"path": "a.py"})),
+            end("1", "edit_file", result, 5),
+        ],
+        false,
+    );
+    assert!(stdout.is_empty());
+    assert!(
+        screen.contains("✓ Edited a.py\n    ⚠ 2 new errors\n"),
+        "{screen}"
+    );
+    assert!(!screen.contains("undefined name"), "{screen}");
+}

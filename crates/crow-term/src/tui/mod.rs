@@ -293,6 +293,7 @@ pub async fn run(args: Args) -> Result<ExitCode> {
     if let Some(mcp) = app.mcp.take() {
         mcp.finish().await;
     }
+    crow_app::lsp::shutdown_all().await;
     let App { editor, view, .. } = app;
     view.sync();
     if let Some(editor) = editor {
