@@ -140,7 +140,12 @@ pub(crate) fn stream_frames(ctx: &Ctx<'_>) -> Vec<Frame> {
 
 /// The whole response, for `:generateContent`.
 pub(crate) fn full_response(ctx: &Ctx<'_>) -> Value {
-    let (parts, finish) = parts(ctx);
+    // One part per piece of content, as Gemini answers unstreamed.
+    let whole = Ctx {
+        chunk_size: 0,
+        ..ctx.clone()
+    };
+    let (parts, finish) = parts(&whole);
     chunk(
         ctx,
         parts.into_iter().map(|(_, p)| p).collect(),
