@@ -200,3 +200,30 @@ async fn crow_models_lists_geminis_models() {
     let listing = mock.requests();
     assert!(listing.is_empty(), "a GET is not a model call: {listing:?}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_google_api_key_alone_selects_gemini() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = MockLlm::start(Scenario::new().reply(Reply::text("hello")))
+        .await
+        .unwrap();
+    // Only the endpoint is configured; no provider is named and only GOOGLE_API_KEY is set.
+    write_user_config(
+        dir.path(),
+        &format!(
+            "[providers.gemini]\nbase_url = \"{}\"\n",
+            mock.gemini_base_url()
+        ),
+    );
+    let mut cmd = crow(dir.path());
+    cmd.env("GOOGLE_API_KEY", KEY).args(["run", "--json", "hi"]);
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    assert_eq!(out.of_type("text_complete")[0]["text"], "hello");
+    let requests = mock.requests();
+    assert_eq!(
+        requests[0].path,
+        "/v1beta/models/gemini-2.5-pro:streamGenerateContent"
+    );
+    assert_eq!(requests[0].header("x-goog-api-key"), Some(KEY));
+}
