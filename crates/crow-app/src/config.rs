@@ -157,7 +157,12 @@ pub struct SandboxConfig {
 }
 
 /// Key variables crow reads itself, hidden from commands even if a provider names another.
-const CROW_KEY_VARS: [&str; 2] = ["OPENAI_API_KEY", "ANTHROPIC_API_KEY"];
+const CROW_KEY_VARS: [&str; 4] = [
+    "OPENAI_API_KEY",
+    "ANTHROPIC_API_KEY",
+    "GEMINI_API_KEY",
+    "GOOGLE_API_KEY",
+];
 
 /// The environment policy of commands: `[shell_environment]`, plus every variable that holds
 /// a key crow uses (providers' `api_key_env`, MCP servers' `bearer_token_env_var`).
@@ -229,8 +234,9 @@ pub struct LoopDetectionConfig {
 #[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderConfig {
-    /// Wire API: "openai" (any OpenAI-compatible server), "anthropic" or "ollama" (Ollama's
-    /// native API, which sets the model's context per request).
+    /// Wire API: "openai" (any OpenAI-compatible server), "anthropic", "gemini" (Google's
+    /// Gemini API) or "ollama" (Ollama's native API, which sets the model's context per
+    /// request).
     #[serde(rename = "type")]
     pub kind: Option<crow_providers::ProviderKind>,
     pub base_url: Option<String>,
@@ -324,7 +330,7 @@ impl fmt::Display for Source {
     }
 }
 
-/// Built-in defaults: the three providers crow knows without any configuration.
+/// Built-in defaults: the providers crow knows without any configuration.
 const DEFAULTS: &str = r#"
 max_iterations = 50
 doom_loop_threshold = 3
@@ -358,6 +364,12 @@ type = "anthropic"
 base_url = "https://api.anthropic.com"
 api_key_env = "ANTHROPIC_API_KEY"
 model = "claude-sonnet-4-5"
+
+[providers.gemini]
+type = "gemini"
+base_url = "https://generativelanguage.googleapis.com/v1beta"
+api_key_env = "GEMINI_API_KEY"
+model = "gemini-2.5-pro"
 
 [providers.ollama]
 type = "ollama"
@@ -759,8 +771,10 @@ mod tests {
 
     #[test]
     fn bad_values_name_the_key() {
-        let err = parse_layer("[providers.x]\ntype = \"gemini\"\n", &Source::Default).unwrap_err();
-        assert!(err.to_string().contains("gemini"), "{err}");
+        let err = parse_layer("[providers.x]\ntype = \"bard\"\n", &Source::Default).unwrap_err();
+        assert!(err.to_string().contains("bard"), "{err}");
+        // Gemini is a wire API of its own.
+        assert!(parse_layer("[providers.x]\ntype = \"gemini\"\n", &Source::Default).is_ok());
         let err = parse_layer("max_iterations = \"ten\"\n", &Source::Default).unwrap_err();
         assert!(err.to_string().contains("max_iterations"), "{err}");
     }

@@ -20,7 +20,7 @@ pub struct Selection {
 }
 
 /// Picks the provider: `provider` from config/env/flags, else `openai` when it has a key,
-/// else `anthropic` when it has one, else a local Ollama. "Has a key" follows key resolution
+/// else `anthropic`, else `gemini` when it has one, else a local Ollama. "Has a key" follows key resolution
 /// (env var, then key file, then plain `api_key`), so a key given only in the config counts.
 pub fn select_provider(loaded: &LoadedConfig) -> Result<Selection> {
     let config = &loaded.config;
@@ -52,10 +52,12 @@ pub fn select_provider(loaded: &LoadedConfig) -> Result<Selection> {
         ),
         None => keyed("openai")
             .or_else(|| keyed("anthropic"))
+            .or_else(|| keyed("gemini"))
             .unwrap_or_else(|| {
                 (
                     "ollama".to_owned(),
-                    "no provider configured and no API key for openai or anthropic".to_owned(),
+                    "no provider configured and no API key for openai, anthropic or gemini"
+                        .to_owned(),
                 )
             }),
     };
@@ -104,6 +106,15 @@ fn key_source(name: &str, pc: &crate::config::ProviderConfig) -> Option<String> 
     if let Some(var) = pc.api_key_env.as_deref().filter(|v| env_set(v)) {
         return Some(format!("{var} is set"));
     }
+    if pc.kind == Some(crow_providers::ProviderKind::Gemini)
+        && pc
+            .api_key_env
+            .as_deref()
+            .is_none_or(|v| v == crow_providers::GEMINI_API_KEY_ENV)
+        && env_set(crow_providers::GOOGLE_API_KEY_ENV)
+    {
+        return Some(format!("{} is set", crow_providers::GOOGLE_API_KEY_ENV));
+    }
     if pc.api_key_file.is_some() {
         return Some(format!("providers.{name}.api_key_file is set"));
     }
@@ -117,7 +128,9 @@ fn key_source(name: &str, pc: &crate::config::ProviderConfig) -> Option<String> 
 fn default_key_env(name: &str, var: &str) -> bool {
     matches!(
         (name, var),
-        ("openai", "OPENAI_API_KEY") | ("anthropic", "ANTHROPIC_API_KEY")
+        ("openai", "OPENAI_API_KEY")
+            | ("anthropic", "ANTHROPIC_API_KEY")
+            | ("gemini", "GEMINI_API_KEY")
     )
 }
 
@@ -150,7 +163,7 @@ pub fn provider_settings(
         bail!("{}", unknown_provider(config, name));
     };
     let kind = pc.kind.ok_or_else(|| {
-        anyhow!("providers.{name}.type is missing: set it to \"openai\" (any OpenAI-compatible server), \"anthropic\" or \"ollama\"")
+        anyhow!("providers.{name}.type is missing: set it to \"openai\" (any OpenAI-compatible server), \"anthropic\", \"gemini\" or \"ollama\"")
     })?;
     let base_url = base_url
         .map(str::to_owned)
@@ -165,6 +178,20 @@ pub fn provider_settings(
         pc.api_key.as_deref(),
     )
     .with_context(|| format!("cannot read the API key of provider '{name}'"))?;
+    // Gemini's key may be in GOOGLE_API_KEY as well (Google's SDKs read both), unless the
+    // provider names a variable of its own.
+    let key = match key {
+        None if kind == crow_providers::ProviderKind::Gemini
+            && pc
+                .api_key_env
+                .as_deref()
+                .is_none_or(|v| v == crow_providers::GEMINI_API_KEY_ENV) =>
+        {
+            crow_providers::resolve_api_key(Some(crow_providers::GOOGLE_API_KEY_ENV), None, None)
+                .with_context(|| format!("cannot read the API key of provider '{name}'"))?
+        }
+        key => key,
+    };
     let api_key = match key {
         Some((key, source)) => {
             if source == KeySource::Plaintext {
@@ -185,8 +212,9 @@ pub fn provider_settings(
                     "{var} is not set (or empty): provider '{name}' reads its API key from it (providers.{name}.api_key_env); set it, or remove api_key_env if the server needs no key"
                 );
             }
-            let hosted =
-                base_url.contains("api.openai.com") || base_url.contains("api.anthropic.com");
+            let hosted = base_url.contains("api.openai.com")
+                || base_url.contains("api.anthropic.com")
+                || base_url.contains("generativelanguage.googleapis.com");
             if hosted {
                 let var = pc
                     .api_key_env

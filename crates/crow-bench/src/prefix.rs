@@ -1,6 +1,7 @@
 //! Prefix stability of request bodies: what a provider's prompt cache needs.
 //!
-//! A pair of consecutive requests is stable when every top-level field but `messages` has the
+//! A pair of consecutive requests is stable when every top-level field but the conversation
+//! (`messages`; `input` on the Responses API, `contents` on Gemini) has the
 //! same bytes in both, and the earlier `messages` array (without its closing `]`) is a byte
 //! prefix of the later one — so the model, tools and system prompt, and the conversation so
 //! far, are all reused verbatim.
@@ -63,8 +64,8 @@ pub fn stable(earlier: &[u8], later: &[u8]) -> bool {
             return false;
         }
         let (va, vb) = (&earlier[ra.clone()], &later[rb.clone()]);
-        // The conversation: `messages`, or the Responses API's `input`.
-        if ka == "messages" || ka == "input" {
+        // The conversation: `messages`, the Responses API's `input` or Gemini's `contents`.
+        if ka == "messages" || ka == "input" || ka == "contents" {
             // The earlier array minus its closing bracket must start the later one.
             va.len() > 1 && vb.starts_with(&va[..va.len() - 1])
         } else {

@@ -135,6 +135,7 @@ enum OtherApi {
     Anthropic,
     Ollama,
     Responses,
+    Gemini,
 }
 
 fn api_session(bench: &Bench, n: usize, api: OtherApi) -> Result<Vec<RecordedRequest>> {
@@ -160,6 +161,11 @@ fn api_session(bench: &Bench, n: usize, api: OtherApi) -> Result<Vec<RecordedReq
              model = \"mock-model\"\n",
             mock.base_url()
         ),
+        OtherApi::Gemini => format!(
+            "provider = \"gm\"\n[providers.gm]\ntype = \"gemini\"\nbase_url = \"{}\"\n\
+             model = \"gemini-2.5-flash\"\n",
+            mock.gemini_base_url()
+        ),
     };
     std::fs::write(dir.path().join(".crow/config.toml"), provider)?;
     let mut cmd = crow_command(&bench.crow, dir.path());
@@ -179,6 +185,7 @@ fn api_session(bench: &Bench, n: usize, api: OtherApi) -> Result<Vec<RecordedReq
         OtherApi::Anthropic => "crow run (Anthropic)",
         OtherApi::Ollama => "crow run (Ollama)",
         OtherApi::Responses => "crow run (Responses)",
+        OtherApi::Gemini => "crow run (Gemini)",
     })?;
     Ok(requests)
 }
@@ -323,6 +330,8 @@ pub fn measure(bench: &Bench, progress: &mut dyn FnMut(&str)) -> Result<[Section
     let (o_first, o_share, o_stable, o_pairs) = stability(&ollama, <[u8]>::to_vec);
     let responses = api_session(bench, n3, OtherApi::Responses)?;
     let (r_first, r_share, r_stable, r_pairs) = stability(&responses, <[u8]>::to_vec);
+    let gemini = api_session(bench, n3, OtherApi::Gemini)?;
+    let (g_first, g_share, g_stable, g_pairs) = stability(&gemini, <[u8]>::to_vec);
     let share = if pairs == 0 {
         f64::NAN
     } else {
@@ -352,6 +361,11 @@ pub fn measure(bench: &Bench, progress: &mut dyn FnMut(&str)) -> Result<[Section
         Row::single("OpenAI Responses API: byte-stable prefix", r_share, Unit::Percent)
             .target(Target::at_least_percent(100.0))
             .note(format!("{r_stable} of {r_pairs} pairs of one ×{n3} session (reasoning items included)")),
+        Row::single("Gemini API: first request body", g_first, Unit::Bytes)
+            .target(Target::at_most(15.0 * 1024.0, Unit::Bytes)),
+        Row::single("Gemini API: byte-stable prefix", g_share, Unit::Percent)
+            .target(Target::at_least_percent(100.0))
+            .note(format!("{g_stable} of {g_pairs} pairs of one ×{n3} session")),
     ];
     Ok([
         Section {

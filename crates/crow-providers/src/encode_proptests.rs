@@ -6,7 +6,7 @@ use crow_core::{AssistantPart, ChatRequest, Message, ToolResultMessage};
 use proptest::prelude::*;
 
 use crate::http::WireApi;
-use crate::{AnthropicProvider, OpenAiProvider, ProviderKind, ProviderSettings};
+use crate::{AnthropicProvider, GeminiProvider, OpenAiProvider, ProviderKind, ProviderSettings};
 
 /// A message drawn from a small alphabet, so equal messages (and hash-equal prefixes of
 /// different conversations) actually occur.
@@ -139,6 +139,14 @@ proptest! {
     fn anthropic_bodies_with_a_reused_prefix_equal_fresh_ones(edits in prop::collection::vec(edit(), 1..40)) {
         let make = || -> Box<dyn WireApi> {
             Box::new(AnthropicProvider::new(&ProviderSettings::new(ProviderKind::Anthropic, "m")).unwrap())
+        };
+        check(&make, &edits)?;
+    }
+
+    #[test]
+    fn gemini_bodies_with_a_reused_prefix_equal_fresh_ones(edits in prop::collection::vec(edit(), 1..40)) {
+        let make = || -> Box<dyn WireApi> {
+            Box::new(GeminiProvider::new(&ProviderSettings::new(ProviderKind::Gemini, "gemini-2.5-flash")).unwrap())
         };
         check(&make, &edits)?;
     }

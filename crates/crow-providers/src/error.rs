@@ -70,7 +70,25 @@ pub(crate) fn classify_status(
     } else {
         format!(": {server}")
     };
+    // Google's APIs refuse an invalid key with a 400 that names it (`API_KEY_INVALID`).
+    let key_refused = status == 400 && body.contains("API_KEY_INVALID");
     let (kind, message) = match status {
+        _ if key_refused => (
+            ProviderErrorKind::Auth,
+            format!(
+                "authentication failed (HTTP {status}): {}{said}",
+                ctx.auth_hint()
+            ),
+        ),
+        403 if body.contains("PERMISSION_DENIED") => (
+            ProviderErrorKind::Auth,
+            format!(
+                "permission denied (HTTP 403): the key for provider '{}' may not use model '{}' \
+                 (on Google: enable the Generative Language API for the key's project, or use a \
+                 key of a project that has it; check {}){said}",
+                ctx.provider, ctx.model, ctx.key_env
+            ),
+        ),
         429 => (
             ProviderErrorKind::RateLimited,
             format!("rate limited by {} (HTTP 429){said}", ctx.provider),
@@ -113,14 +131,31 @@ pub(crate) fn classify_status(
             format!("request rejected by {} (HTTP {status}){said}", ctx.provider),
         ),
     };
+    let retry_after =
+        parse_retry_after(headers, SystemTime::now()).or_else(|| google_retry_delay(body));
     let mut error = ProviderError::new(kind, message)
         .with_status(status)
-        .with_retry_after(parse_retry_after(headers, SystemTime::now()));
+        .with_retry_after(retry_after);
     error.upstream_retries = headers
         .get("x-litellm-attempted-retries")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse().ok());
     error
+}
+
+/// The delay a Google API asks for in the error body: `error.details[]` holding a
+/// `google.rpc.RetryInfo` with `retryDelay` as a protobuf duration (`"37s"`, `"0.5s"`).
+pub(crate) fn google_retry_delay(body: &str) -> Option<Duration> {
+    let value: serde_json::Value = serde_json::from_str(body.trim()).ok()?;
+    let details = value.pointer("/error/details")?.as_array()?;
+    let delay = details.iter().find_map(|d| {
+        let kind = d.get("@type")?.as_str()?;
+        kind.ends_with("google.rpc.RetryInfo")
+            .then(|| d.get("retryDelay")?.as_str())
+            .flatten()
+    })?;
+    let secs: f64 = delay.trim().strip_suffix('s')?.parse().ok()?;
+    (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs))
 }
 
 /// " Not Implemented" for 501: the words a status is known by, after its number.
@@ -279,22 +314,32 @@ pub(crate) fn classify_stream_error(
             })
             .unwrap_or_default()
     };
-    let kind_text = format!("{} {}", field("type"), field("code")).to_ascii_lowercase();
+    let kind_text =
+        format!("{} {} {}", field("type"), field("code"), field("status")).to_ascii_lowercase();
     let message = match error.get("message").and_then(|m| m.as_str()) {
         Some(m) => truncate(m, MAX_SERVER_MESSAGE),
         None => truncate(&error.to_string(), MAX_SERVER_MESSAGE),
     };
     let message = ctx.scrub(&message);
     let status = error.get("code").and_then(serde_json::Value::as_u64);
-    let kind = if kind_text.contains("rate_limit") || status == Some(429) {
+    let kind = if kind_text.contains("rate_limit")
+        || kind_text.contains("resource_exhausted")
+        || status == Some(429)
+    {
         ProviderErrorKind::RateLimited
     } else if is_context_overflow(&kind_text) || is_context_overflow(&message) {
         ProviderErrorKind::ContextOverflow
-    } else if kind_text.contains("authentication") || kind_text.contains("permission") {
+    } else if kind_text.contains("authentication")
+        || kind_text.contains("permission")
+        || kind_text.contains("unauthenticated")
+    {
         ProviderErrorKind::Auth
     } else if kind_text.contains("not_found") {
         ProviderErrorKind::NotFound
-    } else if kind_text.contains("invalid_request") {
+    } else if kind_text.contains("invalid_request")
+        || kind_text.contains("invalid_argument")
+        || kind_text.contains("failed_precondition")
+    {
         ProviderErrorKind::BadRequest
     } else {
         ProviderErrorKind::Transient
@@ -322,6 +367,9 @@ pub(crate) fn is_context_overflow(text: &str) -> bool {
         "exceeds the available context size",
         "input is too long",
         "too many tokens",
+        // Gemini: "The input token count (1205429) exceeds the maximum number of tokens
+        // allowed (1048576)."
+        "exceeds the maximum number of tokens",
     ];
     let lower = text.to_ascii_lowercase();
     MARKERS.iter().any(|m| lower.contains(m))

@@ -4,6 +4,7 @@
 //!   Ollama, OpenRouter, LiteLLM, DeepSeek);
 //! - [`anthropic`]: Anthropic messages, with prompt caching and extended thinking;
 //! - [`ollama`]: Ollama's native chat API (NDJSON), with the context window set per request;
+//! - [`gemini`]: Google's Gemini API natively, with thought summaries and signatures;
 //! - [`retry`]: whole-request retries with backoff and jitter around either, announced as
 //!   [`StreamDelta::Retrying`]; the time limits of an attempt live in its [`RetryPolicy`];
 //! - [`key`]: API keys that never print, and their resolution;
@@ -23,7 +24,7 @@
 //! attempt within `deadline`; a body that is not SSE is a protocol error quoting it.
 //!
 //! `ReasoningEffort` is one setting every wire reads its own way: OpenAI-style `reasoning_effort`
-//! (left out for OpenAI's own non-reasoning models), Anthropic's thinking budget
+//! (left out for OpenAI's own non-reasoning models), Anthropic's and Gemini's thinking budget
 //! (`resolved_thinking_budget`), Ollama's `think`. OpenAI requests carry the session id as
 //! `prompt_cache_key` on OpenAI's endpoint or when configured. Chat Completions sends `tool_choice:
 //! "auto"` with tools and `""` for a tool-calls-only assistant turn's content; every wire replays
@@ -36,6 +37,7 @@ mod encode;
 #[cfg(test)]
 mod encode_proptests;
 mod error;
+pub mod gemini;
 mod http;
 pub mod key;
 mod models;
@@ -58,6 +60,7 @@ use serde::{Deserialize, Serialize};
 
 pub use anthropic::{ANTHROPIC_API_KEY_ENV, AnthropicProvider};
 pub use catalog::context_window;
+pub use gemini::{GEMINI_API_KEY_ENV, GEMINI_DEFAULT_BASE_URL, GOOGLE_API_KEY_ENV, GeminiProvider};
 pub use http::WireApi;
 pub use key::{ApiKey, KeyError, KeySource, resolve_api_key};
 pub use models::{ListedModel, list_models};
@@ -82,6 +85,9 @@ pub enum ProviderKind {
     /// Ollama's native API (`/api/chat`): the context window is set per request.
     #[serde(rename = "ollama")]
     Ollama,
+    /// Google's Gemini API (`streamGenerateContent`), natively.
+    #[serde(rename = "gemini")]
+    Gemini,
 }
 
 impl ProviderKind {
@@ -90,6 +96,7 @@ impl ProviderKind {
             ProviderKind::OpenAi => OPENAI_DEFAULT_BASE_URL,
             ProviderKind::Anthropic => ANTHROPIC_DEFAULT_BASE_URL,
             ProviderKind::Ollama => OLLAMA_DEFAULT_BASE_URL,
+            ProviderKind::Gemini => GEMINI_DEFAULT_BASE_URL,
         }
     }
 
@@ -99,6 +106,7 @@ impl ProviderKind {
             ProviderKind::OpenAi => OPENAI_API_KEY_ENV,
             ProviderKind::Anthropic => ANTHROPIC_API_KEY_ENV,
             ProviderKind::Ollama => ollama::OLLAMA_API_KEY_ENV,
+            ProviderKind::Gemini => GEMINI_API_KEY_ENV,
         }
     }
 }
@@ -111,8 +119,9 @@ impl FromStr for ProviderKind {
             "openai" | "openai-compatible" => Ok(ProviderKind::OpenAi),
             "anthropic" => Ok(ProviderKind::Anthropic),
             "ollama" => Ok(ProviderKind::Ollama),
+            "gemini" => Ok(ProviderKind::Gemini),
             other => Err(format!(
-                "unknown provider kind '{other}' (expected openai, openai-compatible, ollama or anthropic)"
+                "unknown provider kind '{other}' (expected openai, openai-compatible, ollama, anthropic or gemini)"
             )),
         }
     }
@@ -221,6 +230,7 @@ impl ProviderSettings {
                 ProviderKind::OpenAi => "openai".into(),
                 ProviderKind::Anthropic => "anthropic".into(),
                 ProviderKind::Ollama => "ollama".into(),
+                ProviderKind::Gemini => "gemini".into(),
             },
             base_url: kind.default_base_url().into(),
             model: model.into(),
@@ -303,6 +313,7 @@ pub fn build(settings: ProviderSettings) -> Result<Arc<dyn Provider>, ProviderBu
             Arc::new(Retrying::new(AnthropicProvider::new(&settings)?, retry))
         }
         ProviderKind::Ollama => Arc::new(Retrying::new(OllamaProvider::new(&settings)?, retry)),
+        ProviderKind::Gemini => Arc::new(Retrying::new(GeminiProvider::new(&settings)?, retry)),
     })
 }
 
@@ -318,7 +329,9 @@ mod tests {
         assert_eq!(kind("\"ollama\""), ProviderKind::Ollama);
         assert_eq!(kind("\"anthropic\""), ProviderKind::Anthropic);
         assert_eq!("Ollama".parse::<ProviderKind>(), Ok(ProviderKind::Ollama));
-        assert!("gemini".parse::<ProviderKind>().is_err());
+        assert_eq!(kind("\"gemini\""), ProviderKind::Gemini);
+        assert_eq!("Gemini".parse::<ProviderKind>(), Ok(ProviderKind::Gemini));
+        assert!("vertex-ai".parse::<ProviderKind>().is_err());
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The models a provider serves: `GET /models` of an OpenAI-compatible server (vLLM,
-//! llama.cpp, LiteLLM, OpenRouter), Anthropic's `GET /v1/models` or Ollama's `GET /api/tags`, with the
-//! context window where the answer or crow's catalog knows it. For `crow models`.
+//! llama.cpp, LiteLLM, OpenRouter), Anthropic's `GET /v1/models`, Ollama's `GET /api/tags` or
+//! Gemini's `GET /models` (the models that generate content, with their `inputTokenLimit`), with
+//! the context window where the answer or crow's catalog knows it. For `crow models`.
 
 use std::time::Duration;
 
@@ -77,6 +78,14 @@ pub async fn list_models(settings: &ProviderSettings) -> Result<Vec<ListedModel>
             }
             (url, request)
         }
+        ProviderKind::Gemini => {
+            let url = format!("{base}/models?pageSize=1000");
+            let mut request = client.get(&url);
+            if let Some(key) = &settings.api_key {
+                request = request.header("x-goog-api-key", key.expose());
+            }
+            (url, request)
+        }
     };
     for (name, value) in &settings.headers {
         request = request.header(name, value);
@@ -86,6 +95,7 @@ pub async fn list_models(settings: &ProviderSettings) -> Result<Vec<ListedModel>
         ProviderKind::OpenAi => crate::openai::OPENAI_API_KEY_ENV,
         ProviderKind::Anthropic => crate::anthropic::ANTHROPIC_API_KEY_ENV,
         ProviderKind::Ollama => "OLLAMA_API_KEY",
+        ProviderKind::Gemini => crate::gemini::GEMINI_API_KEY_ENV,
     });
     ctx.url.clone_from(&url);
     let response = request
@@ -106,6 +116,9 @@ pub async fn list_models(settings: &ProviderSettings) -> Result<Vec<ListedModel>
         .json()
         .await
         .map_err(|e| format!("{url} answered {status} without a JSON model list: {e}"))?;
+    if settings.kind == ProviderKind::Gemini {
+        return Ok(gemini_models(&body));
+    }
     // OpenAI and Anthropic list `data[].id`; Ollama's `/api/tags` lists `models[].name`.
     let items = body["data"]
         .as_array()
@@ -134,4 +147,57 @@ pub async fn list_models(settings: &ProviderSettings) -> Result<Vec<ListedModel>
         .unwrap_or_default();
     models.sort_by(|a, b| a.id.cmp(&b.id));
     Ok(models)
+}
+
+/// Gemini's list: `models[]` with `name` (`models/gemini-2.5-pro`), the methods each supports
+/// and `inputTokenLimit`; only the models that answer `generateContent` (not embedding ones).
+fn gemini_models(body: &Value) -> Vec<ListedModel> {
+    let mut models: Vec<ListedModel> = body["models"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|item| {
+            item["supportedGenerationMethods"]
+                .as_array()
+                .is_none_or(|methods| methods.iter().any(|m| m == "generateContent"))
+        })
+        .filter_map(|item| {
+            let id = crate::gemini::model_id(item["name"].as_str()?).to_owned();
+            let context_window = item["inputTokenLimit"]
+                .as_u64()
+                .or_else(|| catalog::context_window(&id));
+            Some(ListedModel { id, context_window })
+        })
+        .collect();
+    models.sort_by(|a, b| a.id.cmp(&b.id));
+    models
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gemini_lists_the_models_that_generate_content() {
+        let body = serde_json::json!({"models": [
+            {"name": "models/gemini-2.5-pro", "inputTokenLimit": 1048576,
+             "supportedGenerationMethods": ["generateContent", "countTokens"]},
+            {"name": "models/text-embedding-004", "inputTokenLimit": 2048,
+             "supportedGenerationMethods": ["embedContent"]},
+            {"name": "models/gemini-2.5-flash"},
+        ]});
+        assert_eq!(
+            gemini_models(&body),
+            vec![
+                ListedModel {
+                    id: "gemini-2.5-flash".into(),
+                    context_window: Some(1_048_576)
+                },
+                ListedModel {
+                    id: "gemini-2.5-pro".into(),
+                    context_window: Some(1_048_576)
+                },
+            ]
+        );
+    }
 }

@@ -79,6 +79,8 @@ const PRICES: &[(&str, Price)] = &[
     // Google (prompts up to 200k tokens).
     ("gemini-2.5-pro", Price::new(1.25, 10.0, 0.31, 1.25)),
     ("gemini-2.5-flash", Price::new(0.30, 2.50, 0.075, 0.30)),
+    ("gemini-2.5-flash-lite", Price::new(0.10, 0.40, 0.025, 0.10)),
+    ("gemini-2.0-flash", Price::new(0.10, 0.40, 0.025, 0.10)),
 ];
 
 /// The list price of `model`, if it is a well-known hosted model. Router-style names
@@ -114,6 +116,11 @@ mod tests {
         assert_eq!(price("claude-opus-4-5").map(|p| p.input), Some(5.0));
         assert_eq!(price("claude-opus-4-1").map(|p| p.input), Some(15.0));
         assert_eq!(price("qwen2.5-coder:7b"), None);
+        assert_eq!(price("gemini-2.5-flash-lite").map(|p| p.input), Some(0.10));
+        assert_eq!(
+            price("models/gemini-2.5-flash").map(|p| p.input),
+            Some(0.30)
+        );
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! Property tests (issue 23): the SSE decoder and both stream parsers under arbitrary
+//! Property tests (issue 23): the SSE decoder and the stream parsers under arbitrary
 //! chunking, arbitrary bytes, mutated recordings and generated events. Cases per property:
 //! a few dozen by default, `PROPTEST_CASES` for the long run (`./scripts/fuzz`). Failures
 //! found are kept in `proptest-regressions/` and replayed first on every run.
@@ -9,11 +9,13 @@ use serde_json::json;
 
 use crate::anthropic::AnthropicParser;
 use crate::error::ErrorContext;
+use crate::gemini::GeminiParser;
 use crate::openai::OpenAiParser;
 use crate::sse::{EventParser, run_chunks, split_at};
 
 const OPENAI: &[u8] = include_bytes!("../tests/fixtures/openai_tool_calls.sse");
 const ANTHROPIC: &[u8] = include_bytes!("../tests/fixtures/anthropic_tool_use.sse");
+const GEMINI: &[u8] = include_bytes!("../tests/fixtures/gemini_thinking_parallel_calls.sse");
 
 /// `cases` unless `PROPTEST_CASES` asks for another number.
 pub(crate) fn config(cases: u32) -> ProptestConfig {
@@ -40,6 +42,10 @@ fn openai() -> OpenAiParser {
 
 fn anthropic() -> AnthropicParser {
     AnthropicParser::new(ctx("anthropic"))
+}
+
+fn gemini() -> GeminiParser {
+    GeminiParser::new(ctx("gemini"))
 }
 
 type Item = Result<StreamDelta, ProviderError>;
@@ -233,6 +239,52 @@ fn anthropic_event() -> impl Strategy<Value = String> {
     ]
 }
 
+/// One Gemini-style event with generated fields: parts of every kind, finish reasons,
+/// usage, prompt feedback and errors.
+fn gemini_event() -> impl Strategy<Value = String> {
+    let part = prop_oneof![
+        text().prop_map(|t| json!({"text": t})),
+        text().prop_map(|t| json!({"text": t, "thought": true})),
+        (text(), text()).prop_map(|(t, s)| json!({"text": t, "thoughtSignature": s})),
+        (
+            text(),
+            prop_oneof![
+                Just(json!(null)),
+                Just(json!({})),
+                Just(json!({"a": [1]})),
+                Just(json!(7))
+            ]
+        )
+            .prop_map(|(name, args)| json!({"functionCall": {"name": name, "args": args}})),
+        (text(), text())
+            .prop_map(|(name, s)| json!({"functionCall": {"name": name}, "thoughtSignature": s})),
+    ];
+    let reason = prop_oneof![
+        Just(json!(null)),
+        Just(json!("STOP")),
+        Just(json!("MAX_TOKENS")),
+        Just(json!("SAFETY")),
+        Just(json!("MALFORMED_FUNCTION_CALL")),
+        text().prop_map(|t| json!(t)),
+    ];
+    prop_oneof![
+        4 => (proptest::collection::vec(part, 0..4), reason, proptest::option::of((tokens(), tokens(), tokens(), tokens())))
+            .prop_map(|(parts, reason, usage)| {
+                let mut event = json!({"candidates": [{"content": {"role": "model", "parts": parts},
+                    "finishReason": reason}]});
+                if let Some((p, c, o, t)) = usage {
+                    event["usageMetadata"] = json!({"promptTokenCount": p,
+                        "cachedContentTokenCount": c, "candidatesTokenCount": o, "thoughtsTokenCount": t});
+                }
+                event.to_string()
+            }),
+        1 => text().prop_map(|r| json!({"promptFeedback": {"blockReason": r}}).to_string()),
+        1 => Just(json!({"error": {"code": 503, "status": "UNAVAILABLE", "message": "overloaded"}}).to_string()),
+        1 => Just(json!({"candidates": 7}).to_string()),
+        1 => Just(json!({}).to_string()),
+    ]
+}
+
 fn sse(events: &[String]) -> Vec<u8> {
     events
         .iter()
@@ -287,11 +339,39 @@ proptest! {
     }
 
     #[test]
+    fn any_chunking_of_a_gemini_stream_gives_the_same_deltas(cuts in cuts(GEMINI.len())) {
+        let whole = render(&run(gemini(), vec![GEMINI.to_vec()]));
+        let chunked = render(&run(gemini(), split_at(GEMINI, &cuts)));
+        prop_assert_eq!(chunked, whole);
+    }
+
+    #[test]
     fn arbitrary_bytes_end_in_an_error_or_a_finish(
         chunks in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..64), 0..6),
     ) {
         well_formed(&run(openai(), chunks.clone()))?;
+        well_formed(&run(gemini(), chunks.clone()))?;
         well_formed(&run(anthropic(), chunks))?;
+    }
+
+    #[test]
+    fn a_mutated_gemini_stream_ends_in_an_error_or_a_finish(
+        mutations in proptest::collection::vec(mutation(), 1..6),
+        cuts in cuts(GEMINI.len()),
+    ) {
+        let body = mutate(GEMINI, &mutations);
+        let items = run(gemini(), split_at(&body, &cuts));
+        well_formed(&items)?;
+        calls_well_nested(&items)?;
+    }
+
+    #[test]
+    fn generated_gemini_events_decode_to_well_nested_calls(
+        events in proptest::collection::vec(gemini_event(), 0..12),
+    ) {
+        let items = run(gemini(), vec![sse(&events)]);
+        well_formed(&items)?;
+        calls_well_nested(&items)?;
     }
 
     #[test]

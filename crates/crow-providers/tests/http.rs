@@ -170,6 +170,7 @@ fn settings(kind: ProviderKind, base: &str, retry: RetryPolicy) -> ProviderSetti
     settings.base_url = match kind {
         ProviderKind::OpenAi => format!("{base}/v1"),
         ProviderKind::Anthropic | ProviderKind::Ollama => base.to_owned(),
+        ProviderKind::Gemini => format!("{base}/v1beta"),
     };
     settings.retry = retry;
     settings
@@ -663,4 +664,227 @@ async fn a_server_that_drops_streamed_tool_requests_is_asked_unstreamed() {
         Err(error) => error,
     };
     assert_eq!(error.kind, ProviderErrorKind::Transient, "{error:?}");
+}
+
+/// One Gemini stream event with text, and the closing one.
+fn gm_text(text: &str) -> String {
+    format!(
+        "data: {}\r\n\r\n",
+        serde_json::json!({"candidates": [{"content": {"role": "model", "parts": [{"text": text}]}, "index": 0}]})
+    )
+}
+
+fn gm_done() -> String {
+    format!(
+        "data: {}\r\n\r\n",
+        serde_json::json!({"candidates": [{"content": {"role": "model", "parts": [{"text": ""}]},
+            "finishReason": "STOP", "index": 0}],
+            "usageMetadata": {"promptTokenCount": 5, "candidatesTokenCount": 2, "thoughtsTokenCount": 3}})
+    )
+}
+
+fn google_error(code: u16, status: &str, message: &str, details: serde_json::Value) -> String {
+    serde_json::json!({"error": {"code": code, "message": message, "status": status, "details": details}})
+        .to_string()
+}
+
+#[tokio::test]
+async fn gemini_streams_with_the_key_in_a_header_and_the_model_in_the_path() {
+    let body = [gm_text("Hal"), gm_text("lo"), gm_done()].concat();
+    let server = serve(vec![close(sse(&body))]).await;
+    let mut s = settings(ProviderKind::Gemini, &server.base, policy(1, 5000));
+    s.api_key = Some(ApiKey::new("AIza-test-SECRET"));
+    let provider = build(s).unwrap();
+    let items = collect(provider.as_ref()).await.unwrap();
+    assert_eq!(texts(&items), "Hallo");
+    assert!(
+        items
+            .iter()
+            .any(|i| matches!(i, Ok(StreamDelta::Usage { usage })
+        if usage.input_tokens == 5 && usage.output_tokens == 5 && usage.reasoning_tokens == 3))
+    );
+    assert_eq!(
+        items.last().unwrap().as_ref().unwrap(),
+        &StreamDelta::Finish {
+            reason: FinishReason::Stop
+        }
+    );
+    let request = &server.requests()[0];
+    let first_line = request.head.lines().next().unwrap();
+    assert_eq!(
+        first_line,
+        "post /v1beta/models/test-model:streamgeneratecontent?alt=sse http/1.1"
+    );
+    assert!(request.head.contains("x-goog-api-key: aiza-test-secret"));
+    assert!(!request.head.contains("authorization"));
+    let body: serde_json::Value = serde_json::from_slice(&request.body).unwrap();
+    assert_eq!(body["systemInstruction"]["parts"][0]["text"], "sys");
+    assert_eq!(
+        body["contents"][0],
+        serde_json::json!({"role": "user", "parts": [{"text": "hi"}]})
+    );
+}
+
+#[tokio::test]
+async fn gemini_rate_limits_wait_the_retry_info_delay_and_5xx_are_retried() {
+    let body = [gm_text("ok"), gm_done()].concat();
+    let retry_info = serde_json::json!([
+        {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "0.02s"}
+    ]);
+    let server = serve(vec![
+        close(status(
+            429,
+            "Too Many Requests",
+            "",
+            &google_error(
+                429,
+                "RESOURCE_EXHAUSTED",
+                "You exceeded your current quota",
+                retry_info,
+            ),
+        )),
+        close(status(
+            503,
+            "Service Unavailable",
+            "",
+            &google_error(
+                503,
+                "UNAVAILABLE",
+                "The model is overloaded.",
+                serde_json::json!([]),
+            ),
+        )),
+        close(sse(&body)),
+    ])
+    .await;
+    let provider = build(settings(
+        ProviderKind::Gemini,
+        &server.base,
+        policy(5, 5000),
+    ))
+    .unwrap();
+    let items = collect(provider.as_ref()).await.unwrap();
+    let retried = retries(&items);
+    assert_eq!(retried.len(), 2, "{items:?}");
+    assert_eq!(retried[0], (2, 20), "the RetryInfo delay is the hint");
+    assert_eq!(texts(&items), "ok");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 3);
+    assert_eq!(requests[0].body, requests[2].body);
+}
+
+#[tokio::test]
+async fn gemini_drops_stalls_and_malformed_events() {
+    // A stream cut after some text is retried whole.
+    let body = [gm_text("whole answer"), gm_done()].concat();
+    let server = serve(vec![
+        close(cut_after(&gm_text("partial"))),
+        close(sse(&body)),
+    ])
+    .await;
+    let provider = build(settings(
+        ProviderKind::Gemini,
+        &server.base,
+        policy(5, 5000),
+    ))
+    .unwrap();
+    let items = collect(provider.as_ref()).await.unwrap();
+    assert!(items.iter().all(Result::is_ok), "{items:?}");
+    assert_eq!(texts(&items), "partialwhole answer");
+    assert_eq!(retries(&items).len(), 1);
+
+    // A stream that goes silent times out.
+    let server = serve(vec![hang(sse(&gm_text("thinking...")))]).await;
+    let provider = build(settings(ProviderKind::Gemini, &server.base, policy(1, 300))).unwrap();
+    let items = collect(provider.as_ref()).await.unwrap();
+    let err = items.last().unwrap().as_ref().unwrap_err();
+    assert_eq!(err.kind, ProviderErrorKind::Timeout);
+
+    // A malformed event is a protocol error, not retried.
+    let server = serve(vec![close(sse(&[
+        gm_text("a"),
+        "data: {\"candidates\": [{\"content\": \n\n".to_owned(),
+    ]
+    .concat()))])
+    .await;
+    let provider = build(settings(
+        ProviderKind::Gemini,
+        &server.base,
+        policy(5, 5000),
+    ))
+    .unwrap();
+    let items = collect(provider.as_ref()).await.unwrap();
+    let err = items.last().unwrap().as_ref().unwrap_err();
+    assert_eq!(err.kind, ProviderErrorKind::Protocol, "{}", err.message);
+    assert_eq!(server.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn gemini_refusals_say_what_to_do_and_are_not_retried() {
+    let overflow = google_error(
+        400,
+        "INVALID_ARGUMENT",
+        "The input token count (1205429) exceeds the maximum number of tokens allowed (1048576).",
+        serde_json::json!([]),
+    );
+    let denied = google_error(
+        403,
+        "PERMISSION_DENIED",
+        "Permission denied on resource project.",
+        serde_json::json!([]),
+    );
+    let bad_key = google_error(
+        400,
+        "INVALID_ARGUMENT",
+        "API key not valid. Please pass a valid API key.",
+        serde_json::json!([{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "API_KEY_INVALID"}]),
+    );
+    let missing = google_error(
+        404,
+        "NOT_FOUND",
+        "models/test-model is not found for API version v1beta",
+        serde_json::json!([]),
+    );
+    for (code, reason, body, kind, words) in [
+        (
+            400,
+            "Bad Request",
+            overflow,
+            ProviderErrorKind::ContextOverflow,
+            "context window",
+        ),
+        (
+            403,
+            "Forbidden",
+            denied,
+            ProviderErrorKind::Auth,
+            "Generative Language API",
+        ),
+        (
+            400,
+            "Bad Request",
+            bad_key,
+            ProviderErrorKind::Auth,
+            "GEMINI_API_KEY",
+        ),
+        (
+            404,
+            "Not Found",
+            missing,
+            ProviderErrorKind::NotFound,
+            "test-model",
+        ),
+    ] {
+        let server = serve(vec![close(status(code, reason, "", &body))]).await;
+        let provider = build(settings(
+            ProviderKind::Gemini,
+            &server.base,
+            policy(5, 5000),
+        ))
+        .unwrap();
+        let err = collect(provider.as_ref()).await.unwrap_err();
+        assert_eq!(err.kind, kind, "{}", err.message);
+        assert!(err.message.contains(words), "{}", err.message);
+        assert_eq!(server.requests().len(), 1);
+    }
 }

@@ -18,7 +18,8 @@
 //! ```
 //!
 //! Also served: OpenAI's Responses API (encrypted reasoning is `responses::encrypted(thinking)`,
-//! checkable when it comes back) and Ollama's `/api/chat`, `/api/show` and `/api/tags` over NDJSON
+//! checkable when it comes back), Google's Gemini API (`…/models/M:streamGenerateContent`, thought
+//! signatures `gemini::signature(thinking)`) and Ollama's `/api/chat`, `/api/show` and `/api/tags` over NDJSON
 //! (a `missing_models` list answered 404). Faults include status codes with Retry-After, malformed
 //! tool arguments and a `context_window` that refuses larger requests with the API's own overflow
 //! error. `Quirks` of particular servers (llama-cpp-python, LiteLLM in front of Anthropic) make a
@@ -28,6 +29,7 @@
 
 mod anthropic;
 mod frames;
+pub mod gemini;
 pub mod ollama;
 mod openai;
 #[cfg(feature = "pty")]

@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::frames::{Ctx, Ending, Tokens, body_stream};
 use crate::scenario::{Fault, Quirks, Reply, Scenario, Step};
-use crate::{anthropic, ollama, openai, responses};
+use crate::{anthropic, gemini, ollama, openai, responses};
 
 /// Model name reported when a request names none.
 const DEFAULT_MODEL: &str = "mock-model";
@@ -85,6 +85,8 @@ enum Api {
     Ollama,
     /// OpenAI's Responses API.
     Responses,
+    /// Google's Gemini API (`models/M:streamGenerateContent`).
+    Gemini,
 }
 
 struct Shared {
@@ -149,6 +151,9 @@ impl MockLlm {
             .route("/api/tags", get(ollama_tags_handler))
             .route("/v1/models", get(models_handler))
             .route("/models", get(models_handler))
+            .route("/v1beta/models", get(models_handler))
+            .route("/v1beta/models/{*rest}", post(gemini_handler))
+            .route("/models/{*rest}", post(gemini_handler))
             .route("/_mock/requests", get(requests_handler))
             .route("/_mock/scenario", post(scenario_handler))
             .fallback(not_found)
@@ -179,6 +184,12 @@ impl MockLlm {
     /// Base URL for Anthropic clients: `http://127.0.0.1:PORT`.
     pub fn base_url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// Base URL for Gemini clients: `http://127.0.0.1:PORT/v1beta` (the bare
+    /// [`MockLlm::base_url`] is served too).
+    pub fn gemini_base_url(&self) -> String {
+        format!("http://{}/v1beta", self.addr)
     }
 
     /// Base URL for OpenAI-compatible clients: `http://127.0.0.1:PORT/v1`.
@@ -258,6 +269,15 @@ async fn responses_handler(
     handle(&shared, Api::Responses, uri.path(), &headers, body)
 }
 
+async fn gemini_handler(
+    State(shared): State<Arc<Shared>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    handle(&shared, Api::Gemini, uri.path(), &headers, body)
+}
+
 async fn ollama_handler(
     State(shared): State<Arc<Shared>>,
     uri: Uri,
@@ -310,10 +330,12 @@ async fn anthropic_handler(
     handle(&shared, Api::Anthropic, uri.path(), &headers, body)
 }
 
-/// The models the mock serves, in a shape both an OpenAI-compatible client (`data[].id`,
-/// OpenRouter's `context_length`) and an Anthropic one (`data[].id`, `type`) read.
+/// The models the mock serves, in a shape an OpenAI-compatible client (`data[].id`,
+/// OpenRouter's `context_length`), an Anthropic one (`data[].id`, `type`) and a Gemini one
+/// (`models[].name`) read.
 async fn models_handler() -> Json<serde_json::Value> {
     Json(serde_json::json!({
+        "models": gemini::models(),
         "object": "list",
         "data": [
             {"id": "mock-model", "type": "model", "display_name": "Mock", "context_length": 32768},
@@ -372,19 +394,26 @@ fn handle(shared: &Shared, api: Api, path: &str, headers: &HeaderMap, raw: Bytes
         Api::Anthropic => anthropic::system_prompt(&body),
         Api::Ollama => ollama::system_prompt(&body),
         Api::Responses => responses::system_prompt(&body),
+        Api::Gemini => gemini::system_prompt(&body),
     };
     // What the answer needs from the body, read before the body moves into the record.
-    let model = body
-        .get("model")
-        .and_then(Value::as_str)
-        .unwrap_or(DEFAULT_MODEL)
-        .to_owned();
+    // Gemini names the model and the method in the path.
+    let (path_model, method) = gemini::model_and_method(path);
+    let model = match api {
+        Api::Gemini => path_model,
+        _ => body
+            .get("model")
+            .and_then(Value::as_str)
+            .unwrap_or(DEFAULT_MODEL)
+            .to_owned(),
+    };
     let mut options = openai::Options::from_request(&body);
     let stream = match api {
         Api::OpenAi => options.stream,
         Api::Anthropic => anthropic::wants_stream(&body),
         Api::Ollama => ollama::wants_stream(&body),
         Api::Responses => responses::wants_stream(&body),
+        Api::Gemini => method == "streamGenerateContent",
     };
     let record = RecordedRequest {
         path: path.to_owned(),
@@ -559,6 +588,7 @@ fn handle(shared: &Shared, api: Api, path: &str, headers: &HeaderMap, raw: Bytes
                 Api::Anthropic => anthropic::full_response(&ctx),
                 Api::Ollama => ollama::full_response(&ctx),
                 Api::Responses => responses::full_response(&ctx),
+                Api::Gemini => gemini::full_response(&ctx),
             };
             return (StatusCode::OK, Json(full)).into_response();
         }
@@ -577,10 +607,11 @@ fn handle(shared: &Shared, api: Api, path: &str, headers: &HeaderMap, raw: Bytes
         Api::Anthropic => anthropic::stream_frames(&ctx),
         Api::Ollama => ollama::stream_frames(&ctx),
         Api::Responses => responses::stream_frames(&ctx),
+        Api::Gemini => gemini::stream_frames(&ctx),
     };
     let content_type = match api {
         Api::Ollama => "application/x-ndjson",
-        Api::OpenAi | Api::Anthropic | Api::Responses => "text/event-stream",
+        Api::OpenAi | Api::Anthropic | Api::Responses | Api::Gemini => "text/event-stream",
     };
     let body = body_stream(frames, ending, delay, shared.shutdown.clone());
     (
@@ -609,10 +640,12 @@ fn error_response(api: Api, code: u16, retry_after: Option<u64>, body: Option<&s
             Api::OpenAi | Api::Responses => openai::error_body(code, &message),
             Api::Anthropic => anthropic::error_body(code, &message),
             Api::Ollama => ollama::error_body(code, &message),
+            Api::Gemini => gemini::error_body(code, &message, retry_after),
         }
     });
     let mut headers = HeaderMap::new();
-    if let Some(secs) = retry_after {
+    // Gemini says how long to wait in the body (RetryInfo), not in a header.
+    if let Some(secs) = retry_after.filter(|_| api != Api::Gemini) {
         headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
     }
     (status, headers, Json(json)).into_response()
@@ -638,6 +671,7 @@ fn overflow_response(api: Api, window: u64, tokens: u64) -> Response {
             400,
             &format!("the input length exceeds the context length ({tokens} > {window} tokens)"),
         ),
+        Api::Gemini => gemini::overflow_body(window, tokens),
     };
     (StatusCode::BAD_REQUEST, Json(json)).into_response()
 }
@@ -719,7 +753,7 @@ fn quirk_refusal(quirks: &Quirks, api: Api, body: &Value) -> Option<(u16, String
                 .filter(|i| i.get("type").and_then(Value::as_str) == Some("function_call"))
                 .filter_map(|i| i.get("arguments"))
                 .collect(),
-            Api::Anthropic | Api::Ollama => Vec::new(),
+            Api::Anthropic | Api::Ollama | Api::Gemini => Vec::new(),
         };
         let object = |a: &&Value| {
             a.as_str()

@@ -1,4 +1,4 @@
-//! Wire-format tests: the OpenAI and Anthropic streams (and whole responses) are well-formed
+//! Wire-format tests: the OpenAI, Anthropic and Gemini streams (and whole responses) are well-formed
 //! and carry exactly the scripted content.
 
 mod common;
@@ -318,4 +318,155 @@ async fn repeated_prefix_reports_cache_reads() {
     assert_eq!(u1["cache_read_input_tokens"], 0);
     assert!(u1["cache_creation_input_tokens"].as_u64().unwrap() > 0);
     assert!(u2["cache_read_input_tokens"].as_u64().unwrap() > 0);
+}
+
+fn gemini_request(system: &str) -> Value {
+    json!({
+        "systemInstruction": {"parts": [{"text": system}]},
+        "contents": [{"role": "user", "parts": [{"text": "hi"}]}],
+    })
+}
+
+async fn post_gemini(mock: &MockLlm, method: &str, body: &Value) -> reqwest::Response {
+    let url = format!(
+        "{}/models/gemini-test:{method}?alt=sse",
+        mock.gemini_base_url()
+    );
+    post(&url, body).await
+}
+
+#[tokio::test]
+async fn gemini_stream_is_well_formed() {
+    let mock = MockLlm::start(Scenario::new().chunk_size(3).reply(two_calls()))
+        .await
+        .unwrap();
+    let resp = post_gemini(&mock, "streamGenerateContent", &gemini_request("sys")).await;
+    assert_eq!(resp.status(), 200);
+    let body = resp.text().await.unwrap();
+    // Gemini separates its events with CRLF.
+    assert!(body.contains("\r\n\r\n"));
+    let events = parse_sse(&body.replace("\r\n", "\n"));
+    let (mut thought, mut text, mut calls) = (String::new(), String::new(), Vec::new());
+    for (at, event) in events.iter().enumerate() {
+        assert!(event.name.is_none());
+        let v = event.json();
+        let candidate = &v["candidates"][0];
+        assert_eq!(v["modelVersion"], "gemini-test");
+        assert!(v["usageMetadata"]["promptTokenCount"].as_u64().unwrap() > 0);
+        let last = at == events.len() - 1;
+        assert_eq!(candidate.get("finishReason").is_some(), last);
+        for part in candidate["content"]["parts"].as_array().unwrap() {
+            if let Some(call) = part.get("functionCall") {
+                calls.push((call.clone(), part.get("thoughtSignature").cloned()));
+            } else if part["thought"] == true {
+                thought.push_str(part["text"].as_str().unwrap());
+            } else {
+                text.push_str(part["text"].as_str().unwrap());
+            }
+        }
+    }
+    assert_eq!(thought, THINKING);
+    assert_eq!(text, TEXT);
+    assert_eq!(calls.len(), 2);
+    for ((call, _), expected) in calls.iter().zip(expected_args()) {
+        assert_eq!(call["args"], expected);
+        assert!(call.get("id").is_none(), "Gemini's calls carry no id");
+    }
+    assert_eq!(calls[0].0["name"], "read_file");
+    // The signature rides on the first call only.
+    assert_eq!(
+        calls[0].1,
+        Some(json!(crow_testkit::gemini::signature(THINKING)))
+    );
+    assert_eq!(calls[1].1, None);
+    let end = events.last().unwrap().json();
+    assert_eq!(end["candidates"][0]["finishReason"], "STOP");
+    assert!(
+        end["usageMetadata"]["candidatesTokenCount"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    let recorded = &mock.requests()[0];
+    assert_eq!(
+        recorded.path,
+        "/v1beta/models/gemini-test:streamGenerateContent"
+    );
+}
+
+#[tokio::test]
+async fn gemini_whole_answers_signatures_without_calls_and_malformed_calls() {
+    let scenario = Scenario::new()
+        .reply(Reply::thinking("plan").with_text("done"))
+        .reply(two_calls())
+        .reply(Reply::text("x").with_raw_tool_call("bash", "{not json"));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    // Without calls, the signature closes the answer on an empty text part.
+    let resp = post_gemini(&mock, "streamGenerateContent", &gemini_request("s")).await;
+    let body = resp.text().await.unwrap();
+    let events = parse_sse(&body.replace("\r\n", "\n"));
+    let end = events.last().unwrap().json();
+    assert_eq!(
+        end["candidates"][0]["content"]["parts"],
+        json!([{"text": "", "thoughtSignature": crow_testkit::gemini::signature("plan")}])
+    );
+    // `:generateContent` answers the whole response at once.
+    let whole: Value = post_gemini(&mock, "generateContent", &gemini_request("s"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let parts = whole["candidates"][0]["content"]["parts"]
+        .as_array()
+        .unwrap();
+    assert_eq!(parts.len(), 4, "{whole}");
+    assert_eq!(whole["candidates"][0]["finishReason"], "STOP");
+    // Arguments Gemini could not have produced end the answer as Gemini does.
+    let resp = post_gemini(&mock, "streamGenerateContent", &gemini_request("s")).await;
+    let body = resp.text().await.unwrap();
+    assert!(body.contains("MALFORMED_FUNCTION_CALL"), "{body}");
+    assert!(!body.contains("functionCall"), "{body}");
+}
+
+#[tokio::test]
+async fn gemini_errors_are_googles_with_the_delay_in_the_body() {
+    use crow_testkit::Fault;
+    let mock = MockLlm::start(Scenario::new().context_window(10))
+        .await
+        .unwrap();
+    // Over the window: the overflow error, no step consumed.
+    let big = gemini_request(&"long ".repeat(100));
+    let resp = post_gemini(&mock, "streamGenerateContent", &big).await;
+    assert_eq!(resp.status(), 400);
+    let error: Value = resp.json().await.unwrap();
+    assert_eq!(error["error"]["status"], "INVALID_ARGUMENT");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("exceeds the maximum number of tokens")
+    );
+    let mock = MockLlm::start(
+        Scenario::new()
+            .fault(Fault::rate_limited(7))
+            .fault(Fault::status(403)),
+    )
+    .await
+    .unwrap();
+    let resp = post_gemini(&mock, "streamGenerateContent", &gemini_request("s")).await;
+    assert_eq!(resp.status(), 429);
+    assert!(resp.headers().get("retry-after").is_none());
+    let error: Value = resp.json().await.unwrap();
+    assert_eq!(error["error"]["status"], "RESOURCE_EXHAUSTED");
+    let retry = error["error"]["details"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["@type"] == "type.googleapis.com/google.rpc.RetryInfo")
+        .unwrap();
+    assert_eq!(retry["retryDelay"], "7s");
+    let resp = post_gemini(&mock, "streamGenerateContent", &gemini_request("s")).await;
+    assert_eq!(resp.status(), 403);
+    let error: Value = resp.json().await.unwrap();
+    assert_eq!(error["error"]["status"], "PERMISSION_DENIED");
 }

@@ -248,7 +248,7 @@ pub(crate) struct ModelArgs {
     /// Model name, e.g. gpt-4.1, claude-sonnet-4-5, qwen2.5-coder
     #[arg(long, short)]
     pub(crate) model: Option<String>,
-    /// Provider name from config ([providers.NAME]); built in: openai, anthropic, ollama
+    /// Provider name from config ([providers.NAME]); built in: openai, anthropic, gemini, ollama
     #[arg(long, short)]
     pub(crate) provider: Option<String>,
     /// Base URL of the provider's API (e.g. http://localhost:8000/v1 for vLLM)

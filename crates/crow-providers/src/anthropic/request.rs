@@ -232,14 +232,17 @@ fn assistant_blocks<'a>(parts: &'a [AssistantPart<'a>]) -> Vec<Block<'a>> {
         .iter()
         .filter_map(|part| match *part {
             AssistantPart::Text(text) => text_block(text),
-            // Unsigned (partial, or from another provider) thinking cannot be replayed.
+            // Unsigned (partial, or from another provider) thinking cannot be replayed, nor
+            // can Gemini's (its signatures name Gemini's parts).
             AssistantPart::Thinking {
                 text,
                 signature: Some(signature),
-            } if !signature.is_empty() => Some(Block::Thinking {
-                thinking: text,
-                signature,
-            }),
+            } if !signature.is_empty() && !crate::gemini::signature::is_gemini(signature) => {
+                Some(Block::Thinking {
+                    thinking: text,
+                    signature,
+                })
+            }
             AssistantPart::Thinking { .. } => None,
             AssistantPart::RedactedThinking(data) => Some(Block::RedactedThinking { data }),
             AssistantPart::ToolCall {

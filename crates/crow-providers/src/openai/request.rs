@@ -253,10 +253,12 @@ fn assistant<'a>(parts: &'a [AssistantPart<'a>], thinking_blocks: bool) -> Optio
             AssistantPart::Thinking {
                 text,
                 signature: Some(signature),
-            } => Some(WireThinkingBlock::Thinking {
-                thinking: text,
-                signature,
-            }),
+            } if !crate::gemini::signature::is_gemini(signature) => {
+                Some(WireThinkingBlock::Thinking {
+                    thinking: text,
+                    signature,
+                })
+            }
             AssistantPart::RedactedThinking(data) => {
                 Some(WireThinkingBlock::RedactedThinking { data })
             }

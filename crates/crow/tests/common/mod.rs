@@ -20,6 +20,8 @@ pub const UNSET: &[&str] = &[
     "OPENAI_API_KEY",
     "OPENAI_BASE_URL",
     "ANTHROPIC_API_KEY",
+    "GEMINI_API_KEY",
+    "GOOGLE_API_KEY",
     "CROW_PROVIDER",
     "CROW_MODEL",
     "CROW_LOG",
