@@ -70,11 +70,13 @@ async fn a_hosted_provider_without_a_key_says_which_variable_to_set() {
 async fn an_unknown_provider_lists_the_known_ones() {
     let dir = tempfile::tempdir().unwrap();
     let mut cmd = crow(dir.path());
-    cmd.args(["run", "--provider", "gemini", "hi"]);
+    cmd.args(["run", "--provider", "mistral", "hi"]);
     let out = output(cmd).await;
     assert_eq!(out.code, Some(1));
     assert!(
-        out.stderr.contains("unknown provider 'gemini'") && out.stderr.contains("openai"),
+        out.stderr.contains("unknown provider 'mistral'")
+            && out.stderr.contains("openai")
+            && out.stderr.contains("gemini"),
         "{}",
         out.stderr
     );
