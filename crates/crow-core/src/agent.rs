@@ -380,9 +380,8 @@ impl BaseAgent {
             // The watcher looks when the deterministic detector saw nothing.
             let watched = match repeating {
                 Verdict::Continue => {
-                    let task = session.last_user_message().unwrap_or_default().to_owned();
                     watch
-                        .after_batch(&task, &mut executed, events, &cancel)
+                        .after_batch(session, &mut executed, events, &cancel)
                         .await
                 }
                 _ => crate::watcher::Watched::Continue,

@@ -17,6 +17,7 @@ use crate::agent::ExecutedToolCall;
 use crate::event::{AgentEvent, EventSender};
 use crate::message::{ChatRequest, Message};
 use crate::provider::Provider;
+use crate::session::Session;
 use crate::tool::ToolStatus;
 
 /// The name usage rows of the watcher's calls carry.
@@ -81,10 +82,11 @@ impl Watch {
     }
 
     /// After a batch, before its results enter history: records it, and every `every`
-    /// batches asks the watcher. On "stuck" the note goes on the batch's last result.
+    /// batches asks the watcher about the session's task (its newest user message). On
+    /// "stuck" the note goes on the batch's last result.
     pub async fn after_batch(
         &mut self,
-        task: &str,
+        session: &Session,
         batch: &mut [ExecutedToolCall],
         events: &EventSender,
         cancel: &CancellationToken,
@@ -102,6 +104,8 @@ impl Watch {
         if !self.batches.is_multiple_of(watcher.every.max(1)) {
             return Watched::Continue;
         }
+        // The task is looked up only when the watcher looks, not after every batch.
+        let task = session.last_user_message().unwrap_or_default();
         let Some(reason) = self.ask(&watcher, task, events, cancel).await else {
             return Watched::Continue;
         };
@@ -241,6 +245,12 @@ mod tests {
         script
     }
 
+    fn session(task: &str) -> Session {
+        let mut session = Session::new("s", "builder", "/p".into(), "/p".into());
+        session.add_user_message(task);
+        session
+    }
+
     fn call(i: usize, output: &str) -> ExecutedToolCall {
         ExecutedToolCall {
             id: format!("c{i}"),
@@ -288,14 +298,15 @@ mod tests {
         }));
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let cancel = CancellationToken::new();
+        let task = session("fix it");
         let mut batch = vec![call(0, "error[E0308]")];
         assert_eq!(
-            watch.after_batch("fix it", &mut batch, &tx, &cancel).await,
+            watch.after_batch(&task, &mut batch, &tx, &cancel).await,
             Watched::Continue,
             "not yet its turn to look"
         );
         assert_eq!(provider.requests().len(), 0);
-        let verdict = watch.after_batch("fix it", &mut batch, &tx, &cancel).await;
+        let verdict = watch.after_batch(&task, &mut batch, &tx, &cancel).await;
         assert_eq!(
             verdict,
             Watched::Steered("cargo test fails the same way".into())
@@ -312,8 +323,8 @@ mod tests {
             "the task is in the digest"
         );
         let mut batch = vec![call(1, "error[E0308]")];
-        watch.after_batch("fix it", &mut batch, &tx, &cancel).await;
-        let verdict = watch.after_batch("fix it", &mut batch, &tx, &cancel).await;
+        watch.after_batch(&task, &mut batch, &tx, &cancel).await;
+        let verdict = watch.after_batch(&task, &mut batch, &tx, &cancel).await;
         assert_eq!(verdict, Watched::Stop("still the same failure".into()));
         assert!(batch[0].result.output.contains("crow stopped this turn"));
         drop(tx);
@@ -334,7 +345,7 @@ mod tests {
         let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
         let mut batch = vec![call(0, "boom")];
         let verdict = watch
-            .after_batch("t", &mut batch, &tx, &CancellationToken::new())
+            .after_batch(&session("t"), &mut batch, &tx, &CancellationToken::new())
             .await;
         assert_eq!(verdict, Watched::Continue);
         assert_eq!(batch[0].result.output, "boom");
