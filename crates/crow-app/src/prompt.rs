@@ -282,9 +282,9 @@ mod sandbox_tests {
         assert_eq!(note(Some(SandboxMode::Off), Some(true), &[]), None);
     }
 
-    #[test]
-    fn the_sandbox_note_ends_the_environment() {
-        let prompt = render_system_prompt(&PromptFacts {
+    /// The prompt of an agent whose role is "Role." in a plain project.
+    fn role_prompt(asking: Asking, sandbox: Option<&str>) -> String {
+        render_system_prompt(&PromptFacts {
             role: "Role.",
             cwd: Path::new("/w/p"),
             project_root: Path::new("/w/p"),
@@ -293,10 +293,15 @@ mod sandbox_tests {
             instructions: &[],
             skills: &crow_tools::SkillIndex::default(),
             reviewed: false,
-            asking: Asking::Unsaid,
-            sandbox: Some("Commands run in a sandbox.".into()),
+            asking,
+            sandbox: sandbox.map(str::to_owned),
         })
-        .unwrap();
+        .unwrap()
+    }
+
+    #[test]
+    fn the_sandbox_note_ends_the_environment() {
+        let prompt = role_prompt(Asking::Unsaid, Some("Commands run in a sandbox."));
         assert!(
             prompt.ends_with("- Date: 2026-11-21\n- Commands run in a sandbox."),
             "{prompt:?}"
@@ -305,21 +310,7 @@ mod sandbox_tests {
 
     #[test]
     fn who_answers_is_said_after_the_role() {
-        let render = |asking| {
-            render_system_prompt(&PromptFacts {
-                role: "Role.",
-                cwd: Path::new("/w/p"),
-                project_root: Path::new("/w/p"),
-                is_git: false,
-                date: "2026-11-21".into(),
-                instructions: &[],
-                skills: &crow_tools::SkillIndex::default(),
-                reviewed: false,
-                asking,
-                sandbox: None,
-            })
-            .unwrap()
-        };
+        let render = |asking| role_prompt(asking, None);
         let unsaid = render(Asking::Unsaid);
         assert!(unsaid.starts_with("Role.\n\n# Environment"), "{unsaid:?}");
         let user = render(Asking::User);
