@@ -75,6 +75,8 @@ impl Pty {
             let answer_cursor = answer_cursor.clone();
             std::thread::spawn(move || {
                 let mut buf = [0u8; 8192];
+                // The end of the last read: a query split between two reads still counts.
+                let mut tail: Vec<u8> = Vec::new();
                 while let Ok(n) = reader.read(&mut buf) {
                     if n == 0 {
                         break;
@@ -84,7 +86,9 @@ impl Pty {
                     let mut parser = parser.lock().unwrap();
                     parser.process(chunk);
                     // Device status report: where is the cursor?
-                    let queries = chunk.windows(4).filter(|w| w == b"\x1b[6n").count();
+                    tail.extend_from_slice(chunk);
+                    let queries = tail.windows(4).filter(|w| w == b"\x1b[6n").count();
+                    tail.drain(..tail.len().saturating_sub(3));
                     let queries = if answer_cursor.load(Ordering::Relaxed) {
                         queries
                     } else {
