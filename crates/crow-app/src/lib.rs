@@ -12,6 +12,7 @@ pub mod agents;
 pub mod compose;
 pub mod config;
 pub mod driver;
+pub mod eval;
 pub mod hooks;
 pub mod init;
 pub mod instructions;

@@ -58,6 +58,9 @@ pub(crate) enum Command {
     /// Review a change read-only: findings (file, line, severity) and a verdict; exits 0 on
     /// approve, 8 on changes requested
     Review(crate::cmd::review::ReviewArgs),
+    /// Measure compositions, levels and models on your own tasks: pass rate, tokens, cost
+    /// and time per configuration (results.jsonl, report.md, report.svg)
+    Eval(crate::cmd::eval::EvalArgs),
     /// Watch crow work on a small project, driven by a scripted local model (no setup needed)
     Demo {
         /// Print the event stream as JSON lines instead

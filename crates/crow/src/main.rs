@@ -207,6 +207,7 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
     match command {
         Command::Run(args) => run(args).await,
         Command::Review(args) => cmd::review::run(args).await,
+        Command::Eval(args) => cmd::eval::run(args).await,
         Command::Demo { json, dir } => demo::run(json, dir).await,
         Command::Models {
             provider,
