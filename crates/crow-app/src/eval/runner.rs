@@ -308,7 +308,7 @@ async fn git(dir: &Path, args: &[&str]) -> Result<()> {
 /// Copies a task folder: files, folders and symbolic links as links (never followed: a link
 /// out of the task copies nothing from where it points). The task file at the top stays
 /// behind.
-fn copy_tree(from: &Path, to: &Path, top: bool) -> Result<()> {
+pub(super) fn copy_tree(from: &Path, to: &Path, top: bool) -> Result<()> {
     for entry in
         std::fs::read_dir(from).with_context(|| format!("cannot read {}", from.display()))?
     {

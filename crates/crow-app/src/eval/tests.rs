@@ -241,3 +241,37 @@ fn the_report_tables_each_configuration_and_each_task() {
     );
     assert!(compared.contains("| build-judge | 100% (2/2) | – | – |"));
 }
+
+#[test]
+fn a_task_copy_keeps_links_as_links_and_leaves_the_task_file_behind() {
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret"), "the user's secret\n").unwrap();
+    let task = tempfile::tempdir().unwrap();
+    std::fs::write(
+        task.path().join(TASK_FILE),
+        "prompt = \"p\"\ncheck = \"c\"\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(task.path().join("src/deep")).unwrap();
+    std::fs::write(task.path().join("src/deep/task.toml"), "mine").unwrap();
+    std::os::unix::fs::symlink(outside.path().join("secret"), task.path().join("link")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), task.path().join("src/out")).unwrap();
+    let copy = tempfile::tempdir().unwrap();
+    runner::copy_tree(task.path(), copy.path(), true).unwrap();
+    assert!(!copy.path().join(TASK_FILE).exists());
+    assert_eq!(
+        std::fs::read_to_string(copy.path().join("src/deep/task.toml")).unwrap(),
+        "mine",
+        "only the top task file is the task's"
+    );
+    // Links are copied as links: nothing is read from where they point.
+    for link in ["link", "src/out"] {
+        let meta = std::fs::symlink_metadata(copy.path().join(link)).unwrap();
+        assert!(meta.file_type().is_symlink(), "{link}");
+    }
+    assert_eq!(
+        std::fs::read_link(copy.path().join("src/out")).unwrap(),
+        outside.path(),
+        "the link, not a copy of what it points to"
+    );
+}
