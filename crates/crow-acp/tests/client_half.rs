@@ -403,6 +403,7 @@ async fn every_event_kind_translates() {
             cache_read_tokens: 100,
             cache_write_tokens: 0,
             estimated: false,
+            model: None,
         },
         start("e1", "edit_file", ToolKind::Edit, json!({"path": "a.rs"})),
         start("b1", "bash", ToolKind::Execute, json!({"command": "false"})),

@@ -56,6 +56,7 @@ impl SessionRunner for Runner {
                 cache_read_tokens: 0,
                 cache_write_tokens: 0,
                 estimated: false,
+                model: None,
             })
             .unwrap();
         events

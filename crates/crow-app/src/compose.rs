@@ -63,6 +63,9 @@ pub struct Composer {
     /// Where subagents' histories go (the session store), once a session is open.
     history_sink: std::sync::OnceLock<Arc<dyn crow_core::HistorySink>>,
     providers: Mutex<HashMap<ProviderKey, Arc<dyn Provider>>>,
+    /// Fallback chains by their models: agents with one chain share its state (one 429 moves
+    /// them all to the next model).
+    fallbacks: Mutex<HashMap<Vec<String>, Arc<crow_core::fallback::Fallback>>>,
     /// The reasoning effort the user picked for this session (an editor's selector, `crow
     /// run --effort`); it wins over agent definitions and the provider's config.
     effort: Option<crow_providers::ReasoningEffort>,
@@ -178,6 +181,7 @@ impl Composer {
             stored_prompts: Mutex::new(HashMap::new()),
             history_sink: std::sync::OnceLock::new(),
             providers: Mutex::new(HashMap::new()),
+            fallbacks: Mutex::new(HashMap::new()),
             effort,
             alias_warned: Mutex::new(std::collections::HashSet::new()),
             hooks,
@@ -223,6 +227,7 @@ impl Composer {
             ),
             history_sink: std::sync::OnceLock::new(),
             providers: Mutex::new(HashMap::new()),
+            fallbacks: Mutex::new(HashMap::new()),
             effort,
             alias_warned: Mutex::new(std::collections::HashSet::new()),
             hooks: self.hooks.clone(),
@@ -475,6 +480,7 @@ impl Composer {
                 anyhow!("unknown agent '{name}' (crow agents list shows the agents)")
             })?;
         let provider = self.provider_for(def)?;
+        let fallback = self.fallback_for(def, provider.name())?;
         let tools = if def.tools.is_some() || !def.disallowed_tools.is_empty() {
             let def = def.clone();
             self.tools.filtered(move |t| def.allows(t.name()))
@@ -535,7 +541,7 @@ impl Composer {
                 ..Default::default()
             },
         };
-        let agent = BaseAgent::new(
+        let mut agent = BaseAgent::new(
             shown,
             provider,
             tools,
@@ -543,6 +549,9 @@ impl Composer {
             Arc::clone(&self.permission),
             config,
         );
+        if let Some(chain) = fallback {
+            agent = agent.with_fallback(chain);
+        }
         // A subagent is shown under its callers (`planner/explore`): theirs count too.
         let ancestors: Vec<&AgentDef> = shown
             .split('/')
@@ -584,6 +593,45 @@ impl Composer {
             settings.reasoning_effort = Some(effort);
         }
         self.built(settings)
+    }
+
+    /// The models that take an agent's failed calls: the session's `fallback` (`--fallback`,
+    /// the config's top level) for an agent on the session's model, else its provider's
+    /// `fallback`; `None` when there are none.
+    fn fallback_for(
+        &self,
+        def: &AgentDef,
+        provider: &str,
+    ) -> Result<Option<Arc<crow_core::fallback::Fallback>>> {
+        let specs = match (&def.model, self.config.fallback.is_empty()) {
+            (None, false) => &self.config.fallback,
+            _ => match self.config.providers.get(provider) {
+                Some(config) if !config.fallback.is_empty() => &config.fallback,
+                _ => return Ok(None),
+            },
+        };
+        let mut chains = self
+            .fallbacks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(chain) = chains.get(specs) {
+            return Ok(Some(Arc::clone(chain)));
+        }
+        let mut models = Vec::with_capacity(specs.len());
+        for spec in specs {
+            let model = self
+                .spec_settings(spec)
+                .and_then(|settings| self.built(settings))
+                .with_context(|| format!("fallback model '{spec}'"))?;
+            models.push(model);
+        }
+        let cooldown = self.config.fallback_cooldown_secs.map_or(
+            crow_core::fallback::DEFAULT_COOLDOWN,
+            std::time::Duration::from_secs,
+        );
+        let chain = Arc::new(crow_core::fallback::Fallback::new(models, cooldown));
+        chains.insert(specs.clone(), Arc::clone(&chain));
+        Ok(Some(chain))
     }
 
     /// `provider/model` (a configured provider), else a model of the session's provider.

@@ -23,6 +23,14 @@ pub struct Config {
     pub default_agent: Option<String>,
     /// Model calls allowed per turn.
     pub max_iterations: Option<u32>,
+    /// Models that take a call the session's model failed after its retries (rate limit,
+    /// overload, 5xx, timeout), tried in order: `["provider/model", …]` (`--fallback`). An
+    /// agent with a model of its own uses its provider's `fallback` instead.
+    #[serde(default)]
+    pub fallback: Vec<String>,
+    /// How long calls stay with a fallback that answered before the session's model is tried
+    /// again, in seconds (default 60).
+    pub fallback_cooldown_secs: Option<u64>,
     /// Repeats (same call, cycle, same error) that make a loop; 0 turns loop detection off.
     /// An agent definition's own `doom_loop_threshold` wins.
     pub doom_loop_threshold: Option<u32>,
@@ -242,6 +250,10 @@ pub struct ProviderConfig {
     pub base_url: Option<String>,
     /// Default model of this provider.
     pub model: Option<String>,
+    /// Models that take a call this provider's model failed after its retries (rate limit,
+    /// overload, 5xx, timeout): `["provider/model", …]`.
+    #[serde(default)]
+    pub fallback: Vec<String>,
     /// Environment variable holding the key (checked first).
     pub api_key_env: Option<String>,
     /// File holding the key (checked second).
@@ -388,6 +400,8 @@ pub struct Overrides {
     pub trust_project: bool,
     /// `--effort`: how hard the session's models think (over agent definitions and config).
     pub effort: Option<crow_providers::ReasoningEffort>,
+    /// `--fallback`: the session's fallback models (over the config's `fallback`).
+    pub fallback: Option<Vec<String>>,
 }
 
 /// The merged configuration and, for `crow config show`, where each value came from.
@@ -577,6 +591,13 @@ pub fn load(project_root: &Path, flags: &Overrides) -> Result<LoadedConfig> {
         layers.push((
             single("model", m.clone().into()),
             Source::Flag("--model".into()),
+        ));
+    }
+    if let Some(models) = &flags.fallback {
+        let list = models.iter().cloned().map(toml::Value::String).collect();
+        layers.push((
+            single("fallback", toml::Value::Array(list)),
+            Source::Flag("--fallback".into()),
         ));
     }
     if let Some(n) = flags.max_iterations {

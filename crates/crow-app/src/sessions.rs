@@ -421,13 +421,18 @@ pub async fn record_usage(
                 cache_read_tokens,
                 cache_write_tokens,
                 estimated,
+                model,
             } => {
                 let duration_ms = call_started.remove(agent).map_or(0, |t| {
                     u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX)
                 });
                 let row = UsageRecord {
                     agent: agent.clone(),
-                    model: models.get(agent).cloned().unwrap_or_default(),
+                    // A fallback's answer is recorded as that model's.
+                    model: model
+                        .clone()
+                        .or_else(|| models.get(agent).cloned())
+                        .unwrap_or_default(),
                     usage: Usage {
                         input_tokens: *input_tokens,
                         output_tokens: *output_tokens,

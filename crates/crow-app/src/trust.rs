@@ -15,10 +15,18 @@ use std::path::{Path, PathBuf};
 /// requests (and the user's key) go, which key is sent, MCP servers (commands crow starts,
 /// URLs it connects to), hooks and language servers (commands crow runs), where sessions are stored, what
 /// commands see of the environment and the sandbox they run in (a cloned repository must
-/// not open it), and where traces of the session are sent.
-const GUARDED_PROVIDER_KEYS: &[&str] = &["base_url", "headers", "api_key_env", "api_key_file"];
+/// not open it), where traces of the session are sent, and which other models a failed call
+/// goes to (`fallback`: the conversation would reach a provider the user did not pick).
+const GUARDED_PROVIDER_KEYS: &[&str] = &[
+    "base_url",
+    "headers",
+    "api_key_env",
+    "api_key_file",
+    "fallback",
+];
 const GUARDED_STORE_KEYS: &[&str] = &["path", "data_dir"];
 const GUARDED_SECTIONS: &[&str] = &[
+    "fallback",
     "mcp_servers",
     "hooks",
     "shell_environment",

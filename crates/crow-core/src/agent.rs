@@ -159,6 +159,8 @@ pub struct BaseAgent {
     stop_event: Option<HookEvent>,
     /// Models for side jobs; a job without one uses the agent's own.
     side: SideModels,
+    /// Models that take a call its own model failed (`fallback.rs`).
+    fallback: Option<Arc<crate::fallback::Fallback>>,
     pub config: AgentConfig,
 }
 
@@ -211,6 +213,7 @@ impl BaseAgent {
             hooks: None,
             stop_event: None,
             side: SideModels::default(),
+            fallback: None,
             config,
         }
     }
@@ -251,6 +254,13 @@ impl BaseAgent {
         self.policy = self.policy.with_hooks(Arc::clone(&hooks));
         self.hooks = Some(hooks);
         self.stop_event = stop;
+        self
+    }
+
+    /// Sends a call its own model failed (rate limit, overload, 5xx, timeout, after the
+    /// provider's retries) to the next model of `chain`.
+    pub fn with_fallback(mut self, chain: Arc<crate::fallback::Fallback>) -> Self {
+        self.fallback = Some(chain);
         self
     }
 

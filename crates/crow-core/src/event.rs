@@ -183,6 +183,9 @@ pub enum AgentEvent {
         /// The server reported none: crow estimated these counts ([`Usage::estimated`]).
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         estimated: bool,
+        /// The model that answered when it was not the agent's own (a fallback's).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model: Option<String>,
     },
 }
 
@@ -205,6 +208,7 @@ impl AgentEvent {
             cache_read_tokens: usage.cache_read_tokens,
             cache_write_tokens: usage.cache_write_tokens,
             estimated: usage.estimated,
+            model: None,
         }
     }
 }

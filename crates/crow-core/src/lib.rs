@@ -25,6 +25,7 @@ pub mod crew;
 pub mod doom_loop;
 pub mod env;
 pub mod event;
+pub mod fallback;
 mod flow;
 pub mod history;
 #[cfg(test)]

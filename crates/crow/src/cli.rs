@@ -264,6 +264,10 @@ pub(crate) struct ModelArgs {
     /// How hard reasoning models think: minimal, low, medium or high (kept with the session)
     #[arg(long, value_name = "LEVEL")]
     pub(crate) effort: Option<crow_providers::ReasoningEffort>,
+    /// Models that take a call the model failed after its retries (rate limit, overload,
+    /// 5xx, timeout), in order: provider/model,provider/model
+    #[arg(long, value_delimiter = ',', value_name = "MODELS")]
+    pub(crate) fallback: Vec<String>,
 }
 
 /// `-p` is `--provider` here, but print mode in Claude Code: `crow -p "fix the bug"`. No

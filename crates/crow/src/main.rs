@@ -349,6 +349,7 @@ fn overrides(model: &ModelArgs, max_iterations: Option<u32>) -> Overrides {
         base_url: model.base_url.clone(),
         trust_project: model.trust_project,
         effort: model.effort,
+        fallback: (!model.fallback.is_empty()).then(|| model.fallback.clone()),
     }
 }
 

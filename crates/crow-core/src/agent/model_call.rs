@@ -3,6 +3,7 @@
 //! (`compaction.rs`). A `Retrying` delta with `discard_partial` starts the gathering over.
 
 use super::*;
+use crate::fallback::Pick;
 
 impl BaseAgent {
     /// The model call, with the overflow recovery: on a context overflow, compact and retry
@@ -13,12 +14,40 @@ impl BaseAgent {
         events: &EventSender,
         cancel: &CancellationToken,
     ) -> Result<Response, ProviderError> {
-        let mut result = self.stream_response(session, events, cancel).await;
+        let mut pick = self.fallback.as_ref().map_or(Pick::Own, |f| f.first());
+        let mut result = self.stream_response(session, events, cancel, &pick).await;
         if let Err(error) = &result
             && error.kind == ProviderErrorKind::ContextOverflow
             && self.recover_overflow(session, events, cancel, error).await
         {
-            result = self.stream_response(session, events, cancel).await;
+            result = self.stream_response(session, events, cancel, &pick).await;
+        }
+        // A model that failed after its own retries hands the call to the next of the chain.
+        while let (Some(chain), Err(error)) = (&self.fallback, &result) {
+            let Some(next) = chain.next(&pick, error) else {
+                break;
+            };
+            let from = self.picked(&pick);
+            let to = self.picked(&next);
+            self.emit(
+                events,
+                AgentEvent::Notice {
+                    agent: self.name.clone(),
+                    level: NoticeLevel::Warning,
+                    message: format!(
+                        "{}/{} failed ({error}); {}/{} answers instead",
+                        from.name(),
+                        from.model(),
+                        to.name(),
+                        to.model()
+                    ),
+                },
+            );
+            pick = next;
+            result = self.stream_response(session, events, cancel, &pick).await;
+        }
+        if let (Some(chain), Ok(_)) = (&self.fallback, &result) {
+            chain.answered(&pick);
         }
         if let Err(error) = &result {
             self.emit(
@@ -43,7 +72,9 @@ impl BaseAgent {
         session: &mut Session,
         events: &EventSender,
         cancel: &CancellationToken,
+        pick: &Pick,
     ) -> Result<Response, ProviderError> {
+        let provider = self.picked(pick);
         let mut acc = Accumulator::default();
         let definitions = self.current_definitions();
         let outcome = {
@@ -58,7 +89,7 @@ impl BaseAgent {
             let started = tokio::select! {
                 biased;
                 () = cancel.cancelled() => None,
-                stream = self.provider.stream(&request) => Some(stream),
+                stream = provider.stream(&request) => Some(stream),
             };
             match started {
                 None => Outcome::Cancelled,
@@ -88,13 +119,25 @@ impl BaseAgent {
             session.budget.observe(acc.usage.input_tokens);
         }
         if !acc.usage.is_empty() {
-            self.emit(events, AgentEvent::usage(&self.name, &acc.usage));
+            let mut usage = AgentEvent::usage(&self.name, &acc.usage);
+            if let (AgentEvent::Usage { model, .. }, Pick::Fallback(..)) = (&mut usage, pick) {
+                *model = Some(provider.model().to_owned());
+            }
+            self.emit(events, usage);
         }
         self.record_response(session, events, &mut acc, partial);
         match outcome {
             Outcome::Failed(error) => Err(error),
             Outcome::Cancelled => Ok(acc.into_response(true)),
             Outcome::Done => Ok(acc.into_response(false)),
+        }
+    }
+
+    /// The provider a pick names.
+    fn picked<'a>(&'a self, pick: &'a Pick) -> &'a Arc<dyn Provider> {
+        match pick {
+            Pick::Own => &self.provider,
+            Pick::Fallback(_, provider) => provider,
         }
     }
 

@@ -209,6 +209,9 @@ fn forwarded(model: &ModelArgs) -> Vec<String> {
     if model.trust_project {
         args.push("--trust-project".to_owned());
     }
+    if !model.fallback.is_empty() {
+        args.push(format!("--fallback={}", model.fallback.join(",")));
+    }
     if let Some(effort) = model.effort {
         args.push(format!("--effort={}", effort.as_str()));
     }
