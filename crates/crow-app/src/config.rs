@@ -275,6 +275,8 @@ pub struct ProviderConfig {
     /// Responses API: "auto" (default), "concise", "detailed", or "none" for no summary of
     /// the model's reasoning.
     pub reasoning_summary: Option<String>,
+    /// Azure OpenAI: the dated API's `api-version` (e.g. "2024-10-21"); unset, Azure's v1 API.
+    pub api_version: Option<String>,
     pub max_retries: Option<u32>,
     /// Longest wait for the server to start answering a request (default 60).
     pub response_timeout_secs: Option<u64>,

@@ -131,6 +131,7 @@ fn default_key_env(name: &str, var: &str) -> bool {
         ("openai", "OPENAI_API_KEY")
             | ("anthropic", "ANTHROPIC_API_KEY")
             | ("gemini", "GEMINI_API_KEY")
+            | (_, "AZURE_OPENAI_API_KEY")
     )
 }
 
@@ -163,21 +164,35 @@ pub fn provider_settings(
         bail!("{}", unknown_provider(config, name));
     };
     let kind = pc.kind.ok_or_else(|| {
-        anyhow!("providers.{name}.type is missing: set it to \"openai\" (any OpenAI-compatible server), \"anthropic\", \"gemini\" or \"ollama\"")
+        anyhow!("providers.{name}.type is missing: set it to \"openai\" (any OpenAI-compatible server), \"anthropic\", \"gemini\", \"azure\" or \"ollama\"")
     })?;
+    let azure = kind == crow_providers::ProviderKind::Azure;
     let base_url = base_url
         .map(str::to_owned)
         .or_else(|| pc.base_url.clone())
+        .or_else(|| {
+            azure
+                .then(|| std::env::var("AZURE_OPENAI_ENDPOINT").ok())
+                .flatten()
+                .filter(|v| !v.trim().is_empty())
+        })
         .unwrap_or_else(|| kind.default_base_url().to_owned());
+    if azure && base_url.is_empty() {
+        bail!(
+            "provider '{name}' is Azure OpenAI: set providers.{name}.base_url to the resource's endpoint (https://RESOURCE.openai.azure.com) or AZURE_OPENAI_ENDPOINT"
+        );
+    }
     let model = model.map(str::to_owned).or_else(|| config.model.clone()).or_else(|| pc.model.clone()).ok_or_else(|| {
         anyhow!("no model for provider '{name}': pass --model or set providers.{name}.model in config.toml")
     })?;
-    let key = crow_providers::resolve_api_key(
-        pc.api_key_env.as_deref(),
-        pc.api_key_file.as_deref(),
-        pc.api_key.as_deref(),
-    )
-    .with_context(|| format!("cannot read the API key of provider '{name}'"))?;
+    // Azure's conventional variable unless the provider names a key of its own.
+    let key_env = pc.api_key_env.as_deref().or_else(|| {
+        (azure && pc.api_key_file.is_none() && pc.api_key.is_none())
+            .then_some(crow_providers::AZURE_OPENAI_API_KEY_ENV)
+    });
+    let key =
+        crow_providers::resolve_api_key(key_env, pc.api_key_file.as_deref(), pc.api_key.as_deref())
+            .with_context(|| format!("cannot read the API key of provider '{name}'"))?;
     // Gemini's key may be in GOOGLE_API_KEY as well (Google's SDKs read both), unless the
     // provider names a variable of its own.
     let key = match key {
@@ -212,14 +227,12 @@ pub fn provider_settings(
                     "{var} is not set (or empty): provider '{name}' reads its API key from it (providers.{name}.api_key_env); set it, or remove api_key_env if the server needs no key"
                 );
             }
-            let hosted = base_url.contains("api.openai.com")
+            let hosted = azure
+                || base_url.contains("api.openai.com")
                 || base_url.contains("api.anthropic.com")
                 || base_url.contains("generativelanguage.googleapis.com");
             if hosted {
-                let var = pc
-                    .api_key_env
-                    .as_deref()
-                    .unwrap_or("the provider's key variable");
+                let var = key_env.unwrap_or("the provider's key variable");
                 bail!(
                     "no API key for provider '{name}': set {var} or providers.{name}.api_key_file in ~/.config/crow/config.toml"
                 );
@@ -269,6 +282,7 @@ pub fn provider_settings(
         prompt_cache_key: pc.prompt_cache_key,
         wire_api: pc.wire_api,
         reasoning_summary: pc.reasoning_summary.clone(),
+        api_version: pc.api_version.clone(),
     })
 }
 

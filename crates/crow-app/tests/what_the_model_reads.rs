@@ -72,6 +72,7 @@ fn settings(base_url: String) -> ProviderSettings {
         prompt_cache_key: None,
         wire_api: None,
         reasoning_summary: None,
+        api_version: None,
     }
 }
 

@@ -32,6 +32,7 @@
 //! a server's models for `crow models`.
 
 pub mod anthropic;
+pub mod azure;
 pub mod catalog;
 mod encode;
 #[cfg(test)]
@@ -59,6 +60,7 @@ use crow_core::Provider;
 use serde::{Deserialize, Serialize};
 
 pub use anthropic::{ANTHROPIC_API_KEY_ENV, AnthropicProvider};
+pub use azure::AZURE_OPENAI_API_KEY_ENV;
 pub use catalog::context_window;
 pub use gemini::{GEMINI_API_KEY_ENV, GEMINI_DEFAULT_BASE_URL, GOOGLE_API_KEY_ENV, GeminiProvider};
 pub use http::WireApi;
@@ -88,6 +90,9 @@ pub enum ProviderKind {
     /// Google's Gemini API (`streamGenerateContent`), natively.
     #[serde(rename = "gemini")]
     Gemini,
+    /// Azure OpenAI: a deployment of a resource, over Chat Completions or Responses.
+    #[serde(rename = "azure", alias = "azure-openai")]
+    Azure,
 }
 
 impl ProviderKind {
@@ -97,6 +102,8 @@ impl ProviderKind {
             ProviderKind::Anthropic => ANTHROPIC_DEFAULT_BASE_URL,
             ProviderKind::Ollama => OLLAMA_DEFAULT_BASE_URL,
             ProviderKind::Gemini => GEMINI_DEFAULT_BASE_URL,
+            // A resource of one's own: there is no default (the config must name it).
+            ProviderKind::Azure => "",
         }
     }
 
@@ -107,6 +114,7 @@ impl ProviderKind {
             ProviderKind::Anthropic => ANTHROPIC_API_KEY_ENV,
             ProviderKind::Ollama => ollama::OLLAMA_API_KEY_ENV,
             ProviderKind::Gemini => GEMINI_API_KEY_ENV,
+            ProviderKind::Azure => azure::AZURE_OPENAI_API_KEY_ENV,
         }
     }
 }
@@ -120,8 +128,9 @@ impl FromStr for ProviderKind {
             "anthropic" => Ok(ProviderKind::Anthropic),
             "ollama" => Ok(ProviderKind::Ollama),
             "gemini" => Ok(ProviderKind::Gemini),
+            "azure" | "azure-openai" => Ok(ProviderKind::Azure),
             other => Err(format!(
-                "unknown provider kind '{other}' (expected openai, openai-compatible, ollama, anthropic or gemini)"
+                "unknown provider kind '{other}' (expected openai, openai-compatible, ollama, anthropic, gemini or azure)"
             )),
         }
     }
@@ -209,6 +218,8 @@ pub struct ProviderSettings {
     /// Responses API: the reasoning summary asked for (`auto`, `concise`, `detailed`), or
     /// `none` for no summary; `None` means `auto`.
     pub reasoning_summary: Option<String>,
+    /// Azure OpenAI: the dated API's `api-version`; `None` uses Azure's v1 API.
+    pub api_version: Option<String>,
 }
 
 /// The two wire APIs of OpenAI-style providers.
@@ -231,6 +242,7 @@ impl ProviderSettings {
                 ProviderKind::Anthropic => "anthropic".into(),
                 ProviderKind::Ollama => "ollama".into(),
                 ProviderKind::Gemini => "gemini".into(),
+                ProviderKind::Azure => "azure".into(),
             },
             base_url: kind.default_base_url().into(),
             model: model.into(),
@@ -246,6 +258,7 @@ impl ProviderSettings {
             prompt_cache_key: None,
             wire_api: None,
             reasoning_summary: None,
+            api_version: None,
         }
     }
 
@@ -314,6 +327,10 @@ pub fn build(settings: ProviderSettings) -> Result<Arc<dyn Provider>, ProviderBu
         }
         ProviderKind::Ollama => Arc::new(Retrying::new(OllamaProvider::new(&settings)?, retry)),
         ProviderKind::Gemini => Arc::new(Retrying::new(GeminiProvider::new(&settings)?, retry)),
+        ProviderKind::Azure if settings.wire_api == Some(OpenAiWire::Responses) => {
+            Arc::new(Retrying::new(ResponsesProvider::azure(&settings)?, retry))
+        }
+        ProviderKind::Azure => Arc::new(Retrying::new(OpenAiProvider::azure(&settings)?, retry)),
     })
 }
 

@@ -78,6 +78,15 @@ pub async fn list_models(settings: &ProviderSettings) -> Result<Vec<ListedModel>
             }
             (url, request)
         }
+        ProviderKind::Azure => {
+            let url = crate::azure::models_url(settings);
+            let mut request = client.get(&url);
+            if let Some(key) = &settings.api_key {
+                let (name, value) = crate::azure::auth_header(key.expose());
+                request = request.header(name, value);
+            }
+            (url, request)
+        }
         ProviderKind::Gemini => {
             let url = format!("{base}/models?pageSize=1000");
             let mut request = client.get(&url);
@@ -96,6 +105,7 @@ pub async fn list_models(settings: &ProviderSettings) -> Result<Vec<ListedModel>
         ProviderKind::Anthropic => crate::anthropic::ANTHROPIC_API_KEY_ENV,
         ProviderKind::Ollama => "OLLAMA_API_KEY",
         ProviderKind::Gemini => crate::gemini::GEMINI_API_KEY_ENV,
+        ProviderKind::Azure => crate::azure::AZURE_OPENAI_API_KEY_ENV,
     });
     ctx.url.clone_from(&url);
     let response = request

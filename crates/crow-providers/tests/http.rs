@@ -169,7 +169,7 @@ fn settings(kind: ProviderKind, base: &str, retry: RetryPolicy) -> ProviderSetti
     let mut settings = ProviderSettings::new(kind, "test-model");
     settings.base_url = match kind {
         ProviderKind::OpenAi => format!("{base}/v1"),
-        ProviderKind::Anthropic | ProviderKind::Ollama => base.to_owned(),
+        ProviderKind::Anthropic | ProviderKind::Ollama | ProviderKind::Azure => base.to_owned(),
         ProviderKind::Gemini => format!("{base}/v1beta"),
     };
     settings.retry = retry;

@@ -146,6 +146,16 @@ impl MockLlm {
             .route("/v1/messages", post(anthropic_handler))
             .route("/v1/responses", post(responses_handler))
             .route("/responses", post(responses_handler))
+            // Azure OpenAI: the v1 API, and the dated API (deployment in the path, a required
+            // `api-version`).
+            .route("/openai/v1/chat/completions", post(openai_handler))
+            .route("/openai/v1/responses", post(responses_handler))
+            .route("/openai/v1/models", get(models_handler))
+            .route(
+                "/openai/deployments/{deployment}/chat/completions",
+                post(azure_dated_handler),
+            )
+            .route("/openai/responses", post(azure_dated_handler))
             .route("/api/chat", post(ollama_handler))
             .route("/api/show", post(ollama_show_handler))
             .route("/api/tags", get(ollama_tags_handler))
@@ -267,6 +277,29 @@ async fn responses_handler(
     body: Bytes,
 ) -> Response {
     handle(&shared, Api::Responses, uri.path(), &headers, body)
+}
+
+/// Azure's dated API: without `api-version` Azure answers 404 "Resource not found".
+async fn azure_dated_handler(
+    State(shared): State<Arc<Shared>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let versioned = uri.query().is_some_and(|q| {
+        q.split('&')
+            .any(|p| p.starts_with("api-version=") && p.len() > 12)
+    });
+    if !versioned {
+        let body = openai::error_body(404, "Resource not found");
+        return (StatusCode::NOT_FOUND, Json(body)).into_response();
+    }
+    let api = if uri.path().ends_with("/responses") {
+        Api::Responses
+    } else {
+        Api::OpenAi
+    };
+    handle(&shared, api, uri.path(), &headers, body)
 }
 
 async fn gemini_handler(

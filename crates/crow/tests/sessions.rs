@@ -64,6 +64,7 @@ async fn a_resumed_session_sends_what_an_uninterrupted_one_would_byte_for_byte()
         prompt_cache_key: None,
         wire_api: None,
         reasoning_summary: None,
+        api_version: None,
     })
     .unwrap();
     let agent = BaseAgent::new(

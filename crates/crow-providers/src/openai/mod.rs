@@ -54,7 +54,25 @@ impl OpenAiProvider {
             &settings.retry,
             settings.error_context(OPENAI_API_KEY_ENV),
         )?;
-        Ok(Self {
+        Ok(Self::with_endpoint(settings, endpoint))
+    }
+
+    /// A deployment of an Azure OpenAI resource (`azure.rs`): OpenAI's own models, so no
+    /// response bound is derived, as for OpenAI's API.
+    pub fn azure(settings: &ProviderSettings) -> Result<Self, ProviderBuildError> {
+        let endpoint = Endpoint::new(
+            crate::azure::url(settings),
+            crate::azure::headers(settings),
+            &settings.retry,
+            settings.error_context(crate::azure::AZURE_OPENAI_API_KEY_ENV),
+        )?;
+        let mut provider = Self::with_endpoint(settings, endpoint);
+        provider.max_tokens = settings.max_tokens;
+        Ok(provider)
+    }
+
+    fn with_endpoint(settings: &ProviderSettings, endpoint: Endpoint) -> Self {
+        Self {
             name: settings.name.clone(),
             model: settings.model.clone(),
             context_window: settings.resolved_context_window(),
@@ -73,7 +91,7 @@ impl OpenAiProvider {
             encoded: PrefixCache::default(),
             streams_tools: AtomicBool::new(true),
             openai_itself: openai_itself(&settings.base_url),
-        })
+        }
     }
 
     /// The full URL requests go to.

@@ -49,9 +49,24 @@ impl ResponsesProvider {
             &settings.retry,
             settings.error_context(OPENAI_API_KEY_ENV),
         )?;
+        Ok(Self::with_endpoint(settings, endpoint))
+    }
+
+    /// A deployment of an Azure OpenAI resource over its Responses API (`azure.rs`).
+    pub fn azure(settings: &ProviderSettings) -> Result<Self, ProviderBuildError> {
+        let endpoint = Endpoint::new(
+            crate::azure::url(settings),
+            crate::azure::headers(settings),
+            &settings.retry,
+            settings.error_context(crate::azure::AZURE_OPENAI_API_KEY_ENV),
+        )?;
+        Ok(Self::with_endpoint(settings, endpoint))
+    }
+
+    fn with_endpoint(settings: &ProviderSettings, endpoint: Endpoint) -> Self {
         let reasoning =
             crate::openai::reasoning_model(&settings.model) || settings.reasoning_effort.is_some();
-        Ok(Self {
+        Self {
             name: settings.name.clone(),
             model: settings.model.clone(),
             context_window: settings.resolved_context_window(),
@@ -70,7 +85,7 @@ impl ResponsesProvider {
                 .unwrap_or_else(|| crate::openai::openai_itself(&settings.base_url)),
             endpoint,
             encoded: PrefixCache::default(),
-        })
+        }
     }
 }
 
