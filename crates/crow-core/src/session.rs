@@ -30,29 +30,79 @@ pub struct Session {
     pub steering: Option<Steering>,
 }
 
-/// A queue of user messages for a running turn (steering): the front end pushes what the
-/// user types while the agent works; the loop delivers them as user entries before its next
-/// model call. What is still queued when the turn ends is the front end's to send next.
+/// A queue of messages for a running turn (steering): the front end pushes what the user
+/// types while the agent works; work the agent left running (a background subagent) posts
+/// its result. The loop delivers them as user entries before its next model call (posted
+/// ones before the first call of a turn too, so one that arrived between turns is not lost).
+/// What the user typed and is still queued when the turn ends is the front end's to send
+/// next; posted messages wait for the agent's next turn.
 #[derive(Debug, Clone, Default)]
-pub struct Steering(Arc<std::sync::Mutex<std::collections::VecDeque<String>>>);
+pub struct Steering(Arc<std::sync::Mutex<Messages>>);
+
+type Messages = std::collections::VecDeque<Queued>;
+
+/// One queued message: typed by the user (`from: None`) or posted by background work.
+#[derive(Debug)]
+struct Queued {
+    from: Option<String>,
+    text: String,
+}
 
 impl Steering {
-    pub fn push(&self, text: impl Into<String>) {
-        if let Ok(mut queue) = self.0.lock() {
-            queue.push_back(text.into());
-        }
-    }
-
-    /// Everything queued, oldest first; the queue is left empty.
-    pub fn take(&self) -> Vec<String> {
+    fn queue(&self) -> std::sync::MutexGuard<'_, Messages> {
+        // A poisoned queue still holds whole messages.
         self.0
             .lock()
-            .map(|mut queue| queue.drain(..).collect())
-            .unwrap_or_default()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// A message the user typed.
+    pub fn push(&self, text: impl Into<String>) {
+        self.queue().push_back(Queued {
+            from: None,
+            text: text.into(),
+        });
+    }
+
+    /// Everything the user typed, oldest first; it leaves the queue (posted messages stay).
+    pub fn take(&self) -> Vec<String> {
+        let mut queue = self.queue();
+        let (typed, posted): (Messages, Messages) = queue.drain(..).partition(|q| q.from.is_none());
+        *queue = posted;
+        typed.into_iter().map(|q| q.text).collect()
+    }
+
+    /// Whether nothing the user typed waits (posted messages do not count).
     pub fn is_empty(&self) -> bool {
-        self.0.lock().map(|queue| queue.is_empty()).unwrap_or(true)
+        self.queue().iter().all(|q| q.from.is_some())
+    }
+
+    /// A message from work running apart from the turn (`from` names it, e.g. a background
+    /// task's id), delivered like a typed one.
+    pub fn post(&self, from: impl Into<String>, text: impl Into<String>) {
+        self.queue().push_back(Queued {
+            from: Some(from.into()),
+            text: text.into(),
+        });
+    }
+
+    /// Takes back the message `from` posted, if it was not delivered yet.
+    pub fn withdraw(&self, from: &str) -> Option<String> {
+        let mut queue = self.queue();
+        let at = queue.iter().position(|q| q.from.as_deref() == Some(from))?;
+        queue.remove(at).map(|q| q.text)
+    }
+
+    /// What the loop delivers now, oldest first, each with whether the user typed it:
+    /// everything, or (before a turn's first model call) only posted messages.
+    pub(crate) fn take_for_delivery(&self, typed_too: bool) -> Vec<(bool, String)> {
+        let mut queue = self.queue();
+        let (now, later): (Messages, Messages) =
+            queue.drain(..).partition(|q| typed_too || q.from.is_some());
+        *queue = later;
+        now.into_iter()
+            .map(|q| (q.from.is_none(), q.text))
+            .collect()
     }
 }
 
