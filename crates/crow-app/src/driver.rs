@@ -166,8 +166,10 @@ pub struct Driver {
     mcp: Option<McpManager>,
     mcp_wait: Duration,
     failure: Arc<WriteFailure>,
-    /// Messages typed while a turn runs (the terminal's), given to the agent between steps.
-    steering: Option<Steering>,
+    /// Messages typed while a turn runs (the terminal's), given to the agent between steps;
+    /// the session's for as long as it is open, so a background subagent's result that
+    /// arrives between turns is delivered at the start of the next.
+    steering: Steering,
     /// How the open session started, until its first prompt tells `SessionStart` hooks.
     start: Option<&'static str>,
 }
@@ -236,7 +238,7 @@ impl Driver {
             mcp,
             mcp_wait,
             failure,
-            steering: None,
+            steering: Steering::default(),
             start: Some(match &open {
                 Open::Resume(_) => "resume",
                 _ => "startup",
@@ -408,9 +410,10 @@ impl Driver {
         self.session.as_ref()
     }
 
-    /// Messages typed while a turn runs reach its agent between steps.
+    /// Messages typed while a turn runs reach its agent between steps (set it before the
+    /// first prompt: background results go to the queue the session has).
     pub fn set_steering(&mut self, steering: Steering) {
-        self.steering = Some(steering);
+        self.steering = steering;
     }
 
     /// Why the database refused a write for good, once it has: every later prompt fails
@@ -546,7 +549,7 @@ impl Driver {
             images,
             recalled,
         };
-        session.primary.steering = self.steering.clone();
+        session.primary.steering = Some(self.steering.clone());
         let recorder = match (&self.store, &self.id) {
             (Some(store), Some(id)) => {
                 let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
