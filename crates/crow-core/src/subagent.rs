@@ -579,9 +579,13 @@ impl TaskStatusTool {
                 None => Found::Nothing(format!("No background task {id}.")),
                 Some(task) => match &task.ended {
                     None => Found::Running,
-                    Some((_, message)) => {
-                        Found::Ended(take_back(task).unwrap_or_else(|| message.clone()))
-                    }
+                    // Read once: a result already delivered is not repeated.
+                    Some(_) => Found::Ended(take_back(task).unwrap_or_else(|| {
+                        format!(
+                            "Background task {id} ended; its result was delivered to you as \
+                             a message."
+                        )
+                    })),
                 },
             },
             None => {

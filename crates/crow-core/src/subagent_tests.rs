@@ -227,6 +227,7 @@ async fn a_background_result_arrives_while_the_parent_keeps_working() {
         vec![
             background("p1", "find the answer"),
             act("p2", "hold", "{}"),
+            status("p3", json!({"action": "wait", "id": "bg-1"})),
             say("done"),
         ],
         vec![act("w1", "gate", "{}"), say("the answer is 42")],
@@ -250,7 +251,7 @@ async fn a_background_result_arrives_while_the_parent_keeps_working() {
             if agent == "builder/worker#bg-1" && tool == "gate")));
     // The parent went on (its `hold` call) while the worker ran; the result came after it.
     let asked = s.parent_llm.requests();
-    assert_eq!(asked.len(), 3);
+    assert_eq!(asked.len(), 4);
     assert!(!asked[1].messages.contains("42"));
     assert!(
         asked[2]
@@ -261,6 +262,12 @@ async fn a_background_result_arrives_while_the_parent_keeps_working() {
     );
     assert!(session.entries().iter().any(|e| matches!(&e.kind,
         crate::history::EntryKind::User { content } if content.contains("the answer is 42"))));
+    // Waiting for a result already delivered does not repeat it.
+    assert_eq!(
+        output(&result, "p3").output,
+        "Background task bg-1 ended; its result was delivered to you as a message."
+    );
+    assert_eq!(asked[3].messages.matches("the answer is 42").count(), 1);
 }
 
 #[tokio::test]
