@@ -96,3 +96,56 @@ async fn a_background_worker_runs_while_the_parent_works_and_its_result_reaches_
     let told = "[background task bg-1 (worker) finished]\\nwrote 42 to out.txt";
     assert_eq!(parent[3].matches(told).count(), 1, "{}", parent[3]);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn crows_exit_ends_a_background_worker_and_its_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    let agents = dir.path().join(".crow/agents");
+    std::fs::create_dir_all(&agents).unwrap();
+    std::fs::write(
+        agents.join("worker.md"),
+        format!("---\ndescription: Does one job\nmode: subagent\n---\n{WORKER}\n"),
+    )
+    .unwrap();
+    let scenario = Scenario::new()
+        .reply(
+            Reply::tool_call(
+                "task",
+                json!({"agent": "worker", "prompt": "run forever", "background": true}),
+            )
+            .matching_system(BUILDER),
+        )
+        // The parent goes on once the worker's command runs, and ends its turn.
+        .reply(
+            Reply::tool_call(
+                "bash",
+                json!({"command": "until [ -s child.pid ]; do sleep 0.05; done"}),
+            )
+            .matching_system(BUILDER),
+        )
+        .reply(Reply::text("Left it running.").matching_system(BUILDER))
+        .reply(
+            Reply::tool_call(
+                "bash",
+                json!({"command": "sleep 600 & echo $! > child.pid; wait"}),
+            )
+            .matching_system(WORKER),
+        );
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let out = tokio::time::timeout(
+        HUNG,
+        output(crow_run(dir.path(), &mock, "start the worker")),
+    )
+    .await
+    .expect("crow run ends with its turn, whatever runs in the background");
+    assert_eq!(out.code, Some(0), "stderr: {}\n{}", out.stderr, out.stdout);
+    assert_eq!(mock.remaining_steps(), 0);
+    let pid = std::fs::read_to_string(dir.path().join("child.pid"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    until(&format!("the worker's sleep {pid} ends with crow"), || {
+        gone(&pid)
+    })
+    .await;
+}
