@@ -287,7 +287,7 @@ impl Driver {
     /// Continues stored session `info` from here on (the terminal's `/resume`): its own
     /// composition and level unless `composition` / `level` say otherwise, and the system
     /// prompts it started with, not fresh renderings (the requests continue byte for byte).
-    /// Nothing is written to the session left.
+    /// Nothing is written to the session left; its background subagents are cancelled.
     pub fn resume(
         &mut self,
         info: SessionInfo,
@@ -306,6 +306,7 @@ impl Driver {
         self.composition = composition;
         self.level = level;
         self.tell_hooks_composition();
+        self.steering.leave();
         self.attach(info)?;
         self.start = Some("resume");
         Ok(())
@@ -330,17 +331,19 @@ impl Driver {
     }
 
     /// Closes the driver's side of the session: it lets go of the MCP servers (their owner
-    /// shuts them down) and of its histories, and tells `SessionEnd` hooks why (`reason`:
+    /// shuts them down), its background subagents (cancelled) and its histories, and tells `SessionEnd` hooks why (`reason`:
     /// Claude Code's `prompt_input_exit`, `other`, ...). The session stays stored.
     pub async fn close(&mut self, reason: &str) {
+        self.steering.leave();
         self.mcp = None;
         self.session_end(reason).await;
         self.session = None;
     }
 
-    /// Leaves the open session (it stays stored; `SessionEnd` hooks hear `clear`); the next
-    /// prompt starts a new one.
+    /// Leaves the open session (it stays stored; `SessionEnd` hooks hear `clear`; its
+    /// background subagents are cancelled); the next prompt starts a new one.
     pub async fn detach(&mut self) {
+        self.steering.leave();
         self.session_end("clear").await;
         self.id = None;
         self.opened = None;

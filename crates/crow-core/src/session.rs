@@ -37,7 +37,15 @@ pub struct Session {
 /// What the user typed and is still queued when the turn ends is the front end's to send
 /// next; posted messages wait for the agent's next turn.
 #[derive(Debug, Clone, Default)]
-pub struct Steering(Arc<std::sync::Mutex<Messages>>);
+pub struct Steering(Arc<std::sync::Mutex<Queue>>);
+
+#[derive(Debug, Default)]
+struct Queue {
+    messages: Messages,
+    /// Cancelled when the session is left (`Steering::leave`): background work that posts
+    /// here runs under it.
+    session: tokio_util::sync::CancellationToken,
+}
 
 type Messages = std::collections::VecDeque<Queued>;
 
@@ -49,7 +57,7 @@ struct Queued {
 }
 
 impl Steering {
-    fn queue(&self) -> std::sync::MutexGuard<'_, Messages> {
+    fn queue(&self) -> std::sync::MutexGuard<'_, Queue> {
         // A poisoned queue still holds whole messages.
         self.0
             .lock()
@@ -58,7 +66,7 @@ impl Steering {
 
     /// A message the user typed.
     pub fn push(&self, text: impl Into<String>) {
-        self.queue().push_back(Queued {
+        self.queue().messages.push_back(Queued {
             from: None,
             text: text.into(),
         });
@@ -67,20 +75,32 @@ impl Steering {
     /// Everything the user typed, oldest first; it leaves the queue (posted messages stay).
     pub fn take(&self) -> Vec<String> {
         let mut queue = self.queue();
-        let (typed, posted): (Messages, Messages) = queue.drain(..).partition(|q| q.from.is_none());
-        *queue = posted;
+        let (typed, posted): (Messages, Messages) =
+            queue.messages.drain(..).partition(|q| q.from.is_none());
+        queue.messages = posted;
         typed.into_iter().map(|q| q.text).collect()
     }
 
     /// Whether nothing the user typed waits (posted messages do not count).
     pub fn is_empty(&self) -> bool {
-        self.queue().iter().all(|q| q.from.is_some())
+        self.queue().messages.iter().all(|q| q.from.is_some())
     }
 
     /// A message from work running apart from the turn (`from` names it, e.g. a background
-    /// task's id), delivered like a typed one.
-    pub fn post(&self, from: impl Into<String>, text: impl Into<String>) {
-        self.queue().push_back(Queued {
+    /// task's id), delivered like a typed one. `session`: the [`Self::session_ended`] token
+    /// the work started under; once that session is left, nothing is posted.
+    pub fn post(
+        &self,
+        session: &tokio_util::sync::CancellationToken,
+        from: impl Into<String>,
+        text: impl Into<String>,
+    ) {
+        let mut queue = self.queue();
+        // Checked under the lock `leave` cancels under: never a message in the next session.
+        if session.is_cancelled() {
+            return;
+        }
+        queue.messages.push_back(Queued {
             from: Some(from.into()),
             text: text.into(),
         });
@@ -89,17 +109,38 @@ impl Steering {
     /// Takes back the message `from` posted, if it was not delivered yet.
     pub fn withdraw(&self, from: &str) -> Option<String> {
         let mut queue = self.queue();
-        let at = queue.iter().position(|q| q.from.as_deref() == Some(from))?;
-        queue.remove(at).map(|q| q.text)
+        let at = queue
+            .messages
+            .iter()
+            .position(|q| q.from.as_deref() == Some(from))?;
+        queue.messages.remove(at).map(|q| q.text)
+    }
+
+    /// Fires when the session this queue serves is left: background work posting here
+    /// stops then.
+    pub fn session_ended(&self) -> tokio_util::sync::CancellationToken {
+        self.queue().session.clone()
+    }
+
+    /// The session is left (closed, cleared, another resumed): the background work posting
+    /// here is cancelled and what it posted is dropped; what the user typed stays, and the
+    /// queue serves the next session.
+    pub fn leave(&self) {
+        let mut queue = self.queue();
+        queue.session.cancel();
+        queue.session = tokio_util::sync::CancellationToken::new();
+        queue.messages.retain(|q| q.from.is_none());
     }
 
     /// What the loop delivers now, oldest first, each with whether the user typed it:
     /// everything, or (before a turn's first model call) only posted messages.
     pub(crate) fn take_for_delivery(&self, typed_too: bool) -> Vec<(bool, String)> {
         let mut queue = self.queue();
-        let (now, later): (Messages, Messages) =
-            queue.drain(..).partition(|q| typed_too || q.from.is_some());
-        *queue = later;
+        let (now, later): (Messages, Messages) = queue
+            .messages
+            .drain(..)
+            .partition(|q| typed_too || q.from.is_some());
+        queue.messages = later;
         now.into_iter()
             .map(|q| (q.from.is_none(), q.text))
             .collect()

@@ -7,7 +7,8 @@
 //!
 //! With `background: true` the call returns at once with an id (`bg-1`) and the subagent
 //! runs on in a task of its own, its agents tagged with the id (`builder/explore#bg-1`), under
-//! a child of the calling turn's cancellation (cancelling that turn, or crow's exit, ends it).
+//! a child of the calling turn's cancellation (cancelling that turn, leaving the session
+//! (`Steering::leave`) or crow's exit ends it).
 //! Its result is posted to the caller's steering queue (`Steering::post`), which the loop
 //! delivers before the caller's next model call, in this turn or the next. `task_status`
 //! lists, waits for (taking the result back from the queue, so it is read once) or cancels
@@ -354,6 +355,15 @@ impl Background {
             id
         };
         crew.tag(&id);
+        // Leaving the session (closing, clearing or switching it) ends the task too.
+        let session = steering.session_ended();
+        let (left, stop) = (session.clone(), cancel.clone());
+        tokio::spawn(async move {
+            tokio::select! {
+                () = left.cancelled() => stop.cancel(),
+                () = stop.cancelled() => {}
+            }
+        });
         let events = forward_weakly(&ctx.events);
         let background = Arc::clone(self);
         let task_id = id.clone();
@@ -369,7 +379,7 @@ impl Background {
                 job.agent, result.output
             );
             // Posted before it counts as ended: a waiter takes it back from the queue.
-            steering.post(&task_id, message.clone());
+            steering.post(&session, &task_id, message.clone());
             background.finish(&task_id, result.status, message);
             let _ = events.send(AgentEvent::SubagentEnd {
                 parent: job.parent,

@@ -466,7 +466,7 @@ async fn task_status_is_offered_exactly_with_task() {
 #[test]
 fn typed_messages_and_posted_results_share_the_queue_but_not_the_front_ends_take() {
     let steering = Steering::default();
-    steering.post("bg-1", "result");
+    steering.post(&steering.session_ended(), "bg-1", "result");
     assert!(steering.is_empty());
     steering.push("typed");
     assert!(!steering.is_empty());
@@ -481,4 +481,40 @@ fn typed_messages_and_posted_results_share_the_queue_but_not_the_front_ends_take
         steering.take_for_delivery(true),
         [(true, "typed again".to_owned())]
     );
+}
+
+#[test]
+fn leaving_the_session_drops_what_background_work_posted_and_stops_it() {
+    let steering = Steering::default();
+    let session = steering.session_ended();
+    steering.post(&session, "bg-1", "old result");
+    steering.push("typed");
+    steering.leave();
+    assert!(session.is_cancelled());
+    assert!(!steering.session_ended().is_cancelled());
+    // Work of the session left posts nothing into the next one.
+    steering.post(&session, "bg-2", "late result");
+    assert_eq!(
+        steering.take_for_delivery(true),
+        [(true, "typed".to_owned())]
+    );
+}
+
+#[tokio::test]
+async fn leaving_the_session_cancels_its_background_tasks() {
+    let s = setup(
+        vec![background("p1", "never ends"), say("started")],
+        vec![act("w1", "forever", "{}")],
+        4,
+    );
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (_, session) = spawn_turn(&s.parent, session(), &tx, CancellationToken::new())
+        .await
+        .unwrap();
+    let steering = session.steering.clone().unwrap();
+    steering.leave();
+    let seen = until(&mut rx, is_end).await;
+    assert!(matches!(seen.last(),
+        Some(AgentEvent::SubagentEnd { result, .. }) if result == "cancelled by the user"));
+    assert!(steering.withdraw("bg-1").is_none());
 }
