@@ -518,3 +518,29 @@ async fn leaving_the_session_cancels_its_background_tasks() {
         Some(AgentEvent::SubagentEnd { result, .. }) if result == "cancelled by the user"));
     assert!(steering.withdraw("bg-1").is_none());
 }
+
+#[test]
+fn a_tagged_crew_names_its_reviewer_under_the_tag() {
+    let agent = |name: &str| {
+        BaseAgent::new(
+            name,
+            Scripted::new(vec![]) as Arc<dyn Provider>,
+            ToolRegistry::new(),
+            "x",
+            Arc::new(AllowAll),
+            AgentConfig::default(),
+        )
+    };
+    let mut crew = Crew::new(
+        "checked",
+        agent("builder/checked"),
+        Some(agent("builder/checked/checker")),
+        crate::flow::ControlFlow::judge(),
+        crate::crew::Handoff::default(),
+        3,
+    )
+    .unwrap();
+    crew.tag("bg-2");
+    assert_eq!(crew.primary().name, "builder/checked#bg-2");
+    assert_eq!(crew.coagent().unwrap().name, "builder/checked#bg-2/checker");
+}
