@@ -169,6 +169,7 @@ impl SessionRunner for Runner {
                     permission: Arc::clone(&self.spec.permission),
                     events: events.clone(),
                     client: Some(Arc::clone(&client)),
+                    steering: None,
                 };
                 let read = client.read_text_file(&ctx, path).await.unwrap();
                 client

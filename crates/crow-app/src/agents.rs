@@ -113,7 +113,7 @@ pub struct Catalog {
 }
 
 /// crow's own tools, as agent files name them after [`canonical_tool`].
-const CROW_TOOLS: [&str; 11] = [
+const CROW_TOOLS: [&str; 12] = [
     "bash",
     "edit_file",
     "glob",
@@ -122,6 +122,7 @@ const CROW_TOOLS: [&str; 11] = [
     "read_file",
     "task",
     "task_complete",
+    "task_status",
     "think",
     "todo_write",
     "write_file",

@@ -815,16 +815,22 @@ pub const MAX_SUBAGENT_DEPTH: usize = 2;
 pub const MAX_PARALLEL_SUBAGENTS: usize = 4;
 
 /// Shares the composer and gives its agents the `task` tool (which holds it weakly, so the
-/// composer and its registry do not keep each other alive).
+/// composer and its registry do not keep each other alive) and `task_status`, over the
+/// background subagents `task` starts (at most `[tools] max_background_tasks` at once).
 fn with_subagents(composer: Composer) -> Arc<Composer> {
     let composer = Arc::new(composer);
     let weak: std::sync::Weak<Composer> = Arc::downgrade(&composer);
     let factory: std::sync::Weak<dyn SubagentFactory> = weak;
-    composer.tools.register(Arc::new(TaskTool::new(
-        factory,
-        MAX_SUBAGENT_DEPTH,
-        MAX_PARALLEL_SUBAGENTS,
-    )));
+    let background = composer
+        .config
+        .tools
+        .max_background_tasks
+        .unwrap_or(crow_core::subagent::DEFAULT_MAX_BACKGROUND);
+    let task = TaskTool::new(factory, MAX_SUBAGENT_DEPTH, MAX_PARALLEL_SUBAGENTS)
+        .with_background_limit(background);
+    // `task_status` is offered exactly where `task` is (`Tool::offered_with`).
+    composer.tools.register(Arc::new(task.status_tool()));
+    composer.tools.register(Arc::new(task));
     composer
 }
 

@@ -107,6 +107,9 @@ pub struct ToolsConfig {
     /// their tools are offered from the start (a tool list that changes mid-run breaks the
     /// provider's prompt cache).
     pub mcp_startup_wait_ms: Option<u64>,
+    /// Background subagents (`task` with `background: true`) running at once; a call over
+    /// the bound is refused. Default 4.
+    pub max_background_tasks: Option<usize>,
     /// Offer `web_fetch` (HTTP(S) GET of a URL, HTML as markdown). Default true.
     pub web_fetch: Option<bool>,
     /// Let `web_fetch` reach loopback and private-network addresses (a local dev server);

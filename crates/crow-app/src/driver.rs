@@ -166,8 +166,10 @@ pub struct Driver {
     mcp: Option<McpManager>,
     mcp_wait: Duration,
     failure: Arc<WriteFailure>,
-    /// Messages typed while a turn runs (the terminal's), given to the agent between steps.
-    steering: Option<Steering>,
+    /// Messages typed while a turn runs (the terminal's), given to the agent between steps;
+    /// the session's for as long as it is open, so a background subagent's result that
+    /// arrives between turns is delivered at the start of the next.
+    steering: Steering,
     /// How the open session started, until its first prompt tells `SessionStart` hooks.
     start: Option<&'static str>,
 }
@@ -236,7 +238,7 @@ impl Driver {
             mcp,
             mcp_wait,
             failure,
-            steering: None,
+            steering: Steering::default(),
             start: Some(match &open {
                 Open::Resume(_) => "resume",
                 _ => "startup",
@@ -285,7 +287,7 @@ impl Driver {
     /// Continues stored session `info` from here on (the terminal's `/resume`): its own
     /// composition and level unless `composition` / `level` say otherwise, and the system
     /// prompts it started with, not fresh renderings (the requests continue byte for byte).
-    /// Nothing is written to the session left.
+    /// Nothing is written to the session left; its background subagents are cancelled.
     pub fn resume(
         &mut self,
         info: SessionInfo,
@@ -304,6 +306,7 @@ impl Driver {
         self.composition = composition;
         self.level = level;
         self.tell_hooks_composition();
+        self.steering.leave();
         self.attach(info)?;
         self.start = Some("resume");
         Ok(())
@@ -328,17 +331,19 @@ impl Driver {
     }
 
     /// Closes the driver's side of the session: it lets go of the MCP servers (their owner
-    /// shuts them down) and of its histories, and tells `SessionEnd` hooks why (`reason`:
+    /// shuts them down), its background subagents (cancelled) and its histories, and tells `SessionEnd` hooks why (`reason`:
     /// Claude Code's `prompt_input_exit`, `other`, ...). The session stays stored.
     pub async fn close(&mut self, reason: &str) {
+        self.steering.leave();
         self.mcp = None;
         self.session_end(reason).await;
         self.session = None;
     }
 
-    /// Leaves the open session (it stays stored; `SessionEnd` hooks hear `clear`); the next
-    /// prompt starts a new one.
+    /// Leaves the open session (it stays stored; `SessionEnd` hooks hear `clear`; its
+    /// background subagents are cancelled); the next prompt starts a new one.
     pub async fn detach(&mut self) {
+        self.steering.leave();
         self.session_end("clear").await;
         self.id = None;
         self.opened = None;
@@ -408,9 +413,10 @@ impl Driver {
         self.session.as_ref()
     }
 
-    /// Messages typed while a turn runs reach its agent between steps.
+    /// Messages typed while a turn runs reach its agent between steps (set it before the
+    /// first prompt: background results go to the queue the session has).
     pub fn set_steering(&mut self, steering: Steering) {
-        self.steering = Some(steering);
+        self.steering = steering;
     }
 
     /// Why the database refused a write for good, once it has: every later prompt fails
@@ -546,7 +552,7 @@ impl Driver {
             images,
             recalled,
         };
-        session.primary.steering = self.steering.clone();
+        session.primary.steering = Some(self.steering.clone());
         let recorder = match (&self.store, &self.id) {
             (Some(store), Some(id)) => {
                 let (tx, rx) = tokio::sync::mpsc::unbounded_channel();

@@ -55,6 +55,7 @@ fn ctx(root: &Path) -> ToolContext {
         permission: Arc::new(AllowAll),
         events: tokio::sync::mpsc::unbounded_channel().0,
         client: None,
+        steering: None,
     }
 }
 

@@ -63,6 +63,7 @@ fn context(root: &Path) -> ToolContext {
         events: tokio::sync::mpsc::unbounded_channel().0,
         // Files are read from disk, not through an editor.
         client: None,
+        steering: None,
     }
 }
 

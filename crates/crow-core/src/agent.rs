@@ -41,7 +41,7 @@ use crate::provider::{
     FinishReason, Provider, ProviderError, ProviderErrorKind, StreamDelta, Usage,
 };
 use crate::schedule::CallOrder;
-use crate::session::Session;
+use crate::session::{Session, Steering};
 use crate::tool::{PermissionGate, ToolContext, ToolKind, ToolRegistry, ToolResult};
 
 /// How long cancelled tools get to wind down (kill children, report) before they are dropped.
@@ -321,6 +321,9 @@ impl BaseAgent {
         let mut watch = crate::watcher::Watch::new(self.side.watcher.clone());
         let mut snaps = SnapshotStep::new(self.snapshots.clone());
         let halt = Halt::default();
+        // Work this turn leaves running (background subagents) posts its results here; the
+        // queue stays with the session, so a result that arrives between turns waits.
+        session.steering.get_or_insert_with(Steering::default);
         // Whether a Stop hook already kept this turn going (hooks read it to avoid looping).
         let mut kept_going = false;
         self.emit(
@@ -342,9 +345,7 @@ impl BaseAgent {
                 });
                 break ledger.close(TurnStop::MaxIterations);
             }
-            if ledger.iterations() > 0 {
-                self.deliver_steering(session, events);
-            }
+            self.deliver_steering(session, events, ledger.iterations() == 0);
             let iteration = ledger.begin_call();
             self.emit(
                 events,
@@ -476,19 +477,24 @@ impl BaseAgent {
 
     /// Messages the user typed since the last model call join the history before the next
     /// one: after the tool results they follow, so the model reads them with those results.
-    fn deliver_steering(&self, session: &mut Session, events: &EventSender) {
+    /// Messages posted by background work (a background subagent's result) join before the
+    /// first call too: one that arrived after the last turn ended is read at the next.
+    fn deliver_steering(&self, session: &mut Session, events: &EventSender, first: bool) {
         let Some(steering) = session.steering.clone() else {
             return;
         };
-        for text in steering.take() {
+        for (typed, text) in steering.take_for_delivery(!first) {
             session.add_user_message(text.clone());
-            self.emit(
-                events,
-                AgentEvent::UserMessage {
-                    agent: self.name.clone(),
-                    text,
-                },
-            );
+            // A posted result was shown when its work ended (`SubagentEnd`).
+            if typed {
+                self.emit(
+                    events,
+                    AgentEvent::UserMessage {
+                        agent: self.name.clone(),
+                        text,
+                    },
+                );
+            }
         }
     }
 

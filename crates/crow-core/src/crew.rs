@@ -169,6 +169,21 @@ impl Crew {
         &self.primary
     }
 
+    /// Names the crew's agents after one run of it (`builder/explore` becomes
+    /// `builder/explore#bg-1`, its reviewer `builder/explore#bg-1/checker`), so the events of
+    /// runs going on at once tell themselves apart.
+    pub(crate) fn tag(&mut self, tag: &str) {
+        let base = self.primary.name.clone();
+        let tagged = format!("{base}#{tag}");
+        if let Some(coagent) = &mut self.coagent {
+            coagent.name = match coagent.name.strip_prefix(&base) {
+                Some(rest) => format!("{tagged}{rest}"),
+                None => format!("{}#{tag}", coagent.name),
+            };
+        }
+        self.primary.name = tagged;
+    }
+
     pub fn coagent(&self) -> Option<&BaseAgent> {
         self.coagent.as_ref()
     }

@@ -79,7 +79,9 @@ pub use store::{
     NewSession, SessionFilter, SessionInfo, SessionSettings, SessionStatus, SessionStore,
     StoreError, StoredEntry, UsageRecord,
 };
-pub use subagent::{SubagentFactory, TASK, TaskTool};
+pub use subagent::{
+    DEFAULT_MAX_BACKGROUND, SubagentFactory, TASK, TASK_STATUS, TaskStatusTool, TaskTool,
+};
 pub use tool::{
     AllowAll, Diagnostic, FileEdit, Footprint, PermissionDecision, PermissionGate,
     PermissionPreview, PermissionRequest, Severity, Tool, ToolContext, ToolKind, ToolMetadata,

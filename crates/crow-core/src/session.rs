@@ -30,29 +30,120 @@ pub struct Session {
     pub steering: Option<Steering>,
 }
 
-/// A queue of user messages for a running turn (steering): the front end pushes what the
-/// user types while the agent works; the loop delivers them as user entries before its next
-/// model call. What is still queued when the turn ends is the front end's to send next.
+/// A queue of messages for a running turn (steering): the front end pushes what the user
+/// types while the agent works; work the agent left running (a background subagent) posts
+/// its result. The loop delivers them as user entries before its next model call (posted
+/// ones before the first call of a turn too, so one that arrived between turns is not lost).
+/// What the user typed and is still queued when the turn ends is the front end's to send
+/// next; posted messages wait for the agent's next turn.
 #[derive(Debug, Clone, Default)]
-pub struct Steering(Arc<std::sync::Mutex<std::collections::VecDeque<String>>>);
+pub struct Steering(Arc<std::sync::Mutex<Queue>>);
+
+#[derive(Debug, Default)]
+struct Queue {
+    messages: Messages,
+    /// Cancelled when the session is left (`Steering::leave`): background work that posts
+    /// here runs under it.
+    session: tokio_util::sync::CancellationToken,
+}
+
+type Messages = std::collections::VecDeque<Queued>;
+
+/// One queued message: typed by the user (`from: None`) or posted by background work.
+#[derive(Debug)]
+struct Queued {
+    from: Option<String>,
+    text: String,
+}
 
 impl Steering {
-    pub fn push(&self, text: impl Into<String>) {
-        if let Ok(mut queue) = self.0.lock() {
-            queue.push_back(text.into());
-        }
-    }
-
-    /// Everything queued, oldest first; the queue is left empty.
-    pub fn take(&self) -> Vec<String> {
+    fn queue(&self) -> std::sync::MutexGuard<'_, Queue> {
+        // A poisoned queue still holds whole messages.
         self.0
             .lock()
-            .map(|mut queue| queue.drain(..).collect())
-            .unwrap_or_default()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// A message the user typed.
+    pub fn push(&self, text: impl Into<String>) {
+        self.queue().messages.push_back(Queued {
+            from: None,
+            text: text.into(),
+        });
+    }
+
+    /// Everything the user typed, oldest first; it leaves the queue (posted messages stay).
+    pub fn take(&self) -> Vec<String> {
+        let mut queue = self.queue();
+        let (typed, posted): (Messages, Messages) =
+            queue.messages.drain(..).partition(|q| q.from.is_none());
+        queue.messages = posted;
+        typed.into_iter().map(|q| q.text).collect()
+    }
+
+    /// Whether nothing the user typed waits (posted messages do not count).
     pub fn is_empty(&self) -> bool {
-        self.0.lock().map(|queue| queue.is_empty()).unwrap_or(true)
+        self.queue().messages.iter().all(|q| q.from.is_some())
+    }
+
+    /// A message from work running apart from the turn (`from` names it, e.g. a background
+    /// task's id), delivered like a typed one. `session`: the [`Self::session_ended`] token
+    /// the work started under; once that session is left, nothing is posted.
+    pub fn post(
+        &self,
+        session: &tokio_util::sync::CancellationToken,
+        from: impl Into<String>,
+        text: impl Into<String>,
+    ) {
+        let mut queue = self.queue();
+        // Checked under the lock `leave` cancels under: never a message in the next session.
+        if session.is_cancelled() {
+            return;
+        }
+        queue.messages.push_back(Queued {
+            from: Some(from.into()),
+            text: text.into(),
+        });
+    }
+
+    /// Takes back the message `from` posted, if it was not delivered yet.
+    pub fn withdraw(&self, from: &str) -> Option<String> {
+        let mut queue = self.queue();
+        let at = queue
+            .messages
+            .iter()
+            .position(|q| q.from.as_deref() == Some(from))?;
+        queue.messages.remove(at).map(|q| q.text)
+    }
+
+    /// Fires when the session this queue serves is left: background work posting here
+    /// stops then.
+    pub fn session_ended(&self) -> tokio_util::sync::CancellationToken {
+        self.queue().session.clone()
+    }
+
+    /// The session is left (closed, cleared, another resumed): the background work posting
+    /// here is cancelled and what it posted is dropped; what the user typed stays, and the
+    /// queue serves the next session.
+    pub fn leave(&self) {
+        let mut queue = self.queue();
+        queue.session.cancel();
+        queue.session = tokio_util::sync::CancellationToken::new();
+        queue.messages.retain(|q| q.from.is_none());
+    }
+
+    /// What the loop delivers now, oldest first, each with whether the user typed it:
+    /// everything, or (before a turn's first model call) only posted messages.
+    pub(crate) fn take_for_delivery(&self, typed_too: bool) -> Vec<(bool, String)> {
+        let mut queue = self.queue();
+        let (now, later): (Messages, Messages) = queue
+            .messages
+            .drain(..)
+            .partition(|q| typed_too || q.from.is_some());
+        queue.messages = later;
+        now.into_iter()
+            .map(|q| (q.from.is_none(), q.text))
+            .collect()
     }
 }
 

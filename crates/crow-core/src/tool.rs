@@ -76,6 +76,11 @@ pub trait Tool: Send + Sync {
     fn asks_permission(&self) -> bool {
         false
     }
+    /// The tool this one goes with (`task_status` with `task`): it is offered exactly when
+    /// that one is, whatever a view's filter says of it.
+    fn offered_with(&self) -> Option<&str> {
+        None
+    }
     /// Runs the tool. Must return promptly once `ctx.cancel` fires, and must leave nothing
     /// running if its future is dropped.
     async fn execute(&self, input: serde_json::Value, ctx: &ToolContext) -> ToolResult;
@@ -138,6 +143,10 @@ pub struct ToolContext {
     pub events: crate::event::EventSender,
     /// The front end's client (an editor), when it reads, writes or runs commands for tools.
     pub client: Option<Arc<dyn ClientBridge>>,
+    /// The calling agent's steering queue: work a call leaves running (a background
+    /// subagent) posts its result there, and the loop delivers it before a model call.
+    /// `None` outside a turn.
+    pub steering: Option<crate::session::Steering>,
 }
 
 impl std::fmt::Debug for ToolContext {
@@ -494,7 +503,14 @@ impl ToolRegistry {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn visible(&self, tool: &dyn Tool) -> bool {
+    fn visible(&self, tools: &BTreeMap<String, Arc<dyn Tool>>, tool: &dyn Tool) -> bool {
+        match tool.offered_with() {
+            Some(lead) => tools.get(lead).is_some_and(|lead| self.kept(lead.as_ref())),
+            None => self.kept(tool),
+        }
+    }
+
+    fn kept(&self, tool: &dyn Tool) -> bool {
         self.filter.as_ref().is_none_or(|keep| keep(tool))
     }
 
@@ -521,7 +537,7 @@ impl ToolRegistry {
         shared
             .tools
             .get(name)
-            .filter(|t| self.visible(t.as_ref()))
+            .filter(|t| self.visible(&shared.tools, t.as_ref()))
             .cloned()
     }
 
@@ -530,7 +546,7 @@ impl ToolRegistry {
         shared
             .tools
             .iter()
-            .filter(|(_, t)| self.visible(t.as_ref()))
+            .filter(|(_, t)| self.visible(&shared.tools, t.as_ref()))
             .map(|(n, _)| n.clone())
             .collect()
     }
@@ -565,7 +581,7 @@ impl ToolRegistry {
         shared
             .tools
             .values()
-            .filter(|t| self.visible(t.as_ref()))
+            .filter(|t| self.visible(&shared.tools, t.as_ref()))
             .map(|t| t.definition())
             .collect()
     }

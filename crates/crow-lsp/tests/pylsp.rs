@@ -75,6 +75,7 @@ fn ctx(root: &Path) -> ToolContext {
         permission: Arc::new(AllowAll),
         events: tokio::sync::mpsc::unbounded_channel().0,
         client: None,
+        steering: None,
     }
 }
 

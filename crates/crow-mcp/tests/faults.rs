@@ -75,6 +75,7 @@ fn ctx_with(gate: Arc<dyn PermissionGate>, cancel: CancellationToken) -> ToolCon
         permission: gate,
         events: tokio::sync::mpsc::unbounded_channel().0,
         client: None,
+        steering: None,
     }
 }
 

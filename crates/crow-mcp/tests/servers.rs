@@ -110,6 +110,7 @@ async fn call(registry: &ToolRegistry, tool: &str, args: Value) -> ToolResult {
         permission: Arc::new(AllowAll),
         events: tokio::sync::mpsc::unbounded_channel().0,
         client: None,
+        steering: None,
     };
     tool.execute(args, &ctx).await
 }

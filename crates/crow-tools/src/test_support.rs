@@ -52,6 +52,7 @@ impl TestEnv {
             // Nobody listens: the tools under test report progress into the void.
             events: tokio::sync::mpsc::unbounded_channel().0,
             client: None,
+            steering: None,
         };
         Self {
             _dir: dir,

@@ -262,6 +262,7 @@ mod tests {
             permission: gate,
             events,
             client: None,
+            steering: None,
         }
     }
 

@@ -67,6 +67,7 @@ impl BaseAgent {
                         permission: Arc::clone(&self.permission),
                         events: events.clone(),
                         client: self.client.clone(),
+                        steering: session.steering.clone(),
                     };
                     let tool = Arc::clone(tool);
                     let footprint = tool.footprint(&input, &ctx);

@@ -267,6 +267,7 @@ mod tests {
             permission: gate,
             events: tokio::sync::mpsc::unbounded_channel().0,
             client: None,
+            steering: None,
         }
     }
 

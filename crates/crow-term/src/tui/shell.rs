@@ -56,6 +56,7 @@ pub fn start(
         // The tool's progress events have no turn to go to.
         events: mpsc::unbounded_channel().0,
         client: None,
+        steering: None,
     };
     tokio::spawn(async move {
         let result = bash
