@@ -37,3 +37,4 @@ pub mod templates;
 pub mod trust;
 pub mod undo;
 pub mod wiring;
+pub mod worktree;

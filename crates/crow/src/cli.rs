@@ -244,6 +244,10 @@ pub(crate) struct RunArgs {
     /// Also write the final answer (the typed result, or the text) to FILE
     #[arg(long, value_name = "FILE")]
     pub(crate) output_last_message: Option<std::path::PathBuf>,
+    /// Work in a new git worktree on a branch crow/ID (HEAD plus your uncommitted changes):
+    /// your tree stays untouched; crow's change is committed on the branch
+    #[arg(long, conflicts_with_all = ["continue_last", "resume"])]
+    pub(crate) worktree: bool,
 }
 
 #[derive(Args, Clone, Default, Debug, PartialEq)]

@@ -374,6 +374,11 @@ async fn run(args: RunArgs) -> Result<ExitCode> {
         .map(crow_app::structured::OutputSchema::load)
         .transpose()?
         .map(std::sync::Arc::new);
+    let worktree = if args.worktree {
+        Some(enter_worktree(&args.model)?)
+    } else {
+        None
+    };
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
     let (root, _) = wiring::find_project_root(&cwd);
     // `/name args`: a custom command; its agent and model apply unless a flag says otherwise.
@@ -413,9 +418,68 @@ async fn run(args: RunArgs) -> Result<ExitCode> {
         output_last_message: args.output_last_message,
         print_result: true,
     };
-    run::run_session(spec)
+    let title = spec.prompt.lines().next().unwrap_or_default().to_owned();
+    let code = run::run_session(spec)
         .await
-        .map_err(|e| setup::explain_fallback(e, fallback.as_deref()))
+        .map_err(|e| setup::explain_fallback(e, fallback.as_deref()));
+    if let Some(tree) = &worktree {
+        leave_worktree(tree, &title);
+    }
+    code
+}
+
+/// `crow run --worktree`: a new worktree of the current repository, entered at the same
+/// place of the tree.
+fn enter_worktree(model: &ModelArgs) -> Result<crow_app::worktree::Worktree> {
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    let (root, in_git) = wiring::find_project_root(&cwd);
+    if !in_git {
+        bail!(
+            "--worktree needs a git repository, and {} is not in one",
+            cwd.display()
+        );
+    }
+    let loaded = config::load(&root, &overrides(model, None))?;
+    let base = crow_app::worktree::base_dir(&loaded.config)?;
+    let tree = crow_app::worktree::create(&root, &base)?;
+    let inside = cwd.strip_prefix(&root).unwrap_or(std::path::Path::new(""));
+    let here = tree.path.join(inside);
+    std::env::set_current_dir(if here.is_dir() { &here } else { &tree.path })
+        .with_context(|| format!("cannot enter {}", tree.path.display()))?;
+    errln!(
+        "working in a new worktree {} on branch {}{}; your tree stays as it is",
+        tree.path.display(),
+        tree.branch,
+        if tree.carried {
+            " (with your uncommitted changes)"
+        } else {
+            ""
+        }
+    );
+    Ok(tree)
+}
+
+/// Commits what the run changed on the worktree's branch and says where it is.
+fn leave_worktree(tree: &crow_app::worktree::Worktree, title: &str) {
+    let title: String = title.chars().take(72).collect();
+    match crow_app::worktree::commit(&tree.path, &format!("crow: {title}")) {
+        Ok(true) => errln!(
+            "crow's change is committed on branch {} (in {}): see it with git diff HEAD...{}, take it with git merge {}",
+            tree.branch,
+            tree.path.display(),
+            tree.branch,
+            tree.branch
+        ),
+        Ok(false) => errln!(
+            "nothing changed on branch {} (in {})",
+            tree.branch,
+            tree.path.display()
+        ),
+        Err(e) => errln!(
+            "warning: crow's change is left uncommitted in {}: {e:#}",
+            tree.path.display()
+        ),
+    }
 }
 
 /// `--continue` / `--resume ID` as a lookup.

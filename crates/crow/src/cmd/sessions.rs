@@ -91,6 +91,18 @@ pub fn run(command: SessionsCommand, config: &Config, project_root: &Path) -> Re
             store.delete_session(&info.id).map_err(store_error)?;
             outln!("deleted session {} ({})", info.id, info.title);
             crate::undo::forget(config, &store, &info, &snapshots);
+            // A `crow run --worktree` session's worktree goes with it; its branch stays.
+            if let Ok(base) = crow_app::worktree::base_dir(config)
+                && crow_app::worktree::is_crow_worktree(&info.project_root, &base)
+            {
+                match crow_app::worktree::remove(&info.project_root) {
+                    Ok(()) => outln!("removed its worktree {}", info.project_root.display()),
+                    Err(e) => errln!(
+                        "warning: its worktree {} stays: {e:#}",
+                        info.project_root.display()
+                    ),
+                }
+            }
         }
         SessionsCommand::Search { query, all, limit } => {
             let project = (!all).then_some(project_root);
