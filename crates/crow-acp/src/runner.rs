@@ -292,6 +292,12 @@ pub trait SessionRunner: Send {
         None
     }
 
+    /// The queue a running turn's agent reads between steps: a prompt the editor sends while
+    /// a turn runs joins it there (steering); `None`: such a prompt is refused.
+    fn steering(&self) -> Option<crow_core::Steering> {
+        None
+    }
+
     /// The session is closed, or the client is gone: what ends with it is told (crow's
     /// `SessionEnd` hooks). Called once no turn runs.
     async fn close(&mut self) {}

@@ -128,6 +128,11 @@ pub struct Shared {
     /// The agent answering the user in the running turn (its first to start), so a
     /// permission question about another agent's call names that agent as its card does.
     pub primary: Mutex<Option<String>>,
+    /// The running turn's steering queue (from its runner, set as each turn starts).
+    pub steering: Mutex<Option<crow_core::Steering>>,
+    /// Prompts that joined a running turn: the editor shows them already, so their delivery
+    /// is not echoed back as a user message.
+    pub steered: Mutex<Vec<String>>,
     announced: Mutex<HashSet<String>>,
     announcement: Notify,
 }
@@ -155,6 +160,8 @@ impl Shared {
             rule_saver: Mutex::new(None),
             saved_rules: Mutex::new(Vec::new()),
             primary: Mutex::new(None),
+            steering: Mutex::new(None),
+            steered: Mutex::new(Vec::new()),
             announced: Mutex::new(HashSet::new()),
             announcement: Notify::new(),
         }

@@ -66,21 +66,29 @@ pub async fn prompt(
     if let Some(command) = commands::parse(&content::plain_text(&request.prompt)) {
         return run_command(&server, &state, command);
     }
-    let text = content::prompt_text(&request.prompt);
+    let mut text = content::prompt_text(&request.prompt);
     if text.trim().is_empty() {
         return Err(Error::invalid_params().data("the prompt is empty"));
     }
 
-    let (mut runner, cancel) = state.begin_turn().await.map_err(|busy| match busy {
-        Busy::Running => Error::new(
-            ErrorCode::INVALID_REQUEST,
-            "a prompt is already running in this session; wait for it or cancel it first",
-        ),
-        Busy::Stuck => Error::new(
-            ErrorCode::INTERNAL_ERROR,
-            "the previous prompt did not stop after it was cancelled; try again",
-        ),
-    })?;
+    let (mut runner, cancel) = loop {
+        match state.begin_turn().await {
+            Ok(turn) => break turn,
+            // A prompt sent while a turn runs joins it: the agent reads it before its next
+            // step, as a message typed in the terminal does.
+            Err(Busy::Running) => match steer(&state, &text).await {
+                Some(left) => text = left,
+                None => return Ok(acp::PromptResponse::new(acp::StopReason::EndTurn)),
+            },
+            Err(Busy::Stuck) => {
+                return Err(Error::new(
+                    ErrorCode::INTERNAL_ERROR,
+                    "the previous prompt did not stop after it was cancelled; try again",
+                ));
+            }
+        }
+    };
+    *crate::session::lock(&state.shared.steering) = runner.steering();
     let shared = Arc::clone(&state.shared);
     // A mode switch may change who answers: the turn's first agent says.
     *crate::session::lock(&shared.primary) = None;
@@ -155,6 +163,35 @@ pub async fn prompt(
     })
 }
 
+/// Puts `text` into the running turn's queue and waits for the turn to end. `None`: the turn
+/// took it; `Some`: what nobody took (the turn ended before its next step), to run as a turn
+/// of its own. A runner without a queue takes nothing: the whole text is left.
+async fn steer(state: &SessionState, text: &str) -> Option<String> {
+    let steering = crate::session::lock(&state.shared.steering).clone();
+    let Some(steering) = steering else {
+        state
+            .wait_idle(tokio::time::Instant::now() + STEER_WAIT)
+            .await;
+        return Some(text.to_owned());
+    };
+    crate::session::lock(&state.shared.steered).push(text.to_owned());
+    steering.push(text.to_owned());
+    state
+        .wait_idle(tokio::time::Instant::now() + STEER_WAIT)
+        .await;
+    // What the turn did not take: ours, or ours with other prompts sent meanwhile (the
+    // first to wake runs them together; the others find nothing left and are answered).
+    let left = steering.take();
+    if left.is_empty() {
+        return None;
+    }
+    crate::session::lock(&state.shared.steered).retain(|t| !left.contains(t));
+    Some(left.join("\n\n"))
+}
+
+/// How long a prompt that joined a running turn waits for that turn to end.
+const STEER_WAIT: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
 /// A session title from its first prompt: the first line, shortened.
 fn title_of(prompt: &str) -> String {
     let line = prompt.trim().lines().next().unwrap_or_default().trim();
@@ -174,6 +211,14 @@ async fn forward(
     while let Some(event) = received.recv().await {
         if let AgentEvent::TurnStart { agent } = &event {
             crate::session::lock(&shared.primary).get_or_insert_with(|| agent.clone());
+        }
+        // A prompt that joined the turn is on the editor's screen already.
+        if let AgentEvent::UserMessage { text, .. } = &event {
+            let mut steered = crate::session::lock(&shared.steered);
+            if let Some(at) = steered.iter().position(|t| t == text) {
+                steered.remove(at);
+                continue;
+            }
         }
         for update in translator.translate(&event) {
             shared.outbox.send(update);

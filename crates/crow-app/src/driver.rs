@@ -419,6 +419,12 @@ impl Driver {
         self.steering = steering;
     }
 
+    /// The queue messages for the running turn go to (`crow acp`: a prompt sent while a
+    /// turn runs).
+    pub fn steering(&self) -> &Steering {
+        &self.steering
+    }
+
     /// Why the database refused a write for good, once it has: every later prompt fails
     /// with it.
     pub fn failure(&self) -> Option<&str> {

@@ -480,6 +480,10 @@ fn picked_effort(loaded: &LoadedConfig, effort: &str) -> Option<crow_providers::
 
 #[async_trait]
 impl SessionRunner for CrowRunner {
+    fn steering(&self) -> Option<crow_core::Steering> {
+        Some(self.driver.steering().clone())
+    }
+
     async fn prompt(
         &mut self,
         input: TurnInput,

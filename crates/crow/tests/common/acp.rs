@@ -47,15 +47,46 @@ impl Acp {
         acp
     }
 
-    /// Sends a request and returns its response, skipping notifications.
-    pub async fn call(&mut self, method: &str, params: Value) -> Value {
+    /// Sends a request without waiting for its answer; returns its id.
+    #[allow(dead_code)]
+    pub async fn send(&mut self, method: &str, params: Value) -> i64 {
         let id = self.next;
         self.next += 1;
-        let mut text =
-            json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string();
+        self.write(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+            .await;
+        id
+    }
+
+    /// Answers a request crow made (a permission question).
+    #[allow(dead_code)]
+    pub async fn respond(&mut self, id: &Value, result: Value) {
+        self.write(json!({"jsonrpc": "2.0", "id": id, "result": result}))
+            .await;
+    }
+
+    /// The next message crow sends (kept in `seen` too).
+    #[allow(dead_code)]
+    pub async fn next_message(&mut self) -> Value {
+        let line = tokio::time::timeout(Duration::from_secs(30), self.lines.next_line())
+            .await
+            .expect("a message in time")
+            .unwrap()
+            .expect("crow acp is still running");
+        let msg: Value = serde_json::from_str(&line).unwrap();
+        self.seen.push(msg.clone());
+        msg
+    }
+
+    async fn write(&mut self, msg: Value) {
+        let mut text = msg.to_string();
         text.push('\n');
         self.stdin.write_all(text.as_bytes()).await.unwrap();
         self.stdin.flush().await.unwrap();
+    }
+
+    /// Sends a request and returns its response, skipping notifications.
+    pub async fn call(&mut self, method: &str, params: Value) -> Value {
+        let id = self.send(method, params).await;
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         loop {
             let line = tokio::time::timeout_at(deadline, self.lines.next_line())
