@@ -45,6 +45,10 @@ struct Queue {
     /// Cancelled when the session is left (`Steering::leave`): background work that posts
     /// here runs under it.
     session: tokio_util::sync::CancellationToken,
+    /// Background work that will post here and has not yet (`Steering::expect`).
+    expected: usize,
+    /// Told whenever something is posted.
+    posted: std::sync::Arc<tokio::sync::Notify>,
 }
 
 type Messages = std::collections::VecDeque<Queued>;
@@ -104,6 +108,44 @@ impl Steering {
             from: Some(from.into()),
             text: text.into(),
         });
+        queue.expected = queue.expected.saturating_sub(1);
+        queue.posted.notify_waiters();
+    }
+
+    /// Background work started that will [`Self::post`] its result here.
+    pub fn expect(&self) {
+        self.queue().expected += 1;
+    }
+
+    /// Whether something posted waits to be delivered.
+    pub fn has_posted(&self) -> bool {
+        self.queue().messages.iter().any(|q| q.from.is_some())
+    }
+
+    /// How many started background jobs have not posted yet.
+    pub fn expected(&self) -> usize {
+        self.queue().expected
+    }
+
+    /// Returns once every background job started has posted (at once if none runs). A
+    /// headless run waits here before it ends, so their results get a turn.
+    pub async fn all_posted(&self) {
+        loop {
+            let posted = {
+                let queue = self.queue();
+                if queue.expected == 0 {
+                    return;
+                }
+                std::sync::Arc::clone(&queue.posted)
+            };
+            let notified = posted.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.queue().expected == 0 {
+                return;
+            }
+            notified.await;
+        }
     }
 
     /// Takes back the message `from` posted, if it was not delivered yet.
@@ -130,6 +172,8 @@ impl Steering {
         queue.session.cancel();
         queue.session = tokio_util::sync::CancellationToken::new();
         queue.messages.retain(|q| q.from.is_none());
+        queue.expected = 0;
+        queue.posted.notify_waiters();
     }
 
     /// What the loop delivers now, oldest first, each with whether the user typed it:

@@ -285,6 +285,24 @@ impl Job {
     }
 }
 
+/// Posts a background task's result when dropped: its message, or that it ended without one.
+struct PostOnDrop {
+    steering: crate::session::Steering,
+    session: CancellationToken,
+    from: String,
+    message: Option<String>,
+}
+
+impl Drop for PostOnDrop {
+    fn drop(&mut self) {
+        let text = self
+            .message
+            .take()
+            .unwrap_or_else(|| format!("[background task {} ended without a result]", self.from));
+        self.steering.post(&self.session, &self.from, text);
+    }
+}
+
 /// The background subagents of one `task` tool (every agent that shares the tool; each
 /// sees its own).
 struct Background {
@@ -355,6 +373,7 @@ impl Background {
             id
         };
         crew.tag(&id);
+        steering.expect();
         // Leaving the session (closing, clearing or switching it) ends the task too.
         let session = steering.session_ended();
         let (left, stop) = (session.clone(), cancel.clone());
@@ -368,6 +387,14 @@ impl Background {
         let background = Arc::clone(self);
         let task_id = id.clone();
         tokio::spawn(async move {
+            // Something is posted however the task ends (a panic included): a headless run
+            // waits for every expected post before it ends.
+            let mut posting = PostOnDrop {
+                steering,
+                session,
+                from: task_id.clone(),
+                message: None,
+            };
             let (result, summary) = job.run(&crew, None, &events, cancel).await;
             let how = match result.status {
                 ToolStatus::Success => "finished",
@@ -379,7 +406,8 @@ impl Background {
                 job.agent, result.output
             );
             // Posted before it counts as ended: a waiter takes it back from the queue.
-            steering.post(&session, &task_id, message.clone());
+            posting.message = Some(message.clone());
+            drop(posting);
             background.finish(&task_id, result.status, message);
             let _ = events.send(AgentEvent::SubagentEnd {
                 parent: job.parent,

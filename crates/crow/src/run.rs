@@ -145,6 +145,33 @@ pub async fn run_prompt(spec: RunSpec) -> Result<Finished> {
     let cancel = crate::stop::token().child_token();
     let ran = turn.run(cancel.clone()).await;
     let mut ended = driver.end(ran);
+    // Background subagents the model left running: a headless run has nobody to come back
+    // to, so their results are the next turn's prompt before it ends.
+    let steering = driver.steering().clone();
+    let mut stopped_waiting = false;
+    while !cancel.is_cancelled()
+        && ended.failure.is_none()
+        && (steering.expected() > 0 || steering.has_posted())
+    {
+        tokio::select! {
+            () = steering.all_posted() => {}
+            () = cancel.cancelled() => {
+                stopped_waiting = true;
+                break;
+            }
+        }
+        let Ok(turn) = driver.begin(
+            Input {
+                text: BACKGROUND_ENDED.to_owned(),
+                ..Input::default()
+            },
+            &tx,
+        ) else {
+            break;
+        };
+        let ran = turn.run(cancel.clone()).await;
+        ended = driver.end(ran);
+    }
     // A typed result that does not validate is sent back once.
     let mut typed = schema.as_ref().map(|schema| check_typed(schema, &ended));
     if let (Some(schema), Some(Err(problem))) = (&schema, &typed)
@@ -203,7 +230,8 @@ pub async fn run_prompt(spec: RunSpec) -> Result<Finished> {
     if let Some(note) = note {
         errln!("{note}");
     }
-    if result.stop == RunStop::Cancelled {
+    // Stopped in the turn, or while waiting for background work after it.
+    if result.stop == RunStop::Cancelled || stopped_waiting {
         code = crate::stop::exit_status().unwrap_or(crate::stop::Cause::Interrupt as u8);
     }
     let answer = crow_app::structured::final_answer(&result);
@@ -219,7 +247,11 @@ pub async fn run_prompt(spec: RunSpec) -> Result<Finished> {
     };
     let finished = Finished {
         code,
-        status: status_of(&result.stop, code),
+        status: if stopped_waiting {
+            "cancelled"
+        } else {
+            status_of(&result.stop, code)
+        },
         answer,
         structured,
         session_id: ended.id.clone(),
@@ -240,6 +272,10 @@ pub async fn run_prompt(spec: RunSpec) -> Result<Finished> {
     }
     Ok(finished)
 }
+
+/// The prompt of the turn a headless run gives background subagents' results.
+const BACKGROUND_ENDED: &str =
+    "(The background tasks you started have ended; their results follow.)";
 
 /// `crow run --output-schema`: the final answer never followed the schema.
 pub const SCHEMA_FAILED: u8 = 7;

@@ -132,14 +132,26 @@ async fn crows_exit_ends_a_background_worker_and_its_commands() {
             .matching_system(WORKER),
         );
     let mock = MockLlm::start(scenario).await.unwrap();
-    let out = tokio::time::timeout(
-        HUNG,
-        output(crow_run(dir.path(), &mock, "start the worker")),
+    // crow run waits for its background work (its results get a turn): the user stops it.
+    let mut cmd = crow_run(dir.path(), &mock, "start the worker");
+    let child = cmd.spawn().unwrap();
+    let crow_pid = nix::unistd::Pid::from_raw(child.id().unwrap() as i32);
+    until(
+        "the parent ended its turn and the worker runs its command",
+        || mock.remaining_steps() == 0 && dir.path().join("child.pid").exists(),
     )
-    .await
-    .expect("crow run ends with its turn, whatever runs in the background");
-    assert_eq!(out.code, Some(0), "stderr: {}\n{}", out.stderr, out.stdout);
-    assert_eq!(mock.remaining_steps(), 0);
+    .await;
+    nix::sys::signal::kill(crow_pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let out = tokio::time::timeout(HUNG, child.wait_with_output())
+        .await
+        .expect("crow ends at SIGTERM, whatever runs in the background")
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(143),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let pid = std::fs::read_to_string(dir.path().join("child.pid"))
         .unwrap()
         .trim()
@@ -148,4 +160,60 @@ async fn crows_exit_ends_a_background_worker_and_its_commands() {
         gone(&pid)
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn crow_run_gives_background_results_a_turn_before_it_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let agents = dir.path().join(".crow/agents");
+    std::fs::create_dir_all(&agents).unwrap();
+    std::fs::write(
+        agents.join("worker.md"),
+        format!("---\ndescription: Does one job\nmode: subagent\n---\n{WORKER}\n"),
+    )
+    .unwrap();
+    let scenario = Scenario::new()
+        .reply(
+            Reply::tool_call(
+                "task",
+                json!({"agent": "worker", "prompt": "write out.txt", "background": true}),
+            )
+            .matching_system(BUILDER),
+        )
+        // The parent ends its turn without waiting for the worker.
+        .reply(Reply::text("Started the worker.").matching_system(BUILDER))
+        .reply(Reply::text("The worker wrote out.txt.").matching_system(BUILDER))
+        .reply(
+            Reply::tool_call("write_file", json!({"path": "out.txt", "content": "42\n"}))
+                .matching_system(WORKER),
+        )
+        .reply(Reply::text("wrote out.txt").matching_system(WORKER));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let out = output(crow_run(dir.path(), &mock, "get out.txt written")).await;
+    assert_eq!(out.code, Some(0), "stderr: {}\n{}", out.stderr, out.stdout);
+    assert_eq!(mock.remaining_steps(), 0);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("out.txt")).unwrap(),
+        "42\n"
+    );
+    // The parent's third request is the follow-up turn, with the worker's result in it.
+    let parent: Vec<String> = mock
+        .requests()
+        .iter()
+        .filter(|r| String::from_utf8_lossy(&r.raw_body).contains(BUILDER))
+        .map(|r| String::from_utf8_lossy(&r.raw_body).into_owned())
+        .collect();
+    assert_eq!(parent.len(), 3);
+    assert!(
+        parent[2].contains("[background task bg-1 (worker) finished]\\nwrote out.txt"),
+        "{}",
+        parent[2]
+    );
+    let texts: Vec<&str> = out
+        .of_type("text_complete")
+        .iter()
+        .filter(|e| e["agent"] == "builder")
+        .map(|e| e["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(texts, ["Started the worker.", "The worker wrote out.txt."]);
 }
