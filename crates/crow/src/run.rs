@@ -149,10 +149,12 @@ pub async fn run_prompt(spec: RunSpec) -> Result<Finished> {
     // to, so their results are the next turn's prompt before it ends.
     let steering = driver.steering().clone();
     let mut stopped_waiting = false;
-    while !cancel.is_cancelled()
-        && ended.failure.is_none()
-        && (steering.expected() > 0 || steering.has_posted())
-    {
+    while ended.failure.is_none() && (steering.expected() > 0 || steering.has_posted()) {
+        // Stopped as the turn ended: the background work is stopped with it.
+        if cancel.is_cancelled() {
+            stopped_waiting = true;
+            break;
+        }
         tokio::select! {
             () = steering.all_posted() => {}
             () = cancel.cancelled() => {
