@@ -274,4 +274,31 @@ fn offered_only_when_enabled() {
         on.get("python").is_some(),
         python_available(&EnvPolicy::default())
     );
+    assert!(
+        tool().description().len() <= 400,
+        "{}",
+        tool().description()
+    );
+}
+
+#[tokio::test]
+async fn a_hung_shell_line_is_interrupted_too() {
+    if !have_python() {
+        return;
+    }
+    let env = TestEnv::new();
+    let tool = tool();
+    code(&tool, &env.ctx, "kept = 3").await;
+    let hung = py(
+        &tool,
+        &env.ctx,
+        serde_json::json!({"code": "!echo waiting; sleep 600", "timeout": 1}),
+    )
+    .await;
+    assert_eq!(hung.status, ToolStatus::Error, "{}", hung.output);
+    assert!(hung.output.contains("waiting"), "{}", hung.output);
+    assert!(hung.output.contains("state is kept"), "{}", hung.output);
+    // A job a cell leaves behind does not hold the next cell up.
+    let background = code(&tool, &env.ctx, "!sleep 600 &\nkept").await;
+    assert_eq!(background.output, "3");
 }
