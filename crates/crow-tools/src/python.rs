@@ -418,6 +418,8 @@ async fn run_cell(
     };
     let mut status = ToolStatus::Success;
     let mut error_name = None;
+    // An interpreter that ended with the call: its sandbox's paths are swept all the same.
+    let mut retired = None;
     match ending {
         Ending::Done { error } => {
             if interrupted {
@@ -430,8 +432,8 @@ async fn run_cell(
             error_name = error;
         }
         Ending::Exited => {
-            let mut interpreter = slot.interpreter.take();
-            let exit = match &mut interpreter {
+            retired = slot.interpreter.take();
+            let exit = match &mut retired {
                 Some(i) => match tokio::time::timeout(INTERRUPT_GRACE, i.child.wait()).await {
                     Ok(Ok(status)) => status.to_string(),
                     _ => "ended".to_owned(),
@@ -446,7 +448,8 @@ async fn run_cell(
             slot.lost = Some(format!("the previous interpreter exited ({exit})"));
         }
         Ending::Stopped => {
-            if let Some(mut gone) = slot.interpreter.take() {
+            retired = slot.interpreter.take();
+            if let Some(gone) = &mut retired {
                 gone.guard.terminate_now(&mut gone.child).await;
             }
             status = ToolStatus::Error;
@@ -481,7 +484,8 @@ async fn run_cell(
             ..ToolMetadata::default()
         },
     };
-    if let Some(watch) = slot.interpreter.as_ref().and_then(|i| i.watch.as_ref()) {
+    let interpreter = slot.interpreter.as_ref().or(retired.as_ref());
+    if let Some(watch) = interpreter.and_then(|i| i.watch.as_ref()) {
         report_tampering(&mut result, watch);
     }
     result
