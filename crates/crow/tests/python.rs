@@ -46,6 +46,12 @@ async fn two_python_calls_share_state_and_the_model_reads_the_result() {
             json!({"code": "import os\nx = 41\nos.getpid()"}),
         ))
         .reply(Reply::tool_call("python", json!({"code": "x + 1"})))
+        // In the sandbox too, a hung cell is interrupted and the state kept.
+        .reply(Reply::tool_call(
+            "python",
+            json!({"code": "while True: pass", "timeout": 1}),
+        ))
+        .reply(Reply::tool_call("python", json!({"code": "x * 2"})))
         .reply(Reply::tool_call(
             "task_complete",
             json!({"summary": "x + 1 is 42"}),
@@ -65,10 +71,16 @@ async fn two_python_calls_share_state_and_the_model_reads_the_result() {
         .filter(|e| e["tool"] == "python")
         .map(|e| e["result"].clone())
         .collect();
-    assert_eq!(results.len(), 2, "{}", out.stdout);
-    for result in &results {
-        assert_eq!(result["status"], "success", "{result}");
+    assert_eq!(results.len(), 4, "{}", out.stdout);
+    for i in [0, 1, 3] {
+        assert_eq!(results[i]["status"], "success", "{}", results[i]);
     }
+    let hung = results[2]["output"].as_str().unwrap();
+    assert!(
+        hung.contains("KeyboardInterrupt") && hung.contains("state is kept"),
+        "{hung}"
+    );
+    assert_eq!(results[3]["output"], "82");
     let first = results[0]["output"].as_str().unwrap();
     assert!(
         first.contains("a new Python session (state is not kept across restarts)"),
@@ -78,7 +90,7 @@ async fn two_python_calls_share_state_and_the_model_reads_the_result() {
     assert_eq!(results[1]["output"], "42");
 
     let requests = mock.requests();
-    assert_eq!(requests.len(), 3);
+    assert_eq!(requests.len(), 5);
     assert!(tool_names(&requests[0].body).contains(&"python".to_owned()));
     // The second call's result reached the model's next request.
     let last = String::from_utf8_lossy(&requests[2].raw_body).into_owned();
