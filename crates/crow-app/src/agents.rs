@@ -113,12 +113,13 @@ pub struct Catalog {
 }
 
 /// crow's own tools, as agent files name them after [`canonical_tool`].
-const CROW_TOOLS: [&str; 12] = [
+const CROW_TOOLS: [&str; 13] = [
     "bash",
     "edit_file",
     "glob",
     "grep",
     "list_directory",
+    "python",
     "read_file",
     "task",
     "task_complete",
@@ -712,7 +713,9 @@ pub fn canonical_tool(name: &str) -> String {
         "webfetch" => "web_fetch",
         // crow's own names, in any case (`Grep`, `Bash`).
         "bash" | "glob" | "grep" | "think" | "read_file" | "write_file" | "edit_file"
-        | "list_directory" | "todo_write" | "task_complete" | "web_fetch" => lower.as_str(),
+        | "list_directory" | "todo_write" | "task_complete" | "web_fetch" | "python" => {
+            lower.as_str()
+        }
         // Anything else (an MCP tool) keeps its exact name.
         _ => return name.trim().to_owned(),
     };

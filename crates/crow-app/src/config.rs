@@ -118,6 +118,10 @@ pub struct ToolsConfig {
     pub web_fetch_allow_private: Option<bool>,
     /// `web_search`: offered only when a search API is configured here.
     pub web_search: Option<WebSearchConfig>,
+    /// Offer `python`: one persistent Python 3 interpreter per session (variables and
+    /// imports survive across calls), in the `bash` sandbox and environment, when a
+    /// `python3` is found on PATH. Default false.
+    pub python: Option<bool>,
 }
 
 /// `[tools.web_search]`: the search API queries go to, with your key. User config, or a

@@ -378,6 +378,7 @@ pub fn tool_options(config: &config::Config) -> crow_tools::ToolOptions {
     options.env = config::env_policy(config);
     options.sandbox = sandbox_spec(config);
     options.web_search = config.tools.web_search.as_ref().and_then(web_search);
+    options.python = config.tools.python == Some(true);
     options.web_fetch =
         (config.tools.web_fetch != Some(false)).then(|| crow_tools::WebFetchOptions {
             allow_private: config.tools.web_fetch_allow_private == Some(true),

@@ -36,7 +36,7 @@ const KILL_GRACE: Duration = Duration::from_millis(200);
 /// After the shell exits, how long to wait for the pipes to close before giving up on them.
 const DRAIN_GRACE: Duration = Duration::from_millis(1000);
 /// Upper bound for a timeout the model asks for.
-const MAX_TIMEOUT_SECS: u64 = 3600;
+pub(crate) const MAX_TIMEOUT_SECS: u64 = 3600;
 
 #[derive(Debug, Deserialize)]
 struct Args {
@@ -117,62 +117,79 @@ impl Tool for BashTool {
             command: args.command.clone(),
             cwd: ctx.cwd.clone(),
         };
-        let unavailable = self
-            .options
-            .sandbox
-            .as_ref()
-            .and_then(|lazy| lazy.get().unavailable());
-        let Some(reason) = unavailable else {
-            if let Err(denied) =
-                require_permission(ctx, self.name(), self.kind(), title, &input, preview).await
-            {
-                return denied;
-            }
-            if let Some(client) = ctx.client_terminal() {
-                return run_in_client(client.as_ref(), &args.command, ctx, timeout, &self.options)
-                    .await;
-            }
-            return run(&args.command, ctx, timeout, &self.options).await;
-        };
-        // The kernel lacks what the sandbox needs: never unconfined without a yes. The question
-        // is marked `unconfined` (and carries a policy reason to show), so neither an allow
-        // rule, an approval level nor an "always" answers it.
-        let request = PermissionRequest {
-            session_id: ctx.session_id.clone(),
-            agent: ctx.agent.clone(),
-            call_id: ctx.call_id.clone(),
-            tool: self.name().to_owned(),
-            kind: self.kind(),
-            title: format!("{title} WITHOUT the sandbox"),
-            input: input.clone(),
-            preview: Some(preview),
-            policy: Some(format!(
-                "the sandbox is unavailable on this machine ({reason}): the command would run \
-                 unconfined, with the user's full rights"
-            )),
-            unconfined: true,
-        };
-        if let PermissionDecision::Deny { reason: denied } = ctx.permission.check(request).await {
-            return ToolResult::error(format!(
-                "the sandbox is unavailable on this machine: {reason}; the command did not run \
-                 ({denied}). Set [sandbox] mode = \"off\" in crow's config to run commands \
-                 unconfined"
-            ));
-        }
-        let unconfined = ToolOptions {
-            sandbox: None,
-            ..self.options.clone()
+        let options = match permit_command(
+            self.name(),
+            self.kind(),
+            ctx,
+            &input,
+            title,
+            preview,
+            &self.options,
+        )
+        .await
+        {
+            Ok(options) => options,
+            Err(refused) => return refused,
         };
         if let Some(client) = ctx.client_terminal() {
-            return run_in_client(client.as_ref(), &args.command, ctx, timeout, &unconfined).await;
+            return run_in_client(client.as_ref(), &args.command, ctx, timeout, &options).await;
         }
-        run(&args.command, ctx, timeout, &unconfined).await
+        run(&args.command, ctx, timeout, &options).await
     }
+}
+
+/// Asks to run a command (`bash`'s, or code `python` runs): the options it runs with, or the
+/// refusal as the call's result. Where the kernel lacks what the sandbox needs, the question
+/// is marked `unconfined` (and carries a policy reason to show), so neither an allow rule, an
+/// approval level nor an "always" answers it, and a yes runs it without the sandbox.
+pub(crate) async fn permit_command(
+    tool: &str,
+    kind: ToolKind,
+    ctx: &ToolContext,
+    input: &serde_json::Value,
+    title: String,
+    preview: PermissionPreview,
+    options: &ToolOptions,
+) -> Result<ToolOptions, ToolResult> {
+    let unavailable = options
+        .sandbox
+        .as_ref()
+        .and_then(|lazy| lazy.get().unavailable());
+    let Some(reason) = unavailable else {
+        require_permission(ctx, tool, kind, title, input, preview).await?;
+        return Ok(options.clone());
+    };
+    let request = PermissionRequest {
+        session_id: ctx.session_id.clone(),
+        agent: ctx.agent.clone(),
+        call_id: ctx.call_id.clone(),
+        tool: tool.to_owned(),
+        kind,
+        title: format!("{title} WITHOUT the sandbox"),
+        input: input.clone(),
+        preview: Some(preview),
+        policy: Some(format!(
+            "the sandbox is unavailable on this machine ({reason}): the command would run \
+             unconfined, with the user's full rights"
+        )),
+        unconfined: true,
+    };
+    if let PermissionDecision::Deny { reason: denied } = ctx.permission.check(request).await {
+        return Err(ToolResult::error(format!(
+            "the sandbox is unavailable on this machine: {reason}; the command did not run \
+             ({denied}). Set [sandbox] mode = \"off\" in crow's config to run commands \
+             unconfined"
+        )));
+    }
+    Ok(ToolOptions {
+        sandbox: None,
+        ..options.clone()
+    })
 }
 
 /// Seconds, clamped. Some models were trained on tools taking milliseconds; a value above
 /// the maximum is read as milliseconds rather than as an hour-long wait.
-fn timeout_from_arg(value: u64) -> Duration {
+pub(crate) fn timeout_from_arg(value: u64) -> Duration {
     let secs = if value > MAX_TIMEOUT_SECS {
         value / 1000
     } else {
@@ -182,7 +199,7 @@ fn timeout_from_arg(value: u64) -> Duration {
 }
 
 /// The command's first line, shortened, for permission prompts.
-fn short_command(command: &str) -> String {
+pub(crate) fn short_command(command: &str) -> String {
     let first = command.trim().lines().next().unwrap_or_default();
     let mut short: String = first.chars().take(80).collect();
     if short.len() < command.trim().len() {
@@ -284,7 +301,7 @@ async fn run(
 
 /// Says in the result what the command did to the paths the sandbox protects (created ones
 /// were removed): the model reads why, and the call counts as failed.
-fn report_tampering(result: &mut ToolResult, watch: &Watch) {
+pub(crate) fn report_tampering(result: &mut ToolResult, watch: &Watch) {
     let found = watch.sweep();
     if found.is_empty() {
         return;
@@ -378,16 +395,8 @@ fn spawn_shell(
     sandbox: Option<(&SandboxSpec, &LaunchPolicy)>,
 ) -> std::io::Result<Child> {
     let build = |shell: &str| {
-        let mut cmd = Command::from(shell_command(shell, command, &ctx.cwd, env, sandbox));
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        // The launcher starts a session of its own (so a group of its own, with its pid as
-        // the id), which a process group leader cannot: it must not be made one here.
-        if sandbox.is_none() {
-            cmd.process_group(0);
-        }
+        let mut cmd = group_command(shell, command, &ctx.cwd, env, sandbox);
+        cmd.stdin(Stdio::null());
         cmd
     };
     match build("bash").spawn() {
@@ -397,6 +406,27 @@ fn spawn_shell(
         }
         other => other,
     }
+}
+
+/// [`shell_command`] made ready to spawn as the leader of a process group of its own (for a
+/// [`GroupGuard`]), its output piped and the child killed if dropped; stdin is the caller's.
+pub(crate) fn group_command(
+    shell: &str,
+    command: &str,
+    cwd: &Path,
+    env: &EnvPolicy,
+    sandbox: Option<(&SandboxSpec, &LaunchPolicy)>,
+) -> Command {
+    let mut cmd = Command::from(shell_command(shell, command, cwd, env, sandbox));
+    cmd.stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    // The launcher starts a session of its own (so a group of its own, with its pid as
+    // the id), which a process group leader cannot: it must not be made one here.
+    if sandbox.is_none() {
+        cmd.process_group(0);
+    }
+    cmd
 }
 
 /// `shell -c command` as the agent runs it: the command's environment (the policy plus the
@@ -648,7 +678,7 @@ fn group_alive(pgid: Pid) -> bool {
 }
 
 /// Signals the group; false when it no longer exists (nothing left to kill).
-fn signal_group(pgid: Pid, signal: Signal) -> bool {
+pub(crate) fn signal_group(pgid: Pid, signal: Signal) -> bool {
     match killpg(pgid, signal) {
         Ok(()) => true,
         Err(Errno::ESRCH) => false,

@@ -6,7 +6,8 @@
 //!
 //! The tools: `read_file`, `write_file`, `edit_file`, `bash`, `glob`, `grep`, `list_directory`,
 //! `todo_write`, `think`, `task_complete`, `web_fetch`, `web_search` (registered only
-//! when `ToolOptions.web_search` is set, which the binary builds from `[tools.web_search]`).
+//! when `ToolOptions.web_search` is set, which the binary builds from `[tools.web_search]`),
+//! `python` (only with `ToolOptions.python` and a `python3` on the commands' PATH).
 //! `builtin_tools(&ToolOptions)` builds the registry; the `skill` tool joins it only where a
 //! skill exists. glob, grep and list use ripgrep's
 //! `ignore`, `grep-regex` and `grep-searcher`; diffs come from `similar`.
@@ -29,6 +30,7 @@ mod grep;
 mod list;
 mod output;
 mod path;
+mod python;
 mod read;
 pub mod sandbox;
 mod simple;
@@ -52,6 +54,7 @@ pub use glob::GlobTool;
 pub use grep::GrepTool;
 pub use list::ListDirectoryTool;
 pub use path::{ConfinedReadError, PathError, read_confined, resolve_path};
+pub use python::{PythonTool, python_available};
 pub use read::ReadFileTool;
 pub use sandbox::{LazySandbox, SandboxMode, SandboxSpec, Support as SandboxSupport};
 pub use simple::{TaskCompleteTool, ThinkTool};
@@ -83,6 +86,9 @@ pub struct ToolOptions {
     pub web_fetch: Option<WebFetchOptions>,
     /// The search API `web_search` asks; `None` (the default) leaves the tool out.
     pub web_search: Option<WebSearchOptions>,
+    /// Offer `python` (a persistent interpreter per session) when a `python3` is on the
+    /// commands' PATH. Off by default.
+    pub python: bool,
 }
 
 impl Default for ToolOptions {
@@ -95,6 +101,7 @@ impl Default for ToolOptions {
             sandbox: None,
             web_fetch: Some(WebFetchOptions::default()),
             web_search: None,
+            python: false,
         }
     }
 }
@@ -121,6 +128,9 @@ pub fn builtin_tools(options: &ToolOptions) -> ToolRegistry {
             max_output_bytes: options.max_output_bytes,
             ..web.clone()
         })));
+    }
+    if options.python && python_available(&options.env) {
+        registry.register(Arc::new(PythonTool::new(options.clone())));
     }
     registry.register(Arc::new(TaskCompleteTool));
     registry
