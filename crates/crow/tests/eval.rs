@@ -376,3 +376,55 @@ async fn the_examples_fail_as_they_are_and_pass_when_solved() {
     assert!(failed.is_empty(), "{failed:#?}");
     assert_eq!(rows.len(), 5);
 }
+
+/// A task may start from a commit of a local repository: the run gets that commit's files
+/// (not the repository's later work), and the repository is left as it was.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_task_starts_from_a_commit_of_a_local_repository() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .current_dir(&repo)
+            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    git(&["init", "-q"]);
+    std::fs::write(repo.join("version.txt"), "old\n").unwrap();
+    git(&["add", "-A"]);
+    git(&["commit", "-qm", "old"]);
+    let old = git(&["rev-parse", "HEAD"]);
+    std::fs::write(repo.join("version.txt"), "new\n").unwrap();
+    git(&["commit", "-qam", "new"]);
+    let tasks = dir.path().join("tasks/from-git");
+    std::fs::create_dir_all(&tasks).unwrap();
+    std::fs::write(
+        tasks.join("task.toml"),
+        format!(
+            "prompt = \"look\"\ncheck = \"grep -qx old version.txt\"\nrepo = \"../../repo\"\ncommit = \"{old}\"\n"
+        ),
+    )
+    .unwrap();
+    let mock = MockLlm::start(Scenario::new().reply(Reply::text("Looked.")))
+        .await
+        .unwrap();
+    let out = output(eval(dir.path(), &mock, &["--out", "results"])).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let rows = results(&dir.path().join("results"));
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["passed"], true, "{}", rows[0]);
+    assert_eq!(
+        std::fs::read_to_string(repo.join("version.txt")).unwrap(),
+        "new\n"
+    );
+    assert_eq!(git(&["worktree", "list"]).lines().count(), 1);
+}
