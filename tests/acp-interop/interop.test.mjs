@@ -269,17 +269,28 @@ test("cancel mid-tool: the command is killed, the prompt ends cancelled", async 
   }
 });
 
-test("a second prompt while one runs is refused clearly", async () => {
+test("a second prompt while one runs joins it, and runs next when the turn is cancelled", async () => {
   await script({
-    steps: [{ fault: { stall: { reply: { text: "thinking hard" }, after_chunks: 1 } } }],
+    steps: [
+      { fault: { stall: { reply: { text: "thinking hard" }, after_chunks: 1 } } },
+      { reply: { text: "second turn" } },
+    ],
   });
   const s = await open();
   try {
     const first = s.crow.prompt(s.id, "one");
     await s.crow.waitFor((u) => u.update.sessionUpdate === "agent_message_chunk");
-    await assert.rejects(s.crow.prompt(s.id, "two"), (e) => /already running/.test(`${e.message} ${JSON.stringify(e)}`));
+    // Not refused: it waits in the running turn's queue (as Zed's queued messages do)...
+    const second = s.crow.prompt(s.id, "two");
     await s.crow.cancel(s.id);
     assert.equal((await first).stopReason, "cancelled");
+    // ...and the stopped turn never took it, so it runs as the next turn.
+    assert.equal((await second).stopReason, "end_turn");
+    const said = s.crow.updates
+      .filter((u) => u.update.sessionUpdate === "agent_message_chunk")
+      .map((u) => u.update.content?.text ?? "")
+      .join("");
+    assert.match(said, /second turn$/);
   } finally {
     await close(s);
   }
