@@ -109,7 +109,12 @@ fn open(bench: &Bench, dir: &Path, mock: &MockLlm) -> Result<Pty> {
 fn cpu_ms(pid: u32) -> Result<f64> {
     let mut ns = 0u64;
     for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
-        let stat = std::fs::read_to_string(task?.path().join("schedstat"))?;
+        // A thread that ended since the listing has nothing left to count.
+        let stat = match std::fs::read_to_string(task?.path().join("schedstat")) {
+            Ok(stat) => stat,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e.into()),
+        };
         ns += stat
             .split_whitespace()
             .next()
