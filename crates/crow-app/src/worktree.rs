@@ -196,8 +196,9 @@ pub fn remove(path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// git with nothing of the repository's configuration that would run a program.
-fn hardened(dir: &Path) -> Command {
+/// git with nothing of the repository's configuration that would run a program (hooks,
+/// fsmonitor, signing, a pager) and no prompt; `crow eval` prepares its copies with it too.
+pub(crate) fn hardened(dir: &Path) -> Command {
     let mut cmd = Command::new("git");
     cmd.current_dir(dir)
         .args([

@@ -273,25 +273,18 @@ async fn prepare(source: &Source, work: &Path) -> Result<()> {
     Ok(())
 }
 
-/// git with nothing of the user's configuration that would run a program or ask.
+/// git hardened as `crow run --worktree` runs it (no hooks, fsmonitor, signing or prompt),
+/// committing as crow eval.
 async fn git(dir: &Path, args: &[&str]) -> Result<()> {
-    let output = Command::new("git")
-        .current_dir(dir)
+    let mut cmd = Command::from(crate::worktree::hardened(dir));
+    let output = cmd
         .args([
-            "-c",
-            "core.hooksPath=/dev/null",
-            "-c",
-            "core.fsmonitor=false",
-            "-c",
-            "commit.gpgsign=false",
             "-c",
             "user.name=crow eval",
             "-c",
             "user.email=eval@crow.invalid",
         ])
         .args(args)
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .stdin(Stdio::null())
         .output()
         .await
         .context("cannot run git")?;
