@@ -687,6 +687,12 @@ impl Composer {
         })
     }
 
+    /// The session's own model, as the crew's agents without a model of their own use it
+    /// (`crow run --attempts`' judge).
+    pub fn session_provider(&self) -> Result<Arc<dyn Provider>> {
+        self.built(self.default_provider.clone())
+    }
+
     /// A provider for `settings`, built once per provider, model and effort.
     fn built(&self, settings: ProviderSettings) -> Result<Arc<dyn Provider>> {
         let key = (

@@ -9,6 +9,7 @@
 pub mod stop;
 
 pub mod agents;
+pub mod attempts;
 pub mod compose;
 pub mod config;
 pub mod driver;
@@ -23,6 +24,7 @@ pub mod mentions;
 pub mod models;
 pub mod opencode;
 pub mod permissions;
+mod procs;
 pub mod prompt;
 pub mod review;
 pub mod session_cmd;

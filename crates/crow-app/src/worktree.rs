@@ -33,18 +33,29 @@ pub fn base_dir(config: &crate::config::Config) -> Result<PathBuf> {
         .map_or_else(|| PathBuf::from("worktrees"), |d| d.join("worktrees")))
 }
 
-/// Makes a worktree of the repository at `repo` (its top directory) under `base`.
+/// Makes a worktree of the repository at `repo` (its top directory) under `base`, on a new
+/// branch `crow/ID`.
 pub fn create(repo: &Path, base: &Path) -> Result<Worktree> {
+    let id = short_id();
+    create_on(repo, base, &format!("crow/{id}"), &id)
+}
+
+/// Eight hex digits of a new random id: a worktree's or a set of attempts' name.
+pub fn short_id() -> String {
+    uuid::Uuid::new_v4().simple().to_string()[..8].to_owned()
+}
+
+/// Makes a worktree of `repo` under `base` on a new branch `branch`, in a directory named
+/// after the repository and `label`; HEAD plus the user's uncommitted changes.
+pub fn create_on(repo: &Path, base: &Path, branch: &str, label: &str) -> Result<Worktree> {
     git(repo, &["rev-parse", "--verify", "--quiet", "HEAD"])
-        .context("the repository has no commit yet: --worktree starts from HEAD")?;
-    let id = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
+        .context("the repository has no commit yet: a worktree starts from HEAD")?;
     let name = repo
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "project".to_owned());
     std::fs::create_dir_all(base).with_context(|| format!("cannot create {}", base.display()))?;
-    let path = base.join(format!("{name}-{id}"));
-    let branch = format!("crow/{id}");
+    let path = base.join(format!("{name}-{label}"));
     git(
         repo,
         &[
@@ -52,14 +63,14 @@ pub fn create(repo: &Path, base: &Path) -> Result<Worktree> {
             "add",
             "--quiet",
             "-b",
-            &branch,
+            branch,
             &path.to_string_lossy(),
             "HEAD",
         ],
     )?;
     let tree = Worktree {
         path,
-        branch,
+        branch: branch.to_owned(),
         repo: repo.to_path_buf(),
         carried: false,
     };
@@ -70,6 +81,62 @@ pub fn create(repo: &Path, base: &Path) -> Result<Worktree> {
             Err(e)
         }
     }
+}
+
+/// The commit checked out in `path`.
+pub fn head(path: &Path) -> Result<String> {
+    Ok(git(path, &["rev-parse", "HEAD"])?.trim().to_owned())
+}
+
+/// What the branch checked out in `path` changed since commit `base` (committed), as a
+/// binary patch `git apply` takes.
+pub fn diff_since(path: &Path, base: &str) -> Result<Vec<u8>> {
+    git_bytes(
+        path,
+        &[
+            "diff",
+            "--binary",
+            "--no-color",
+            "--no-ext-diff",
+            "--no-textconv",
+            base,
+            "HEAD",
+            "--",
+        ],
+    )
+}
+
+/// The files the branch checked out in `path` changed since commit `base`.
+pub fn changed_files(path: &Path, base: &str) -> Result<Vec<String>> {
+    let names = git_bytes(path, &["diff", "--name-only", "-z", base, "HEAD", "--"])?;
+    Ok(names
+        .split(|b| *b == 0)
+        .filter(|n| !n.is_empty())
+        .map(|n| String::from_utf8_lossy(n).into_owned())
+        .collect())
+}
+
+/// Applies a patch from [`diff_since`] to the files in `dir` (not the index): all of it or,
+/// when any part does not apply, nothing.
+pub fn apply(dir: &Path, patch: &[u8]) -> Result<()> {
+    let mut apply = hardened(dir);
+    apply
+        .args(["apply", "--binary", "--whitespace=nowarn", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = apply.spawn().context("cannot run git apply")?;
+    if let Some(mut stdin) = child.stdin.take() {
+        use std::io::Write;
+        stdin
+            .write_all(patch)
+            .context("cannot hand the changes to git apply")?;
+    }
+    let out = child.wait_with_output().context("git apply failed")?;
+    if !out.status.success() {
+        bail!("{}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(())
 }
 
 /// The user's uncommitted changes (the diff against HEAD, binary files included, and the
@@ -88,26 +155,7 @@ fn carry_changes(repo: &Path, path: &Path) -> Result<bool> {
         ],
     )?;
     if !diff.is_empty() {
-        let mut apply = hardened(path);
-        apply
-            .args(["apply", "--binary", "--whitespace=nowarn", "-"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        let mut child = apply.spawn().context("cannot run git apply")?;
-        if let Some(mut stdin) = child.stdin.take() {
-            use std::io::Write;
-            stdin
-                .write_all(&diff)
-                .context("cannot hand the changes to git apply")?;
-        }
-        let out = child.wait_with_output().context("git apply failed")?;
-        if !out.status.success() {
-            bail!(
-                "cannot carry your uncommitted changes into the worktree: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-        }
+        apply(path, &diff).context("cannot carry your uncommitted changes into the worktree")?;
     }
     let untracked = git_bytes(repo, &["ls-files", "--others", "--exclude-standard", "-z"])?;
     let mut copied = false;

@@ -219,10 +219,24 @@ impl Step {
         }
     }
 
-    /// Whether this step may answer a request whose system prompt is `system`.
-    pub fn accepts(&self, system: &str) -> bool {
+    /// The `match_model` routing filter of this step, if any.
+    pub fn match_model(&self) -> Option<&str> {
+        match self {
+            Step::Reply(reply) => reply.match_model.as_deref(),
+            Step::Fault(
+                Fault::DropAfter { reply, .. }
+                | Fault::Stall { reply, .. }
+                | Fault::KeepAlive { reply, .. },
+            ) => reply.match_model.as_deref(),
+            Step::Fault(Fault::Status { .. } | Fault::Raw { .. }) => None,
+        }
+    }
+
+    /// Whether this step may answer a request whose system prompt is `system`, for `model`.
+    pub fn accepts(&self, system: &str, model: &str) -> bool {
         self.match_system()
             .is_none_or(|needle| system.contains(needle))
+            && self.match_model().is_none_or(|name| name == model)
     }
 }
 
@@ -246,6 +260,10 @@ pub struct Reply {
     /// concurrent agents (primary, coagent, subagents) each get their own script.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub match_system: Option<String>,
+    /// Serve this step only to requests for this model, so concurrent sessions on different
+    /// models (`crow run --attempts`) each get their own script.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub match_model: Option<String>,
 }
 
 impl Reply {
@@ -297,6 +315,11 @@ impl Reply {
 
     pub fn matching_system(mut self, needle: impl Into<String>) -> Self {
         self.match_system = Some(needle.into());
+        self
+    }
+
+    pub fn matching_model(mut self, model: impl Into<String>) -> Self {
+        self.match_model = Some(model.into());
         self
     }
 }

@@ -525,7 +525,7 @@ fn handle(shared: &Shared, api: Api, path: &str, headers: &HeaderMap, raw: Bytes
                 .steps
                 .iter()
                 .enumerate()
-                .find(|(i, step)| !consumed[*i] && step.accepts(&system))
+                .find(|(i, step)| !consumed[*i] && step.accepts(&system, &model))
                 .map(|(i, step)| (i, step.clone()));
             if let Some((i, _)) = &found {
                 consumed[*i] = true;

@@ -248,6 +248,24 @@ pub(crate) struct RunArgs {
     /// your tree stays untouched; crow's change is committed on the branch
     #[arg(long, conflicts_with_all = ["continue_last", "resume"])]
     pub(crate) worktree: bool,
+    /// Best of N: run the task N times at once, each attempt in its own git worktree; the
+    /// change that passes --check (a judge picks among several) is applied to your tree as
+    /// one undoable turn, the others stay as branches crow/ID/attempt-K
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(2..=16),
+          conflicts_with_all = ["continue_last", "resume", "worktree", "output_schema"])]
+    pub(crate) attempts: Option<u8>,
+    /// The attempts' models, round robin: model or provider/model, comma-separated
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "MODELS",
+        requires = "attempts"
+    )]
+    pub(crate) attempt_models: Vec<String>,
+    /// The command that tells a good attempt (run in each attempt's worktree, in the
+    /// sandbox): e.g. "cargo test"
+    #[arg(long, value_name = "CMD", requires = "attempts")]
+    pub(crate) check: Option<String>,
 }
 
 #[derive(Args, Clone, Default, Debug, PartialEq)]

@@ -353,7 +353,7 @@ fn overrides(model: &ModelArgs, max_iterations: Option<u32>) -> Overrides {
     }
 }
 
-async fn run(args: RunArgs) -> Result<ExitCode> {
+async fn run(mut args: RunArgs) -> Result<ExitCode> {
     cli::check_provider_flag(&args.model)?;
     let prompt = if args.prompt == "-" {
         let mut text = String::new();
@@ -362,10 +362,13 @@ async fn run(args: RunArgs) -> Result<ExitCode> {
             .context("cannot read the prompt from stdin")?;
         text
     } else {
-        args.prompt
+        std::mem::take(&mut args.prompt)
     };
     if prompt.trim().is_empty() {
         bail!("the prompt is empty: crow run \"what to do\"");
+    }
+    if args.attempts.is_some() {
+        return cmd::attempts::run(args, prompt).await;
     }
     // Read before anything runs: a bad schema costs no session.
     let output_schema = args

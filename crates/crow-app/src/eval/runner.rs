@@ -5,19 +5,15 @@
 //! the leader of its own group, killed whole at its timeout or on cancel.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use futures::StreamExt;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
 
 use super::{Planned, Record, Source, Task, Tokens};
-
-/// How much of a failing command's output a record keeps.
-const NOTE_CHARS: usize = 1500;
+use crate::procs::{Ended, captured, stream_run, tail};
 
 /// Where and how the runs go.
 pub struct Runner {
@@ -158,7 +154,7 @@ impl Runner {
         }
         crow.arg("--").arg(&task.prompt);
         let started = Instant::now();
-        let ran = stream_run(crow, work, task.timeout, cancel).await?;
+        let ran = stream_run(crow, work, task.timeout, cancel, |_| {}).await?;
         record.seconds = round(started.elapsed().as_secs_f64(), 2);
         if ran.cancelled {
             return Ok(false);
@@ -328,168 +324,6 @@ pub(super) fn copy_tree(from: &Path, to: &Path, top: bool) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// How a command ended.
-struct Ended {
-    status: Option<i32>,
-    timed_out: bool,
-    cancelled: bool,
-    /// The end of its output (stdout and stderr).
-    output: String,
-}
-
-impl Ended {
-    fn describe(&self) -> String {
-        match (self.timed_out, self.status) {
-            (true, _) => "timed out".to_owned(),
-            (false, Some(code)) => format!("exit {code}"),
-            (false, None) => "killed".to_owned(),
-        }
-    }
-}
-
-/// Runs `cmd` in `dir` with its output captured, stopped (with its group) at `timeout` or on
-/// `cancel`.
-async fn captured(
-    mut cmd: Command,
-    dir: &Path,
-    timeout: Duration,
-    cancel: &CancellationToken,
-) -> Result<Ended> {
-    let mut child = spawn(&mut cmd, dir)?;
-    let (out, err) = (child.stdout.take(), child.stderr.take());
-    let mut ended = Ended {
-        status: None,
-        timed_out: false,
-        cancelled: false,
-        output: String::new(),
-    };
-    let waited = async {
-        let (mut a, b) = tokio::join!(read_all(out), read_all(err));
-        a.extend_from_slice(&b);
-        (child.wait().await, a)
-    };
-    tokio::select! {
-        (status, output) = waited => {
-            ended.status = status.ok().and_then(|s| s.code());
-            ended.output = tail(&String::from_utf8_lossy(&output));
-        }
-        () = tokio::time::sleep(timeout) => ended.timed_out = true,
-        () = cancel.cancelled() => ended.cancelled = true,
-    }
-    if ended.timed_out || ended.cancelled {
-        stop(&mut child).await;
-    }
-    Ok(ended)
-}
-
-fn spawn(cmd: &mut Command, dir: &Path) -> Result<tokio::process::Child> {
-    cmd.current_dir(dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
-    cmd.spawn().context("cannot start crow")
-}
-
-async fn read_all(pipe: Option<impl tokio::io::AsyncRead + Unpin>) -> Vec<u8> {
-    let mut bytes = Vec::new();
-    if let Some(mut pipe) = pipe {
-        let _ = pipe.read_to_end(&mut bytes).await;
-    }
-    bytes
-}
-
-/// Stops a child and everything in its process group: SIGTERM first, so a `crow run` cancels
-/// and saves its session as it does at Ctrl-C; SIGKILL to what is left after a grace period.
-async fn stop(child: &mut tokio::process::Child) {
-    let Some(group) = child
-        .id()
-        .and_then(|p| i32::try_from(p).ok())
-        .map(nix::unistd::Pid::from_raw)
-    else {
-        return;
-    };
-    use nix::sys::signal::{Signal, killpg};
-    let _ = killpg(group, Signal::SIGTERM);
-    let _ = tokio::time::timeout(STOP_GRACE, child.wait()).await;
-    // The leader may be gone while its commands are not.
-    let _ = killpg(group, Signal::SIGKILL);
-    let _ = child.wait().await;
-}
-
-/// How long a stopped run has to save its session.
-const STOP_GRACE: Duration = Duration::from_secs(5);
-
-/// What a `crow run --json` said.
-#[derive(Default)]
-struct Ran {
-    code: Option<i32>,
-    /// Its last line: `{"type": "result", …}`.
-    result: Option<serde_json::Value>,
-    turns: u32,
-    review_rounds: u32,
-    tool_calls: u32,
-    timed_out: bool,
-    cancelled: bool,
-    stderr: String,
-}
-
-/// Runs `crow run --json`, reading its events as they come (a run that is killed still
-/// counts what it did).
-async fn stream_run(
-    mut cmd: Command,
-    dir: &Path,
-    timeout: Duration,
-    cancel: &CancellationToken,
-) -> Result<Ran> {
-    let mut child = spawn(&mut cmd, dir)?;
-    let stdout = child.stdout.take();
-    let mut stderr = child.stderr.take();
-    let mut ran = Ran::default();
-    let errors = tokio::spawn(async move {
-        String::from_utf8_lossy(&read_all(stderr.take()).await).into_owned()
-    });
-    let events = async {
-        if let Some(stdout) = stdout {
-            let mut lines = BufReader::new(stdout).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                let Ok(event) = serde_json::from_str::<serde_json::Value>(&line) else {
-                    continue;
-                };
-                match event["type"].as_str() {
-                    Some("model_call_start") => ran.turns += 1,
-                    Some("coagent_start") => ran.review_rounds += 1,
-                    Some("tool_call_start") => ran.tool_calls += 1,
-                    Some("result") => ran.result = Some(event),
-                    _ => {}
-                }
-            }
-        }
-        child.wait().await.ok().and_then(|s| s.code())
-    };
-    tokio::select! {
-        code = events => ran.code = code,
-        () = tokio::time::sleep(timeout) => ran.timed_out = true,
-        () = cancel.cancelled() => ran.cancelled = true,
-    }
-    if ran.timed_out || ran.cancelled {
-        stop(&mut child).await;
-    }
-    ran.stderr = errors.await.unwrap_or_default();
-    Ok(ran)
-}
-
-fn tail(text: &str) -> String {
-    let text = text.trim_end();
-    let count = text.chars().count();
-    if count <= NOTE_CHARS {
-        return text.to_owned();
-    }
-    let skip = count - NOTE_CHARS;
-    format!("…{}", text.chars().skip(skip).collect::<String>())
 }
 
 fn round(value: f64, places: i32) -> f64 {

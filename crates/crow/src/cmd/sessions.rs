@@ -79,6 +79,7 @@ pub fn run(command: SessionsCommand, config: &Config, project_root: &Path) -> Re
         SessionsCommand::Show { id } => {
             let dump = crow_store::dump(&store, &id).map_err(store_error)?;
             out!("{}", dump.timeline_text());
+            out!("{}", attempts_of(&store, &dump.info.id));
         }
         SessionsCommand::Export { id, format } => {
             let format: ExportFormat = format.parse().map_err(|e: String| anyhow!(e))?;
@@ -173,4 +174,47 @@ fn list_table(sessions: &[SessionInfo], all: bool) -> String {
         out.push('\n');
     }
     out
+}
+
+/// The child sessions of a `crow run --attempts` session, one line each; empty for others.
+fn attempts_of(store: &crow_store::SqliteStore, id: &str) -> String {
+    use crow_core::SessionStore as _;
+    let Ok(all) = store.list_sessions(&crow_core::SessionFilter::default()) else {
+        return String::new();
+    };
+    let mut children: Vec<_> = all
+        .into_iter()
+        .filter(|s| {
+            s.settings
+                .options
+                .get(super::attempts::ATTEMPT_OF)
+                .map(String::as_str)
+                == Some(id)
+        })
+        .collect();
+    if children.is_empty() {
+        return String::new();
+    }
+    children.sort_by_key(|s| {
+        s.settings
+            .options
+            .get("attempt")
+            .and_then(|n| n.parse::<u32>().ok())
+    });
+    let mut text = String::from("\nattempts (child sessions):\n");
+    for child in children {
+        let number = child
+            .settings
+            .options
+            .get("attempt")
+            .cloned()
+            .unwrap_or_default();
+        text.push_str(&format!(
+            "  attempt {number}  {}  {}  {}\n",
+            child.id,
+            child.status.as_str(),
+            child.model
+        ));
+    }
+    text
 }
