@@ -769,6 +769,15 @@ impl SubagentFactory for Composer {
         self.crew_under(name, None, Some(parent))
             .map_err(|e| format!("{e:#}"))
     }
+
+    fn isolate(
+        &self,
+        project_root: &std::path::Path,
+    ) -> Result<Box<dyn crow_core::Isolated>, String> {
+        crate::worktree::for_subagent(&self.config, project_root)
+            .map(|tree| Box::new(tree) as Box<dyn crow_core::Isolated>)
+            .map_err(|e| format!("{e:#}"))
+    }
 }
 
 /// An agent's seat in its crew: what its system prompt says about it.

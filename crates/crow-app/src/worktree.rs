@@ -1,7 +1,7 @@
 //! `crow run --worktree`: a whole session in a new git worktree of the project, on a branch
 //! `crow/ID`, so the user's own tree is untouched. The worktree starts from HEAD plus the
 //! user's uncommitted changes (tracked and untracked, committed on the branch as their own
-//! commit), lives under crow's data directory, and is removed when its session is deleted;
+//! commit), lives under crow's state directory, and is removed when its session is deleted;
 //! the branch stays, with crow's change committed on it when the run ends.
 //!
 //! git runs hardened: no hooks (a `post-checkout` or `pre-commit` of the repository runs
@@ -25,19 +25,75 @@ pub struct Worktree {
     pub carried: bool,
 }
 
-/// Where crow's worktrees live: beside the session database.
+/// Where crow's worktrees live: crow's state directory (`~/.local/state/crow/worktrees`, the
+/// cache directory where there is none). Never under the data directory: that is a sensitive
+/// place (a command naming it asks, the sandbox keeps it read-only), and a worktree is a
+/// project the agent works in.
 pub fn base_dir(config: &crate::config::Config) -> Result<PathBuf> {
+    if let Some(dir) = dirs::state_dir().or_else(dirs::cache_dir) {
+        return Ok(dir.join("crow").join("worktrees"));
+    }
     let db = crate::wiring::db_path(config)?;
-    Ok(db
-        .parent()
-        .map_or_else(|| PathBuf::from("worktrees"), |d| d.join("worktrees")))
+    Ok(db.parent().and_then(Path::parent).map_or_else(
+        || PathBuf::from("crow-worktrees"),
+        |d| d.join("crow-worktrees"),
+    ))
 }
 
 /// Makes a worktree of the repository at `repo` (its top directory) under `base`, on a new
 /// branch `crow/ID`.
 pub fn create(repo: &Path, base: &Path) -> Result<Worktree> {
     let id = short_id();
+    // `crow/ID` and `crow/ID/attempt-K` (from another id) never collide.
     create_on(repo, base, &format!("crow/{id}"), &id)
+}
+
+/// A subagent's own worktree (`task` with `isolation: "worktree"`): a branch `crow/ID` from
+/// HEAD plus the user's uncommitted changes; at its end the change is committed there, its
+/// diff returned and the worktree removed (the branch keeps the change).
+pub struct SubagentTree {
+    tree: Worktree,
+    start: String,
+}
+
+/// Makes the worktree of an isolated subagent of the project at `project_root`.
+pub fn for_subagent(config: &crate::config::Config, project_root: &Path) -> Result<SubagentTree> {
+    let top = git(project_root, &["rev-parse", "--show-toplevel"])
+        .context("worktree isolation needs a git repository")?;
+    let base = base_dir(config)?;
+    let tree = create(Path::new(top.trim()), &base)?;
+    let start = match head(&tree.path) {
+        Ok(start) => start,
+        Err(e) => {
+            let _ = remove(&tree.path);
+            return Err(e);
+        }
+    };
+    Ok(SubagentTree { tree, start })
+}
+
+impl crow_core::Isolated for SubagentTree {
+    fn root(&self) -> &Path {
+        &self.tree.path
+    }
+
+    fn finish(self: Box<Self>) -> std::result::Result<crow_core::IsolatedChange, String> {
+        let path = &self.tree.path;
+        let kept = (|| -> Result<crow_core::IsolatedChange> {
+            commit(path, "crow: a subagent's change")?;
+            let diff = diff_since(path, &self.start)?;
+            Ok(crow_core::IsolatedChange {
+                branch: self.tree.branch.clone(),
+                diff: String::from_utf8_lossy(&diff).into_owned(),
+                files: changed_files(path, &self.start)?,
+            })
+        })();
+        // Removed whatever happened: what was committed stays on the branch.
+        if let Err(e) = remove(path) {
+            tracing::warn!("the worktree {} stays: {e:#}", path.display());
+        }
+        kept.map_err(|e| format!("{e:#}"))
+    }
 }
 
 /// Eight hex digits of a new random id: a worktree's or a set of attempts' name.

@@ -80,7 +80,8 @@ pub use store::{
     StoreError, StoredEntry, UsageRecord,
 };
 pub use subagent::{
-    DEFAULT_MAX_BACKGROUND, SubagentFactory, TASK, TASK_STATUS, TaskStatusTool, TaskTool,
+    DEFAULT_MAX_BACKGROUND, Isolated, IsolatedChange, SubagentFactory, TASK, TASK_STATUS,
+    TaskStatusTool, TaskTool,
 };
 pub use tool::{
     AllowAll, Diagnostic, FileEdit, Footprint, PermissionDecision, PermissionGate,

@@ -5,6 +5,9 @@
 //! Subagents are named by path (`builder/explore`), so their events are attributable and
 //! the depth of any agent is the number of `/` in its name.
 //!
+//! With `isolation: "worktree"` the subagent works in a tree of its own (the factory's
+//! [`Isolated`]: crow-app makes a git worktree) and its change comes back as a diff.
+//!
 //! With `background: true` the call returns at once with an id (`bg-1`) and the subagent
 //! runs on in a task of its own, its agents tagged with the id (`builder/explore#bg-1`), under
 //! a child of the calling turn's cancellation (cancelling that turn, leaving the session
@@ -47,7 +50,35 @@ pub trait SubagentFactory: Send + Sync {
     fn history_sink(&self) -> Option<Arc<dyn HistorySink>> {
         None
     }
+    /// A working tree of its own for one subagent (`isolation: "worktree"`), made from the
+    /// project at `project_root` as it is now. Blocking (git).
+    fn isolate(&self, project_root: &std::path::Path) -> Result<Box<dyn Isolated>, String> {
+        let _ = project_root;
+        Err("worktree isolation is not available here".to_owned())
+    }
 }
+
+/// A subagent's own working tree (crow-app: a git worktree on a branch of its own).
+pub trait Isolated: Send + Sync {
+    /// Its top directory: the subagent's project root.
+    fn root(&self) -> &std::path::Path;
+    /// Keeps what the subagent changed (on its branch) and removes the tree; blocking.
+    fn finish(self: Box<Self>) -> Result<IsolatedChange, String>;
+}
+
+/// What an isolated subagent changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IsolatedChange {
+    /// Where the change is kept.
+    pub branch: String,
+    /// Its unified diff against the tree it started from.
+    pub diff: String,
+    /// The files it touches, relative to the project root.
+    pub files: Vec<String>,
+}
+
+/// How much of an isolated subagent's diff its result carries.
+const ISOLATED_DIFF_CHARS: usize = 40_000;
 
 /// The `task` tool.
 pub struct TaskTool {
@@ -75,7 +106,9 @@ impl TaskTool {
              returns its result to you (the user does not see it: pass on what matters). Give \
              it everything it needs in the prompt. Several task calls in one response run in \
              parallel. With background: true it returns at once with an id and the result \
-             arrives later as a message (task_status checks, waits for or cancels it).\n\
+             arrives later as a message (task_status checks, waits for or cancels it). With \
+             isolation: \"worktree\" it works in a separate git worktree and its change comes \
+             back as a diff, not applied (for trying an approach without touching the files).\n\
              Agents:\n{agents}"
         );
         Self {
@@ -108,6 +141,8 @@ struct TaskArgs {
     prompt: String,
     #[serde(default)]
     background: bool,
+    #[serde(default)]
+    isolation: Option<String>,
 }
 
 #[async_trait]
@@ -126,7 +161,12 @@ impl Tool for TaskTool {
             "properties": {
                 "agent": {"type": "string", "description": "Which agent to run"},
                 "prompt": {"type": "string", "description": "The complete job description"},
-                "background": {"type": "boolean", "description": "Run it in the background"}
+                "background": {"type": "boolean", "description": "Run it in the background"},
+                "isolation": {
+                    "type": "string",
+                    "enum": ["worktree"],
+                    "description": "worktree: work in a separate git worktree; the change comes back as a diff and is not applied to your files"
+                }
             },
             "required": ["agent", "prompt"]
         })
@@ -159,14 +199,48 @@ impl Tool for TaskTool {
             Ok(crew) => crew,
             Err(e) => return ToolResult::error(format!("error: {e}")),
         };
-        let job = Job {
+        let isolated = match args.isolation.as_deref() {
+            None => None,
+            Some("worktree") => {
+                let (maker, root) = (Arc::clone(&factory), ctx.project_root.clone());
+                match tokio::task::spawn_blocking(move || maker.isolate(&root)).await {
+                    Ok(Ok(tree)) => Some(tree),
+                    Ok(Err(e)) => return ToolResult::error(format!("error: {e}")),
+                    Err(e) => return ToolResult::error(format!("error: {e}")),
+                }
+            }
+            Some(other) => {
+                return ToolResult::error(format!(
+                    "error: isolation \"{other}\" is unknown; the one there is: \"worktree\""
+                ));
+            }
+        };
+        // An isolated subagent works at the same place of its own tree.
+        let (cwd, project_root) = match &isolated {
+            Some(tree) => {
+                let inside = ctx
+                    .cwd
+                    .strip_prefix(&ctx.project_root)
+                    .unwrap_or(std::path::Path::new(""));
+                let here = tree.root().join(inside);
+                let cwd = if here.is_dir() {
+                    here
+                } else {
+                    tree.root().to_path_buf()
+                };
+                (cwd, tree.root().to_path_buf())
+            }
+            None => (ctx.cwd.clone(), ctx.project_root.clone()),
+        };
+        let mut job = Job {
             agent: args.agent,
             prompt: args.prompt,
             session_id: ctx.session_id.clone(),
             parent: ctx.agent.clone(),
-            cwd: ctx.cwd.clone(),
-            project_root: ctx.project_root.clone(),
+            cwd,
+            project_root,
             sink: factory.history_sink(),
+            isolated,
         };
         if args.background {
             return self.background.start(crew, job, ctx);
@@ -180,9 +254,10 @@ impl Tool for TaskTool {
         };
         // Histories keyed by agent path and call, so two calls to the same subagent keep
         // separate histories.
-        let (result, summary) = job
+        let (mut result, summary) = job
             .run(&crew, Some(&ctx.call_id), &ctx.events, ctx.cancel.clone())
             .await;
+        job.finish_isolation(&mut result).await;
         let _ = ctx.events.send(AgentEvent::SubagentEnd {
             parent: ctx.agent.clone(),
             subagent: crew.primary().name.clone(),
@@ -202,9 +277,49 @@ struct Job {
     cwd: std::path::PathBuf,
     project_root: std::path::PathBuf,
     sink: Option<Arc<dyn HistorySink>>,
+    /// Its own working tree, when it was asked for.
+    isolated: Option<Box<dyn Isolated>>,
 }
 
 impl Job {
+    /// An isolated subagent's change, kept on its branch, goes back in its result as a diff
+    /// (not applied: nothing of it is in the caller's tree); its tree is removed.
+    async fn finish_isolation(&mut self, result: &mut ToolResult) {
+        let Some(tree) = self.isolated.take() else {
+            return;
+        };
+        // Its files are not the caller's: they changed in another tree.
+        result.metadata.files_modified.clear();
+        let finished = tokio::task::spawn_blocking(move || tree.finish()).await;
+        let note = match finished {
+            Ok(Ok(change)) if change.files.is_empty() => {
+                "\n\n(It worked in a worktree of its own and changed no file.)".to_owned()
+            }
+            Ok(Ok(change)) => {
+                let shown: String = change.diff.chars().take(ISOLATED_DIFF_CHARS).collect();
+                let cut = if shown.len() < change.diff.len() {
+                    format!(
+                        "\n[… diff cut; all of it: git diff HEAD...{}]",
+                        change.branch
+                    )
+                } else {
+                    String::new()
+                };
+                format!(
+                    "\n\nIt worked in a worktree of its own: its change is NOT in your files. \
+                     It is kept on branch {} ({} file(s): {}). Apply what you want of it with \
+                     your edit tools. Its diff:\n```diff\n{shown}{cut}\n```",
+                    change.branch,
+                    change.files.len(),
+                    change.files.join(", ")
+                )
+            }
+            Ok(Err(e)) => format!("\n\n(Its worktree could not be kept: {e})"),
+            Err(e) => format!("\n\n(Its worktree could not be kept: {e})"),
+        };
+        result.output.push_str(&note);
+    }
+
     /// Runs the crew on the prompt (after `SubagentStart`); its result and the summary
     /// `SubagentEnd` carries. `call`: the call id the histories are keyed by, if the agents'
     /// names alone do not set this run apart.
@@ -395,7 +510,9 @@ impl Background {
                 from: task_id.clone(),
                 message: None,
             };
-            let (result, summary) = job.run(&crew, None, &events, cancel).await;
+            let mut job = job;
+            let (mut result, summary) = job.run(&crew, None, &events, cancel).await;
+            job.finish_isolation(&mut result).await;
             let how = match result.status {
                 ToolStatus::Success => "finished",
                 ToolStatus::Error => "failed",

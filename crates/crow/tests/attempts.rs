@@ -48,7 +48,8 @@ fn crow_at(dir: &Path, repo: &Path) -> tokio::process::Command {
     let home = dir.join("home");
     cmd.env("HOME", &home)
         .env("XDG_CONFIG_HOME", home.join(".config"))
-        .env("XDG_DATA_HOME", home.join(".local/share"));
+        .env("XDG_DATA_HOME", home.join(".local/share"))
+        .env("XDG_STATE_HOME", home.join(".local/state"));
     cmd
 }
 

@@ -76,7 +76,8 @@ async fn a_worktree_run_leaves_the_tree_alone_and_commits_on_its_branch() {
     let home = dir.path().join("home");
     cmd.env("HOME", &home)
         .env("XDG_CONFIG_HOME", home.join(".config"))
-        .env("XDG_DATA_HOME", home.join(".local/share"));
+        .env("XDG_DATA_HOME", home.join(".local/share"))
+        .env("XDG_STATE_HOME", home.join(".local/state"));
     let out = output(cmd).await;
     assert_eq!(out.code, Some(0), "{}\n{}", out.stderr, out.stdout);
 
@@ -131,6 +132,7 @@ async fn a_worktree_run_leaves_the_tree_alone_and_commits_on_its_branch() {
         .env("HOME", &home)
         .env("XDG_CONFIG_HOME", home.join(".config"))
         .env("XDG_DATA_HOME", home.join(".local/share"))
+        .env("XDG_STATE_HOME", home.join(".local/state"))
         .args(["sessions", "delete", &session]);
     let deleted = output(delete).await;
     assert_eq!(deleted.code, Some(0), "{}", deleted.stderr);
@@ -167,4 +169,60 @@ async fn worktree_needs_a_repository_with_a_commit() {
     assert_eq!(out.code, Some(1));
     assert!(out.stderr.contains("no commit yet"), "{}", out.stderr);
     assert!(mock.requests().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worktree_subagent_returns_its_diff_and_leaves_the_tree_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = repo(dir.path());
+    let mock = MockLlm::start(
+        Scenario::new()
+            .reply(Reply::tool_call(
+                "task",
+                json!({"agent": "builder", "prompt": "make sub.txt", "isolation": "worktree"}),
+            ))
+            .reply(Reply::tool_call(
+                "bash",
+                json!({"command": "echo made in the worktree > sub.txt && cat a.txt"}),
+            ))
+            .reply(Reply::text("Made sub.txt."))
+            .reply(Reply::text("Done.")),
+    )
+    .await
+    .unwrap();
+    let mut cmd = crow_run(&repo, &mock, "delegate it");
+    let home = dir.path().join("home");
+    cmd.env("HOME", &home)
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .env("XDG_DATA_HOME", home.join(".local/share"))
+        .env("XDG_STATE_HOME", home.join(".local/state"));
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "{}\n{}", out.stderr, out.stdout);
+
+    // Not in the user's tree.
+    assert!(!repo.join("sub.txt").exists());
+    assert_eq!(
+        git(&repo, &["status", "--porcelain"]),
+        " M a.txt\n?? notes.txt\n"
+    );
+    // The subagent saw the user's uncommitted change, and its result carries its diff.
+    let requests = mock.requests();
+    let sub = serde_json::to_string(&requests[2].body).unwrap();
+    assert!(sub.contains("one, edited by the user"), "{sub}");
+    let last = serde_json::to_string(&requests[3].body).unwrap();
+    assert!(last.contains("NOT in your files"), "{last}");
+    assert!(last.contains("+made in the worktree"), "{last}");
+    // Kept on a branch; the worktree is gone.
+    let branches = git(
+        &repo,
+        &["branch", "--list", "crow/*", "--format=%(refname:short)"],
+    );
+    let branch = branches.trim();
+    assert!(last.contains(branch), "{last}");
+    assert_eq!(
+        git(&repo, &["show", &format!("{branch}:sub.txt")]),
+        "made in the worktree\n"
+    );
+    let worktrees = git(&repo, &["worktree", "list", "--porcelain"]);
+    assert_eq!(worktrees.matches("worktree ").count(), 1, "{worktrees}");
 }

@@ -47,6 +47,7 @@ pub fn crow(dir: &Path) -> Command {
         .env("HOME", &home)
         .env("XDG_CONFIG_HOME", home.join(".config"))
         .env("XDG_DATA_HOME", home.join(".local/share"))
+        .env("XDG_STATE_HOME", home.join(".local/state"))
         .env("NO_COLOR", "1")
         // No finish step after a test's completed task unless the test asks for one: it
         // would send the mock a request after the test has counted them.
