@@ -375,3 +375,58 @@ async fn attempts_need_a_repository_and_refuse_flags_that_make_no_sense() {
     );
     assert!(mock.requests().is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_terminal_runs_attempts_with_its_sessions_choices() {
+    use tokio::io::AsyncWriteExt;
+    let dir = tempfile::tempdir().unwrap();
+    let repo = repo(dir.path());
+    let mock = MockLlm::start(
+        Scenario::new()
+            .reply(write("mock-model", "first.txt").matching_system("-attempt-1\n"))
+            .reply(done("mock-model").matching_system("-attempt-1\n"))
+            .reply(write("mock-model", "second.txt").matching_system("-attempt-2\n"))
+            .reply(done("mock-model").matching_system("-attempt-2\n")),
+    )
+    .await
+    .unwrap();
+    // Line mode: stdin is not a terminal. Both attempts run on the session's model, told
+    // apart by their working directory (`…-attempt-K`, in their system prompt).
+    let mut cmd = crow_at(dir.path(), &repo);
+    cmd.args([
+        "--provider",
+        "openai",
+        "--model",
+        "mock-model",
+        "--base-url",
+    ])
+    .arg(mock.openai_base_url())
+    .stdin(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all(b"/attempts 2 --check 'test -f second.txt' make a file\n")
+        .await
+        .unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().await.unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let screen = format!("{stdout}{stderr}");
+    assert!(
+        screen.contains("chosen: the only attempt whose check passed"),
+        "{screen}"
+    );
+    assert!(screen.contains("applied attempt"), "{screen}");
+    assert!(repo.join("second.txt").exists());
+    assert!(!repo.join("first.txt").exists());
+    // The attempts ran with the session's composition and model.
+    assert!(
+        mock.requests()
+            .iter()
+            .all(|r| r.body["model"] == "mock-model")
+    );
+}

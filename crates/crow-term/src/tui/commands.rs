@@ -39,6 +39,10 @@ const BUILTIN: &[(&str, &str)] = &[
     ),
     ("/redo", "re-apply what /undo reverted: /redo [force]"),
     (
+        "/attempts",
+        "best of N in worktrees: /attempts N [--check CMD] PROMPT (as crow run --attempts)",
+    ),
+    (
         "/expand",
         "a tool call's whole output or diff: /expand [N] (Ctrl-O: the last)",
     ),
@@ -125,6 +129,7 @@ pub async fn handle(app: &mut App, line: &str) -> bool {
             }
         }
         "/resume" => resume(app, arg),
+        "/attempts" => attempts(app, arg),
         "/compact" | "/context" | "/undo" | "/redo" => session_command(app, text).await,
         _ => {
             let commands = crate::slash::load(&app.driver.composer().project_root);
@@ -523,5 +528,56 @@ pub fn save_answers(app: &mut App) {
     }
     if let Err(e) = app.store.set_settings(id, &info.settings) {
         app.view.warn(&format!("not saved with the session: {e}"));
+    }
+}
+
+/// `/attempts N [--check CMD] PROMPT`: `crow run --attempts` with this session's choices.
+fn attempts(app: &mut App, arg: &str) {
+    let request = match super::attempts::parse(arg) {
+        Ok(request) => request,
+        Err(usage) => return app.view.error(&usage),
+    };
+    let composer = app.driver.composer();
+    let chosen = &composer.default_provider;
+    let mut args = vec![
+        "run".to_owned(),
+        "--attempts".to_owned(),
+        request.count.to_string(),
+        "--agent".to_owned(),
+        app.driver.composition().to_owned(),
+        "--provider".to_owned(),
+        chosen.name.clone(),
+        "--model".to_owned(),
+        chosen.model.clone(),
+        "--base-url".to_owned(),
+        chosen.base_url.clone(),
+    ];
+    if let Some(level) = app.driver.level() {
+        args.push(format!("--level={level}"));
+    }
+    if let Some(effort) = composer.effort() {
+        args.extend(["--effort".to_owned(), effort.as_str().to_owned()]);
+    }
+    if composer.trusted() {
+        args.push("--trust-project".to_owned());
+    }
+    if let Some(check) = &request.check {
+        args.extend(["--check".to_owned(), check.clone()]);
+    }
+    args.extend(["--".to_owned(), request.prompt.clone()]);
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let shown = format!("/attempts {}", arg.trim());
+    match super::attempts::start(args, shown, cancel.clone(), app.shell_done.clone()) {
+        Ok(()) => {
+            app.view.info(&format!(
+                "{} attempts in worktrees; Esc stops them all (the applied change is undone with crow undo, from the shell)",
+                request.count
+            ));
+            app.running = Some(super::Running {
+                cancel,
+                started: std::time::Instant::now(),
+            });
+        }
+        Err(e) => app.view.error(&e),
     }
 }

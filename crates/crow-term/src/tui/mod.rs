@@ -10,6 +10,7 @@
 //! prompt, or Ctrl-D, leaves. Without a terminal on stdin the same loop reads lines from it
 //! (line mode).
 
+mod attempts;
 mod commands;
 mod editor;
 mod gate;
