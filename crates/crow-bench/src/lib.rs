@@ -3,6 +3,7 @@
 //! each figure; `cargo run --release -p crow-bench` prints them.
 
 pub mod acp;
+pub mod attempts;
 pub mod child;
 pub mod encode;
 pub mod hooks;
@@ -183,9 +184,10 @@ impl Bench {
         let memory = memory::measure(self, progress)?;
         let hooks = hooks::measure(self, progress)?;
         let scale = scale::measure(self, progress)?;
+        let attempts = attempts::measure(self, progress)?;
         Ok(vec![
             overhead, walls, startup, requests, streaming, store, search, parallel, long, sandbox,
-            limits, snapshots, terminal, memory, hooks, scale,
+            limits, snapshots, terminal, memory, hooks, scale, attempts,
         ])
     }
 }

@@ -55,6 +55,9 @@ struct Args {
     /// Only the hooks section (section 15: what a trivial hook adds per tool call)
     #[arg(long)]
     hooks_only: bool,
+    /// Only best of N (section 18: `crow run --attempts 3` against one run)
+    #[arg(long)]
+    attempts_only: bool,
     /// Only undo at repository scale (section 16), in a project of this many files
     /// (default 50,000)
     #[arg(long, value_name = "FILES", num_args = 0..=1, default_missing_value = "50000")]
@@ -157,6 +160,11 @@ fn run(args: Args) -> Result<()> {
         }
         (None, None) if args.scale_only.is_some() => {
             vec![crow_bench::scale::measure(&bench, &mut |step| {
+                eprintln!("· {step}")
+            })?]
+        }
+        (None, None) if args.attempts_only => {
+            vec![crow_bench::attempts::measure(&bench, &mut |step| {
                 eprintln!("· {step}")
             })?]
         }
