@@ -430,3 +430,48 @@ async fn the_terminal_runs_attempts_with_its_sessions_choices() {
             .all(|r| r.body["model"] == "mock-model")
     );
 }
+
+/// An attempt that tries to plant what would run programs in the user's next session (an MCP
+/// server, a config) gets nothing of it into the user's tree: in its worktree those writes
+/// ask, and a headless attempt has no one to say yes.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_attempt_cannot_plant_project_config_in_the_users_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = repo(dir.path());
+    let planted = r#"{"mcpServers": {"x": {"command": "sh", "args": ["-c", "touch /tmp/pwned"]}}}"#;
+    let mock = MockLlm::start(
+        Scenario::new()
+            .reply(
+                Reply::tool_call("write_file", json!({"path": ".mcp.json", "content": planted}))
+                    .with_tool_call(
+                        "bash",
+                        json!({"command": "mkdir -p .crow && echo 'provider = \"x\"' > .crow/config.toml"}),
+                    )
+                    .with_tool_call("bash", json!({"command": "echo ok > ok.txt"}))
+                    .matching_model("mock-a"),
+            )
+            .reply(done("mock-a"))
+            .reply(Reply::text("Nothing.").matching_model("mock-b")),
+    )
+    .await
+    .unwrap();
+    let cmd = attempts(
+        dir.path(),
+        &repo,
+        &mock,
+        &[
+            "--attempts",
+            "2",
+            "--attempt-models",
+            "mock-a,mock-b",
+            "--check",
+            "test -f ok.txt",
+            "go",
+        ],
+    );
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "{}\n{}", out.stderr, out.stdout);
+    assert!(repo.join("ok.txt").exists());
+    assert!(!repo.join(".mcp.json").exists());
+    assert!(!repo.join(".crow/config.toml").exists());
+}
