@@ -171,6 +171,8 @@ fn settings(kind: ProviderKind, base: &str, retry: RetryPolicy) -> ProviderSetti
         ProviderKind::OpenAi => format!("{base}/v1"),
         ProviderKind::Anthropic | ProviderKind::Ollama | ProviderKind::Azure => base.to_owned(),
         ProviderKind::Gemini => format!("{base}/v1beta"),
+        ProviderKind::Vertex => format!("{base}/v1"),
+        ProviderKind::Bedrock => base.to_owned(),
     };
     settings.retry = retry;
     settings
