@@ -295,4 +295,4 @@ impl WireApi for BedrockProvider {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

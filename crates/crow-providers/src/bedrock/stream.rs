@@ -119,6 +119,9 @@ impl BedrockParser {
     fn on_start(&mut self, start: BlockStart, out: &mut Vec<StreamDelta>) {
         let index = start.content_block_index;
         if let Some(tool) = start.start.and_then(|s| s.tool_use) {
+            if self.tools.contains_key(&index) {
+                return; // a repeated start of an open block: the first one stands
+            }
             out.push(StreamDelta::ToolCallStart {
                 index,
                 id: tool.tool_use_id,
@@ -134,10 +137,11 @@ impl BedrockParser {
         if let Some(text) = delta.text.filter(|t| !t.is_empty()) {
             out.push(StreamDelta::Text { text });
         }
-        if let Some(tool) = delta.tool_use.filter(|t| !t.input.is_empty()) {
-            if let Some(open) = self.tools.get_mut(&index) {
-                open.has_input = true;
-            }
+        // Input for a block that was not started as a tool use has no call to go to.
+        if let Some(tool) = delta.tool_use.filter(|t| !t.input.is_empty())
+            && let Some(open) = self.tools.get_mut(&index)
+        {
+            open.has_input = true;
             out.push(StreamDelta::ToolCallDelta {
                 index,
                 arguments: tool.input,
