@@ -5,6 +5,10 @@
 //! - [`anthropic`]: Anthropic messages, with prompt caching and extended thinking;
 //! - [`ollama`]: Ollama's native chat API (NDJSON), with the context window set per request;
 //! - [`gemini`]: Google's Gemini API natively, with thought summaries and signatures;
+//! - [`vertex`]: Vertex AI — Gemini and Claude models of a Google Cloud project over the Gemini
+//!   and Anthropic code, with Application Default Credentials (OAuth tokens, refreshed);
+//! - [`bedrock`]: Amazon Bedrock's Converse stream, SigV4-signed (`aws-sigv4`), its binary
+//!   event stream (`aws-smithy-eventstream`, `eventstream.rs`) read as SSE;
 //! - [`retry`]: whole-request retries with backoff and jitter around either, announced as
 //!   [`StreamDelta::Retrying`]; the time limits of an attempt live in its [`RetryPolicy`];
 //! - [`key`]: API keys that never print, and their resolution;
@@ -14,9 +18,10 @@
 //!
 //! [`StreamDelta::Retrying`]: crow_core::StreamDelta::Retrying
 //!
-//! Every wire streams over SSE (`eventsource-stream` on `reqwest`) except Ollama's NDJSON, which
-//! `sse::ndjson_events` turns into one event per line so it shares the SSE path's parsers, time
-//! limits, draining and errors. One `reqwest::Client` per process (`http.rs`) is shared by every
+//! Every wire streams over SSE (`eventsource-stream` on `reqwest`) except Ollama's NDJSON and
+//! Bedrock's event stream, which `sse::ndjson_events` and `eventstream::as_sse` turn into one
+//! event per line or message so they share the SSE path's parsers, time limits, draining and
+//! errors. One `reqwest::Client` per process (`http.rs`) is shared by every
 //! provider, model and subagent, so a session stays on one connection per server (HTTP/2 by ALPN
 //! over TLS, HTTP/1.1 keep-alive on plain http; see `pool.rs`). Requests carry `User-Agent:
 //! crow/VERSION`. An attempt's time limits: the response head within `response_timeout`, then at

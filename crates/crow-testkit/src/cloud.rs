@@ -10,6 +10,7 @@
 //!   token it issued (401 `UNAUTHENTICATED` otherwise); Google's models answer in the Gemini
 //!   format, Anthropic's in Messages', which on Vertex must name `anthropic_version:
 //!   "vertex-2023-10-16"` and no `model`.
+//! - `GET /v1beta1/publishers/P/models` lists two models, to a token it issued.
 //! - `POST /model/M/converse-stream` wants an `Authorization` header of SigV4's shape for the
 //!   service `bedrock` (or a Bedrock API key as a bearer) and an `x-amz-date` (403 otherwise).
 
@@ -194,6 +195,35 @@ pub(crate) async fn vertex_handler(
         return handle(&shared, Api::Anthropic, path, &headers, body);
     }
     handle(&shared, Api::Gemini, path, &headers, body)
+}
+
+/// `GET /v1beta1/publishers/P/models` (`crow models` on Vertex AI), with an issued token.
+pub(crate) async fn vertex_models_handler(
+    State(shared): State<Arc<Shared>>,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    let bearer = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or_default();
+    if !shared.issued(bearer) {
+        let body = crate::gemini::error_body(401, "mock: no valid OAuth token", None);
+        return (StatusCode::UNAUTHORIZED, Json(body)).into_response();
+    }
+    let publisher = uri
+        .path()
+        .trim_start_matches("/v1beta1/publishers/")
+        .split('/')
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    let models: Vec<Value> = ["mock-model", "mock-small"]
+        .iter()
+        .map(|m| json!({"name": format!("publishers/{publisher}/models/{m}")}))
+        .collect();
+    Json(json!({ "publisherModels": models })).into_response()
 }
 
 /// Why a Bedrock request's authentication is refused, if it is.

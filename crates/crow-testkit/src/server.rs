@@ -187,6 +187,10 @@ impl MockLlm {
             .route("/token", post(cloud::token_handler))
             .route("/v1/projects/{*rest}", post(cloud::vertex_handler))
             .route(
+                "/v1beta1/publishers/{publisher}/models",
+                get(cloud::vertex_models_handler),
+            )
+            .route(
                 "/model/{model}/converse-stream",
                 post(cloud::bedrock_handler),
             )

@@ -67,6 +67,18 @@ async fn keys_from_the_environment_sign_a_tool_session() {
         );
         assert!(request.header("x-amz-date").is_some());
     }
+    // The second request starts with the first's bytes (its moving cache point set aside):
+    // the prompt prefix stays cacheable.
+    let strip = |raw: &[u8]| {
+        String::from_utf8(raw.to_vec())
+            .unwrap()
+            .replace(r#",{"cachePoint":{"type":"default"}}"#, "")
+    };
+    let (first, second) = (strip(&requests[0].raw_body), strip(&requests[1].raw_body));
+    assert!(
+        second.starts_with(&first[..first.len() - 2]),
+        "{first}\n{second}"
+    );
     // The tool's result and the signed reasoning went back.
     let second = &requests[1].body;
     let messages = second["messages"].as_array().unwrap();

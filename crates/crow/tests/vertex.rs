@@ -63,6 +63,9 @@ async fn gemini_on_vertex_with_a_service_account_runs_a_tool_session() {
         );
         assert_eq!(request.header("authorization"), Some("Bearer mock-token-1"));
     }
+    // The second request starts with the first's bytes: the prompt prefix stays cacheable.
+    let first = &requests[0].raw_body;
+    assert!(requests[1].raw_body.starts_with(&first[..first.len() - 2]));
     // The tool's result went back as a function response.
     assert!(
         requests[1]
@@ -139,4 +142,24 @@ async fn without_credentials_or_a_project_it_says_what_to_set() {
         out.stderr
     );
     assert!(mock.requests().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn crow_models_lists_the_publishers_models() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = MockLlm::start(Scenario::new()).await.unwrap();
+    write_user_config(dir.path(), &config(&mock, "gemini-2.5-pro", ""));
+    let key = dir.path().join("sa.json");
+    std::fs::write(&key, crow_testkit::service_account_json(&mock.token_uri())).unwrap();
+    let mut cmd = crow(dir.path());
+    cmd.env("GOOGLE_APPLICATION_CREDENTIALS", &key)
+        .args(["models", "--provider", "vx"]);
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    assert!(
+        out.stdout.contains("mock-model") && out.stdout.contains("mock-small"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(mock.token_grants().len(), 1);
 }
