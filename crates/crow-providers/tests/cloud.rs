@@ -443,3 +443,31 @@ async fn bedrock_refusals_are_named_and_not_retried() {
         assert_eq!(server.requests().len(), 1, "{words}: not retried");
     }
 }
+
+#[tokio::test]
+async fn a_stalled_stream_times_out_on_both() {
+    // Vertex: a Gemini event, then silence.
+    let server = serve(vec![hang(sse(&gm_text("thinking...")))]).await;
+    let mut s = vertex(&server.base, "gemini-2.5-pro", 1);
+    s.retry = policy(1, 300);
+    let provider = build(s).unwrap();
+    let items = collect(provider.as_ref()).await.unwrap();
+    let err = items.last().unwrap().as_ref().unwrap_err();
+    assert_eq!(err.kind, ProviderErrorKind::Timeout, "{}", err.message);
+
+    // Bedrock: one frame of the event stream, then silence (half a frame counts as none).
+    let dir = tempfile::tempdir().unwrap();
+    let mut half = br_text("more");
+    half.truncate(10);
+    let server = serve(vec![hang(event_stream_cut(
+        &[br_text("some"), half].concat(),
+    ))])
+    .await;
+    let mut s = bedrock(&server.base, 1, &dir);
+    s.retry = policy(1, 300);
+    let provider = build(s).unwrap();
+    let items = collect(provider.as_ref()).await.unwrap();
+    assert_eq!(texts(&items), "some");
+    let err = items.last().unwrap().as_ref().unwrap_err();
+    assert_eq!(err.kind, ProviderErrorKind::Timeout, "{}", err.message);
+}
