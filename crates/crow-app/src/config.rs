@@ -250,7 +250,8 @@ pub struct LoopDetectionConfig {
 #[serde(deny_unknown_fields)]
 pub struct ProviderConfig {
     /// Wire API: "openai" (any OpenAI-compatible server), "anthropic", "gemini" (Google's
-    /// Gemini API) or "ollama" (Ollama's native API, which sets the model's context per
+    /// Gemini API), "azure" (Azure OpenAI), "vertex" (Vertex AI), "bedrock" (Amazon
+    /// Bedrock) or "ollama" (Ollama's native API, which sets the model's context per
     /// request).
     #[serde(rename = "type")]
     pub kind: Option<crow_providers::ProviderKind>,
@@ -284,6 +285,23 @@ pub struct ProviderConfig {
     pub reasoning_summary: Option<String>,
     /// Azure OpenAI: the dated API's `api-version` (e.g. "2024-10-21"); unset, Azure's v1 API.
     pub api_version: Option<String>,
+    /// Vertex AI: the Google Cloud project (default: GOOGLE_CLOUD_PROJECT).
+    pub project: Option<String>,
+    /// Vertex AI: the location ("us-east5", "europe-west1", "global"; default:
+    /// GOOGLE_CLOUD_LOCATION, else "global").
+    pub location: Option<String>,
+    /// Vertex AI: "google" (Gemini models) or "anthropic" (Claude models); default: by the
+    /// model's name.
+    pub publisher: Option<crow_providers::VertexPublisher>,
+    /// Amazon Bedrock: the AWS region (default: AWS_REGION, AWS_DEFAULT_REGION, the profile's).
+    pub region: Option<String>,
+    /// Amazon Bedrock: the profile of ~/.aws/credentials and ~/.aws/config (default:
+    /// AWS_PROFILE, else "default").
+    pub profile: Option<String>,
+    /// Vertex AI: a service-account key or gcloud user credentials file (over
+    /// GOOGLE_APPLICATION_CREDENTIALS); Bedrock: a shared credentials file (over the AWS_*
+    /// variables and ~/.aws/credentials).
+    pub credentials_file: Option<PathBuf>,
     pub max_retries: Option<u32>,
     /// Longest wait for the server to start answering a request (default 60).
     pub response_timeout_secs: Option<u64>,

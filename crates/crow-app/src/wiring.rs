@@ -164,7 +164,7 @@ pub fn provider_settings(
         bail!("{}", unknown_provider(config, name));
     };
     let kind = pc.kind.ok_or_else(|| {
-        anyhow!("providers.{name}.type is missing: set it to \"openai\" (any OpenAI-compatible server), \"anthropic\", \"gemini\", \"azure\" or \"ollama\"")
+        anyhow!("providers.{name}.type is missing: set it to \"openai\" (any OpenAI-compatible server), \"anthropic\", \"gemini\", \"azure\", \"vertex\", \"bedrock\" or \"ollama\"")
     })?;
     let azure = kind == crow_providers::ProviderKind::Azure;
     let base_url = base_url
@@ -283,7 +283,32 @@ pub fn provider_settings(
         wire_api: pc.wire_api,
         reasoning_summary: pc.reasoning_summary.clone(),
         api_version: pc.api_version.clone(),
+        cloud: cloud_settings(pc),
     })
+}
+
+/// Vertex AI's project and location, Bedrock's region and profile: the config, else the
+/// variables Google's tools read (Bedrock's region is resolved by the provider, which also
+/// reads the profile's).
+fn cloud_settings(pc: &crate::config::ProviderConfig) -> crow_providers::CloudSettings {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+    let vertex = pc.kind == Some(crow_providers::ProviderKind::Vertex);
+    crow_providers::CloudSettings {
+        project: pc.project.clone().or_else(|| {
+            vertex
+                .then(|| var(crow_providers::vertex::GOOGLE_CLOUD_PROJECT_ENV))
+                .flatten()
+        }),
+        location: pc.location.clone().or_else(|| {
+            vertex
+                .then(|| var(crow_providers::vertex::GOOGLE_CLOUD_LOCATION_ENV))
+                .flatten()
+        }),
+        publisher: pc.publisher,
+        region: pc.region.clone(),
+        profile: pc.profile.clone(),
+        credentials_file: pc.credentials_file.clone(),
+    }
 }
 
 /// The project root: the nearest ancestor holding `.git`, else the working directory.

@@ -73,6 +73,7 @@ fn settings(base_url: String) -> ProviderSettings {
         wire_api: None,
         reasoning_summary: None,
         api_version: None,
+        cloud: Default::default(),
     }
 }
 

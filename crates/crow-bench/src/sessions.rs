@@ -73,6 +73,13 @@ pub const UNSET: &[&str] = &[
     "CROW_MODEL",
     "CROW_LOG",
     "CROW_HOME",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_PROFILE",
+    "AWS_SHARED_CREDENTIALS_FILE",
+    "AWS_BEARER_TOKEN_BEDROCK",
 ];
 
 /// `crow` in `dir` with HOME and XDG dirs inside it, so no user config or key leaks in.
@@ -136,6 +143,10 @@ enum OtherApi {
     Ollama,
     Responses,
     Gemini,
+    /// Vertex AI's Gemini models (a service-account key traded at the mock's token endpoint).
+    Vertex,
+    /// Amazon Bedrock's ConverseStream (SigV4, binary event stream).
+    Bedrock,
 }
 
 fn api_session(bench: &Bench, n: usize, api: OtherApi) -> Result<Vec<RecordedRequest>> {
@@ -166,10 +177,29 @@ fn api_session(bench: &Bench, n: usize, api: OtherApi) -> Result<Vec<RecordedReq
              model = \"gemini-2.5-flash\"\n",
             mock.gemini_base_url()
         ),
+        OtherApi::Vertex => {
+            let key = dir.path().join(".home/service-account.json");
+            std::fs::create_dir_all(dir.path().join(".home"))?;
+            std::fs::write(&key, crow_testkit::service_account_json(&mock.token_uri()))?;
+            format!(
+                "provider = \"vx\"\n[providers.vx]\ntype = \"vertex\"\nbase_url = \"{}\"\n\
+                 project = \"bench\"\nlocation = \"us-central1\"\nmodel = \"gemini-2.5-flash\"\n\
+                 credentials_file = \"{}\"\n",
+                mock.vertex_base_url(),
+                key.display()
+            )
+        }
+        OtherApi::Bedrock => format!(
+            "provider = \"br\"\n[providers.br]\ntype = \"bedrock\"\nbase_url = \"{}\"\n\
+             region = \"us-east-1\"\nmodel = \"us.anthropic.claude-sonnet-4-5-20250929-v1:0\"\n",
+            mock.base_url()
+        ),
     };
     std::fs::write(dir.path().join(".crow/config.toml"), provider)?;
     let mut cmd = crow_command(&bench.crow, dir.path());
     cmd.env("CROW_BENCH_ANTHROPIC_KEY", "bench-key-not-secret")
+        .env("AWS_ACCESS_KEY_ID", "AKIDBENCH")
+        .env("AWS_SECRET_ACCESS_KEY", "bench-secret-not-secret")
         .args([
             "run",
             "--json",
@@ -186,6 +216,8 @@ fn api_session(bench: &Bench, n: usize, api: OtherApi) -> Result<Vec<RecordedReq
         OtherApi::Ollama => "crow run (Ollama)",
         OtherApi::Responses => "crow run (Responses)",
         OtherApi::Gemini => "crow run (Gemini)",
+        OtherApi::Vertex => "crow run (Vertex AI)",
+        OtherApi::Bedrock => "crow run (Bedrock)",
     })?;
     Ok(requests)
 }
@@ -217,7 +249,16 @@ fn stability(
 /// Anthropic's prompt-cache breakpoints (`cache_control`) sit on the newest block of each
 /// request, so they move by design; everything else must stay byte-stable.
 fn without_breakpoints(raw: &[u8]) -> Vec<u8> {
-    let marker: &[u8] = br#","cache_control":{"type":"ephemeral"}"#;
+    without(raw, br#","cache_control":{"type":"ephemeral"}"#)
+}
+
+/// A Bedrock body without its cache points (the last one moves to the newest message).
+fn without_cache_points(raw: &[u8]) -> Vec<u8> {
+    without(raw, br#",{"cachePoint":{"type":"default"}}"#)
+}
+
+/// `raw` with every `marker` cut out.
+fn without(raw: &[u8], marker: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(raw.len());
     let mut at = 0;
     while at < raw.len() {
@@ -332,6 +373,10 @@ pub fn measure(bench: &Bench, progress: &mut dyn FnMut(&str)) -> Result<[Section
     let (r_first, r_share, r_stable, r_pairs) = stability(&responses, <[u8]>::to_vec);
     let gemini = api_session(bench, n3, OtherApi::Gemini)?;
     let (g_first, g_share, g_stable, g_pairs) = stability(&gemini, <[u8]>::to_vec);
+    let vertex = api_session(bench, n3, OtherApi::Vertex)?;
+    let (v_first, v_share, v_stable, v_pairs) = stability(&vertex, <[u8]>::to_vec);
+    let bedrock = api_session(bench, n3, OtherApi::Bedrock)?;
+    let (b_first, b_share, b_stable, b_pairs) = stability(&bedrock, without_cache_points);
     let share = if pairs == 0 {
         f64::NAN
     } else {
@@ -366,6 +411,18 @@ pub fn measure(bench: &Bench, progress: &mut dyn FnMut(&str)) -> Result<[Section
         Row::single("Gemini API: byte-stable prefix", g_share, Unit::Percent)
             .target(Target::at_least_percent(100.0))
             .note(format!("{g_stable} of {g_pairs} pairs of one ×{n3} session")),
+        Row::single("Vertex AI (Gemini): first request body", v_first, Unit::Bytes)
+            .target(Target::at_most(15.0 * 1024.0, Unit::Bytes)),
+        Row::single("Vertex AI (Gemini): byte-stable prefix", v_share, Unit::Percent)
+            .target(Target::at_least_percent(100.0))
+            .note(format!("{v_stable} of {v_pairs} pairs of one ×{n3} session")),
+        Row::single("Bedrock Converse: first request body", b_first, Unit::Bytes)
+            .target(Target::at_most(15.0 * 1024.0, Unit::Bytes)),
+        Row::single("Bedrock Converse: byte-stable prefix", b_share, Unit::Percent)
+            .target(Target::at_least_percent(100.0))
+            .note(format!(
+                "{b_stable} of {b_pairs} pairs of one ×{n3} session, its moving cache point set aside"
+            )),
     ];
     Ok([
         Section {

@@ -47,11 +47,7 @@ const CONTEXT_WINDOWS: &[(&str, u64)] = &[
 /// names (`openai/gpt-4o`, `anthropic/claude-sonnet-4`) and Ollama tags (`qwen2.5-coder:7b`);
 /// matching ignores case.
 pub fn context_window(model: &str) -> Option<u64> {
-    let base = model
-        .rsplit('/')
-        .next()
-        .unwrap_or(model)
-        .to_ascii_lowercase();
+    let base = base_name(model);
     CONTEXT_WINDOWS
         .iter()
         .filter(|(prefix, _)| base.starts_with(prefix))
@@ -93,17 +89,68 @@ const VISION: &[&str] = &[
 
 /// Whether `model` is known to read images (same name rules as [`context_window`]).
 pub fn accepts_images(model: &str) -> bool {
-    let base = model
+    let base = base_name(model);
+    VISION.iter().any(|prefix| base.starts_with(prefix))
+}
+
+/// The model's own name, lower-cased: without a router's `vendor/` (or an ARN's path) and
+/// without Bedrock's `region.` and `vendor.` prefixes (`us.anthropic.claude-sonnet-4-5-…` →
+/// `claude-sonnet-4-5-…`).
+fn base_name(model: &str) -> String {
+    const BEDROCK_PREFIXES: &[&str] = &[
+        "us.",
+        "eu.",
+        "apac.",
+        "global.",
+        "us-gov.",
+        "jp.",
+        "au.",
+        "ca.",
+        "anthropic.",
+        "meta.",
+        "amazon.",
+        "mistral.",
+        "cohere.",
+        "ai21.",
+        "deepseek.",
+        "qwen.",
+        "openai.",
+        "writer.",
+    ];
+    let mut base = model
         .rsplit('/')
         .next()
         .unwrap_or(model)
         .to_ascii_lowercase();
-    VISION.iter().any(|prefix| base.starts_with(prefix))
+    while let Some(rest) = BEDROCK_PREFIXES
+        .iter()
+        .find_map(|prefix| base.strip_prefix(prefix))
+    {
+        base = rest.to_owned();
+    }
+    base
 }
 
 #[cfg(test)]
 mod tests {
     use super::context_window;
+
+    #[test]
+    fn bedrock_ids_and_profile_arns_name_their_model() {
+        for id in [
+            "us.anthropic.claude-sonnet-4-5-20250929-v1:0",
+            "anthropic.claude-3-7-sonnet-20250219-v1:0",
+            "arn:aws:bedrock:eu-west-1:1:inference-profile/eu.anthropic.claude-sonnet-4-20250514-v1:0",
+        ] {
+            assert_eq!(context_window(id), Some(200_000), "{id}");
+            assert!(super::accepts_images(id), "{id}");
+        }
+        // Names with dots of their own are left alone.
+        assert_eq!(
+            context_window("qwen2.5-coder:7b"),
+            context_window("qwen2.5-coder")
+        );
+    }
 
     #[test]
     fn longest_prefix_wins() {

@@ -44,6 +44,23 @@ impl ErrorContext {
     }
 
     fn auth_hint(&self) -> String {
+        match self.key_env {
+            crate::vertex::GOOGLE_APPLICATION_CREDENTIALS_ENV => {
+                return format!(
+                    "the Google access token was refused: check the credentials of provider '{}' \
+                     ({} or `gcloud auth application-default login`)",
+                    self.provider, self.key_env
+                );
+            }
+            crate::bedrock::AWS_ACCESS_KEY_ID_ENV => {
+                return format!(
+                    "the AWS credentials were refused: check the keys of provider '{}' ({}, \
+                     AWS_PROFILE or ~/.aws/credentials)",
+                    self.provider, self.key_env
+                );
+            }
+            _ => {}
+        }
         let state = if self.key.is_some() {
             "the API key was rejected"
         } else {
@@ -79,6 +96,23 @@ pub(crate) fn classify_status(
                 "authentication failed (HTTP {status}): {}{said}",
                 ctx.auth_hint()
             ),
+        ),
+        403 if body.contains("PERMISSION_DENIED")
+            && ctx.key_env == crate::vertex::GOOGLE_APPLICATION_CREDENTIALS_ENV =>
+        {
+            (
+                ProviderErrorKind::Auth,
+                format!(
+                    "permission denied (HTTP 403): the Google credentials of provider '{}' may not \
+                     use model '{}' (enable the Vertex AI API in the project and grant the account \
+                     the Vertex AI User role){said}",
+                    ctx.provider, ctx.model
+                ),
+            )
+        }
+        403 if ctx.key_env == crate::bedrock::AWS_ACCESS_KEY_ID_ENV => (
+            ProviderErrorKind::Auth,
+            crate::bedrock::access_denied(ctx, &server, said.as_str()),
         ),
         403 if body.contains("PERMISSION_DENIED") => (
             ProviderErrorKind::Auth,
@@ -370,6 +404,8 @@ pub(crate) fn is_context_overflow(text: &str) -> bool {
         // Gemini: "The input token count (1205429) exceeds the maximum number of tokens
         // allowed (1048576)."
         "exceeds the maximum number of tokens",
+        // Bedrock: "too many input tokens" (Nova, Llama).
+        "too many input tokens",
     ];
     let lower = text.to_ascii_lowercase();
     MARKERS.iter().any(|m| lower.contains(m))

@@ -79,6 +79,8 @@ enum Framing {
     Sse,
     /// One JSON object per line (Ollama).
     Ndjson,
+    /// AWS's binary event stream (`application/vnd.amazon.eventstream`, Bedrock).
+    AwsEventStream,
 }
 
 /// Where and how a provider POSTs.
@@ -145,7 +147,30 @@ impl Endpoint {
         body: Bytes,
         parser: P,
     ) -> Result<DeltaStream, ProviderError> {
-        self.post_stream(body, parser, Framing::Sse).await
+        self.post_stream(body, parser, Framing::Sse, HeaderMap::new())
+            .await
+    }
+
+    /// [`Self::post_sse`] with headers of this request alone (a fresh access token).
+    pub(crate) async fn post_sse_with<P: EventParser>(
+        &self,
+        body: Bytes,
+        parser: P,
+        extra: HeaderMap,
+    ) -> Result<DeltaStream, ProviderError> {
+        self.post_stream(body, parser, Framing::Sse, extra).await
+    }
+
+    /// POSTs `body` with `extra` headers (a signature) and decodes the AWS event stream of
+    /// the response with `parser`, each binary message one event (`eventstream.rs`).
+    pub(crate) async fn post_event_stream<P: EventParser>(
+        &self,
+        body: Bytes,
+        parser: P,
+        extra: HeaderMap,
+    ) -> Result<DeltaStream, ProviderError> {
+        self.post_stream(body, parser, Framing::AwsEventStream, extra)
+            .await
     }
 
     /// POSTs `body` and decodes the newline-delimited JSON response with `parser` (each
@@ -155,7 +180,8 @@ impl Endpoint {
         body: Bytes,
         parser: P,
     ) -> Result<DeltaStream, ProviderError> {
-        self.post_stream(body, parser, Framing::Ndjson).await
+        self.post_stream(body, parser, Framing::Ndjson, HeaderMap::new())
+            .await
     }
 
     /// A small JSON request beside the model calls (Ollama's `/api/show`), with this
@@ -217,18 +243,23 @@ impl Endpoint {
         body: Bytes,
         parser: P,
         framing: Framing,
+        extra: HeaderMap,
     ) -> Result<DeltaStream, ProviderError> {
         let accept = match framing {
             Framing::Sse => "text/event-stream",
             Framing::Ndjson => "application/x-ndjson",
+            Framing::AwsEventStream => "application/vnd.amazon.eventstream",
         };
-        let request = self
-            .client
-            .post(&self.url)
-            .headers(self.headers.clone())
-            .header(CONTENT_TYPE, "application/json")
-            .header(ACCEPT, accept)
-            .body(body);
+        let mut headers = self.headers.clone();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(ACCEPT, HeaderValue::from_static(accept));
+        for (name, mut value) in extra {
+            if let Some(name) = name {
+                value.set_sensitive(true);
+                headers.insert(name, value);
+            }
+        }
+        let request = self.client.post(&self.url).headers(headers).body(body);
         let idle = self.idle_timeout;
         let limits = StreamLimits {
             idle,
@@ -269,6 +300,11 @@ impl Endpoint {
             Framing::Ndjson => {
                 sse::decode(sse::ndjson_events(response.bytes_stream()), parser, limits)
             }
+            Framing::AwsEventStream => sse::decode(
+                crate::eventstream::as_sse(response.bytes_stream()),
+                parser,
+                limits,
+            ),
         })
     }
 

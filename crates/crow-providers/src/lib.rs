@@ -5,6 +5,10 @@
 //! - [`anthropic`]: Anthropic messages, with prompt caching and extended thinking;
 //! - [`ollama`]: Ollama's native chat API (NDJSON), with the context window set per request;
 //! - [`gemini`]: Google's Gemini API natively, with thought summaries and signatures;
+//! - [`vertex`]: Vertex AI — Gemini and Claude models of a Google Cloud project over the Gemini
+//!   and Anthropic code, with Application Default Credentials (OAuth tokens, refreshed);
+//! - [`bedrock`]: Amazon Bedrock's Converse stream, SigV4-signed (`aws-sigv4`), its binary
+//!   event stream (`aws-smithy-eventstream`, `eventstream.rs`) read as SSE;
 //! - [`retry`]: whole-request retries with backoff and jitter around either, announced as
 //!   [`StreamDelta::Retrying`]; the time limits of an attempt live in its [`RetryPolicy`];
 //! - [`key`]: API keys that never print, and their resolution;
@@ -14,9 +18,10 @@
 //!
 //! [`StreamDelta::Retrying`]: crow_core::StreamDelta::Retrying
 //!
-//! Every wire streams over SSE (`eventsource-stream` on `reqwest`) except Ollama's NDJSON, which
-//! `sse::ndjson_events` turns into one event per line so it shares the SSE path's parsers, time
-//! limits, draining and errors. One `reqwest::Client` per process (`http.rs`) is shared by every
+//! Every wire streams over SSE (`eventsource-stream` on `reqwest`) except Ollama's NDJSON and
+//! Bedrock's event stream, which `sse::ndjson_events` and `eventstream::as_sse` turn into one
+//! event per line or message so they share the SSE path's parsers, time limits, draining and
+//! errors. One `reqwest::Client` per process (`http.rs`) is shared by every
 //! provider, model and subagent, so a session stays on one connection per server (HTTP/2 by ALPN
 //! over TLS, HTTP/1.1 keep-alive on plain http; see `pool.rs`). Requests carry `User-Agent:
 //! crow/VERSION`. An attempt's time limits: the response head within `response_timeout`, then at
@@ -33,11 +38,13 @@
 
 pub mod anthropic;
 pub mod azure;
+pub mod bedrock;
 pub mod catalog;
 mod encode;
 #[cfg(test)]
 mod encode_proptests;
 mod error;
+mod eventstream;
 pub mod gemini;
 mod http;
 pub mod key;
@@ -51,6 +58,7 @@ mod proptests;
 pub mod responses;
 pub mod retry;
 mod sse;
+pub mod vertex;
 mod wire;
 
 use std::str::FromStr;
@@ -61,6 +69,7 @@ use serde::{Deserialize, Serialize};
 
 pub use anthropic::{ANTHROPIC_API_KEY_ENV, AnthropicProvider};
 pub use azure::AZURE_OPENAI_API_KEY_ENV;
+pub use bedrock::BedrockProvider;
 pub use catalog::context_window;
 pub use gemini::{GEMINI_API_KEY_ENV, GEMINI_DEFAULT_BASE_URL, GOOGLE_API_KEY_ENV, GeminiProvider};
 pub use http::WireApi;
@@ -70,6 +79,7 @@ pub use ollama::{OLLAMA_DEFAULT_BASE_URL, OllamaProvider};
 pub use openai::{OPENAI_API_KEY_ENV, OpenAiProvider};
 pub use responses::ResponsesProvider;
 pub use retry::{MAX_RETRY_AFTER, RetryPolicy, Retrying};
+pub use vertex::{VertexProvider, VertexPublisher};
 
 use crate::error::ErrorContext;
 
@@ -93,6 +103,13 @@ pub enum ProviderKind {
     /// Azure OpenAI: a deployment of a resource, over Chat Completions or Responses.
     #[serde(rename = "azure", alias = "azure-openai")]
     Azure,
+    /// Vertex AI: Google's (Gemini API) and Anthropic's (Messages) models in a Google Cloud
+    /// project, with Application Default Credentials.
+    #[serde(rename = "vertex", alias = "vertex-ai")]
+    Vertex,
+    /// Amazon Bedrock's Converse API, SigV4-signed with the AWS credential chain.
+    #[serde(rename = "bedrock", alias = "amazon-bedrock")]
+    Bedrock,
 }
 
 impl ProviderKind {
@@ -104,6 +121,8 @@ impl ProviderKind {
             ProviderKind::Gemini => GEMINI_DEFAULT_BASE_URL,
             // A resource of one's own: there is no default (the config must name it).
             ProviderKind::Azure => "",
+            // Derived from the location or region.
+            ProviderKind::Vertex | ProviderKind::Bedrock => "",
         }
     }
 
@@ -115,6 +134,8 @@ impl ProviderKind {
             ProviderKind::Ollama => ollama::OLLAMA_API_KEY_ENV,
             ProviderKind::Gemini => GEMINI_API_KEY_ENV,
             ProviderKind::Azure => azure::AZURE_OPENAI_API_KEY_ENV,
+            ProviderKind::Vertex => vertex::GOOGLE_APPLICATION_CREDENTIALS_ENV,
+            ProviderKind::Bedrock => bedrock::AWS_ACCESS_KEY_ID_ENV,
         }
     }
 }
@@ -129,8 +150,10 @@ impl FromStr for ProviderKind {
             "ollama" => Ok(ProviderKind::Ollama),
             "gemini" => Ok(ProviderKind::Gemini),
             "azure" | "azure-openai" => Ok(ProviderKind::Azure),
+            "vertex" | "vertex-ai" => Ok(ProviderKind::Vertex),
+            "bedrock" | "amazon-bedrock" => Ok(ProviderKind::Bedrock),
             other => Err(format!(
-                "unknown provider kind '{other}' (expected openai, openai-compatible, ollama, anthropic, gemini or azure)"
+                "unknown provider kind '{other}' (expected openai, openai-compatible, ollama, anthropic, gemini, azure, vertex or bedrock)"
             )),
         }
     }
@@ -220,6 +243,27 @@ pub struct ProviderSettings {
     pub reasoning_summary: Option<String>,
     /// Azure OpenAI: the dated API's `api-version`; `None` uses Azure's v1 API.
     pub api_version: Option<String>,
+    /// Vertex AI's project, location and publisher; Bedrock's region and profile.
+    pub cloud: CloudSettings,
+}
+
+/// Where a cloud provider's models are: Vertex AI's project and location, Bedrock's region.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CloudSettings {
+    /// Vertex AI: the Google Cloud project.
+    pub project: Option<String>,
+    /// Vertex AI: the location (`us-east5`, `europe-west1`, `global`); `None`: `global`.
+    pub location: Option<String>,
+    /// Vertex AI: whose model; `None`: Anthropic's for `claude-*`, else Google's.
+    pub publisher: Option<VertexPublisher>,
+    /// Bedrock: the AWS region.
+    pub region: Option<String>,
+    /// Bedrock: the profile of the shared credentials files; `None`: `AWS_PROFILE`, else
+    /// `default`.
+    pub profile: Option<String>,
+    /// A credentials file of this provider's own, over the environment: Vertex AI's
+    /// service-account key or gcloud user file; Bedrock's shared credentials file.
+    pub credentials_file: Option<std::path::PathBuf>,
 }
 
 /// The two wire APIs of OpenAI-style providers.
@@ -243,6 +287,8 @@ impl ProviderSettings {
                 ProviderKind::Ollama => "ollama".into(),
                 ProviderKind::Gemini => "gemini".into(),
                 ProviderKind::Azure => "azure".into(),
+                ProviderKind::Vertex => "vertex".into(),
+                ProviderKind::Bedrock => "bedrock".into(),
             },
             base_url: kind.default_base_url().into(),
             model: model.into(),
@@ -259,6 +305,7 @@ impl ProviderSettings {
             wire_api: None,
             reasoning_summary: None,
             api_version: None,
+            cloud: CloudSettings::default(),
         }
     }
 
@@ -312,6 +359,12 @@ pub enum ProviderBuildError {
     InvalidHeader { name: String },
     #[error("could not create the HTTP client: {0}")]
     Client(String),
+    /// A setting the provider needs is missing or wrong.
+    #[error("{0}")]
+    Config(String),
+    /// The cloud credentials could not be found or read.
+    #[error("{0}")]
+    Credentials(String),
 }
 
 /// Builds the provider `settings` describe, wrapped in [`Retrying`].
@@ -331,6 +384,8 @@ pub fn build(settings: ProviderSettings) -> Result<Arc<dyn Provider>, ProviderBu
             Arc::new(Retrying::new(ResponsesProvider::azure(&settings)?, retry))
         }
         ProviderKind::Azure => Arc::new(Retrying::new(OpenAiProvider::azure(&settings)?, retry)),
+        ProviderKind::Vertex => Arc::new(Retrying::new(VertexProvider::new(&settings)?, retry)),
+        ProviderKind::Bedrock => Arc::new(Retrying::new(BedrockProvider::new(&settings)?, retry)),
     })
 }
 
@@ -348,7 +403,12 @@ mod tests {
         assert_eq!("Ollama".parse::<ProviderKind>(), Ok(ProviderKind::Ollama));
         assert_eq!(kind("\"gemini\""), ProviderKind::Gemini);
         assert_eq!("Gemini".parse::<ProviderKind>(), Ok(ProviderKind::Gemini));
-        assert!("vertex-ai".parse::<ProviderKind>().is_err());
+        assert_eq!(
+            "vertex-ai".parse::<ProviderKind>(),
+            Ok(ProviderKind::Vertex)
+        );
+        assert_eq!(kind("\"bedrock\""), ProviderKind::Bedrock);
+        assert!("vertexai".parse::<ProviderKind>().is_err());
     }
 
     #[test]

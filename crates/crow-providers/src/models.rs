@@ -37,6 +37,26 @@ fn not_listed(kind: ProviderKind, url: &str, body: &str) -> String {
     }
 }
 
+/// Vertex AI's publisher models: `publisherModels[].name`, `publishers/P/models/ID`.
+fn vertex_models(body: &Value) -> Vec<ListedModel> {
+    let mut models: Vec<ListedModel> = body["publisherModels"]
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|item| item["name"].as_str())
+                .filter_map(|name| name.rsplit('/').next())
+                .map(|id| ListedModel {
+                    id: id.to_owned(),
+                    context_window: catalog::context_window(id),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    models.sort_by(|a, b| a.id.cmp(&b.id));
+    models
+}
+
 /// One model a provider lists.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListedModel {
@@ -87,6 +107,28 @@ pub async fn list_models(settings: &ProviderSettings) -> Result<Vec<ListedModel>
             }
             (url, request)
         }
+        ProviderKind::Vertex => {
+            let url = crate::vertex::models_url(settings).map_err(|e| e.to_string())?;
+            let auth = crate::vertex::auth::GoogleAuth::discover(
+                settings.api_key.as_ref(),
+                settings.cloud.credentials_file.as_deref(),
+            )?;
+            let token = auth.token().await.map_err(|e| e.message)?;
+            let mut request = client.get(&url).bearer_auth(token.expose());
+            if let Some(project) = auth.quota_project() {
+                request = request.header("x-goog-user-project", project);
+            }
+            (url, request)
+        }
+        ProviderKind::Bedrock => {
+            return Err(format!(
+                "crow models does not list Bedrock's models: that takes Bedrock's control-plane \
+                 API; run `aws bedrock list-foundation-models --region {}` (or list-inference-profiles) \
+                 and set the model id or inference profile as providers.{}.model",
+                settings.cloud.region.as_deref().unwrap_or("REGION"),
+                settings.name
+            ));
+        }
         ProviderKind::Gemini => {
             let url = format!("{base}/models?pageSize=1000");
             let mut request = client.get(&url);
@@ -106,6 +148,8 @@ pub async fn list_models(settings: &ProviderSettings) -> Result<Vec<ListedModel>
         ProviderKind::Ollama => "OLLAMA_API_KEY",
         ProviderKind::Gemini => crate::gemini::GEMINI_API_KEY_ENV,
         ProviderKind::Azure => crate::azure::AZURE_OPENAI_API_KEY_ENV,
+        ProviderKind::Vertex => crate::vertex::GOOGLE_APPLICATION_CREDENTIALS_ENV,
+        ProviderKind::Bedrock => crate::bedrock::AWS_ACCESS_KEY_ID_ENV,
     });
     ctx.url.clone_from(&url);
     let response = request
@@ -128,6 +172,9 @@ pub async fn list_models(settings: &ProviderSettings) -> Result<Vec<ListedModel>
         .map_err(|e| format!("{url} answered {status} without a JSON model list: {e}"))?;
     if settings.kind == ProviderKind::Gemini {
         return Ok(gemini_models(&body));
+    }
+    if settings.kind == ProviderKind::Vertex {
+        return Ok(vertex_models(&body));
     }
     // OpenAI and Anthropic list `data[].id`; Ollama's `/api/tags` lists `models[].name`.
     let items = body["data"]

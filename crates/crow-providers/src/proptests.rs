@@ -8,10 +8,11 @@ use proptest::prelude::*;
 use serde_json::json;
 
 use crate::anthropic::AnthropicParser;
+use crate::bedrock::BedrockParser;
 use crate::error::ErrorContext;
 use crate::gemini::GeminiParser;
 use crate::openai::OpenAiParser;
-use crate::sse::{EventParser, run_chunks, split_at};
+use crate::sse::{EventParser, TestFraming, run_chunks_framed, split_at};
 
 const OPENAI: &[u8] = include_bytes!("../tests/fixtures/openai_tool_calls.sse");
 const ANTHROPIC: &[u8] = include_bytes!("../tests/fixtures/anthropic_tool_use.sse");
@@ -50,12 +51,25 @@ fn gemini() -> GeminiParser {
 
 type Item = Result<StreamDelta, ProviderError>;
 
+fn bedrock() -> BedrockParser {
+    BedrockParser::new(ctx("bedrock"))
+}
+
 fn run<P: EventParser>(parser: P, chunks: Vec<Vec<u8>>) -> Vec<Item> {
+    run_framed(parser, chunks, TestFraming::Sse)
+}
+
+/// [`run`] over AWS's binary event stream (Bedrock).
+fn run_events<P: EventParser>(parser: P, chunks: Vec<Vec<u8>>) -> Vec<Item> {
+    run_framed(parser, chunks, TestFraming::EventStream)
+}
+
+fn run_framed<P: EventParser>(parser: P, chunks: Vec<Vec<u8>>, framing: TestFraming) -> Vec<Item> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
         .expect("runtime");
-    runtime.block_on(run_chunks(parser, chunks))
+    runtime.block_on(run_chunks_framed(parser, chunks, framing))
 }
 
 fn render(items: &[Item]) -> Vec<String> {
@@ -285,6 +299,38 @@ fn gemini_event() -> impl Strategy<Value = String> {
     ]
 }
 
+/// One Bedrock ConverseStream message with generated fields: blocks of every kind at a few
+/// indices (tool uses started twice, input for blocks never started), stops, usage and
+/// exceptions, as binary event-stream frames.
+fn bedrock_event() -> impl Strategy<Value = Vec<u8>> {
+    let block = 0..4usize;
+    let event = |kind: &str, payload: serde_json::Value| {
+        crate::eventstream::encode(
+            &[(":message-type", "event"), (":event-type", kind)],
+            payload.to_string().as_bytes(),
+        )
+    };
+    prop_oneof![
+        2 => (block.clone(), text(), text()).prop_map(move |(i, id, name)| event("contentBlockStart",
+            json!({"contentBlockIndex": i, "start": {"toolUse": {"toolUseId": id, "name": name}}}))),
+        3 => (block.clone(), text()).prop_map(move |(i, t)| event("contentBlockDelta",
+            json!({"contentBlockIndex": i, "delta": {"text": t}}))),
+        3 => (block.clone(), text()).prop_map(move |(i, t)| event("contentBlockDelta",
+            json!({"contentBlockIndex": i, "delta": {"toolUse": {"input": t}}}))),
+        1 => (block.clone(), text(), text()).prop_map(move |(i, t, s)| event("contentBlockDelta",
+            json!({"contentBlockIndex": i, "delta": {"reasoningContent": {"text": t, "signature": s}}}))),
+        2 => block.clone().prop_map(move |i| event("contentBlockStop", json!({"contentBlockIndex": i}))),
+        1 => text().prop_map(move |r| event("messageStop", json!({"stopReason": r}))),
+        1 => (tokens(), tokens(), tokens()).prop_map(move |(i, o, c)| event("metadata",
+            json!({"usage": {"inputTokens": i, "outputTokens": o, "cacheReadInputTokens": c}}))),
+        1 => Just(crate::eventstream::encode(
+            &[(":message-type", "exception"), (":exception-type", "throttlingException")],
+            b"{\"message\":\"slow down\"}",
+        )),
+        1 => Just(event("contentBlockDelta", json!({"contentBlockIndex": "x"}))),
+    ]
+}
+
 fn sse(events: &[String]) -> Vec<u8> {
     events
         .iter()
@@ -346,12 +392,45 @@ proptest! {
     }
 
     #[test]
+    fn any_chunking_of_a_bedrock_event_stream_gives_the_same_deltas(
+        cuts in cuts(crate::bedrock::tests::recorded_stream().len()),
+    ) {
+        let body = crate::bedrock::tests::recorded_stream();
+        let whole = render(&run_events(bedrock(), vec![body.clone()]));
+        let chunked = render(&run_events(bedrock(), split_at(&body, &cuts)));
+        prop_assert_eq!(chunked, whole);
+    }
+
+    #[test]
+    fn a_mutated_bedrock_event_stream_ends_in_an_error_or_a_finish(
+        mutations in proptest::collection::vec(mutation(), 1..6),
+        cuts in cuts(crate::bedrock::tests::recorded_stream().len()),
+    ) {
+        let body = mutate(&crate::bedrock::tests::recorded_stream(), &mutations);
+        let items = run_events(bedrock(), split_at(&body, &cuts));
+        well_formed(&items)?;
+        calls_well_nested(&items)?;
+    }
+
+    #[test]
+    fn generated_bedrock_events_decode_to_well_nested_calls(
+        events in proptest::collection::vec(bedrock_event(), 0..12),
+        cuts in cuts(64),
+    ) {
+        let body = events.concat();
+        let items = run_events(bedrock(), split_at(&body, &cuts));
+        well_formed(&items)?;
+        calls_well_nested(&items)?;
+    }
+
+    #[test]
     fn arbitrary_bytes_end_in_an_error_or_a_finish(
         chunks in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..64), 0..6),
     ) {
         well_formed(&run(openai(), chunks.clone()))?;
         well_formed(&run(gemini(), chunks.clone()))?;
-        well_formed(&run(anthropic(), chunks))?;
+        well_formed(&run(anthropic(), chunks.clone()))?;
+        well_formed(&run_events(bedrock(), chunks))?;
     }
 
     #[test]

@@ -324,18 +324,44 @@ where
     lines.flatten()
 }
 
+/// Test helper: how a test body is framed.
+#[cfg(test)]
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum TestFraming {
+    Sse,
+    /// AWS's binary event stream (Bedrock).
+    EventStream,
+}
+
 /// Test helper: runs `parser` over `chunks` as if they were the HTTP body.
 #[cfg(test)]
 pub(crate) async fn run_chunks<P: EventParser>(
     parser: P,
     chunks: Vec<Vec<u8>>,
 ) -> Vec<Result<StreamDelta, ProviderError>> {
+    run_chunks_framed(parser, chunks, TestFraming::Sse).await
+}
+
+/// Test helper: [`run_chunks`] for a body framed as `framing`.
+#[cfg(test)]
+pub(crate) async fn run_chunks_framed<P: EventParser>(
+    parser: P,
+    chunks: Vec<Vec<u8>>,
+    framing: TestFraming,
+) -> Vec<Result<StreamDelta, ProviderError>> {
     let bytes = futures::stream::iter(
         chunks
             .into_iter()
             .map(|c| Ok::<_, std::convert::Infallible>(Bytes::from(c))),
     );
-    decode(bytes, parser, test_limits()).collect().await
+    match framing {
+        TestFraming::Sse => decode(bytes, parser, test_limits()).collect().await,
+        TestFraming::EventStream => {
+            decode(crate::eventstream::as_sse(bytes), parser, test_limits())
+                .collect()
+                .await
+        }
+    }
 }
 
 /// Test helper: limits that never fire in a test.
@@ -372,6 +398,18 @@ pub(crate) async fn assert_all_chunkings<P: EventParser>(
     data: &[u8],
     expected: &[Result<StreamDelta, ProviderError>],
 ) {
+    assert_all_chunkings_framed(make, data, expected, TestFraming::Sse).await;
+}
+
+/// Test helper: [`assert_all_chunkings`] for a body framed as `framing`.
+#[cfg(test)]
+pub(crate) async fn assert_all_chunkings_framed<P: EventParser>(
+    make: impl Fn() -> P,
+    data: &[u8],
+    expected: &[Result<StreamDelta, ProviderError>],
+    framing: TestFraming,
+) {
+    let run_chunks = |parser, chunks| run_chunks_framed(parser, chunks, framing);
     let render = |items: &[Result<StreamDelta, ProviderError>]| {
         items
             .iter()

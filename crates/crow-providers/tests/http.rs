@@ -5,219 +5,15 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! mid-stream drops, idle timeouts, cancellation and connection refusal end to end.
 
-use std::sync::{Arc, Mutex};
+mod support;
+
 use std::time::Duration;
 
-use crow_core::{
-    ChatRequest, FinishReason, Message, Provider, ProviderError, ProviderErrorKind, StreamDelta,
-};
-use crow_providers::{ApiKey, ProviderKind, ProviderSettings, RetryPolicy, build};
+use crow_core::{FinishReason, ProviderErrorKind, StreamDelta};
+use crow_providers::{ApiKey, ProviderKind, build};
 use futures::StreamExt;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
-
-/// One scripted response: bytes to write, then close the socket or hold it open.
-struct Reply {
-    bytes: Vec<u8>,
-    hang: bool,
-}
-
-fn close(bytes: impl Into<Vec<u8>>) -> Reply {
-    Reply {
-        bytes: bytes.into(),
-        hang: false,
-    }
-}
-
-fn hang(bytes: impl Into<Vec<u8>>) -> Reply {
-    Reply {
-        bytes: bytes.into(),
-        hang: true,
-    }
-}
-
-/// A received request: head (lower-cased) and body.
-#[derive(Clone, Debug)]
-struct Recorded {
-    head: String,
-    body: Vec<u8>,
-}
-
-struct Server {
-    base: String,
-    requests: Arc<Mutex<Vec<Recorded>>>,
-    /// Signals when a held-open connection is closed by the client.
-    closed: mpsc::UnboundedReceiver<()>,
-}
-
-impl Server {
-    fn requests(&self) -> Vec<Recorded> {
-        self.requests.lock().unwrap().clone()
-    }
-}
-
-async fn serve(replies: Vec<Reply>) -> Server {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let requests = Arc::new(Mutex::new(Vec::new()));
-    let (closed_tx, closed) = mpsc::unbounded_channel();
-    let recorded = Arc::clone(&requests);
-    tokio::spawn(async move {
-        for reply in replies {
-            let Ok((mut socket, _)) = listener.accept().await else {
-                return;
-            };
-            let Some(request) = read_request(&mut socket).await else {
-                return;
-            };
-            recorded.lock().unwrap().push(request);
-            let closed_tx = closed_tx.clone();
-            tokio::spawn(async move {
-                let _ = socket.write_all(&reply.bytes).await;
-                let _ = socket.flush().await;
-                if reply.hang {
-                    // Hold the connection until the client goes away, then report it.
-                    let mut buf = [0u8; 1024];
-                    while matches!(socket.read(&mut buf).await, Ok(n) if n > 0) {}
-                    let _ = closed_tx.send(());
-                }
-            });
-        }
-    });
-    Server {
-        base,
-        requests,
-        closed,
-    }
-}
-
-async fn read_request(socket: &mut TcpStream) -> Option<Recorded> {
-    let mut data = Vec::new();
-    let mut buf = [0u8; 4096];
-    let head_end = loop {
-        let n = socket.read(&mut buf).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        data.extend_from_slice(&buf[..n]);
-        if let Some(pos) = data.windows(4).position(|w| w == b"\r\n\r\n") {
-            break pos + 4;
-        }
-    };
-    let head = String::from_utf8_lossy(&data[..head_end]).to_ascii_lowercase();
-    let length: usize = head
-        .lines()
-        .find_map(|l| l.strip_prefix("content-length:"))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0);
-    while data.len() < head_end + length {
-        let n = socket.read(&mut buf).await.ok()?;
-        if n == 0 {
-            break;
-        }
-        data.extend_from_slice(&buf[..n]);
-    }
-    Some(Recorded {
-        head,
-        body: data[head_end..].to_vec(),
-    })
-}
-
-fn sse_head() -> String {
-    "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n".into()
-}
-
-fn sse(body: &str) -> Vec<u8> {
-    format!("{}{body}", sse_head()).into_bytes()
-}
-
-fn oa_text(text: &str) -> String {
-    format!(
-        "data: {}\n\n",
-        serde_json::json!({"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": null}]})
-    )
-}
-
-fn oa_done() -> String {
-    "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n"
-        .into()
-}
-
-fn status(code: u16, reason: &str, extra_headers: &str, body: &str) -> Vec<u8> {
-    format!(
-        "HTTP/1.1 {code} {reason}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
-         connection: close\r\n{extra_headers}\r\n{body}",
-        body.len()
-    )
-    .into_bytes()
-}
-
-fn policy(max_attempts: u32, idle_ms: u64) -> RetryPolicy {
-    RetryPolicy {
-        max_attempts,
-        base_delay: Duration::from_millis(1),
-        max_delay: Duration::from_millis(5),
-        response_timeout: Duration::from_millis(idle_ms),
-        idle_timeout: Duration::from_millis(idle_ms),
-        deadline: Duration::from_secs(60),
-        max_retry_time: Duration::from_secs(60),
-    }
-}
-
-fn settings(kind: ProviderKind, base: &str, retry: RetryPolicy) -> ProviderSettings {
-    let mut settings = ProviderSettings::new(kind, "test-model");
-    settings.base_url = match kind {
-        ProviderKind::OpenAi => format!("{base}/v1"),
-        ProviderKind::Anthropic | ProviderKind::Ollama | ProviderKind::Azure => base.to_owned(),
-        ProviderKind::Gemini => format!("{base}/v1beta"),
-    };
-    settings.retry = retry;
-    settings
-}
-
-fn request() -> ChatRequest<'static> {
-    ChatRequest {
-        system: "sys",
-        messages: vec![Message::User {
-            text: "hi",
-            images: vec![],
-        }],
-        tools: &[],
-        max_tokens: None,
-        temperature: None,
-        session_id: "s",
-    }
-}
-
-async fn collect(
-    provider: &dyn Provider,
-) -> Result<Vec<Result<StreamDelta, ProviderError>>, ProviderError> {
-    let stream = provider.stream(&request()).await?;
-    Ok(stream.collect().await)
-}
-
-fn texts(items: &[Result<StreamDelta, ProviderError>]) -> String {
-    items
-        .iter()
-        .filter_map(|i| match i {
-            Ok(StreamDelta::Text { text }) => Some(text.as_str()),
-            _ => None,
-        })
-        .collect()
-}
-
-fn retries(items: &[Result<StreamDelta, ProviderError>]) -> Vec<(u32, u64)> {
-    items
-        .iter()
-        .filter_map(|i| match i {
-            Ok(StreamDelta::Retrying {
-                attempt, delay_ms, ..
-            }) => Some((*attempt, *delay_ms)),
-            _ => None,
-        })
-        .collect()
-}
+use support::*;
+use tokio::net::TcpListener;
 
 #[tokio::test]
 async fn openai_streams_and_sends_bearer_only_with_a_key() {
@@ -338,13 +134,6 @@ async fn not_found_names_the_model_and_url() {
     assert_eq!(err.kind, ProviderErrorKind::NotFound);
     assert!(err.message.contains("test-model"), "{}", err.message);
     assert!(err.message.contains(&server.base), "{}", err.message);
-}
-
-/// A chunked SSE head and `event` as one chunk, the body then cut off (no final chunk).
-fn cut_after(event: &str) -> String {
-    let head =
-        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
-    format!("{head}{:x}\r\n{event}\r\n", event.len())
 }
 
 #[tokio::test]
@@ -664,28 +453,6 @@ async fn a_server_that_drops_streamed_tool_requests_is_asked_unstreamed() {
         Err(error) => error,
     };
     assert_eq!(error.kind, ProviderErrorKind::Transient, "{error:?}");
-}
-
-/// One Gemini stream event with text, and the closing one.
-fn gm_text(text: &str) -> String {
-    format!(
-        "data: {}\r\n\r\n",
-        serde_json::json!({"candidates": [{"content": {"role": "model", "parts": [{"text": text}]}, "index": 0}]})
-    )
-}
-
-fn gm_done() -> String {
-    format!(
-        "data: {}\r\n\r\n",
-        serde_json::json!({"candidates": [{"content": {"role": "model", "parts": [{"text": ""}]},
-            "finishReason": "STOP", "index": 0}],
-            "usageMetadata": {"promptTokenCount": 5, "candidatesTokenCount": 2, "thoughtsTokenCount": 3}})
-    )
-}
-
-fn google_error(code: u16, status: &str, message: &str, details: serde_json::Value) -> String {
-    serde_json::json!({"error": {"code": code, "message": message, "status": status, "details": details}})
-        .to_string()
 }
 
 #[tokio::test]

@@ -28,6 +28,8 @@
 //! benchmarks can time the client without the mock's parsing.
 
 mod anthropic;
+pub mod bedrock;
+pub mod cloud;
 mod frames;
 pub mod gemini;
 pub mod ollama;
@@ -38,6 +40,7 @@ pub mod responses;
 mod scenario;
 mod server;
 
+pub use cloud::{TEST_SERVICE_ACCOUNT_KEY, TokenGrant, authorized_user_json, service_account_json};
 pub use scenario::{
     DEFAULT_CHUNK_SIZE, DEFAULT_EXHAUSTED_TEXT, Fault, Quirks, Reply, Scenario, Step, ToolCall,
 };

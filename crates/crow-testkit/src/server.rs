@@ -20,9 +20,10 @@ use serde_json::Value;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::cloud::TokenGrant;
 use crate::frames::{Ctx, Ending, Tokens, body_stream};
 use crate::scenario::{Fault, Quirks, Reply, Scenario, Step};
-use crate::{anthropic, gemini, ollama, openai, responses};
+use crate::{anthropic, bedrock, cloud, gemini, ollama, openai, responses};
 
 /// Model name reported when a request names none.
 const DEFAULT_MODEL: &str = "mock-model";
@@ -79,7 +80,7 @@ mod raw_body_serde {
 
 /// Which wire API a request used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Api {
+pub(crate) enum Api {
     OpenAi,
     Anthropic,
     Ollama,
@@ -87,9 +88,11 @@ enum Api {
     Responses,
     /// Google's Gemini API (`models/M:streamGenerateContent`).
     Gemini,
+    /// Amazon Bedrock's ConverseStream (`model/M/converse-stream`, binary event stream).
+    Bedrock,
 }
 
-struct Shared {
+pub(crate) struct Shared {
     inner: Mutex<Inner>,
     /// Cancelled on shutdown: stops accepting, and ends stalled or pausing bodies.
     shutdown: CancellationToken,
@@ -102,9 +105,25 @@ struct Inner {
     consumed: Vec<bool>,
     requests: Vec<RecordedRequest>,
     seq: u64,
+    /// The OAuth tokens `POST /token` issued (Vertex AI).
+    tokens: Vec<TokenGrant>,
 }
 
 impl Shared {
+    /// Records a grant and returns the token it gets.
+    pub(crate) fn issue_token(&self, mut grant: TokenGrant) -> String {
+        let mut inner = self.lock();
+        grant.token = format!("mock-token-{}", inner.tokens.len() + 1);
+        let token = grant.token.clone();
+        inner.tokens.push(grant);
+        token
+    }
+
+    /// Whether `token` is one `POST /token` issued.
+    pub(crate) fn issued(&self, token: &str) -> bool {
+        !token.is_empty() && self.lock().tokens.iter().any(|g| g.token == token)
+    }
+
     fn lock(&self) -> MutexGuard<'_, Inner> {
         // A panic while holding the lock cannot leave the data half-updated in a way that
         // matters to a test fixture, so recover from poisoning.
@@ -136,6 +155,7 @@ impl MockLlm {
                 scenario,
                 requests: Vec::new(),
                 seq: 0,
+                tokens: Vec::new(),
             }),
             shutdown: CancellationToken::new(),
             connections: AtomicU64::new(0),
@@ -164,6 +184,16 @@ impl MockLlm {
             .route("/v1beta/models", get(models_handler))
             .route("/v1beta/models/{*rest}", post(gemini_handler))
             .route("/models/{*rest}", post(gemini_handler))
+            .route("/token", post(cloud::token_handler))
+            .route("/v1/projects/{*rest}", post(cloud::vertex_handler))
+            .route(
+                "/v1beta1/publishers/{publisher}/models",
+                get(cloud::vertex_models_handler),
+            )
+            .route(
+                "/model/{model}/converse-stream",
+                post(cloud::bedrock_handler),
+            )
             .route("/_mock/requests", get(requests_handler))
             .route("/_mock/scenario", post(scenario_handler))
             .fallback(not_found)
@@ -205,6 +235,21 @@ impl MockLlm {
     /// Base URL for OpenAI-compatible clients: `http://127.0.0.1:PORT/v1`.
     pub fn openai_base_url(&self) -> String {
         format!("http://{}/v1", self.addr)
+    }
+
+    /// Vertex AI's base URL (`…/v1`; the project's path follows it).
+    pub fn vertex_base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// The OAuth token endpoint, for a credentials file's `token_uri`.
+    pub fn token_uri(&self) -> String {
+        format!("http://{}/token", self.addr)
+    }
+
+    /// The tokens issued so far by `POST /token`, in order.
+    pub fn token_grants(&self) -> Vec<TokenGrant> {
+        self.shared.lock().tokens.clone()
     }
 
     /// Every request received so far, in arrival order.
@@ -417,7 +462,13 @@ struct Served {
 
 /// Records the request and answers it. Synchronous: the lock is never held across an await,
 /// and the streaming body does its waiting after this returns.
-fn handle(shared: &Shared, api: Api, path: &str, headers: &HeaderMap, raw: Bytes) -> Response {
+pub(crate) fn handle(
+    shared: &Shared,
+    api: Api,
+    path: &str,
+    headers: &HeaderMap,
+    raw: Bytes,
+) -> Response {
     let received_at = SystemTime::now();
     let parsed: Option<Value> = serde_json::from_slice(&raw).ok();
     let valid = parsed.is_some();
@@ -428,12 +479,16 @@ fn handle(shared: &Shared, api: Api, path: &str, headers: &HeaderMap, raw: Bytes
         Api::Ollama => ollama::system_prompt(&body),
         Api::Responses => responses::system_prompt(&body),
         Api::Gemini => gemini::system_prompt(&body),
+        Api::Bedrock => bedrock::system_prompt(&body),
     };
     // What the answer needs from the body, read before the body moves into the record.
     // Gemini names the model and the method in the path.
     let (path_model, method) = gemini::model_and_method(path);
     let model = match api {
         Api::Gemini => path_model,
+        // Vertex AI names Anthropic's model in the path too.
+        Api::Anthropic if path.contains("/publishers/") => path_model,
+        Api::Bedrock => bedrock::model(path),
         _ => body
             .get("model")
             .and_then(Value::as_str)
@@ -447,6 +502,7 @@ fn handle(shared: &Shared, api: Api, path: &str, headers: &HeaderMap, raw: Bytes
         Api::Ollama => ollama::wants_stream(&body),
         Api::Responses => responses::wants_stream(&body),
         Api::Gemini => method == "streamGenerateContent",
+        Api::Bedrock => true,
     };
     let record = RecordedRequest {
         path: path.to_owned(),
@@ -601,7 +657,8 @@ fn handle(shared: &Shared, api: Api, path: &str, headers: &HeaderMap, raw: Bytes
     };
 
     // Anthropic only writes the cache where the request asks for it.
-    let writes_cache = api == Api::Anthropic && contains(&raw, b"\"cache_control\"");
+    let writes_cache = (api == Api::Anthropic && contains(&raw, b"\"cache_control\""))
+        || (api == Api::Bedrock && contains(&raw, b"\"cachePoint\""));
     let ctx = Ctx {
         reply: &reply,
         chunk_size: reply.chunk_size.unwrap_or(served.chunk_size),
@@ -622,6 +679,8 @@ fn handle(shared: &Shared, api: Api, path: &str, headers: &HeaderMap, raw: Bytes
                 Api::Ollama => ollama::full_response(&ctx),
                 Api::Responses => responses::full_response(&ctx),
                 Api::Gemini => gemini::full_response(&ctx),
+                // ConverseStream always streams.
+                Api::Bedrock => serde_json::json!({}),
             };
             return (StatusCode::OK, Json(full)).into_response();
         }
@@ -641,9 +700,11 @@ fn handle(shared: &Shared, api: Api, path: &str, headers: &HeaderMap, raw: Bytes
         Api::Ollama => ollama::stream_frames(&ctx),
         Api::Responses => responses::stream_frames(&ctx),
         Api::Gemini => gemini::stream_frames(&ctx),
+        Api::Bedrock => bedrock::stream_frames(&ctx),
     };
     let content_type = match api {
         Api::Ollama => "application/x-ndjson",
+        Api::Bedrock => "application/vnd.amazon.eventstream",
         Api::OpenAi | Api::Anthropic | Api::Responses | Api::Gemini => "text/event-stream",
     };
     let body = body_stream(frames, ending, delay, shared.shutdown.clone());
@@ -674,9 +735,16 @@ fn error_response(api: Api, code: u16, retry_after: Option<u64>, body: Option<&s
             Api::Anthropic => anthropic::error_body(code, &message),
             Api::Ollama => ollama::error_body(code, &message),
             Api::Gemini => gemini::error_body(code, &message, retry_after),
+            Api::Bedrock => bedrock::error_body(&message),
         }
     });
     let mut headers = HeaderMap::new();
+    if api == Api::Bedrock {
+        headers.insert(
+            "x-amzn-errortype",
+            HeaderValue::from_static(bedrock::error_type(code)),
+        );
+    }
     // Gemini says how long to wait in the body (RetryInfo), not in a header.
     if let Some(secs) = retry_after.filter(|_| api != Api::Gemini) {
         headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
@@ -705,6 +773,7 @@ fn overflow_response(api: Api, window: u64, tokens: u64) -> Response {
             &format!("the input length exceeds the context length ({tokens} > {window} tokens)"),
         ),
         Api::Gemini => gemini::overflow_body(window, tokens),
+        Api::Bedrock => bedrock::overflow_body(window, tokens),
     };
     (StatusCode::BAD_REQUEST, Json(json)).into_response()
 }
@@ -786,7 +855,7 @@ fn quirk_refusal(quirks: &Quirks, api: Api, body: &Value) -> Option<(u16, String
                 .filter(|i| i.get("type").and_then(Value::as_str) == Some("function_call"))
                 .filter_map(|i| i.get("arguments"))
                 .collect(),
-            Api::Anthropic | Api::Ollama | Api::Gemini => Vec::new(),
+            Api::Anthropic | Api::Ollama | Api::Gemini | Api::Bedrock => Vec::new(),
         };
         let object = |a: &&Value| {
             a.as_str()

@@ -79,6 +79,7 @@ pub async fn run(json: bool, dir: Option<PathBuf>) -> Result<ExitCode> {
         wire_api: None,
         reasoning_summary: None,
         api_version: None,
+        cloud: Default::default(),
     };
     // The demo's project is thrown away: no snapshots of it in the user's data directory.
     let mut config = Config::default();

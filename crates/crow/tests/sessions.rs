@@ -65,6 +65,7 @@ async fn a_resumed_session_sends_what_an_uninterrupted_one_would_byte_for_byte()
         wire_api: None,
         reasoning_summary: None,
         api_version: None,
+        cloud: Default::default(),
     })
     .unwrap();
     let agent = BaseAgent::new(

@@ -11,6 +11,7 @@ use crate::encode::PrefixCache;
 use crate::http::{Endpoint, WireApi};
 use crate::{ProviderBuildError, ProviderSettings};
 
+pub(crate) use request::BodyOptions;
 pub use request::DEFAULT_MAX_TOKENS;
 pub(crate) use stream::AnthropicParser;
 
@@ -87,18 +88,27 @@ impl WireApi for AnthropicProvider {
 
     fn encode(&self, request: &ChatRequest<'_>) -> Result<Bytes, ProviderError> {
         let options = request::BodyOptions {
-            model: &self.model,
+            model: Some(&self.model),
             max_tokens: self.max_tokens,
             thinking_budget: self.thinking_budget,
         };
-        let (fields, messages) = request::body(request, &options);
-        self.encoded.encode(&fields, &messages)
+        encode_body(&self.encoded, request, &options)
     }
 
     async fn send(&self, body: Bytes) -> Result<DeltaStream, ProviderError> {
         let parser = AnthropicParser::new(self.endpoint.ctx.clone());
         self.endpoint.post_sse(body, parser).await
     }
+}
+
+/// The messages body of `request` (Vertex AI's Anthropic models take it too).
+pub(crate) fn encode_body(
+    cache: &PrefixCache,
+    request: &ChatRequest<'_>,
+    options: &BodyOptions<'_>,
+) -> Result<Bytes, ProviderError> {
+    let (fields, messages) = request::body(request, options);
+    cache.encode(&fields, &messages)
 }
 
 #[cfg(test)]

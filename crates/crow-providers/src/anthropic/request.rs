@@ -9,8 +9,12 @@ use crate::wire::ObjectArguments;
 /// Response limit when neither the request nor the settings give one (the API requires it).
 pub const DEFAULT_MAX_TOKENS: u32 = 8192;
 
+/// The API version Vertex AI's Anthropic models take in the body.
+pub(crate) const VERTEX_VERSION: &str = "vertex-2023-10-16";
+
 pub(crate) struct BodyOptions<'a> {
-    pub model: &'a str,
+    /// `None` on Vertex AI, where the URL names the model and the body the API version.
+    pub model: Option<&'a str>,
     pub max_tokens: Option<u32>,
     pub thinking_budget: Option<u32>,
 }
@@ -18,7 +22,10 @@ pub(crate) struct BodyOptions<'a> {
 /// The body's fields but `messages`, which [`crate::encode::PrefixCache`] appends.
 #[derive(Serialize)]
 pub(crate) struct Body<'a> {
-    model: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    anthropic_version: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    model: Option<&'a str>,
     max_tokens: u32,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     system: Vec<Block<'a>>,
@@ -203,6 +210,7 @@ pub(crate) fn body<'a>(
         }
     });
     let fields = Body {
+        anthropic_version: options.model.is_none().then_some(VERTEX_VERSION),
         model: options.model,
         max_tokens,
         system,

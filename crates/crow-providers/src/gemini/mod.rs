@@ -136,18 +136,28 @@ impl WireApi for GeminiProvider {
     }
 
     fn encode(&self, request: &ChatRequest<'_>) -> Result<Bytes, ProviderError> {
-        let options = request::BodyOptions {
-            max_tokens: self.max_tokens,
-            thinking: self.thinking,
-        };
-        let (fields, contents) = request::body(request, &options);
-        self.encoded.encode_as("contents", &fields, &contents)
+        encode_body(&self.encoded, request, self.max_tokens, self.thinking)
     }
 
     async fn send(&self, body: Bytes) -> Result<DeltaStream, ProviderError> {
         let parser = GeminiParser::new(self.endpoint.ctx.clone());
         self.endpoint.post_sse(body, parser).await
     }
+}
+
+/// The `generateContent` body of `request` (Vertex AI's Gemini models take it too).
+pub(crate) fn encode_body(
+    cache: &PrefixCache,
+    request: &ChatRequest<'_>,
+    max_tokens: Option<u32>,
+    thinking: Option<ThinkingConfig>,
+) -> Result<Bytes, ProviderError> {
+    let options = request::BodyOptions {
+        max_tokens,
+        thinking,
+    };
+    let (fields, contents) = request::body(request, &options);
+    cache.encode_as("contents", &fields, &contents)
 }
 
 #[cfg(test)]
