@@ -801,7 +801,7 @@ impl Turn {
                 blocked: true,
             };
         }
-        enter_prompt(&mut session, &crew, prompt, hooked);
+        enter_prompt(&mut session, &crew, start, prompt, hooked);
         if let Some((mcp, limit)) = mcp {
             tokio::select! {
                 () = mcp.wait_settled(limit) => {}
