@@ -56,8 +56,14 @@ impl Keyring {
     }
 
     /// Where the keys are, in words (`crow config set-key` says it).
-    pub fn vendor(&self) -> String {
-        self.store.vendor()
+    pub fn place(&self) -> &'static str {
+        if cfg!(target_os = "macos") {
+            "the macOS Keychain"
+        } else if cfg!(windows) {
+            "the Windows Credential Manager"
+        } else {
+            "the Secret Service"
+        }
     }
 
     fn entry(&self, provider: &str) -> Result<Entry, KeyringError> {

@@ -21,9 +21,9 @@ pub fn set_key(provider: &str) -> Result<ExitCode> {
         Ok(keyring) => match keyring.set(provider, &key) {
             Ok(()) => {
                 errln!(
-                    "the key of provider '{provider}' is in the system keyring ({}); crow reads it \
-                     when the provider's environment variable is not set",
-                    keyring.vendor()
+                    "the key of provider '{provider}' is in the system keyring ({}, service \
+                     `crow`); crow reads it when the provider's environment variable is not set",
+                    keyring.place()
                 );
                 return Ok(ExitCode::SUCCESS);
             }
