@@ -115,6 +115,9 @@ pub struct Ran {
     outcome: Result<RunResult, AgentError>,
     /// A `UserPromptSubmit` hook blocked the prompt: nothing of it entered the session.
     blocked: bool,
+    /// The session's start, when the prompt that was to tell it was blocked: the next prompt
+    /// is still the session's first here, and writes the `SessionStart` entry.
+    unstarted: Option<&'static str>,
 }
 
 /// How a prompt ended.
@@ -638,7 +641,11 @@ impl Driver {
             id,
             outcome,
             blocked,
+            unstarted,
         } = ran;
+        if let Some(start) = unstarted {
+            self.start.get_or_insert(start);
+        }
         session.primary.steering = None;
         let opened = self.opened.unwrap_or(Opened {
             stored: false,
@@ -799,9 +806,10 @@ impl Turn {
                 id,
                 outcome: Ok(blocked_run(reason)),
                 blocked: true,
+                unstarted: start,
             };
         }
-        enter_prompt(&mut session, &crew, prompt, hooked);
+        enter_prompt(&mut session, &crew, start, prompt, hooked);
         if let Some((mcp, limit)) = mcp {
             tokio::select! {
                 () = mcp.wait_settled(limit) => {}
@@ -824,6 +832,7 @@ impl Turn {
             id,
             outcome,
             blocked: false,
+            unstarted: None,
         }
     }
 }

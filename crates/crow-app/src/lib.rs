@@ -17,6 +17,7 @@ pub mod eval;
 pub mod hooks;
 pub mod init;
 pub mod instructions;
+pub mod keyring;
 pub mod lsp;
 pub mod mcp;
 pub mod memory;

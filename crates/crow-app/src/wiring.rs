@@ -12,6 +12,8 @@ use crow_providers::{KeySource, ProviderSettings, RetryPolicy};
 use crate::agents;
 use crate::config::{self, Config, LoadedConfig};
 
+mod keys;
+
 /// The provider crow will talk to and why it was chosen.
 pub struct Selection {
     pub name: String,
@@ -21,14 +23,15 @@ pub struct Selection {
 
 /// Picks the provider: `provider` from config/env/flags, else `openai` when it has a key,
 /// else `anthropic`, else `gemini` when it has one, else a local Ollama. "Has a key" follows key resolution
-/// (env var, then key file, then plain `api_key`), so a key given only in the config counts.
+/// (env var, then the OS keyring, then key file, then plain `api_key`), so a key given only in
+/// the config counts.
 pub fn select_provider(loaded: &LoadedConfig) -> Result<Selection> {
     let config = &loaded.config;
     let keyed = |name: &str| {
         config
             .providers
             .get(name)
-            .and_then(|pc| key_source(name, pc))
+            .and_then(|pc| keys::key_reason(name, pc, crate::keyring::lookup()))
             .map(|reason| (name.to_owned(), reason))
     };
     let (name, reason) = match &config.provider {
@@ -95,35 +98,6 @@ fn from_env(loaded: &LoadedConfig, key: &str) -> bool {
         .is_some_and(|(_, source)| matches!(source, crate::config::Source::Env(_)))
 }
 
-fn env_set(var: &str) -> bool {
-    std::env::var(var).is_ok_and(|v| !v.trim().is_empty())
-}
-
-/// Where provider `name`'s key would come from, in resolution order, as a reason for choosing
-/// it; `None` without one. A key file counts even if it cannot be read: the user asked for
-/// it, and using the provider reports the problem.
-fn key_source(name: &str, pc: &crate::config::ProviderConfig) -> Option<String> {
-    if let Some(var) = pc.api_key_env.as_deref().filter(|v| env_set(v)) {
-        return Some(format!("{var} is set"));
-    }
-    if pc.kind == Some(crow_providers::ProviderKind::Gemini)
-        && pc
-            .api_key_env
-            .as_deref()
-            .is_none_or(|v| v == crow_providers::GEMINI_API_KEY_ENV)
-        && env_set(crow_providers::GOOGLE_API_KEY_ENV)
-    {
-        return Some(format!("{} is set", crow_providers::GOOGLE_API_KEY_ENV));
-    }
-    if pc.api_key_file.is_some() {
-        return Some(format!("providers.{name}.api_key_file is set"));
-    }
-    pc.api_key
-        .as_deref()
-        .is_some_and(|k| !k.trim().is_empty())
-        .then(|| format!("providers.{name}.api_key is set"))
-}
-
 /// Whether `var` is the key variable crow's own config gives built-in provider `name`.
 fn default_key_env(name: &str, var: &str) -> bool {
     matches!(
@@ -185,33 +159,12 @@ pub fn provider_settings(
     let model = model.map(str::to_owned).or_else(|| config.model.clone()).or_else(|| pc.model.clone()).ok_or_else(|| {
         anyhow!("no model for provider '{name}': pass --model or set providers.{name}.model in config.toml")
     })?;
-    // Azure's conventional variable unless the provider names a key of its own.
-    let key_env = pc.api_key_env.as_deref().or_else(|| {
-        (azure && pc.api_key_file.is_none() && pc.api_key.is_none())
-            .then_some(crow_providers::AZURE_OPENAI_API_KEY_ENV)
-    });
-    let key =
-        crow_providers::resolve_api_key(key_env, pc.api_key_file.as_deref(), pc.api_key.as_deref())
-            .with_context(|| format!("cannot read the API key of provider '{name}'"))?;
-    // Gemini's key may be in GOOGLE_API_KEY as well (Google's SDKs read both), unless the
-    // provider names a variable of its own.
-    let key = match key {
-        None if kind == crow_providers::ProviderKind::Gemini
-            && pc
-                .api_key_env
-                .as_deref()
-                .is_none_or(|v| v == crow_providers::GEMINI_API_KEY_ENV) =>
-        {
-            crow_providers::resolve_api_key(Some(crow_providers::GOOGLE_API_KEY_ENV), None, None)
-                .with_context(|| format!("cannot read the API key of provider '{name}'"))?
-        }
-        key => key,
-    };
+    let key = keys::provider_key(name, pc, crate::keyring::lookup())?;
     let api_key = match key {
         Some((key, source)) => {
             if source == KeySource::Plaintext {
                 tracing::warn!(
-                    "providers.{name}.api_key is stored in plain text; prefer api_key_env or api_key_file"
+                    "providers.{name}.api_key is stored in plain text; prefer api_key_env, the keyring (crow config set-key {name}) or api_key_file"
                 );
             }
             Some(key)
@@ -232,9 +185,13 @@ pub fn provider_settings(
                 || base_url.contains("api.anthropic.com")
                 || base_url.contains("generativelanguage.googleapis.com");
             if hosted {
-                let var = key_env.unwrap_or("the provider's key variable");
+                let vars = keys::key_vars(pc);
+                let var = vars
+                    .first()
+                    .copied()
+                    .unwrap_or("the provider's key variable");
                 bail!(
-                    "no API key for provider '{name}': set {var} or providers.{name}.api_key_file in ~/.config/crow/config.toml"
+                    "no API key for provider '{name}': set {var}, store one with `crow config set-key {name}`, or set providers.{name}.api_key_file in ~/.config/crow/config.toml"
                 );
             }
             None

@@ -17,6 +17,8 @@
 //! of every compaction stand in for the originals. A cut-off stream's text is kept and marked
 //! `partial`; tool calls of a cut-off response are dropped (none of them ran).
 
+use std::path::PathBuf;
+
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -218,7 +220,10 @@ impl<'a> View<'a> {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum SystemEvent {
-    SessionStart,
+    /// The session started, was resumed or cleared here: written before its first prompt in
+    /// that front end, with what it ran with then. Shown in the timeline; never sent to the
+    /// model.
+    SessionStart(Box<SessionStart>),
     Cancelled,
     MaxIterationsReached {
         iterations: u32,
@@ -273,6 +278,26 @@ pub enum SystemEvent {
         hook: String,
         note: String,
     },
+}
+
+/// What a session started with ([`SystemEvent::SessionStart`]). Every field has a default: the
+/// first sessions wrote the event without them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SessionStart {
+    /// How it started, as `SessionStart` hooks are told: `startup` (a new session), `resume`,
+    /// `clear` (a new one after `/clear`).
+    pub source: String,
+    /// The provider (its name in the configuration) and model of the primary agent.
+    pub provider: String,
+    pub model: String,
+    /// The composition (or single agent) it runs as.
+    pub agent: String,
+    /// The autonomy level of the composition's flow (`None`: a flow without one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub level: Option<i8>,
+    /// Where it works.
+    pub cwd: PathBuf,
 }
 
 /// Text given to the model for a tool call whose result was never recorded.
@@ -614,7 +639,7 @@ mod tests {
     fn system_and_handoff_entries_are_not_sent() {
         let h = vec![
             e(EntryKind::System {
-                event: SystemEvent::SessionStart,
+                event: SystemEvent::SessionStart(Box::default()),
             }),
             e(EntryKind::User {
                 content: "hi".into(),
@@ -662,6 +687,16 @@ mod tests {
                     summary: "s".into(),
                 },
             },
+            EntryKind::System {
+                event: SystemEvent::SessionStart(Box::new(SessionStart {
+                    source: "resume".into(),
+                    provider: "openai".into(),
+                    model: "gpt".into(),
+                    agent: "build".into(),
+                    level: Some(2),
+                    cwd: PathBuf::from("/w"),
+                })),
+            },
         ];
         for kind in kinds {
             let entry = e(kind);
@@ -669,6 +704,19 @@ mod tests {
             let back: HistoryEntry = serde_json::from_str(&json).unwrap();
             assert_eq!(back, entry, "{json}");
         }
+    }
+
+    /// The first sessions wrote the start without what it ran with.
+    #[test]
+    fn a_session_start_without_fields_still_reads() {
+        let kind: EntryKind =
+            serde_json::from_str(r#"{"kind":"system","event":{"event":"session_start"}}"#).unwrap();
+        assert_eq!(
+            kind,
+            EntryKind::System {
+                event: SystemEvent::SessionStart(Box::default())
+            }
+        );
     }
 
     #[test]

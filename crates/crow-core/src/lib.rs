@@ -59,7 +59,8 @@ pub use crew::{
 pub use env::{EnvPolicy, Inherit};
 pub use event::{AgentEvent, EventSender, NoticeLevel};
 pub use history::{
-    Compaction, CompactionTier, Elided, EntryKind, HistoryEntry, Replaced, SystemEvent,
+    Compaction, CompactionTier, Elided, EntryKind, HistoryEntry, Replaced, SessionStart,
+    SystemEvent,
 };
 pub use hooks::{HookEvent, HookInput, HookOutcome, HookPermission, HookRun, HookedGate, Hooks};
 pub use message::{

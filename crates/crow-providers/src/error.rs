@@ -67,9 +67,9 @@ impl ErrorContext {
             "no API key is configured"
         };
         format!(
-            "{state}: check the key for provider '{}' (set {} or the provider's api_key_env / \
-             api_key_file in the config)",
-            self.provider, self.key_env
+            "{state}: check the key for provider '{}' (set {}, store one with `crow config \
+             set-key {}`, or set the provider's api_key_env / api_key_file in the config)",
+            self.provider, self.key_env, self.provider
         )
     }
 }

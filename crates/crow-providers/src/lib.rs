@@ -73,7 +73,7 @@ pub use bedrock::BedrockProvider;
 pub use catalog::context_window;
 pub use gemini::{GEMINI_API_KEY_ENV, GEMINI_DEFAULT_BASE_URL, GOOGLE_API_KEY_ENV, GeminiProvider};
 pub use http::WireApi;
-pub use key::{ApiKey, KeyError, KeySource, resolve_api_key};
+pub use key::{ApiKey, KeyError, KeyPlaces, KeySource, KeyStore, NoKeyStore, resolve_api_key};
 pub use models::{ListedModel, list_models};
 pub use ollama::{OLLAMA_DEFAULT_BASE_URL, OllamaProvider};
 pub use openai::{OPENAI_API_KEY_ENV, OpenAiProvider};

@@ -343,7 +343,25 @@ fn status_word(status: ToolStatus) -> &'static str {
 
 fn system_text(event: &SystemEvent) -> String {
     match event {
-        SystemEvent::SessionStart => "session start".into(),
+        SystemEvent::SessionStart(start) => {
+            let mut text = match start.source.as_str() {
+                "" => "session start".to_owned(),
+                source => format!("session start ({source})"),
+            };
+            if !start.model.is_empty() {
+                text.push_str(&format!(": {}/{}", start.provider, start.model));
+            }
+            if !start.agent.is_empty() {
+                text.push_str(&format!(", as {}", start.agent));
+            }
+            if let Some(level) = start.level {
+                text.push_str(&format!(", level {level}"));
+            }
+            if !start.cwd.as_os_str().is_empty() {
+                text.push_str(&format!(", in {}", start.cwd.display()));
+            }
+            text
+        }
         SystemEvent::Cancelled => "cancelled".into(),
         SystemEvent::MaxIterationsReached { iterations } => {
             format!("stopped after {iterations} model calls")

@@ -8,7 +8,14 @@ use crow_core::{EntryKind, HistoryEntry, SystemEvent, ToolMetadata, ToolStatus};
 pub fn every_kind() -> Vec<EntryKind> {
     vec![
         EntryKind::System {
-            event: SystemEvent::SessionStart,
+            event: SystemEvent::SessionStart(Box::new(crow_core::SessionStart {
+                source: "startup".into(),
+                provider: "openai".into(),
+                model: "gpt-4.1".into(),
+                agent: "build".into(),
+                level: Some(1),
+                cwd: "/home/dev/project".into(),
+            })),
         },
         EntryKind::User {
             content: "fix the bug in auth.rs\nit panics on empty tokens".into(),

@@ -1,5 +1,5 @@
-//! `crow config set | get | unset | validate | path | edit` and `crow init`: the configuration
-//! from the command line. Files are edited with `toml_edit`, so comments, order and layout
+//! `crow config set | get | unset | validate | path | edit | set-key | delete-key` and `crow
+//! init`: the configuration from the command line. Files are edited with `toml_edit`, so comments, order and layout
 //! survive; every change is checked against the schema before anything is written.
 
 use std::io::{BufRead, Write};
@@ -10,6 +10,8 @@ use anyhow::{Context, Result, anyhow, bail};
 use clap::Subcommand;
 
 use crate::config::{self, Overrides, Source};
+
+mod keys;
 
 #[derive(Subcommand)]
 pub enum EditCommand {
@@ -25,6 +27,11 @@ pub enum EditCommand {
         #[arg(long)]
         key_file: bool,
     },
+    /// Store PROVIDER's API key in the system keyring (read from standard input, not shown as
+    /// you type); without a keyring, in a file only you can read
+    SetKey { provider: String },
+    /// Remove PROVIDER's API key from the system keyring (and the file set-key writes without one)
+    DeleteKey { provider: String },
     /// Print one effective value (or every value under a table) and where it came from
     Get { key: String },
     /// Remove KEY from your config (or the project's)
@@ -63,9 +70,13 @@ pub fn run(command: EditCommand) -> Result<ExitCode> {
             } else {
                 if last_segment(&key) == "api_key" {
                     bail!(
-                        "crow does not write API keys into config files in plain text: set `{}` \
-                         to the name of an environment variable that holds it, or pass --key-file to keep \
-                         it in a file only you can read",
+                        "crow does not write API keys into config files in plain text: store it in \
+                         the system keyring with `crow config set-key {}` (it reads the key from \
+                         standard input), set `{}` to the name of an environment variable that holds \
+                         it, or pass --key-file to keep it in a file only you can read",
+                        key.strip_prefix("providers.")
+                            .and_then(|rest| rest.strip_suffix(".api_key"))
+                            .unwrap_or("PROVIDER"),
                         sibling(&key, "api_key_env")
                     );
                 }
@@ -84,6 +95,8 @@ pub fn run(command: EditCommand) -> Result<ExitCode> {
             errln!("{key} set in {}", file.display());
             Ok(ExitCode::SUCCESS)
         }
+        EditCommand::SetKey { provider } => keys::set_key(&provider),
+        EditCommand::DeleteKey { provider } => keys::delete_key(&provider),
         EditCommand::Unset { key, project } => {
             let file = layer_file(&root, project)?;
             let text = config::read_or_empty(&file)?;
@@ -179,20 +192,7 @@ fn store_key_file(key: &str, secret: &str) -> Result<toml_edit::Value> {
         .and_then(|rest| rest.strip_suffix(".api_key"))
         .filter(|p| !p.is_empty() && !p.contains('.'))
         .ok_or_else(|| anyhow!("--key-file is for providers.NAME.api_key"))?;
-    let dir = config::user_config_dir()
-        .context("cannot find the user config directory (set CROW_CONFIG_DIR or HOME)")?
-        .join("keys");
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
-            .with_context(|| format!("cannot restrict {}", dir.display()))?;
-    }
-    let path = dir.join(provider);
-    let mut file = config::open_private(&path)?;
-    file.write_all(secret.trim().as_bytes())
-        .with_context(|| format!("cannot write {}", path.display()))?;
+    let path = keys::write_key_file(provider, &crow_providers::ApiKey::new(secret.trim()))?;
     errln!("the key is in {} (readable by you only)", path.display());
     Ok(toml_edit::Value::from(path.display().to_string()))
 }

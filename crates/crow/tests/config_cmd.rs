@@ -281,3 +281,113 @@ async fn a_provider_that_is_not_defined_is_refused_with_the_closest_name() {
         out.stderr
     );
 }
+
+/// `crow config set-key PROVIDER` with the key piped in.
+async fn set_key(dir: &std::path::Path, provider: &str, stdin: &str) -> Output {
+    use tokio::io::AsyncWriteExt;
+    let mut cmd = crow(dir);
+    cmd.args(["config", "set-key", provider])
+        .stdin(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(stdin.as_bytes()).await.unwrap();
+    drop(input);
+    let out = child.wait_with_output().await.unwrap();
+    parse(out.status.code(), out.stdout, out.stderr)
+}
+
+/// No keyring here (nor in CI): `set-key` says so, writes the key to a file only the user can
+/// read and prints the config line; with that line a run sends the key; `delete-key` removes
+/// it. The key is never in an argument nor in anything crow prints.
+#[tokio::test(flavor = "multi_thread")]
+async fn set_key_without_a_keyring_keeps_a_private_file_that_a_run_uses() {
+    const KEY: &str = "sk-piped-secret-4711";
+    let dir = tempfile::tempdir().unwrap();
+    let mock = crow_testkit::MockLlm::start(
+        crow_testkit::Scenario::new().reply(crow_testkit::Reply::text("hello")),
+    )
+    .await
+    .unwrap();
+    write_user_config(dir.path(), &mock_provider(&mock));
+
+    let out = set_key(
+        dir.path(),
+        "mock",
+        &format!("  {KEY}\nignored second line\n"),
+    )
+    .await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("no system keyring is available"),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains(KEY) && !out.stdout.contains(KEY));
+    let file = dir.path().join(".home/.config/crow/keys/mock");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), KEY);
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let line = format!("api_key_file = \"{}\"", file.display());
+    assert_eq!(out.stdout, format!("[providers.mock]\n{line}\n"));
+    // Nothing was written to the config: the lines are the user's to add.
+    let config = std::fs::read_to_string(user_config(dir.path())).unwrap();
+    assert!(!config.contains("api_key_file"), "{config}");
+
+    // The printed line, under the provider's table, makes the run send the key.
+    write_user_config(dir.path(), &format!("{}{line}\n", mock_provider(&mock)));
+    let mut cmd = crow(dir.path());
+    cmd.args(["run", "--json", "say hello"]);
+    let run = output(cmd).await;
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let requests = mock.requests();
+    assert_eq!(
+        requests[0].header("authorization"),
+        Some(format!("Bearer {KEY}").as_str())
+    );
+    assert!(!run.stderr.contains(KEY) && !run.stdout.contains(KEY));
+
+    let out = crow_ok(dir.path(), &["config", "delete-key", "mock"]).await;
+    assert!(out.stderr.contains("removed"), "{}", out.stderr);
+    assert!(!file.exists());
+    let mut cmd = crow(dir.path());
+    cmd.args(["config", "delete-key", "mock"]);
+    let again = output(cmd).await;
+    assert_eq!(again.code, Some(1), "{}", again.stderr);
+    assert!(again.stderr.contains("no key"), "{}", again.stderr);
+}
+
+/// A provider no layer defines, or nothing on standard input: an error, and nothing stored.
+#[tokio::test(flavor = "multi_thread")]
+async fn set_key_refuses_an_unknown_provider_and_an_empty_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = set_key(dir.path(), "opnai", "sk-x\n").await;
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("openai") && out.stderr.contains("nothing was stored"),
+        "{}",
+        out.stderr
+    );
+    let out = set_key(dir.path(), "openai", "\n").await;
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    assert!(out.stderr.contains("no key"), "{}", out.stderr);
+    assert!(!dir.path().join(".home/.config/crow/keys").exists());
+}
+
+/// On a terminal the key is typed without echo: it is never on the screen, and it is stored.
+#[test]
+fn set_key_on_a_terminal_does_not_show_the_key() {
+    const KEY: &str = "sk-typed-secret-8842";
+    let dir = tempfile::tempdir().unwrap();
+    let mut pty = common::pty::spawn(dir.path(), &["config", "set-key", "openai"], 24, 120);
+    pty.wait_for("not shown as you type", 30);
+    pty.line(KEY);
+    assert_eq!(pty.wait_exit(30), 0, "{}", pty.screen());
+    let screen = pty.screen();
+    assert!(!screen.contains(KEY), "{screen}");
+    assert!(screen.contains("api_key_file"), "{screen}");
+    let file = dir.path().join(".home/.config/crow/keys/openai");
+    assert_eq!(std::fs::read_to_string(file).unwrap(), KEY);
+}

@@ -566,3 +566,59 @@ async fn rewriting_a_script_a_hook_runs_asks_even_where_edits_run_alone() {
         "fine\n"
     );
 }
+
+/// A blocked first prompt leaves nothing; the next one is still the session's first: its
+/// history begins with the session's start.
+#[tokio::test(flavor = "multi_thread")]
+async fn after_a_blocked_first_prompt_the_next_one_starts_the_session() {
+    let repo = git_repo();
+    let dir = repo.path();
+    let refuse = script(
+        dir,
+        "refuse.sh",
+        "if grep -q secret-token; then echo 'prompts must not carry secrets' >&2; exit 2; fi",
+    );
+    write_user_config(dir, &hook_toml("UserPromptSubmit", None, &refuse, None));
+    let mock = MockLlm::start(Scenario::new().reply(Reply::text("hi")))
+        .await
+        .unwrap();
+    // The terminal in line mode (stdin is not a terminal): two prompts in one session.
+    let mut cmd = crow(dir);
+    cmd.args([
+        "--provider",
+        "openai",
+        "--model",
+        "mock-model",
+        "--base-url",
+    ])
+    .arg(mock.openai_base_url())
+    .stdin(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all(b"deploy with secret-token 1\nhello there\n")
+        .await
+        .unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().await.unwrap();
+    assert_eq!(
+        mock.requests().len(),
+        1,
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    use crow_core::SessionStore;
+    let info = only_session(dir);
+    assert_eq!(info.title, "hello there");
+    let history = store(dir).load_history(&info.id, "builder").unwrap();
+    assert_eq!(kinds(&history), ["system", "user", "assistant_text"]);
+    assert!(
+        matches!(
+            &history[0].kind,
+            crow_core::EntryKind::System {
+                event: crow_core::SystemEvent::SessionStart(start),
+            } if start.source == "startup"
+        ),
+        "{history:?}"
+    );
+}

@@ -108,12 +108,14 @@ async fn a_resumed_session_sends_what_an_uninterrupted_one_would_byte_for_byte()
     assert_eq!(
         kinds(&history),
         [
+            "system",
             "user",
             "thinking",
             "assistant_text",
             "tool_call",
             "tool_result",
             "assistant_text",
+            "system",
             "user",
             "assistant_text"
         ]
@@ -184,7 +186,8 @@ async fn resume_by_id_prefix_and_unknown_ids() {
     cmd.args(["--resume", &info.id[..20]]);
     let out = output(cmd).await;
     assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
-    assert_eq!(store(dir.path()).session(&info.id).unwrap().entries, 4);
+    // Each run: the session's start (or resume), the prompt, the answer.
+    assert_eq!(store(dir.path()).session(&info.id).unwrap().entries, 6);
 
     let mut cmd = crow_run(dir.path(), &mock, "again");
     cmd.args(["--resume", "ffffffff"]);
@@ -243,8 +246,8 @@ async fn two_crow_processes_share_the_database_each_on_its_own_session() {
     assert_eq!(sessions.len(), 2);
     for s in sessions {
         let history = store.load_history(&s.id, "builder").unwrap();
-        assert_eq!(history.len(), 1 + 6 * 3 + 1, "{}", s.title);
-        assert!(matches!(&history[0].kind, EntryKind::User { content } if *content == s.title));
+        assert_eq!(history.len(), 1 + 1 + 6 * 3 + 1, "{}", s.title);
+        assert!(matches!(&history[1].kind, EntryKind::User { content } if *content == s.title));
     }
 }
 
@@ -420,4 +423,135 @@ async fn a_continued_session_keeps_its_provider_model_and_endpoint() {
         (info.provider.as_str(), info.model.as_str()),
         ("openai", "other-model")
     );
+}
+
+/// The session starts of a stored session's history (`source` of each, in order).
+fn starts(history: &[crow_core::HistoryEntry]) -> Vec<crow_core::SessionStart> {
+    history
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EntryKind::System {
+                event: crow_core::SystemEvent::SessionStart(start),
+            } => Some((**start).clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A session's start, its resume and a `/clear` are system entries in its history, just
+/// before the prompt that began them, with what it ran with; `crow sessions show` and the
+/// export show them; the model never gets them (its requests hold the prompts alone).
+#[tokio::test(flavor = "multi_thread")]
+async fn session_starts_resumes_and_clears_are_in_the_history_not_in_requests() {
+    use tokio::io::AsyncWriteExt;
+    let repo = git_repo();
+    let dir = repo.path();
+    let mock = MockLlm::start(
+        Scenario::new()
+            .reply(Reply::text("one"))
+            .reply(Reply::text("two"))
+            .reply(Reply::text("three"))
+            .reply(Reply::text("four")),
+    )
+    .await
+    .unwrap();
+    let first = output(crow_run(dir, &mock, "first prompt")).await;
+    assert_eq!(first.code, Some(0), "stderr: {}", first.stderr);
+    let mut cmd = crow_run(dir, &mock, "second prompt");
+    cmd.arg("--continue");
+    let second = output(cmd).await;
+    assert_eq!(second.code, Some(0), "stderr: {}", second.stderr);
+
+    let info = only_session(dir);
+    let history = store(dir).load_history(&info.id, "builder").unwrap();
+    assert_eq!(
+        kinds(&history),
+        [
+            "system",
+            "user",
+            "assistant_text",
+            "system",
+            "user",
+            "assistant_text"
+        ]
+    );
+    let begun = starts(&history);
+    let sources: Vec<_> = begun.iter().map(|s| s.source.as_str()).collect();
+    assert_eq!(sources, ["startup", "resume"]);
+    for start in &begun {
+        assert_eq!(start.provider, "openai");
+        assert_eq!(start.model, "mock-model");
+        assert_eq!(start.agent, info.agent);
+        assert_eq!(start.cwd, info.cwd);
+    }
+
+    // The requests hold the system prompt and the conversation, nothing of the starts.
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(user_texts(&requests[0].body), ["first prompt"]);
+    assert_eq!(
+        requests[1].body["messages"].as_array().unwrap().len(),
+        4,
+        "system, user, assistant, user: {}",
+        requests[1].body
+    );
+    for request in &requests {
+        let sent = String::from_utf8_lossy(&request.raw_body);
+        assert!(
+            !sent.contains("session_start") && !sent.contains("startup"),
+            "{sent}"
+        );
+    }
+
+    let mut cmd = crow(dir);
+    cmd.args(["sessions", "show", &info.id]);
+    let show = output(cmd).await;
+    assert_eq!(show.code, Some(0), "{}", show.stderr);
+    for needle in [
+        "session start (startup): openai/mock-model",
+        "session start (resume): openai/mock-model",
+    ] {
+        assert!(show.stdout.contains(needle), "{needle}: {}", show.stdout);
+    }
+    let mut cmd = crow(dir);
+    cmd.args(["sessions", "export", &info.id, "--format", "jsonl"]);
+    let export = output(cmd).await;
+    assert_eq!(export.stdout.matches("\"session_start\"").count(), 2);
+
+    // `/clear` in the terminal: the next prompt starts a new session, which says so.
+    let mut cmd = crow(dir);
+    cmd.args([
+        "--provider",
+        "openai",
+        "--model",
+        "mock-model",
+        "--base-url",
+    ])
+    .arg(mock.openai_base_url())
+    .stdin(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all(b"third prompt\n/clear\nfourth prompt\n")
+        .await
+        .unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().await.unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let sessions = store(dir).list_sessions(&SessionFilter::default()).unwrap();
+    let cleared = sessions
+        .iter()
+        .find(|s| s.title == "fourth prompt")
+        .unwrap();
+    let history = store(dir).load_history(&cleared.id, "builder").unwrap();
+    let sources: Vec<_> = starts(&history).into_iter().map(|s| s.source).collect();
+    assert_eq!(sources, ["clear"]);
+    let terminal = sessions.iter().find(|s| s.title == "third prompt").unwrap();
+    let history = store(dir).load_history(&terminal.id, "builder").unwrap();
+    let sources: Vec<_> = starts(&history).into_iter().map(|s| s.source).collect();
+    assert_eq!(sources, ["startup"]);
 }

@@ -74,6 +74,7 @@ async fn the_sessions_commands_list_show_export_and_delete() {
     let show = run(&["show", &info.id[..24]]).await;
     assert_eq!(show.code, Some(0), "{}", show.stderr);
     for needle in [
+        "session start (startup): openai/mock-model",
         "Summarise notes.txt",
         "→ read_file",
         "← read_file ok",
@@ -89,7 +90,8 @@ async fn the_sessions_commands_list_show_export_and_delete() {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     assert_eq!(lines[0]["type"], "session");
-    assert_eq!(lines.iter().filter(|l| l["type"] == "entry").count(), 5);
+    // The session's start, the prompt, the call, its result, the answer.
+    assert_eq!(lines.iter().filter(|l| l["type"] == "entry").count(), 6);
     assert_eq!(lines.iter().filter(|l| l["type"] == "usage").count(), 2);
     let md = run(&["export", &info.id, "--format", "markdown"]).await;
     assert!(

@@ -56,7 +56,13 @@ async fn kill_9_mid_stream_keeps_every_completed_entry_and_the_session_goes_on()
     let history = store.load_history(&info.id, "builder").unwrap();
     assert_eq!(
         kinds(&history),
-        ["user", "assistant_text", "tool_call", "tool_result"],
+        [
+            "system",
+            "user",
+            "assistant_text",
+            "tool_call",
+            "tool_result"
+        ],
         "every completed entry, nothing torn; only the streaming delta is lost"
     );
 
@@ -103,8 +109,11 @@ async fn ctrl_c_keeps_the_partial_text_marked_partial() {
     let info = only_session(dir.path());
     assert_eq!(info.status, SessionStatus::Cancelled);
     let history = store(dir.path()).load_history(&info.id, "builder").unwrap();
-    assert_eq!(kinds(&history), ["user", "assistant_text", "system"]);
-    match &history[1].kind {
+    assert_eq!(
+        kinds(&history),
+        ["system", "user", "assistant_text", "system"]
+    );
+    match &history[2].kind {
         EntryKind::AssistantText { content, partial } => {
             assert!(*partial);
             assert!(
@@ -115,7 +124,7 @@ async fn ctrl_c_keeps_the_partial_text_marked_partial() {
         other => panic!("{other:?}"),
     }
     assert!(matches!(
-        history[2].kind,
+        history[3].kind,
         EntryKind::System {
             event: SystemEvent::Cancelled
         }
@@ -190,11 +199,13 @@ async fn a_database_locked_mid_run_loses_no_entry_and_the_next_run_imports_them(
     assert_eq!(
         kinds(&history),
         [
+            "system",
             "user",
             "assistant_text",
             "tool_call",
             "tool_result",
             "assistant_text",
+            "system",
             "user",
             "assistant_text"
         ]
@@ -285,6 +296,7 @@ async fn after_a_run_the_database_file_alone_holds_the_session() {
     assert_eq!(
         kinds(&history),
         [
+            "system",
             "user",
             "assistant_text",
             "tool_call",
@@ -394,6 +406,7 @@ async fn sigterm_and_sighup_end_the_run_like_ctrl_c() {
         assert_eq!(
             kinds(&history),
             [
+                "system",
                 "user",
                 "tool_call",
                 "system",
@@ -403,14 +416,14 @@ async fn sigterm_and_sighup_end_the_run_like_ctrl_c() {
             ],
             "{signal}"
         );
-        match &history[3].kind {
+        match &history[4].kind {
             EntryKind::ToolResult { status, output, .. } => {
                 assert_eq!(*status, crow_core::ToolStatus::Cancelled);
                 assert!(output.contains("started"), "{output}");
             }
             other => panic!("{other:?}"),
         }
-        match &history[4].kind {
+        match &history[5].kind {
             EntryKind::System {
                 event: SystemEvent::Snapshot { changes, .. },
             } => assert!(
@@ -422,7 +435,7 @@ async fn sigterm_and_sighup_end_the_run_like_ctrl_c() {
             other => panic!("{other:?}"),
         }
         assert!(matches!(
-            history[5].kind,
+            history[6].kind,
             EntryKind::System {
                 event: SystemEvent::Cancelled
             }
@@ -546,10 +559,11 @@ async fn a_closed_pipe_ends_the_run_quietly_with_the_session_saved() {
         // when `head` exits: JSON lines close it after `turn_start`).
         let shape = kinds(&history);
         assert!(
-            shape == ["user", "system"] || shape == ["user", "assistant_text", "system"],
+            shape == ["system", "user", "system"]
+                || shape == ["system", "user", "assistant_text", "system"],
             "json {json}: {shape:?}"
         );
-        if let EntryKind::AssistantText { partial, .. } = &history[1].kind {
+        if let EntryKind::AssistantText { partial, .. } = &history[2].kind {
             assert!(*partial);
         }
         assert!(matches!(

@@ -1,13 +1,14 @@
 //! The prompt's own hook points: `SessionStart` (the first prompt of a new, resumed or cleared
 //! session) and `UserPromptSubmit`, run by [`Turn::run`](super::Turn::run) before the prompt
 //! enters the history — a blocked prompt leaves nothing in the session, the store or later
-//! requests — and the prompt put into the history once they let it through.
+//! requests — and the prompt put into the history once they let it through, after a
+//! `SessionStart` system entry on the session's first prompt here (never sent to the model).
 
 use std::sync::Arc;
 
 use crow_core::{
     Crew, CrewSession, EntryKind, EventSender, HookEvent, HookInput, Hooks, RunResult, RunStop,
-    SystemEvent,
+    SessionStart, SystemEvent,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -81,10 +82,31 @@ pub(super) async fn prompt_hooks(
     hooked
 }
 
-/// The prompt into the history: recalled learnings and a session start's context before it,
-/// a prompt hook's context after it.
-pub(super) fn enter_prompt(session: &mut CrewSession, crew: &Crew, prompt: Prompt, hooked: Hooked) {
+/// The prompt into the history: the session's start (its first prompt here: `start` is
+/// `startup`, `resume` or `clear`), recalled learnings and a session start's hook context
+/// before it, a prompt hook's context after it.
+pub(super) fn enter_prompt(
+    session: &mut CrewSession,
+    crew: &Crew,
+    start: Option<&str>,
+    prompt: Prompt,
+    hooked: Hooked,
+) {
     let primary = &mut session.primary;
+    if let Some(source) = start {
+        let provider = crew.primary().provider();
+        let started = SessionStart {
+            source: source.to_owned(),
+            provider: provider.name().to_owned(),
+            model: provider.model().to_owned(),
+            agent: crew.name.clone(),
+            level: crew.flow().level(),
+            cwd: primary.cwd.clone(),
+        };
+        primary.push(EntryKind::System {
+            event: SystemEvent::SessionStart(Box::new(started)),
+        });
+    }
     if let Some(recalled) = prompt.recalled {
         crate::memory::remember(primary, recalled);
     }

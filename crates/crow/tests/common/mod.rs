@@ -16,6 +16,7 @@ use tokio::process::Command;
 /// What a test's `crow` must not inherit from the machine: config, keys, model choices, logs.
 pub const UNSET: &[&str] = &[
     "CROW_CONFIG_DIR",
+    "CROW_KEYRING",
     "CROW_HOME",
     "OPENAI_API_KEY",
     "OPENAI_BASE_URL",
@@ -65,6 +66,12 @@ pub fn crow(dir: &Path) -> Command {
         // No finish step after a test's completed task unless the test asks for one: it
         // would send the mock a request after the test has counted them.
         .env("CROW_MEMORY_FINISH", "off")
+        // No system keyring: the session bus is an address where none listens, so a
+        // developer's desktop keyring stays out of tests (CI has none either).
+        .env(
+            "DBUS_SESSION_BUS_ADDRESS",
+            format!("unix:path={}", home.join(".no-session-bus").display()),
+        )
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

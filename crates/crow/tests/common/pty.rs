@@ -9,7 +9,13 @@ pub use crow_testkit::pty::Pty;
 pub fn spawn(dir: &Path, args: &[&str], rows: u16, cols: u16) -> Pty {
     let home = dir.join(".home");
     let (config, data) = (home.join(".config"), home.join(".local/share"));
+    // No system keyring, as in `super::crow`.
+    let bus = std::ffi::OsString::from(format!(
+        "unix:path={}",
+        home.join(".no-session-bus").display()
+    ));
     let mut env: Vec<(&str, &std::ffi::OsStr)> = vec![
+        ("DBUS_SESSION_BUS_ADDRESS", bus.as_os_str()),
         ("HOME", home.as_os_str()),
         ("XDG_CONFIG_HOME", config.as_os_str()),
         ("XDG_DATA_HOME", data.as_os_str()),
