@@ -8,27 +8,11 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command as StdCommand;
 
 use common::*;
 use crow_testkit::{MockLlm, Reply, Scenario};
 use serde_json::json;
 use tokio::io::AsyncBufReadExt;
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = StdCommand::new("git")
-        .current_dir(dir)
-        .args(["-c", "user.name=t", "-c", "user.email=t@t"])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 /// A repository with one commit and an uncommitted change of the user's.
 fn repo(dir: &Path) -> std::path::PathBuf {
@@ -42,19 +26,8 @@ fn repo(dir: &Path) -> std::path::PathBuf {
     repo
 }
 
-/// `crow` in `repo` with its home beside it (the worktrees go under the data dir).
-fn crow_at(dir: &Path, repo: &Path) -> tokio::process::Command {
-    let mut cmd = crow(repo);
-    let home = dir.join("home");
-    cmd.env("HOME", &home)
-        .env("XDG_CONFIG_HOME", home.join(".config"))
-        .env("XDG_DATA_HOME", home.join(".local/share"))
-        .env("XDG_STATE_HOME", home.join(".local/state"));
-    cmd
-}
-
 fn attempts(dir: &Path, repo: &Path, mock: &MockLlm, extra: &[&str]) -> tokio::process::Command {
-    let mut cmd = crow_at(dir, repo);
+    let mut cmd = crow_beside(dir, repo);
     cmd.args([
         "run",
         "--provider",
@@ -172,7 +145,7 @@ async fn the_attempt_that_passes_the_check_is_applied_and_the_others_stay_as_bra
         .and_then(|l| l.split_whitespace().next())
         .unwrap()
         .to_owned();
-    let mut show = crow_at(dir.path(), &repo);
+    let mut show = crow_beside(dir.path(), &repo);
     show.args(["sessions", "show", &id]);
     let shown = output(show).await;
     assert_eq!(shown.code, Some(0), "{}", shown.stderr);
@@ -190,7 +163,7 @@ async fn the_attempt_that_passes_the_check_is_applied_and_the_others_stay_as_bra
     }
 
     // The applied change is one undoable turn.
-    let mut undo = crow_at(dir.path(), &repo);
+    let mut undo = crow_beside(dir.path(), &repo);
     undo.arg("undo");
     let undone = output(undo).await;
     assert_eq!(undone.code, Some(0), "{}\n{}", undone.stderr, undone.stdout);
@@ -392,7 +365,7 @@ async fn the_terminal_runs_attempts_with_its_sessions_choices() {
     .unwrap();
     // Line mode: stdin is not a terminal. Both attempts run on the session's model, told
     // apart by their working directory (`…-attempt-K`, in their system prompt).
-    let mut cmd = crow_at(dir.path(), &repo);
+    let mut cmd = crow_beside(dir.path(), &repo);
     cmd.args([
         "--provider",
         "openai",

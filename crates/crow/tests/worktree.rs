@@ -7,26 +7,10 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command as StdCommand;
 
 use common::*;
 use crow_testkit::{MockLlm, Reply, Scenario};
 use serde_json::json;
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = StdCommand::new("git")
-        .current_dir(dir)
-        .args(["-c", "user.name=t", "-c", "user.email=t@t"])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 /// A repository with one commit, a change to a tracked file and an untracked file; a
 /// `post-checkout` and a `pre-commit` hook that would leave a mark if git ran them.
@@ -127,13 +111,8 @@ async fn a_worktree_run_leaves_the_tree_alone_and_commits_on_its_branch() {
     let session = out.events[0]["id"].as_str().unwrap().to_owned();
     let worktrees = git(&repo, &["worktree", "list", "--porcelain"]);
     assert_eq!(worktrees.matches("worktree ").count(), 2, "{worktrees}");
-    let mut delete = crow(&repo);
-    delete
-        .env("HOME", &home)
-        .env("XDG_CONFIG_HOME", home.join(".config"))
-        .env("XDG_DATA_HOME", home.join(".local/share"))
-        .env("XDG_STATE_HOME", home.join(".local/state"))
-        .args(["sessions", "delete", &session]);
+    let mut delete = crow_beside(dir.path(), &repo);
+    delete.args(["sessions", "delete", &session]);
     let deleted = output(delete).await;
     assert_eq!(deleted.code, Some(0), "{}", deleted.stderr);
     assert!(

@@ -337,3 +337,31 @@ pub fn crow_in_shell(dir: &Path, script: &str) -> Command {
     }
     shell
 }
+
+/// git in `dir` with a throwaway identity; its stdout. Fails the test on an error.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .current_dir(dir)
+        .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `crow` working in `cwd` with its home in `dir/home` (beside a repository rather than in
+/// it: crow's worktrees go under the home's state directory).
+pub fn crow_beside(dir: &Path, cwd: &Path) -> Command {
+    let mut cmd = crow(cwd);
+    let home = dir.join("home");
+    cmd.env("HOME", &home)
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .env("XDG_DATA_HOME", home.join(".local/share"))
+        .env("XDG_STATE_HOME", home.join(".local/state"));
+    cmd
+}
