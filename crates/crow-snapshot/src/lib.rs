@@ -2,10 +2,13 @@
 //! [`Snapshotter`]: what a turn changed (commands included) and undo/redo.
 //!
 //! Layout, per project under the snapshot directory (`<data>/snapshots/<key>/`, key = a hash
-//! of the project root): `blobs/ab/cdef…` (file contents by SHA-256), `manifests/<id>.json`
-//! (one per distinct tree: the id is the manifest's own hash), `index.json` (the stat cache:
-//! a file whose size, times, inode and mode are unchanged is not read again), `lock`, and
-//! `root` (the project's path, for people). Directories 0700, files 0600.
+//! of the project root): `blobs/ab/cdef…` (file contents by SHA-256) and `packs/` (many
+//! contents in one file, as a project's first snapshot stores them: `blobs.rs`),
+//! `manifests/<id>.json` (one per distinct tree: the id is the manifest's own hash), `index.json`
+//! (the stat cache: a file whose size, times, inode and mode are unchanged is not read again;
+//! read by the first snapshot, not on open), `lock`, and `root` (the project's path, for
+//! people). Directories 0700, files 0600. A revert of a few paths reads only their entries of
+//! the two manifests.
 //!
 //! The walk is ripgrep's `ignore` (`.gitignore`, `.ignore` and git's excludes are respected,
 //! in plain directories too); `.git` itself is never entered, and nothing runs git.
@@ -22,6 +25,7 @@
 //! SHA-256 (`sha2`) rather than BLAKE3: already a dependency, and with the stat cache a step hashes
 //! only the files it changed, so hash speed is not what a snapshot costs (the `lstat`s are).
 
+mod blobs;
 mod files;
 mod manifest;
 mod prune;
@@ -99,8 +103,10 @@ type LastDelta = (String, String, Arc<(manifest::Delta, walk::Old)>);
 #[derive(Default)]
 struct State {
     cache: walk::StatCache,
-    /// Blobs known to be in the store.
-    blobs: HashSet<String>,
+    /// Whether `cache` was read from disk yet (by the first snapshot).
+    cache_read: bool,
+    /// The contents stored, loose and packed.
+    blobs: blobs::Blobs,
     /// Manifests read or written by this process.
     manifests: HashMap<String, Arc<Manifest>>,
     /// The last snapshot taken: an equal tree returns its id without writing.
@@ -149,18 +155,13 @@ impl SnapshotStore {
     pub fn open(base: &Path, project_root: &Path, options: Options) -> Result<Self, Error> {
         let root = project_root.canonicalize().map_err(io(project_root))?;
         let dir = project_dir(base, &root);
-        let generation = fs::read_to_string(dir.join("generation")).unwrap_or_default();
-        let (cache, blobs) = walk::StatCache::load(&dir.join("index.json"), &generation);
+        // The stat cache is read by the first snapshot: `crow undo` and a session that
+        // changes nothing never need it (50,000 files: ~6 MB of JSON).
         Ok(Self {
             root,
             dir,
             options,
-            state: Mutex::new(State {
-                cache,
-                blobs,
-                generation,
-                ..State::default()
-            }),
+            state: Mutex::new(State::default()),
         })
     }
 
@@ -199,10 +200,15 @@ impl SnapshotStore {
         let _lock = self.lock()?;
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let generation = fs::read_to_string(self.dir.join("generation")).unwrap_or_default();
-        if generation != state.generation {
+        if !state.cache_read {
+            let (cache, blobs) = walk::StatCache::load(&self.dir.join("index.json"), &generation);
+            state.cache = cache;
+            state.blobs = blobs::Blobs::new(blobs);
+            state.cache_read = true;
+        } else if generation != state.generation {
             state.blobs.clear();
-            state.generation = generation;
         }
+        state.generation = generation;
         // What changed since the last snapshot, if the watch can say.
         let has_last = state.last.is_some();
         let dirty = match &mut state.watch {
@@ -385,6 +391,12 @@ impl SnapshotStore {
 
     /// A snapshot's manifest.
     pub fn manifest(&self, id: &str) -> Result<Arc<Manifest>, Error> {
+        self.load(id, None)
+    }
+
+    /// A snapshot's manifest; with `wanted`, only those files (unless it is in memory
+    /// already) and its empty directories whole: what a revert of a few paths reads.
+    fn load(&self, id: &str, wanted: Option<&HashSet<String>>) -> Result<Arc<Manifest>, Error> {
         if !manifest::valid_id(id) {
             return Err(Error::Missing(id.to_owned()));
         }
@@ -405,7 +417,7 @@ impl SnapshotStore {
                     detail: format!("a delta's base '{at}' is not a snapshot id"),
                 });
             }
-            match read_stored(&self.manifest_path(&at))? {
+            match read_stored(&self.manifest_path(&at), wanted)? {
                 Some(manifest::Stored::Whole(manifest)) => break Arc::new(manifest),
                 Some(manifest::Stored::Delta(delta)) => {
                     at.clone_from(&delta.base);
@@ -427,9 +439,15 @@ impl SnapshotStore {
             for delta in chain.iter().rev() {
                 delta.apply(&mut manifest);
             }
+            if let Some(wanted) = wanted {
+                manifest.files.retain(|path, _| wanted.contains(path));
+            }
             Arc::new(manifest)
         };
-        remember(&mut state.manifests, id, &manifest);
+        // Only whole trees are kept for later calls.
+        if wanted.is_none() {
+            remember(&mut state.manifests, id, &manifest);
+        }
         Ok(manifest)
     }
 
@@ -437,8 +455,11 @@ impl SnapshotStore {
         self.dir.join("manifests").join(format!("{id}.json"))
     }
 
-    pub(crate) fn blob_path(dir: &Path, hash: &str) -> PathBuf {
-        dir.join("blobs").join(&hash[..2]).join(&hash[2..])
+    /// The stored content of `hash` (loose or packed), unchecked: the caller compares its
+    /// hash.
+    pub(crate) fn read_blob(&self, hash: &str) -> std::io::Result<Vec<u8>> {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.blobs.read(&self.dir, hash)
     }
 
     /// Held while snapshotting, restoring or pruning: a prune must not remove a blob a
@@ -448,19 +469,27 @@ impl SnapshotStore {
     }
 }
 
-/// A manifest file as stored (`None`: there is none).
-fn read_stored(path: &Path) -> Result<Option<manifest::Stored>, Error> {
+/// A manifest file as stored (`None`: there is none); a whole one with only the files in
+/// `wanted`, when given.
+fn read_stored(
+    path: &Path,
+    wanted: Option<&HashSet<String>>,
+) -> Result<Option<manifest::Stored>, Error> {
     let bytes = match fs::read(path) {
         Ok(bytes) => bytes,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(io(path)(e)),
     };
-    manifest::Stored::parse(&bytes)
-        .map(Some)
-        .map_err(|e| Error::Damaged {
-            path: path.to_owned(),
-            detail: e.to_string(),
-        })
+    let parsed = match wanted {
+        Some(wanted) if !manifest::Stored::is_delta(&bytes) => {
+            manifest::parse_only(&bytes, wanted).map(manifest::Stored::Whole)
+        }
+        _ => manifest::Stored::parse(&bytes),
+    };
+    parsed.map(Some).map_err(|e| Error::Damaged {
+        path: path.to_owned(),
+        detail: e.to_string(),
+    })
 }
 
 /// Keeps a few recent manifests in memory (a step compares the last two); a long session's
@@ -499,7 +528,18 @@ impl Snapshotter for SnapshotStore {
         only: Option<&HashSet<PathBuf>>,
         force: bool,
     ) -> Result<Reverted, SnapshotError> {
-        let (from, to) = (self.manifest(from)?, self.manifest(to)?);
+        // A revert of a few paths reads only their entries (50,000 files: the whole list is
+        // ~6 MB of JSON per snapshot).
+        let wanted: Option<HashSet<String>> = only.map(|paths| {
+            paths
+                .iter()
+                .map(|p| p.to_string_lossy().into_owned())
+                .collect()
+        });
+        let (from, to) = (
+            self.load(from, wanted.as_ref())?,
+            self.load(to, wanted.as_ref())?,
+        );
         let _lock = self.lock()?;
         let resumed = revert::Journal::recover(&self.dir);
         let mut reverted = revert::revert(self, &from, &to, only, force)?;

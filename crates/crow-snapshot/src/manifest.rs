@@ -2,7 +2,7 @@
 //! the files that were not stored, with why, and the empty directories (a directory with
 //! files is implied by them; an empty one would otherwise be invisible to undo).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use crow_core::{ChangeKind, FileChange};
 use serde::{Deserialize, Serialize};
@@ -192,6 +192,83 @@ impl Delta {
     }
 }
 
+/// A whole manifest with only the files in `wanted` (all its empty directories): what putting
+/// back a few paths needs, without building the tree's whole list. The other entries are
+/// skipped as they are read (no allocation for each).
+pub fn parse_only(bytes: &[u8], wanted: &HashSet<String>) -> Result<Manifest, serde_json::Error> {
+    use serde::de::{DeserializeSeed, MapAccess, Visitor};
+    use std::borrow::Cow;
+
+    /// A map key, borrowed from the bytes when it has no escapes.
+    struct Key<'de>(Cow<'de, str>);
+    impl<'de> Deserialize<'de> for Key<'de> {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = Key<'de>;
+                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                    f.write_str("a string")
+                }
+                fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
+                    Ok(Key(Cow::Borrowed(v)))
+                }
+                fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
+                    Ok(Key(Cow::Owned(v.to_owned())))
+                }
+            }
+            d.deserialize_str(V)
+        }
+    }
+    struct Files<'a>(&'a HashSet<String>);
+    impl<'de> DeserializeSeed<'de> for Files<'_> {
+        type Value = BTreeMap<String, Entry>;
+        fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_map(self)
+        }
+    }
+    impl<'de> Visitor<'de> for Files<'_> {
+        type Value = BTreeMap<String, Entry>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a manifest's files")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut out = BTreeMap::new();
+            while let Some(Key(path)) = map.next_key()? {
+                if self.0.contains(path.as_ref()) {
+                    out.insert(path.into_owned(), map.next_value()?);
+                } else {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+            Ok(out)
+        }
+    }
+    struct Top<'a>(&'a HashSet<String>);
+    impl<'de> Visitor<'de> for Top<'_> {
+        type Value = Manifest;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a manifest")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Manifest, A::Error> {
+            let mut out = Manifest::default();
+            while let Some(Key(key)) = map.next_key()? {
+                match key.as_ref() {
+                    "files" => out.files = map.next_value_seed(Files(self.0))?,
+                    "d" => out.dirs = map.next_value()?,
+                    _ => {
+                        map.next_value::<serde::de::IgnoredAny>()?;
+                    }
+                }
+            }
+            Ok(out)
+        }
+    }
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let manifest = serde::Deserializer::deserialize_map(&mut de, Top(wanted))?;
+    de.end()?;
+    Ok(manifest)
+}
+
 /// What a manifest file holds: a delta (it starts with its `base`) or a whole manifest.
 #[derive(Debug)]
 pub enum Stored {
@@ -203,11 +280,17 @@ impl Stored {
     /// Told apart by the first field (crow writes `base` first in a delta): serde's untagged
     /// enums cannot hold the `i128` times of skipped files.
     pub fn parse(bytes: &[u8]) -> Result<Self, serde_json::Error> {
-        if bytes.starts_with(b"{\"base\"") {
+        if Self::is_delta(bytes) {
             serde_json::from_slice(bytes).map(Stored::Delta)
         } else {
             serde_json::from_slice(bytes).map(Stored::Whole)
         }
+    }
+}
+
+impl Stored {
+    pub fn is_delta(bytes: &[u8]) -> bool {
+        bytes.starts_with(b"{\"base\"")
     }
 }
 

@@ -152,6 +152,7 @@ fn sweep(dir: &Path) -> Result<usize, Error> {
             }
         }
     }
+    removed += crate::blobs::sweep_packs(dir, &used);
     // The stat cache may name removed blobs: a snapshot checks before trusting one.
     Ok(removed)
 }

@@ -101,8 +101,7 @@ pub(crate) fn revert(
                 let Some(hash) = &entry.hash else {
                     continue;
                 };
-                let blob = SnapshotStore::blob_path(&store.dir, hash);
-                let content = match fs::read(&blob) {
+                let content = match store.read_blob(hash) {
                     Ok(content) if sha256_hex(&content) == *hash => content,
                     Ok(_) => {
                         out.unrestorable

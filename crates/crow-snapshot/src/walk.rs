@@ -17,9 +17,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
+use crate::blobs::{Blobs, PACK_MIN, PackWriter};
 use crate::manifest::{Entry, Manifest, sha256_hex};
 use crate::watch::Watcher;
-use crate::{Error, Options, SnapshotStore, files, io};
+use crate::{Error, Options, files};
 
 /// How long after its last change a file's cached hash is trusted without reading it.
 const SETTLED_NS: i128 = 1_000_000_000;
@@ -121,7 +122,7 @@ pub(crate) fn walk(
     dir: &Path,
     options: &Options,
     cache: &mut StatCache,
-    blobs: &mut HashSet<String>,
+    blobs: &mut Blobs,
     mut watch: Option<&mut Watcher>,
 ) -> Result<(Manifest, BTreeSet<String>), Error> {
     if let Some(w) = watch.as_deref_mut() {
@@ -153,7 +154,7 @@ pub(crate) fn update(
     dir: &Path,
     options: &Options,
     cache: &mut StatCache,
-    blobs: &mut HashSet<String>,
+    blobs: &mut Blobs,
     watch: &mut Watcher,
     manifest: &mut Manifest,
     dirs: &mut BTreeSet<String>,
@@ -261,7 +262,7 @@ fn deep_list(
     dir: &Path,
     options: &Options,
     cache: &mut StatCache,
-    blobs: &mut HashSet<String>,
+    blobs: &mut Blobs,
     watch: &mut Watcher,
     manifest: &mut Manifest,
     dirs: &mut BTreeSet<String>,
@@ -384,12 +385,18 @@ fn hash_all(
     dir: &Path,
     options: &Options,
     cache: &mut StatCache,
-    blobs: &mut HashSet<String>,
+    blobs: &mut Blobs,
     found: Vec<Found>,
 ) -> Result<(Vec<(String, Entry)>, usize), Error> {
     let now = now_ns();
     let mut hashed = 0;
     let mut entries = Vec::with_capacity(found.len());
+    // Many contents to store (a project's first snapshot): one pack, not a file each.
+    let unread = found.iter().filter(|f| f.cached.is_none()).count();
+    let mut pack = match unread >= PACK_MIN {
+        true => Some(PackWriter::create(dir)?),
+        false => None,
+    };
     for f in found {
         let mut file = Entry {
             hash: None,
@@ -408,7 +415,7 @@ fn hash_all(
             entries.push((f.rel, file));
             continue;
         }
-        if let Some(hash) = f.cached.filter(|h| has_blob(dir, h, blobs)) {
+        if let Some(hash) = f.cached.filter(|h| blobs.has(dir, h)) {
             file.hash = Some(hash);
             hashed += 1;
             entries.push((f.rel, file));
@@ -423,7 +430,7 @@ fn hash_all(
         match content {
             Ok(content) => {
                 let hash = sha256_hex(&content);
-                store_blob(dir, &hash, &content, blobs)?;
+                blobs.store(dir, &hash, &content, pack.as_mut())?;
                 // Only a new stat or hash is worth saving: a new time alone costs a later
                 // process one more read of a few recent files.
                 let same = cache
@@ -448,6 +455,11 @@ fn hash_all(
             }
         }
         entries.push((f.rel, file));
+    }
+    if let Some(pack) = pack
+        && let Some((name, index)) = pack.finish(dir)?
+    {
+        blobs.add_pack(&name, &index);
     }
     Ok((entries, hashed))
 }
@@ -530,33 +542,4 @@ fn visit(
         link,
         cached,
     })
-}
-
-fn has_blob(dir: &Path, hash: &str, blobs: &mut HashSet<String>) -> bool {
-    if blobs.contains(hash) {
-        return true;
-    }
-    let found = SnapshotStore::blob_path(dir, hash).exists();
-    if found {
-        blobs.insert(hash.to_owned());
-    }
-    found
-}
-
-fn store_blob(
-    dir: &Path,
-    hash: &str,
-    content: &[u8],
-    blobs: &mut HashSet<String>,
-) -> Result<(), Error> {
-    if has_blob(dir, hash, blobs) {
-        return Ok(());
-    }
-    let path = SnapshotStore::blob_path(dir, hash);
-    if let Some(parent) = path.parent() {
-        files::private_dir(parent).map_err(io(parent))?;
-    }
-    files::write_private(&path, content).map_err(io(&path))?;
-    blobs.insert(hash.to_owned());
-    Ok(())
 }

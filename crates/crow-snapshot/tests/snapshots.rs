@@ -535,3 +535,72 @@ fn a_symlinked_directory_out_of_the_project_is_recorded_as_a_link_and_never_foll
     fs::rename(&outside, outside.with_extension("moved")).unwrap();
     assert_eq!(store.take().unwrap(), first);
 }
+
+/// A first snapshot of many files writes one pack, not a file per content: undo reads from
+/// it in a new process, a prune removes it whole once nothing uses it, and what an
+/// interrupted write left (a temporary pack, a pack without its index) is swept.
+#[test]
+fn a_first_snapshot_of_many_files_is_one_pack_that_undo_reads_and_pruning_removes() {
+    let f = fixture();
+    for i in 0..100 {
+        fs::write(
+            f.project.join(format!("src/f{i:03}.rs")),
+            format!("// {i}\n"),
+        )
+        .unwrap();
+    }
+    let store = SnapshotStore::open(&f.base, &f.project, Options::default()).unwrap();
+    let before = store.take().unwrap();
+    let dir = store.dir().to_path_buf();
+    let packs = dir.join("packs");
+    let names: Vec<String> = fs::read_dir(&packs)
+        .unwrap()
+        .map(|i| i.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names.len(), 2, "one pack and its index: {names:?}");
+    let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&packs), 0o700);
+    for name in &names {
+        assert_eq!(mode(&packs.join(name)), 0o600, "{name}");
+    }
+    let loose = fs::read_dir(dir.join("blobs")).unwrap().count();
+    assert_eq!(loose, 0, "nothing stored loose");
+
+    // A step changes three files; a new process (a `crow undo`) puts them back.
+    fs::write(f.project.join("src/f007.rs"), "changed\n").unwrap();
+    fs::remove_file(f.project.join("src/f042.rs")).unwrap();
+    fs::write(f.project.join("src/new.rs"), "new\n").unwrap();
+    let after = store.take().unwrap();
+    drop(store);
+    let store = SnapshotStore::open(&f.base, &f.project, Options::default()).unwrap();
+    let only: HashSet<std::path::PathBuf> = ["src/f007.rs", "src/f042.rs", "src/new.rs"]
+        .into_iter()
+        .map(Into::into)
+        .collect();
+    let reverted = store
+        .revert_only(&after, &before, Some(&only), false)
+        .unwrap();
+    assert_eq!(reverted.restored.len(), 3, "{reverted:?}");
+    assert!(reverted.conflicts.is_empty() && reverted.unrestorable.is_empty());
+    assert_eq!(
+        fs::read_to_string(f.project.join("src/f007.rs")).unwrap(),
+        "// 7\n"
+    );
+    assert_eq!(
+        fs::read_to_string(f.project.join("src/f042.rs")).unwrap(),
+        "// 42\n"
+    );
+    assert!(!f.project.join("src/new.rs").exists());
+
+    // Leftovers of a killed write, then every snapshot removed: the packs go too.
+    fs::write(packs.join(".tmp-1-0.pack"), "partial").unwrap();
+    fs::write(
+        packs.join("0123456789abcdef0123456789abcdef.pack"),
+        "no index",
+    )
+    .unwrap();
+    let all: HashSet<String> = crow_snapshot::snapshot_ids(&f.base, &f.project);
+    let pruned = remove_snapshots(&f.base, &f.project, &all).unwrap();
+    assert!(pruned.blobs >= 100, "{pruned:?}");
+    assert_eq!(fs::read_dir(&packs).unwrap().count(), 0, "no pack left");
+}
