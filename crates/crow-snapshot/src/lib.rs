@@ -4,7 +4,7 @@
 //! Layout, per project under the snapshot directory (`<data>/snapshots/<key>/`, key = a hash
 //! of the project root): `blobs/ab/cdef…` (file contents by SHA-256) and `packs/` (many
 //! contents in one file, as a project's first snapshot stores them: `blobs.rs`),
-//! `manifests/<id>.json` (one per distinct tree: the id is the manifest's own hash), `index.json`
+//! `manifests/<id>.json` (one per distinct tree: the id is the manifest's own hash), `index.bin`
 //! (the stat cache: a file whose size, times, inode and mode are unchanged is not read again;
 //! read by the first snapshot, not on open), `lock`, and `root` (the project's path, for
 //! people). Directories 0700, files 0600. A revert of a few paths reads only their entries of
@@ -30,6 +30,7 @@ mod files;
 mod manifest;
 mod prune;
 mod revert;
+mod statfile;
 mod walk;
 mod watch;
 
@@ -140,6 +141,9 @@ pub struct Walks {
     pub unchanged: u64,
 }
 
+/// The stat cache's file (`statfile.rs`); `index.json` held it as JSON before.
+const STAT_CACHE: &str = "index.bin";
+
 /// How often a session rewrites the stat cache (it is also written when the store closes):
 /// rewriting it after every step would cost more than the snapshot.
 const SAVE_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
@@ -201,10 +205,12 @@ impl SnapshotStore {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let generation = fs::read_to_string(self.dir.join("generation")).unwrap_or_default();
         if !state.cache_read {
-            let (cache, blobs) = walk::StatCache::load(&self.dir.join("index.json"), &generation);
+            let (cache, blobs) = walk::StatCache::load(&self.dir.join(STAT_CACHE), &generation);
             state.cache = cache;
             state.blobs = blobs::Blobs::new(blobs);
             state.cache_read = true;
+            // The JSON cache of earlier versions, replaced by `index.bin`.
+            let _ = fs::remove_file(self.dir.join("index.json"));
         } else if generation != state.generation {
             state.blobs.clear();
         }
@@ -367,7 +373,7 @@ impl SnapshotStore {
     fn save_cache(&self, state: &mut State) {
         if state.cache.dirty && state.saved_at.is_none_or(|t| t.elapsed() >= SAVE_EVERY) {
             let generation = state.generation.clone();
-            state.cache.save(&self.dir.join("index.json"), &generation);
+            state.cache.save(&self.dir.join(STAT_CACHE), &generation);
             state.saved_at = Some(std::time::Instant::now());
         }
     }
@@ -507,7 +513,7 @@ impl Drop for SnapshotStore {
         let state = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
         if state.cache.dirty {
             let generation = state.generation.clone();
-            state.cache.save(&self.dir.join("index.json"), &generation);
+            state.cache.save(&self.dir.join(STAT_CACHE), &generation);
         }
     }
 }

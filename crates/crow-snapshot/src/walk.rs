@@ -15,17 +15,16 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use serde::{Deserialize, Serialize};
-
 use crate::blobs::{Blobs, PACK_MIN, PackWriter};
 use crate::manifest::{Entry, Manifest, sha256_hex};
+use crate::statfile;
 use crate::watch::Watcher;
 use crate::{Error, Options, files};
 
 /// How long after its last change a file's cached hash is trusted without reading it.
 const SETTLED_NS: i128 = 1_000_000_000;
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct Stat {
     size: u64,
     mtime: i128,
@@ -34,7 +33,7 @@ struct Stat {
     mode: u32,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone)]
 struct Cached {
     stat: Stat,
     hash: String,
@@ -48,46 +47,59 @@ pub(crate) struct StatCache {
     pub(crate) dirty: bool,
 }
 
-/// The cache on disk, with the store's `generation` when it was written: while that is
-/// unchanged no prune ran since, so every blob the cache names is still stored.
-#[derive(Serialize, Deserialize)]
-struct Saved<F> {
-    generation: String,
-    files: F,
-}
-
 impl StatCache {
-    /// The saved cache, and whether its blobs can be trusted to exist (no prune since); a
-    /// missing or unreadable one is an empty cache (it only costs time).
+    /// The saved cache, and whether its blobs can be trusted to exist (no prune since: the
+    /// `generation` it was written with is the store's); a missing or unreadable one is an
+    /// empty cache (it only costs time).
     pub(crate) fn load(path: &Path, generation: &str) -> (Self, HashSet<String>) {
-        let saved: Option<Saved<HashMap<String, Cached>>> = fs::read(path)
+        let Some((saved, records)) = fs::read(path)
             .ok()
-            .and_then(|bytes| serde_json::from_slice(&bytes).ok());
-        let Some(saved) = saved else {
+            .and_then(|bytes| statfile::decode(&bytes))
+        else {
             return (Self::default(), HashSet::new());
         };
-        let blobs = if saved.generation == generation {
-            saved.files.values().map(|c| c.hash.clone()).collect()
-        } else {
-            HashSet::new()
-        };
+        let trusted = saved == generation;
+        let mut blobs = HashSet::new();
+        let mut files = HashMap::with_capacity(records.len());
+        for r in records {
+            if trusted {
+                blobs.insert(r.hash.clone());
+            }
+            let stat = Stat {
+                size: r.size,
+                mtime: r.mtime,
+                ctime: r.ctime,
+                ino: r.ino,
+                mode: r.mode,
+            };
+            let cached = Cached {
+                stat,
+                hash: r.hash,
+                at: r.at,
+            };
+            files.insert(r.path, cached);
+        }
         let cache = Self {
-            files: saved.files,
+            files,
             dirty: false,
         };
         (cache, blobs)
     }
 
     pub(crate) fn save(&mut self, path: &Path, generation: &str) {
-        let saved = Saved {
-            generation: generation.to_owned(),
-            files: &self.files,
-        };
-        match serde_json::to_vec(&saved) {
-            Ok(bytes) => match files::write_private(path, &bytes) {
-                Ok(()) => self.dirty = false,
-                Err(e) => tracing::debug!("stat cache not saved: {e}"),
-            },
+        let records = self.files.iter().map(|(path, c)| statfile::Record {
+            path,
+            size: c.stat.size,
+            mtime: c.stat.mtime,
+            ctime: c.stat.ctime,
+            ino: c.stat.ino,
+            mode: c.stat.mode,
+            hash: &c.hash,
+            at: c.at,
+        });
+        let bytes = statfile::encode(generation, self.files.len(), records);
+        match files::write_private(path, &bytes) {
+            Ok(()) => self.dirty = false,
             Err(e) => tracing::debug!("stat cache not saved: {e}"),
         }
     }
