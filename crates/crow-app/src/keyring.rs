@@ -112,14 +112,25 @@ impl KeyStore for Keyring {
     }
 }
 
-/// The keyring key resolution consults: the system's, or none (unavailable or switched off,
-/// silently: most machines without one keep keys in the environment or a file).
+/// The keyring key resolution consults: the system's, connected only when a key is asked of
+/// it — a key in the environment comes first, and a start should not pay a D-Bus connection
+/// it does not use. Unavailable or switched off, it holds nothing, silently: most machines
+/// without one keep keys in the environment or a file.
 pub fn lookup() -> &'static dyn KeyStore {
-    match Keyring::system() {
-        Ok(keyring) => keyring,
-        Err(why) => {
-            tracing::debug!("no keyring: {why}");
-            &crow_providers::NoKeyStore
+    static SYSTEM: SystemOnUse = SystemOnUse;
+    &SYSTEM
+}
+
+struct SystemOnUse;
+
+impl KeyStore for SystemOnUse {
+    fn key(&self, provider: &str) -> Option<ApiKey> {
+        match Keyring::system() {
+            Ok(keyring) => keyring.key(provider),
+            Err(why) => {
+                tracing::debug!("no keyring: {why}");
+                None
+            }
         }
     }
 }

@@ -11,6 +11,7 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs;
+use std::io::Read;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -403,21 +404,17 @@ fn hash_all(
     let now = now_ns();
     let mut hashed = 0;
     let mut entries = Vec::with_capacity(found.len());
-    // Many contents to store (a project's first snapshot): one pack, not a file each.
-    let unread = found.iter().filter(|f| f.cached.is_none()).count();
-    let mut pack = match unread >= PACK_MIN {
-        true => Some(PackWriter::create(dir)?),
-        false => None,
+    let entry = |f: &Found| Entry {
+        hash: None,
+        mode: f.stat.mode,
+        size: f.stat.size,
+        link: f.link,
+        skipped: None,
+        mtime: None,
     };
+    let mut todo: Vec<Found> = Vec::new();
     for f in found {
-        let mut file = Entry {
-            hash: None,
-            mode: f.stat.mode,
-            size: f.stat.size,
-            link: f.link,
-            skipped: None,
-            mtime: None,
-        };
+        let mut file = entry(&f);
         if !f.link && f.stat.size > options.max_file_bytes {
             file.skipped = Some(format!(
                 "larger than {} bytes ([snapshots] max_file_bytes)",
@@ -425,23 +422,24 @@ fn hash_all(
             ));
             file.mtime = Some(f.stat.mtime);
             entries.push((f.rel, file));
-            continue;
-        }
-        if let Some(hash) = f.cached.filter(|h| blobs.has(dir, h)) {
+        } else if let Some(hash) = f.cached.clone().filter(|h| blobs.has(dir, h)) {
             file.hash = Some(hash);
             hashed += 1;
             entries.push((f.rel, file));
-            continue;
-        }
-        let path = root.join(&f.rel);
-        let content = if f.link {
-            fs::read_link(&path).map(|t| t.into_os_string().into_encoded_bytes())
         } else {
-            fs::read(&path)
-        };
+            todo.push(f);
+        }
+    }
+    // Many contents to store (a project's first snapshot): one pack, not a file each.
+    let mut pack = match todo.len() >= PACK_MIN {
+        true => Some(PackWriter::create(dir)?),
+        false => None,
+    };
+    read_each(root, &todo, |i, content| {
+        let f = &todo[i];
+        let mut file = entry(f);
         match content {
-            Ok(content) => {
-                let hash = sha256_hex(&content);
+            Ok((hash, content)) => {
                 blobs.store(dir, &hash, &content, pack.as_mut())?;
                 // Only a new stat or hash is worth saving: a new time alone costs a later
                 // process one more read of a few recent files.
@@ -453,7 +451,7 @@ fn hash_all(
                 cache.files.insert(
                     f.rel.clone(),
                     Cached {
-                        stat: f.stat,
+                        stat: f.stat.clone(),
                         hash: hash.clone(),
                         at: now,
                     },
@@ -466,14 +464,82 @@ fn hash_all(
                 file.mtime = Some(f.stat.mtime);
             }
         }
-        entries.push((f.rel, file));
-    }
+        entries.push((f.rel.clone(), file));
+        Ok(())
+    })?;
     if let Some(pack) = pack
         && let Some((name, index)) = pack.finish(dir)?
     {
         blobs.add_pack(&name, &index);
     }
     Ok((entries, hashed))
+}
+
+/// Reads and hashes each of `todo`, handing `(index, hash and content)` to `sink` (on the
+/// calling thread, in any order). Many files (a first snapshot) are read by a few threads:
+/// the cost is the kernel's per file, and a second core halves it.
+fn read_each(
+    root: &Path,
+    todo: &[Found],
+    mut sink: impl FnMut(usize, std::io::Result<(String, Vec<u8>)>) -> Result<(), Error>,
+) -> Result<(), Error> {
+    let read = |f: &Found| -> std::io::Result<(String, Vec<u8>)> {
+        let path = root.join(&f.rel);
+        let content = if f.link {
+            fs::read_link(&path).map(|t| t.into_os_string().into_encoded_bytes())?
+        } else {
+            // The size is known: no `statx` as `fs::read` makes.
+            let mut content = Vec::with_capacity(usize::try_from(f.stat.size).unwrap_or(0) + 1);
+            fs::File::open(&path)?.read_to_end(&mut content)?;
+            content
+        };
+        Ok((sha256_hex(&content), content))
+    };
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
+    if workers < 2 || todo.len() < PACK_MIN {
+        for (i, f) in todo.iter().enumerate() {
+            sink(i, read(f))?;
+        }
+        return Ok(());
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        // Bounded: contents wait in memory only this many at a time.
+        let (tx, rx) = std::sync::mpsc::sync_channel(256);
+        let mut started = 0;
+        for _ in 0..workers {
+            let (tx, next, read) = (tx.clone(), &next, &read);
+            let worker = std::thread::Builder::new()
+                .name("crow-snapshot-read".into())
+                .spawn_scoped(scope, move || {
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(f) = todo.get(i) else {
+                            break;
+                        };
+                        if tx.send((i, read(f))).is_err() {
+                            break; // the sink failed: stop reading
+                        }
+                    }
+                });
+            match worker {
+                Ok(_) => started += 1,
+                Err(e) => tracing::debug!("snapshot reader thread: {e}"),
+            }
+        }
+        if started == 0 {
+            // No thread to be had: read here.
+            for (i, f) in todo.iter().enumerate() {
+                sink(i, read(f))?;
+            }
+            return Ok(());
+        }
+        drop(tx);
+        for (i, result) in rx {
+            sink(i, result)?;
+        }
+        Ok(())
+    })
 }
 
 /// The directories with nothing recorded below them (neither a file nor a directory): all
