@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 use serve_common::*;
 
 /// The W3C WebDriver element key.
-const ELEMENT: &str = "element-6066-11e4-a52f-4d9a8ae8d0c5";
+const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 
 /// `chromium` and `chromedriver`, when both are installed.
 fn browser() -> Option<(PathBuf, PathBuf)> {
@@ -111,7 +111,7 @@ impl WebDriver {
         }
         let value: Value = request.send().await.unwrap().json().await.unwrap();
         assert!(
-            value["value"]["error"].is_null(),
+            value["value"]["error"].is_null() || path == "/element",
             "WebDriver {path}: {value}"
         );
         value["value"].clone()
@@ -130,7 +130,13 @@ impl WebDriver {
                 Some(json!({"using": "css selector", "value": css})),
             )
             .await;
-        found[ELEMENT].as_str().unwrap().to_owned()
+        match found[ELEMENT].as_str() {
+            Some(id) => id.to_owned(),
+            None => {
+                let page = self.call(reqwest::Method::GET, "/source", None).await;
+                panic!("no element {css}: {found}\npage: {page}")
+            }
+        }
     }
 
     async fn click(&self, css: &str) {
