@@ -252,3 +252,89 @@ async fn a_permission_question_is_answered_over_the_api() {
         .await;
     assert_eq!(late.status(), 404);
 }
+
+#[tokio::test]
+async fn a_prompt_while_a_turn_runs_steers_it_and_undo_waits_for_the_turn() {
+    let dir = git_repo();
+    let scenario = Scenario::new()
+        .reply(Reply::tool_call(
+            "write_file",
+            json!({"path": "steered.txt", "content": "first\n"}),
+        ))
+        .reply(Reply::text("taking your note into account"));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let server = Server::start(dir.path(), &mock).await;
+    let id = server.create(dir.path()).await;
+    let mut stream = server.events(&id, None).await;
+    server.prompt(&id, "write it").await;
+    // The question holds the turn open: it is certainly running now.
+    let asked = stream.until_type("permission_request").await;
+    let question = asked.last().unwrap().1["id"].clone();
+    let steered = server.prompt(&id, "also mention the weather").await;
+    assert_eq!(steered["taken"], "steering");
+    let busy = server
+        .post(&format!("/api/sessions/{id}/undo"), json!({}))
+        .await;
+    assert_eq!(busy.status(), 409, "undo while a turn runs");
+    let listed: Value = server.get("/api/sessions").await;
+    let this = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == id.as_str())
+        .unwrap();
+    assert_eq!(this["status"], "running");
+    server
+        .post(
+            &format!("/api/sessions/{id}/permissions"),
+            json!({"id": question, "answer": "always"}),
+        )
+        .await;
+    let rest = stream.until_type("result").await;
+    let note = rest
+        .iter()
+        .find(|(_, e)| e["type"] == "user_message")
+        .expect("the steering reached the turn");
+    assert_eq!(note.1["text"], "also mention the weather");
+    // The model's next request carried it.
+    let requests = mock.requests();
+    assert!(
+        requests
+            .last()
+            .unwrap()
+            .body
+            .to_string()
+            .contains("also mention the weather")
+    );
+    // Idle now: undo takes the turn's file back.
+    assert!(dir.path().join("steered.txt").exists());
+    let undone = server
+        .post(&format!("/api/sessions/{id}/undo"), json!({}))
+        .await;
+    assert_eq!(undone.status(), 200);
+    let body: Value = undone.json().await.unwrap();
+    assert_eq!(body["ok"], true, "{body}");
+    assert!(!dir.path().join("steered.txt").exists());
+}
+
+#[tokio::test]
+async fn a_session_in_an_untrusted_project_keeps_its_trust_rules() {
+    let dir = git_repo();
+    let mock = MockLlm::start(Scenario::new()).await.unwrap();
+    let server = Server::start(dir.path(), &mock).await;
+    // The project's own config names an endpoint (a guarded key) and is not trusted: the
+    // session is refused exactly as `crow run` would refuse it there.
+    write_project_config(
+        dir.path(),
+        "[providers.mock]\ntype = \"openai\"\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"x\"\n",
+    );
+    let refused = server
+        .post("/api/sessions", json!({ "cwd": dir.path() }))
+        .await;
+    assert_eq!(refused.status(), 400);
+    let body: Value = refused.json().await.unwrap();
+    assert!(body["error"].as_str().unwrap().contains("trust"), "{body}");
+    let run = crow_run(dir.path(), &mock, "hi").output().await.unwrap();
+    assert!(!run.status.success());
+    assert!(String::from_utf8_lossy(&run.stderr).contains("trust"));
+}
