@@ -2,7 +2,8 @@
 //! call would do (`PermissionPreview`: the file before and after, or the command and where it
 //! runs), until a client answers one over the API — allow once, always (for this session,
 //! keyed like the terminal's and ACP's: `SessionRules::key`), or reject with a reason the
-//! model reads. Each question and its answer are events of the session's log, so every
+//! model reads. "Always" answers are stored with the session (as the terminal and ACP store
+//! them) and come back when it is resumed. Each question and its answer are events of the session's log, so every
 //! client sees it asked and answered. A cancelled turn drops its questions: the call is
 //! denied.
 
@@ -102,6 +103,11 @@ impl Questions {
             .reply
             .send((answer, reason))
             .map_err(|_| Unanswered::NotWaiting)
+    }
+
+    /// The session's "always" answers (crow-core's policy applies them).
+    pub fn always(&self) -> &Arc<SessionRules> {
+        &self.always
     }
 
     /// A cancelled turn's questions are dropped: their calls are denied.

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use anyhow::{Context, Result, anyhow, bail};
 use crow_app::driver::{self, Driver, Input, Open, Ran};
-use crow_core::{AgentEvent, EventSender, Mode};
+use crow_core::{AgentEvent, EventSender, Mode, SessionStore};
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -174,7 +174,7 @@ impl Hub {
         }
         let store =
             sessions::open_for_reading(&self.config)?.ok_or_else(|| anyhow!("no sessions yet"))?;
-        let info = crow_core::SessionStore::session(&store, id).map_err(sessions::store_error)?;
+        let info = store.session(id).map_err(sessions::store_error)?;
         drop(store);
         let live = open(
             info.cwd.clone(),
@@ -246,7 +246,16 @@ fn open(
         &composer.cwd,
         &wiring::tool_options(&composer.config),
     );
-    let resumed = matches!(how, Open::Resume(_));
+    let resumed = match &how {
+        Open::Resume(info) => {
+            // The answers given "always" in any front end hold here too.
+            questions
+                .always()
+                .extend(sessions::stored_always(&info.settings));
+            true
+        }
+        _ => false,
+    };
     let driver = tokio::task::block_in_place(|| {
         Driver::open(driver::Spec {
             composer: Arc::clone(&composer),
@@ -452,6 +461,27 @@ fn finish(driver: &mut Driver, live: &Live, ran: Ran) {
         }),
     };
     live.log.push(&line);
+    save_answers(driver, live);
+}
+
+/// Keeps the session's "always" answers with it, as every front end does.
+fn save_answers(driver: &Driver, live: &Live) {
+    let answers = live.questions.always().answers();
+    if answers.is_empty() {
+        return;
+    }
+    let (Some(store), Some(id)) = (driver.store(), driver.id()) else {
+        return;
+    };
+    let saved = store.session(id).and_then(|mut info| {
+        for (key, allowed) in &answers {
+            sessions::remember_always(&mut info.settings, key, *allowed);
+        }
+        store.set_settings(id, &info.settings)
+    });
+    if let Err(e) = saved {
+        tracing::warn!("the session's answers are not saved: {e}");
+    }
 }
 
 /// `/undo` on the open session, as every front end runs it.
