@@ -3,7 +3,8 @@
 //! layered config (with the flags, a custom command's model, the resumed session's own
 //! choices) → trust → store → provider → tools (language servers around the edit tools), MCP
 //! servers, agent catalog, permission
-//! policy → [`Composer`]. Front ends consume what this returns; they differ only in how they
+//! policy → [`Composer`]. `crow serve` assembles each of its sessions here too
+//! ([`assemble_in`], in the directory the client names). Front ends consume what this returns; they differ only in how they
 //! show events and who answers permission questions. (`crow acp` assembles per editor
 //! session from the same pieces in `wiring` and `compose`, since each session has its own
 //! directory and gate.)
@@ -62,6 +63,13 @@ pub struct Assembled {
 /// Assembles the session `request` asks for in the current directory.
 pub fn assemble(request: Request) -> Result<Assembled> {
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    assemble_in(cwd, request)
+}
+
+/// [`assemble`] for a session working in `cwd`: `crow serve` runs many sessions, each in the
+/// project its client names, through this same path (the project's config and trust rules
+/// apply to each exactly as to `crow run` there).
+pub fn assemble_in(cwd: PathBuf, request: Request) -> Result<Assembled> {
     let (root, in_git) = wiring::find_project_root(&cwd);
     wiring::check_project_root(&root, in_git, request.allow_root_project)?;
     let mut flags = request.flags;

@@ -15,6 +15,7 @@ pub mod prefix;
 pub mod sandbox;
 pub mod scale;
 pub mod search;
+pub mod serve;
 pub mod sessions;
 pub mod snapshot;
 pub mod stats;
@@ -185,9 +186,10 @@ impl Bench {
         let hooks = hooks::measure(self, progress)?;
         let scale = scale::measure(self, progress)?;
         let attempts = attempts::measure(self, progress)?;
+        let serve = serve::measure(self, progress)?;
         Ok(vec![
             overhead, walls, startup, requests, streaming, store, search, parallel, long, sandbox,
-            limits, snapshots, terminal, memory, hooks, scale, attempts,
+            limits, snapshots, terminal, memory, hooks, scale, attempts, serve,
         ])
     }
 }

@@ -58,6 +58,10 @@ struct Args {
     /// Only best of N (section 18: `crow run --attempts 3` against one run)
     #[arg(long)]
     attempts_only: bool,
+    /// Only `crow serve` (section 19: SSE latency and throughput, 50 idle sessions, 20
+    /// concurrent prompts)
+    #[arg(long)]
+    serve_only: bool,
     /// Only undo at repository scale (section 16), in a project of this many files
     /// (default 50,000)
     #[arg(long, value_name = "FILES", num_args = 0..=1, default_missing_value = "50000")]
@@ -160,6 +164,11 @@ fn run(args: Args) -> Result<()> {
         }
         (None, None) if args.scale_only.is_some() => {
             vec![crow_bench::scale::measure(&bench, &mut |step| {
+                eprintln!("· {step}")
+            })?]
+        }
+        (None, None) if args.serve_only => {
+            vec![crow_bench::serve::measure(&bench, &mut |step| {
                 eprintln!("· {step}")
             })?]
         }

@@ -156,6 +156,9 @@ pub(crate) enum Command {
     },
     /// Serve the Agent Client Protocol on stdin/stdout, for editors (Zed, JetBrains, Neovim)
     Acp(ModelArgs),
+    /// Serve sessions over HTTP (JSON API + Server-Sent Events) and a web page to watch and
+    /// steer them
+    Serve(crate::serve::ServeArgs),
     /// Run a command exactly as the agent's `bash` would (same sandbox, same environment),
     /// to see what a policy allows; what is enforced goes to stderr
     Sandbox {

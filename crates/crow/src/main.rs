@@ -12,6 +12,7 @@ mod demo;
 mod memory_cmd;
 mod models;
 mod run;
+mod serve;
 mod stats;
 
 // The application layer's modules, under their old paths (`crate::config::…`).
@@ -94,11 +95,11 @@ fn main() -> ExitCode {
 /// timers (searches, reads, edits, snapshots and the sandbox probe run on the blocking pool).
 /// One-shot commands (`crow run` above all) run it on the calling thread: no worker threads
 /// to start, no wake-up crossing threads at each step; that was about a millisecond of a
-/// one-step run. The editor agent and the interactive terminal stay up and interleave a
+/// one-step run. The editor agent, the HTTP server and the interactive terminal stay up and interleave a
 /// person's input with the model's stream, so they get two workers: a fixed count, which
 /// also spares reading the cgroup's CPU quota and a many-core machine a thread per core.
 fn runtime_for(command: Option<&Command>) -> tokio::runtime::Builder {
-    if matches!(command, None | Some(Command::Acp(_))) {
+    if matches!(command, None | Some(Command::Acp(_) | Command::Serve(_))) {
         let mut builder = tokio::runtime::Builder::new_multi_thread();
         builder.worker_threads(2);
         builder
@@ -272,6 +273,10 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
             cmd::skills::command(command, &wiring::find_project_root(&cwd).0)
         }
         Command::Acp(model) => acp::serve(overrides(&model, None)).await,
+        Command::Serve(args) => {
+            let flags = overrides(&args.model, None);
+            serve::run(args, flags).await
+        }
         Command::Sandbox {
             trust_project,
             command,

@@ -294,7 +294,7 @@ fn check_typed(
 }
 
 /// How a run ended, as the `result` line says it.
-fn status_of(stop: &RunStop, code: u8) -> &'static str {
+pub(crate) fn status_of(stop: &RunStop, code: u8) -> &'static str {
     match stop {
         _ if code == SCHEMA_FAILED => "invalid_output",
         RunStop::Complete { .. } => "complete",
@@ -309,7 +309,7 @@ fn status_of(stop: &RunStop, code: u8) -> &'static str {
 }
 
 /// What the run cost at list prices, when its model has one.
-fn cost_of(composer: &Composer, usage: &crow_core::Usage) -> Option<f64> {
+pub(crate) fn cost_of(composer: &Composer, usage: &crow_core::Usage) -> Option<f64> {
     let model = &composer.default_provider.model;
     composer
         .config

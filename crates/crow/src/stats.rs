@@ -1,7 +1,8 @@
 //! `crow stats`: where the tokens and the time went — per model and per agent, from the usage
 //! rows every model call leaves in the session store (and the tool calls in the histories).
 //! This project's sessions unless `--all`; one with `--session ID`; `--since 2d` (or `12h`,
-//! `30m`, a date) for recent ones.
+//! `30m`, a date) for recent ones. [`collect`] computes the figures as data, which `crow serve`
+//! returns as JSON and this command prints as tables.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -29,69 +30,118 @@ pub struct StatsArgs {
 }
 
 /// Totals of one group of model calls.
-#[derive(Default)]
-struct Sum {
-    calls: u64,
-    input: u64,
-    cached: u64,
-    output: u64,
-    reasoning: u64,
-    ms: u64,
+#[derive(Default, Clone, serde::Serialize, utoipa::ToSchema)]
+pub struct Sum {
+    pub calls: u64,
+    /// Prompt tokens, the cached part included.
+    pub input_tokens: u64,
+    pub cached_tokens: u64,
+    pub output_tokens: u64,
+    pub reasoning_tokens: u64,
+    pub duration_ms: u64,
     /// US dollars of the calls whose model has a price.
-    cost: f64,
+    pub cost_usd: f64,
     /// Calls whose model has no price (their cost is unknown, not zero).
-    unpriced: u64,
+    pub unpriced_calls: u64,
 }
 
 impl Sum {
-    fn add(&mut self, u: &crow_core::UsageRecord, price: Option<Price>) {
+    pub fn add(&mut self, u: &crow_core::UsageRecord, price: Option<Price>) {
         self.calls += 1;
         match price {
-            Some(price) => self.cost += price.cost(&u.usage),
-            None => self.unpriced += 1,
+            Some(price) => self.cost_usd += price.cost(&u.usage),
+            None => self.unpriced_calls += 1,
         }
-        self.input = self.input.saturating_add(u.usage.input_tokens);
-        self.cached = self.cached.saturating_add(u.usage.cache_read_tokens);
-        self.output = self.output.saturating_add(u.usage.output_tokens);
-        self.reasoning = self.reasoning.saturating_add(u.usage.reasoning_tokens);
-        self.ms = self.ms.saturating_add(u.duration_ms);
+        self.input_tokens = self.input_tokens.saturating_add(u.usage.input_tokens);
+        self.cached_tokens = self.cached_tokens.saturating_add(u.usage.cache_read_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(u.usage.output_tokens);
+        self.reasoning_tokens = self
+            .reasoning_tokens
+            .saturating_add(u.usage.reasoning_tokens);
+        self.duration_ms = self.duration_ms.saturating_add(u.duration_ms);
     }
 }
 
-pub fn run(args: StatsArgs, config: &Config, project_root: &Path) -> Result<ExitCode> {
-    let Some(store) = open_for_reading(config)? else {
-        outln!("no sessions yet");
-        return Ok(ExitCode::SUCCESS);
-    };
-    let since = args.since.as_deref().map(parse_since).transpose()?;
-    let sessions = match &args.session {
+/// One tool's calls and the time their results record.
+#[derive(Clone, serde::Serialize, utoipa::ToSchema)]
+pub struct ToolSum {
+    pub tool: String,
+    pub calls: u64,
+    pub duration_ms: u64,
+}
+
+/// Which sessions the figures cover.
+#[derive(Default, Clone)]
+pub struct Scope {
+    /// One session (id or unique prefix).
+    pub session: Option<String>,
+    /// Sessions of every project (else the project's).
+    pub all: bool,
+    /// Only sessions active since then.
+    pub since: Option<DateTime<Utc>>,
+}
+
+/// What `crow stats` prints, as data (`crow serve`'s `GET /api/stats` returns it).
+#[derive(Default, Clone, serde::Serialize, utoipa::ToSchema)]
+pub struct Stats {
+    pub sessions: usize,
+    /// `session ID`, `every project` or the project root.
+    pub scope: String,
+    pub total: Sum,
+    pub by_model: BTreeMap<String, Sum>,
+    pub by_agent: BTreeMap<String, Sum>,
+    /// Per UTC day (`2026-11-26`) of the calls.
+    pub by_day: BTreeMap<String, Sum>,
+    /// Most called first.
+    pub tools: Vec<ToolSum>,
+}
+
+/// Sums the usage rows and tool calls of the sessions `scope` selects.
+pub fn collect<S: SessionStore + ?Sized>(
+    store: &S,
+    config: &Config,
+    project_root: &Path,
+    scope: &Scope,
+) -> Result<Stats> {
+    let sessions = match &scope.session {
         Some(id) => vec![store.session(id).map_err(store_error)?],
         None => store
             .list_sessions(&SessionFilter {
-                project_root: (!args.all).then(|| project_root.to_path_buf()),
+                project_root: (!scope.all).then(|| project_root.to_path_buf()),
                 limit: None,
             })
             .map_err(store_error)?
             .into_iter()
-            .filter(|s| since.is_none_or(|t| s.updated_at >= t))
+            .filter(|s| scope.since.is_none_or(|t| s.updated_at >= t))
             .collect(),
     };
-    let (mut by_model, mut by_agent, mut total) =
-        (BTreeMap::new(), BTreeMap::new(), Sum::default());
+    let mut stats = Stats {
+        sessions: sessions.len(),
+        scope: match (&scope.session, scope.all) {
+            (Some(id), _) => format!("session {id}"),
+            (None, true) => "every project".to_owned(),
+            (None, false) => project_root.display().to_string(),
+        },
+        ..Stats::default()
+    };
     // Per tool: calls, and the time their results record.
     let mut tools: BTreeMap<String, (u64, u64)> = BTreeMap::new();
     for session in &sessions {
         for row in store.usage(&session.id).map_err(store_error)? {
             let price = config.models.price(&row.model);
-            by_model
+            let day = row.timestamp.format("%Y-%m-%d").to_string();
+            stats
+                .by_model
                 .entry(row.model.clone())
-                .or_insert_with(Sum::default)
+                .or_default()
                 .add(&row, price);
-            by_agent
+            stats
+                .by_agent
                 .entry(row.agent.clone())
-                .or_insert_with(Sum::default)
+                .or_default()
                 .add(&row, price);
-            total.add(&row, price);
+            stats.by_day.entry(day).or_default().add(&row, price);
+            stats.total.add(&row, price);
         }
         for entry in store.timeline(&session.id).map_err(store_error)? {
             match &entry.entry.kind {
@@ -104,20 +154,41 @@ pub fn run(args: StatsArgs, config: &Config, project_root: &Path) -> Result<Exit
             }
         }
     }
-    let scope = match (&args.session, args.all) {
-        (Some(id), _) => format!("session {id}"),
-        (None, true) => "every project".to_owned(),
-        (None, false) => project_root.display().to_string(),
+    stats.tools = tools
+        .into_iter()
+        .map(|(tool, (calls, duration_ms))| ToolSum {
+            tool,
+            calls,
+            duration_ms,
+        })
+        .collect();
+    stats
+        .tools
+        .sort_by(|a, b| b.calls.cmp(&a.calls).then(a.tool.cmp(&b.tool)));
+    Ok(stats)
+}
+
+pub fn run(args: StatsArgs, config: &Config, project_root: &Path) -> Result<ExitCode> {
+    let Some(store) = open_for_reading(config)? else {
+        outln!("no sessions yet");
+        return Ok(ExitCode::SUCCESS);
     };
+    let scope = Scope {
+        since: args.since.as_deref().map(parse_since).transpose()?,
+        session: args.session,
+        all: args.all,
+    };
+    let stats = collect(&store, config, project_root, &scope)?;
     outln!(
-        "{} session{} · {scope}{}",
-        sessions.len(),
-        if sessions.len() == 1 { "" } else { "s" },
+        "{} session{} · {}{}",
+        stats.sessions,
+        if stats.sessions == 1 { "" } else { "s" },
+        stats.scope,
         args.since
             .map(|s| format!(" · since {s}"))
             .unwrap_or_default()
     );
-    if total.calls == 0 {
+    if stats.total.calls == 0 {
         outln!("no model calls recorded");
         return Ok(ExitCode::SUCCESS);
     }
@@ -136,20 +207,26 @@ pub fn run(args: StatsArgs, config: &Config, project_root: &Path) -> Result<Exit
             row(name, s);
         }
     };
-    table("model", &by_model);
-    table("agent", &by_agent);
+    table("model", &stats.by_model);
+    table("agent", &stats.by_agent);
     outln!();
-    row("total", &total);
-    if !tools.is_empty() {
-        let mut counted: Vec<(String, (u64, u64))> = tools.into_iter().collect();
-        counted.sort_by(|a, b| b.1.0.cmp(&a.1.0).then(a.0.cmp(&b.0)));
-        let shown: Vec<String> = counted
+    row("total", &stats.total);
+    if !stats.tools.is_empty() {
+        let shown: Vec<String> = stats
+            .tools
             .iter()
-            .map(|(t, (n, ms))| format!("{t} {n} ({:.1}s)", *ms as f64 / 1000.0))
+            .map(|t| {
+                format!(
+                    "{} {} ({:.1}s)",
+                    t.tool,
+                    t.calls,
+                    t.duration_ms as f64 / 1000.0
+                )
+            })
             .collect();
         outln!("\ntool calls: {}", shown.join(" · "));
     }
-    if total.unpriced > 0 {
+    if stats.total.unpriced_calls > 0 {
         outln!(
             "\ncost: list prices; models without one (local ones) show \"-\" — add yours under [models.prices]"
         );
@@ -160,25 +237,25 @@ pub fn run(args: StatsArgs, config: &Config, project_root: &Path) -> Result<Exit
 fn row(name: &str, s: &Sum) {
     // Input counts the whole prompt, cached part included.
     let cached = s
-        .cached
+        .cached_tokens
         .saturating_mul(100)
-        .checked_div(s.input)
+        .checked_div(s.input_tokens)
         .map_or_else(|| "-".to_owned(), |share| format!("{share}%"));
-    let cost = match (s.unpriced, s.calls) {
+    let cost = match (s.unpriced_calls, s.calls) {
         (n, calls) if n == calls => "-".to_owned(),
         // Some calls have no price: what is known, as a lower bound.
-        (n, _) if n > 0 => format!("≥${:.4}", s.cost),
-        _ => format!("${:.4}", s.cost),
+        (n, _) if n > 0 => format!("≥${:.4}", s.cost_usd),
+        _ => format!("${:.4}", s.cost_usd),
     };
     outln!(
         "{:<28} {:>6} {:>10} {:>10} {:>7} {:>9} {:>8.1}s {cost:>9}",
         shorten(name, 28),
         s.calls,
-        s.input,
-        s.output,
+        s.input_tokens,
+        s.output_tokens,
         cached,
-        s.reasoning,
-        s.ms as f64 / 1000.0
+        s.reasoning_tokens,
+        s.duration_ms as f64 / 1000.0
     );
 }
 
@@ -191,7 +268,7 @@ fn shorten(text: &str, max: usize) -> String {
 }
 
 /// `30m`, `12h`, `7d`, `2w`, or a date.
-fn parse_since(text: &str) -> Result<DateTime<Utc>> {
+pub fn parse_since(text: &str) -> Result<DateTime<Utc>> {
     let text = text.trim();
     if let Ok(date) = NaiveDate::parse_from_str(text, "%Y-%m-%d") {
         return date
