@@ -31,9 +31,11 @@
 //! the process default, so no second crypto library (aws-lc) is compiled; the cost is a second
 //! reqwest version. process-wrap (rmcp's spawner) puts servers in their own process group.
 
+pub mod auth;
 pub mod config;
 mod connect;
 pub mod manager;
+pub mod sse;
 pub mod tool;
 
 pub use config::{

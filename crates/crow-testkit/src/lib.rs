@@ -32,6 +32,7 @@ pub mod bedrock;
 pub mod cloud;
 mod frames;
 pub mod gemini;
+pub mod oauth;
 pub mod ollama;
 mod openai;
 #[cfg(feature = "pty")]

@@ -27,6 +27,7 @@ pub(super) fn start_mcp(
             max_output_bytes: options.max_output_bytes,
             cwd: spec.cwd.clone(),
             env: options.env,
+            auth_dir: crate::mcp::auth_dir(),
         },
     );
     let notices = spec.notices.clone();
@@ -85,10 +86,14 @@ fn mcp_configs(specs: &[McpServerSpec]) -> Vec<McpServerConfig> {
                     bearer_token_env_var: None,
                 },
             )),
-            McpServerSpec::Sse { name, .. } => {
-                tracing::warn!(server = %name, "MCP over SSE is not supported; server skipped");
-                None
-            }
+            McpServerSpec::Sse { name, url, headers } => Some(McpServerConfig::with_transport(
+                crow_mcp::config::server_name_from(name),
+                McpTransport::Sse {
+                    url: url.clone(),
+                    headers: headers.iter().cloned().collect(),
+                    bearer_token_env_var: None,
+                },
+            )),
         })
         .collect()
 }
