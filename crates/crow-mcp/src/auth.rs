@@ -114,6 +114,8 @@ pub async fn login(
     show_url: impl FnOnce(&str),
 ) -> Result<PathBuf, LoginError> {
     let remote = remote(server)?;
+    // rmcp's OAuth client is its reqwest 0.13, built without a crypto provider of its own.
+    crate::connect::install_crypto_provider();
     let challenge = probe(&remote).await?;
     let store = FileCredentialStore::new(data_dir, remote.url);
     let path = store.path().to_path_buf();
@@ -174,6 +176,7 @@ pub(crate) async fn stored_manager(
     if !store.read()?.is_some_and(|c| c.token_response.is_some()) {
         return Ok(None);
     }
+    crate::connect::install_crypto_provider();
     let mut manager = AuthorizationManager::new(url).await?;
     // Discovery again at every start: the refresh token goes to today's token endpoint,
     // which must pass the same checks as at login.

@@ -276,7 +276,7 @@ fn root_cause(error: &(dyn std::error::Error + 'static)) -> String {
 
 /// reqwest inside rmcp is built without a bundled crypto backend (it would compile aws-lc);
 /// the workspace already uses rustls with ring, so that is installed as the process default.
-fn install_crypto_provider() {
+pub(crate) fn install_crypto_provider() {
     if rustls::crypto::CryptoProvider::get_default().is_none() {
         // Losing a race to another installer is fine: some provider is installed either way.
         let _ = rustls::crypto::ring::default_provider().install_default();
