@@ -173,7 +173,7 @@ pub(crate) async fn stored_manager(
     data_dir: &Path,
 ) -> Result<Option<AuthorizationManager>, LoginError> {
     let store = FileCredentialStore::new(data_dir, url);
-    if !store.read()?.is_some_and(|c| c.token_response.is_some()) {
+    if store.read()?.is_none_or(|c| c.token_response.is_none()) {
         return Ok(None);
     }
     crate::connect::install_crypto_provider();

@@ -60,15 +60,32 @@ struct Poster {
 impl Poster {
     async fn send(&self, message: TxJsonRpcMessage<RoleClient>) -> Result<(), SseError> {
         let body = serde_json::to_vec(&message)?;
+        let token = match &self.auth {
+            Some(auth) => Some(auth.get_access_token().await?),
+            None => None,
+        };
+        match (self.post(&body, token.as_deref()).await, &self.auth) {
+            // A token the server stopped accepting (revoked, expired early): one refresh and
+            // one retry, as rmcp's `AuthClient` does for streamable HTTP.
+            (Err(SseError::AuthRequired { .. }), Some(auth)) => {
+                auth.refresh_token().await?;
+                let fresh = auth.get_access_token().await?;
+                self.post(&body, Some(&fresh)).await
+            }
+            (other, _) => other,
+        }
+    }
+
+    async fn post(&self, body: &[u8], token: Option<&str>) -> Result<(), SseError> {
         let mut request = self
             .client
             .post(self.endpoint.clone())
             .timeout(POST_TIMEOUT)
             .headers(self.headers.clone())
             .header(CONTENT_TYPE, "application/json")
-            .body(body);
-        if let Some(auth) = &self.auth {
-            request = request.bearer_auth(auth.get_access_token().await?);
+            .body(body.to_vec());
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
         }
         let response = request.send().await?;
         check_status(&response)
