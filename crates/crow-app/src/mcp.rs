@@ -197,5 +197,19 @@ mod tests {
         assert!(removed.starts_with(original), "{removed}");
         assert!(removed.contains("[mcp_servers.api]") && !removed.contains("uvx"));
         assert!(remove_from_toml(&removed, "time").is_err());
+
+        // `crow mcp add NAME --url URL --sse` keeps the transport's type.
+        let sse = crow_mcp::McpServerEntry {
+            kind: Some("sse".into()),
+            url: Some("http://127.0.0.1:1/sse".into()),
+            ..Default::default()
+        };
+        let with_sse = add_to_toml(original, "old", &sse).unwrap();
+        assert!(
+            with_sse.contains("[mcp_servers.old]\ntype = \"sse\"\nurl = "),
+            "{with_sse}"
+        );
+        let parsed: Config = toml::from_str(&with_sse).unwrap();
+        assert_eq!(parsed.mcp_servers["old"], sse);
     }
 }
