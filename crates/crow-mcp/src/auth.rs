@@ -300,7 +300,10 @@ pub(crate) fn is_auth_required(error: &(dyn std::error::Error + 'static)) -> boo
             )
             || matches!(
                 e.downcast_ref::<rmcp::transport::auth::AuthError>(),
-                Some(rmcp::transport::auth::AuthError::AuthorizationRequired)
+                Some(
+                    rmcp::transport::auth::AuthError::AuthorizationRequired
+                        | rmcp::transport::auth::AuthError::TokenRefreshRejected(_)
+                )
             )
         {
             return true;

@@ -139,15 +139,22 @@ impl SseTransport {
             .connect_timeout(CONNECT_TIMEOUT)
             .redirect(reqwest::redirect::Policy::none())
             .build()?;
-        let mut request = client
-            .get(sse_url.clone())
-            .headers(headers.clone())
-            .header(ACCEPT, "text/event-stream");
-        if let Some(auth) = &auth {
-            request = request.bearer_auth(auth.get_access_token().await?);
-        }
-        let response = request.send().await?;
-        check_status(&response)?;
+        let token = match &auth {
+            Some(auth) => Some(auth.get_access_token().await?),
+            None => None,
+        };
+        let response = match (
+            open_stream(&client, &sse_url, &headers, token.as_deref()).await,
+            &auth,
+        ) {
+            // A stored token the server no longer accepts: one refresh, one retry.
+            (Err(SseError::AuthRequired { .. }), Some(auth)) if token.is_some() => {
+                auth.refresh_token().await?;
+                let fresh = auth.get_access_token().await?;
+                open_stream(&client, &sse_url, &headers, Some(&fresh)).await?
+            }
+            (result, _) => result?,
+        };
         let mut events = response.bytes_stream().eventsource();
         let endpoint = loop {
             match events.next().await {
@@ -197,6 +204,25 @@ impl SseTransport {
             reader,
         })
     }
+}
+
+/// The GET that opens the event stream.
+async fn open_stream(
+    client: &Client,
+    url: &Url,
+    headers: &HeaderMap,
+    token: Option<&str>,
+) -> Result<reqwest::Response, SseError> {
+    let mut request = client
+        .get(url.clone())
+        .headers(headers.clone())
+        .header(ACCEPT, "text/event-stream");
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    let response = request.send().await?;
+    check_status(&response)?;
+    Ok(response)
 }
 
 /// The `endpoint` event's URL resolved against the SSE URL; only the same origin is accepted.

@@ -4,7 +4,7 @@
 //! code (the test plays the browser: it GETs the URL crow printed and follows the redirect),
 //! `/token` (authorization code with a checked PKCE S256 verifier; refresh tokens), and a
 //! stateless streamable-HTTP MCP endpoint at `/mcp` with one tool, `secret_word`, behind the
-//! bearer token. Every access and refresh token it issues is kept, so a test can search logs
+//! bearer token (also over the legacy SSE transport: `GET /sse`, `POST /message`). Every access and refresh token it issues is kept, so a test can search logs
 //! and session files for them; [`OAuthMcp::expire_access_tokens`] makes the server answer the
 //! current ones with 401 `invalid_token`, as when they expire.
 
@@ -60,6 +60,8 @@ struct Inner {
     codes: BTreeMap<String, (String, String, String)>,
     access: BTreeSet<String>,
     refresh: BTreeSet<String>,
+    /// The open SSE streams, by session number.
+    sessions: Vec<tokio::sync::mpsc::UnboundedSender<String>>,
     stats: OAuthStats,
 }
 
@@ -101,6 +103,10 @@ impl OAuthMcp {
                 get(resource_metadata),
             )
             .route(
+                "/.well-known/oauth-protected-resource/sse",
+                get(resource_metadata),
+            )
+            .route(
                 "/.well-known/oauth-authorization-server",
                 get(server_metadata),
             )
@@ -108,6 +114,8 @@ impl OAuthMcp {
             .route("/authorize", get(authorize))
             .route("/token", post(token))
             .route("/mcp", post(mcp).get(not_allowed).delete(not_allowed))
+            .route("/sse", get(sse))
+            .route("/message", post(message))
             .with_state(Arc::clone(&shared));
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
@@ -115,9 +123,14 @@ impl OAuthMcp {
         Ok(Self { base, shared, task })
     }
 
-    /// The MCP endpoint.
+    /// The MCP endpoint (streamable HTTP).
     pub fn url(&self) -> String {
         format!("{}/mcp", self.base)
+    }
+
+    /// The same server over the legacy SSE transport.
+    pub fn sse_url(&self) -> String {
+        format!("{}/sse", self.base)
     }
 
     pub fn stats(&self) -> OAuthStats {
@@ -186,10 +199,16 @@ fn encode(s: &str) -> String {
         .collect()
 }
 
-async fn resource_metadata(State(shared): State<Shared>) -> Response {
+/// RFC 9728's document; its `resource` is the endpoint it was asked for (`/mcp` or `/sse`).
+async fn resource_metadata(State(shared): State<Shared>, uri: Uri) -> Response {
     let base = lock(&shared).base.clone();
+    let endpoint = if uri.path().ends_with("/sse") {
+        "sse"
+    } else {
+        "mcp"
+    };
     axum::Json(json!({
-        "resource": format!("{base}/mcp"),
+        "resource": format!("{base}/{endpoint}"),
         "authorization_servers": [base],
         "bearer_methods_supported": ["header"],
     }))
@@ -330,36 +349,31 @@ async fn not_allowed() -> Response {
     StatusCode::METHOD_NOT_ALLOWED.into_response()
 }
 
-async fn mcp(State(shared): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
-    let (authorized, base) = {
-        let inner = lock(&shared);
-        let token = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        (
-            token.is_some_and(|t| inner.access.contains(t)),
-            inner.base.clone(),
-        )
-    };
-    if !authorized {
-        lock(&shared).stats.unauthorized += 1;
-        let challenge = format!(
-            "Bearer error=\"invalid_token\", resource_metadata=\"{base}/.well-known/oauth-protected-resource/mcp\""
-        );
-        return (
-            StatusCode::UNAUTHORIZED,
-            [(header::WWW_AUTHENTICATE, challenge)],
-        )
-            .into_response();
+/// `Err(401 with the challenge)` unless the request carries a live access token.
+fn check_token(shared: &Shared, headers: &HeaderMap, endpoint: &str) -> Result<(), Response> {
+    let mut inner = lock(shared);
+    let token = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    if token.is_some_and(|t| inner.access.contains(t)) {
+        return Ok(());
     }
-    let Ok(request) = serde_json::from_slice::<Value>(&body) else {
-        return (StatusCode::BAD_REQUEST, "not JSON").into_response();
-    };
-    let Some(id) = request.get("id").cloned() else {
-        // A notification: accepted, nothing to answer.
-        return StatusCode::ACCEPTED.into_response();
-    };
+    inner.stats.unauthorized += 1;
+    let challenge = format!(
+        "Bearer error=\"invalid_token\", resource_metadata=\"{}/.well-known/oauth-protected-resource/{endpoint}\"",
+        inner.base
+    );
+    Err((
+        StatusCode::UNAUTHORIZED,
+        [(header::WWW_AUTHENTICATE, challenge)],
+    )
+        .into_response())
+}
+
+/// The JSON-RPC answer to one message (`None` for a notification).
+fn answer(shared: &Shared, request: &Value) -> Option<Value> {
+    let id = request.get("id")?.clone();
     let result = match request["method"].as_str().unwrap_or("") {
         "initialize" => json!({
             "protocolVersion": request["params"]["protocolVersion"].as_str().unwrap_or("2025-06-18"),
@@ -372,19 +386,80 @@ async fn mcp(State(shared): State<Shared>, headers: HeaderMap, body: Bytes) -> R
             "inputSchema": {"type": "object", "properties": {}},
         }]}),
         "tools/call" => {
-            lock(&shared).stats.tool_calls += 1;
+            lock(shared).stats.tool_calls += 1;
             json!({"content": [{"type": "text", "text": format!("the secret word is {SECRET_WORD}")}]})
         }
         "ping" => json!({}),
         _ => {
-            return axum::Json(json!({
+            return Some(json!({
                 "jsonrpc": "2.0", "id": id,
                 "error": {"code": -32601, "message": "method not found"},
-            }))
-            .into_response();
+            }));
         }
     };
-    axum::Json(json!({"jsonrpc": "2.0", "id": id, "result": result})).into_response()
+    Some(json!({"jsonrpc": "2.0", "id": id, "result": result}))
+}
+
+/// Streamable HTTP, stateless: every answer is the POST's JSON body.
+async fn mcp(State(shared): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
+    if let Err(refused) = check_token(&shared, &headers, "mcp") {
+        return refused;
+    }
+    let Ok(request) = serde_json::from_slice::<Value>(&body) else {
+        return (StatusCode::BAD_REQUEST, "not JSON").into_response();
+    };
+    match answer(&shared, &request) {
+        Some(reply) => axum::Json(reply).into_response(),
+        None => StatusCode::ACCEPTED.into_response(),
+    }
+}
+
+/// The legacy SSE transport: the stream names `/message?session=N`, answers come back on it.
+async fn sse(State(shared): State<Shared>, headers: HeaderMap) -> Response {
+    if let Err(refused) = check_token(&shared, &headers, "sse") {
+        return refused;
+    }
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let session = {
+        let mut inner = lock(&shared);
+        inner.sessions.push(tx.clone());
+        inner.sessions.len() - 1
+    };
+    let _ = tx.send(format!(
+        "event: endpoint\ndata: /message?session={session}\n\n"
+    ));
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        let event = rx.recv().await?;
+        Some((Ok::<_, std::convert::Infallible>(Bytes::from(event)), rx))
+    });
+    (
+        [(header::CONTENT_TYPE, "text/event-stream")],
+        axum::body::Body::from_stream(stream),
+    )
+        .into_response()
+}
+
+async fn message(
+    State(shared): State<Shared>,
+    headers: HeaderMap,
+    uri: Uri,
+    body: Bytes,
+) -> Response {
+    if let Err(refused) = check_token(&shared, &headers, "sse") {
+        return refused;
+    }
+    let q = form(uri.query().unwrap_or(""));
+    let sender = q
+        .get("session")
+        .and_then(|s| s.parse::<usize>().ok())
+        .and_then(|n| lock(&shared).sessions.get(n).cloned());
+    let (Some(sender), Ok(request)) = (sender, serde_json::from_slice::<Value>(&body)) else {
+        return StatusCode::BAD_REQUEST.into_response();
+    };
+    if let Some(reply) = answer(&shared, &request) {
+        let _ = sender.send(format!("event: message\ndata: {reply}\n\n"));
+    }
+    StatusCode::ACCEPTED.into_response()
 }
 
 #[cfg(test)]

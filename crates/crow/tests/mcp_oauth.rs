@@ -234,6 +234,43 @@ async fn login_stores_a_private_token_and_a_run_calls_the_tool_refreshing_it() {
     assert!(token_files(dir.path()).is_empty());
 }
 
+/// The same over the legacy SSE transport: login from the GET's 401, then a run whose stored
+/// token the server refuses (refreshed on the GET) calls the tool.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_sse_server_signs_in_and_refreshes_too() {
+    let server = OAuthMcp::start(OAuthOptions::default()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    write_user_config(
+        dir.path(),
+        &format!(
+            "[mcp_servers.legacy]\ntype = \"sse\"\nurl = \"{}\"\n",
+            server.sse_url()
+        ),
+    );
+    let login = start_login(dir.path(), "legacy").await;
+    let callback = redirect_of(&login.url).await;
+    assert_eq!(browser().get(&callback).send().await.unwrap().status(), 200);
+    let login_out = login.finish().await;
+    assert_eq!(login_out.code, Some(0), "{}", login_out.stderr);
+    assert_eq!(token_files(dir.path()).len(), 1);
+
+    server.expire_access_tokens();
+    let scenario = Scenario::new()
+        .reply(Reply::tool_call("mcp__legacy__secret_word", json!({})))
+        .reply(Reply::text("The word is known."));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let out = output(crow_run(dir.path(), &mock, "what is the secret word?")).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let stats = server.stats();
+    assert_eq!(stats.tool_calls, 1, "{}", out.stderr);
+    assert!(stats.refresh_grants >= 1, "{stats:?}");
+    let last = mock.requests().last().unwrap().body.to_string();
+    assert!(last.contains(SECRET_WORD), "{last}");
+    for token in &stats.issued {
+        assert!(!out.stderr.contains(token.as_str()) && !out.stdout.contains(token.as_str()));
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_redirect_with_another_state_is_refused() {
     let server = OAuthMcp::start(OAuthOptions::default()).await.unwrap();
