@@ -5,7 +5,7 @@
 //!
 //! The endpoint must be on the SSE URL's origin: a server naming another origin would have
 //! crow post the session (and its bearer token) to a third party, so it is refused. Redirects
-//! are not followed for the same reason. With OAuth the token is asked of rmcp's
+//! are not followed for the same reason. One event is bounded in size (`MAX_EVENT_BYTES`). With OAuth the token is asked of rmcp's
 //! `AuthorizationManager` before every request, so an expired one is refreshed in passing.
 
 use std::sync::Arc;
@@ -23,6 +23,8 @@ use tokio::sync::mpsc;
 
 /// Server messages buffered between the SSE reader and rmcp's service loop.
 const INCOMING_BUFFER: usize = 64;
+/// Bound on one server event (a tool result with images fits many times over).
+const MAX_EVENT_BYTES: usize = 64 * 1024 * 1024;
 /// Bound on connecting and on one POST (the GET stream itself lives as long as the session).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 const POST_TIMEOUT: Duration = Duration::from_secs(60);
@@ -155,7 +157,7 @@ impl SseTransport {
             }
             (result, _) => result?,
         };
-        let mut events = response.bytes_stream().eventsource();
+        let mut events = bounded(response.bytes_stream(), MAX_EVENT_BYTES).eventsource();
         let endpoint = loop {
             match events.next().await {
                 Some(Ok(event)) if event.event == "endpoint" => break event.data,
@@ -204,6 +206,44 @@ impl SseTransport {
             reader,
         })
     }
+}
+
+/// The stream's bytes, cut off when one event grows past [`MAX_EVENT_BYTES`]: a server that
+/// never ends an event would otherwise grow crow's memory without limit.
+fn bounded<S, E>(
+    stream: S,
+    limit: usize,
+) -> impl futures::Stream<Item = Result<bytes::Bytes, std::io::Error>> + Send + 'static
+where
+    S: futures::Stream<Item = Result<bytes::Bytes, E>> + Send + 'static,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    let mut pending = 0usize;
+    stream.map(move |chunk| {
+        let chunk = chunk.map_err(std::io::Error::other)?;
+        // Bytes since the last blank line (an event's end); one split across two chunks is
+        // missed, which only lets that event run on into the next.
+        let end = chunk
+            .windows(2)
+            .rposition(|w| w == b"\n\n")
+            .map(|at| at + 2)
+            .or_else(|| {
+                chunk
+                    .windows(4)
+                    .rposition(|w| w == b"\r\n\r\n")
+                    .map(|at| at + 4)
+            });
+        pending = match end {
+            Some(end) => chunk.len() - end,
+            None => pending + chunk.len(),
+        };
+        if pending > limit {
+            return Err(std::io::Error::other(format!(
+                "an SSE event exceeded {limit} bytes"
+            )));
+        }
+        Ok(chunk)
+    })
 }
 
 /// The GET that opens the event stream.
@@ -266,6 +306,27 @@ impl Transport<RoleClient> for SseTransport {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[tokio::test]
+    async fn an_endless_event_is_cut_off() {
+        let chunks = |parts: Vec<&'static str>| {
+            futures::stream::iter(
+                parts
+                    .into_iter()
+                    .map(|p| Ok::<_, std::io::Error>(bytes::Bytes::from(p))),
+            )
+        };
+        // Events that end keep the count low, however many arrive.
+        let fine: Vec<_> = bounded(chunks(vec!["data: 123456\n\n"; 100]), 16)
+            .collect()
+            .await;
+        assert!(fine.iter().all(Result::is_ok));
+        let endless: Vec<_> = bounded(chunks(vec!["data: 1234567890"; 3]), 16)
+            .collect()
+            .await;
+        assert!(endless[0].is_ok());
+        assert!(endless[1].is_err());
+    }
 
     #[test]
     fn the_endpoint_stays_on_the_sse_urls_origin() {

@@ -26,6 +26,10 @@
 //! scenario refuse as they do; a refusal consumes no step. `MockLlm::connections` counts accepted
 //! TCP connections, and each request is stamped on arrival and when the answer was chosen, so
 //! benchmarks can time the client without the mock's parsing.
+//!
+//! Not a model: `oauth::OAuthMcp` is an OAuth-protected MCP server (metadata, registration, an
+//! `/authorize` that redirects straight back, PKCE-checked `/token`, streamable HTTP and legacy
+//! SSE behind the bearer token) for `crow mcp login`'s tests.
 
 mod anthropic;
 pub mod bedrock;
