@@ -271,6 +271,39 @@ async fn an_sse_server_signs_in_and_refreshes_too() {
     }
 }
 
+/// A token about to expire (the server grants 5 s) is refreshed before it is sent: the server
+/// never has to refuse one.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_token_near_its_expiry_is_refreshed_before_use() {
+    let server = OAuthMcp::start(OAuthOptions {
+        token_lifetime: Some(5),
+        ..OAuthOptions::default()
+    })
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    configure(dir.path(), &server);
+    let login = start_login(dir.path(), "secure").await;
+    let callback = redirect_of(&login.url).await;
+    assert_eq!(browser().get(&callback).send().await.unwrap().status(), 200);
+    assert_eq!(login.finish().await.code, Some(0));
+    let refused_before = server.stats().unauthorized;
+    let scenario = Scenario::new()
+        .reply(Reply::tool_call("mcp__secure__secret_word", json!({})))
+        .reply(Reply::text("The word is known."));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let out = output(crow_run(dir.path(), &mock, "what is the secret word?")).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let stats = server.stats();
+    assert_eq!(stats.tool_calls, 1, "{}", out.stderr);
+    assert!(stats.refresh_grants >= 1, "{stats:?}");
+    assert_eq!(stats.unauthorized, refused_before, "{stats:?}");
+    // The file holds the refreshed token, not the first one.
+    let stored = std::fs::read_to_string(&token_files(dir.path())[0]).unwrap();
+    assert!(!stored.contains(&stats.issued[0]));
+    assert!(stored.contains(&stats.issued[stats.issued.len() - 2]));
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_redirect_with_another_state_is_refused() {
     let server = OAuthMcp::start(OAuthOptions::default()).await.unwrap();
