@@ -74,6 +74,8 @@ pub enum LoginError {
     Denied(String),
     #[error("no redirect from the browser within {0:?}")]
     Timeout(Duration),
+    #[error("cannot remove {}: {message}", path.display())]
+    Remove { path: PathBuf, message: String },
     #[error("{0}")]
     OAuth(#[from] rmcp::transport::auth::AuthError),
 }
@@ -159,10 +161,9 @@ pub async fn login(
 pub fn logout(server: &McpServerConfig, data_dir: &Path) -> Result<bool, LoginError> {
     let remote = remote(server)?;
     let store = FileCredentialStore::new(data_dir, remote.url);
-    store.remove().map_err(|e| {
-        LoginError::OAuth(rmcp::transport::auth::AuthError::CredentialStoreError(
-            e.to_string(),
-        ))
+    store.remove().map_err(|e| LoginError::Remove {
+        path: store.path().to_path_buf(),
+        message: e.to_string(),
     })
 }
 
