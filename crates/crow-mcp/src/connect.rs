@@ -1,5 +1,7 @@
 //! Opening a connection: a stdio child in its own process group (so shutdown can kill its
-//! whole tree) with stderr captured, or a streamable-HTTP session; then the MCP handshake.
+//! whole tree) with stderr captured, a streamable-HTTP session or a legacy SSE one; then the
+//! MCP handshake. A url server whose config carries no token of its own uses the OAuth tokens
+//! `crow mcp login` stored for its URL, if any; a 401 becomes "run `crow mcp login NAME`".
 
 use std::collections::VecDeque;
 use std::process::Stdio;
