@@ -137,6 +137,24 @@ impl OAuthMcp {
         lock(&self.shared).stats.clone()
     }
 
+    /// Issues an access and a refresh token as if a login had happened (for tests that write
+    /// a token file themselves); the JSON of a token response.
+    pub fn grant(&self) -> Value {
+        let mut inner = lock(&self.shared);
+        let access = random("crow-test-access");
+        let refresh = random("crow-test-refresh");
+        inner.access.insert(access.clone());
+        inner.refresh.insert(refresh.clone());
+        inner.stats.issued.push(access.clone());
+        inner.stats.issued.push(refresh.clone());
+        json!({
+            "access_token": access,
+            "token_type": "Bearer",
+            "expires_in": 3600,
+            "refresh_token": refresh,
+        })
+    }
+
     /// From now on the access tokens issued so far are refused (401 `invalid_token`).
     pub fn expire_access_tokens(&self) {
         lock(&self.shared).access.clear();
