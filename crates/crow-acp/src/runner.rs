@@ -322,6 +322,11 @@ pub trait AgentFactory: Send + Sync + 'static {
         false
     }
 
+    /// Whether MCP servers over the legacy HTTP+SSE transport are started.
+    fn mcp_sse(&self) -> bool {
+        false
+    }
+
     async fn create(&self, spec: SessionSpec) -> Result<Box<dyn SessionRunner>, RunnerError>;
 
     /// Restores a stored session (session/load and session/resume).

@@ -167,7 +167,11 @@ impl Server {
                             .embedded_context(true)
                             .image(true),
                     )
-                    .mcp_capabilities(acp::McpCapabilities::new().http(self.factory.mcp_http()))
+                    .mcp_capabilities(
+                        acp::McpCapabilities::new()
+                            .http(self.factory.mcp_http())
+                            .sse(self.factory.mcp_sse()),
+                    )
                     .session_capabilities(sessions),
             )
     }

@@ -27,6 +27,12 @@ pub fn servers(config: &Config) -> Vec<McpServerConfig> {
         .collect()
 }
 
+/// crow's data directory, where `crow mcp login` keeps OAuth tokens: `$CROW_HOME`, else
+/// `$XDG_DATA_HOME/crow` (beside the default database, a place the sandbox keeps read-only).
+pub fn auth_dir() -> Option<std::path::PathBuf> {
+    crow_store::default_path().and_then(|db| db.parent().map(Path::to_path_buf))
+}
+
 /// `base` plus the servers an editor gave for one session; an editor's server replaces a
 /// configured one of the same name.
 pub fn with_editor_servers(
@@ -83,6 +89,7 @@ pub fn start(
             max_output_bytes: options.max_output_bytes,
             cwd: cwd.to_path_buf(),
             env: options.env.clone(),
+            auth_dir: auth_dir(),
         },
     );
     let printer = tokio::spawn(async move {
@@ -112,6 +119,9 @@ pub fn add_to_toml(text: &str, name: &str, entry: &crow_mcp::McpServerEntry) -> 
         bail!("an MCP server named '{name}' already exists; `crow mcp remove {name}` first");
     }
     let mut table = toml_edit::Table::new();
+    if let Some(kind) = &entry.kind {
+        table["type"] = toml_edit::value(kind.as_str());
+    }
     if let Some(command) = &entry.command {
         table["command"] = toml_edit::value(command.as_str());
         if !entry.args.is_empty() {
@@ -187,5 +197,19 @@ mod tests {
         assert!(removed.starts_with(original), "{removed}");
         assert!(removed.contains("[mcp_servers.api]") && !removed.contains("uvx"));
         assert!(remove_from_toml(&removed, "time").is_err());
+
+        // `crow mcp add NAME --url URL --sse` keeps the transport's type.
+        let sse = crow_mcp::McpServerEntry {
+            kind: Some("sse".into()),
+            url: Some("http://127.0.0.1:1/sse".into()),
+            ..Default::default()
+        };
+        let with_sse = add_to_toml(original, "old", &sse).unwrap();
+        assert!(
+            with_sse.contains("[mcp_servers.old]\ntype = \"sse\"\nurl = "),
+            "{with_sse}"
+        );
+        let parsed: Config = toml::from_str(&with_sse).unwrap();
+        assert_eq!(parsed.mcp_servers["old"], sse);
     }
 }

@@ -51,6 +51,32 @@ pub enum McpTransport {
         /// Environment variable holding a bearer token (sent as `Authorization: Bearer ...`).
         bearer_token_env_var: Option<String>,
     },
+    /// The legacy HTTP+SSE transport (`type = "sse"`): GET `url` for the event stream, POST
+    /// to the endpoint it names.
+    Sse {
+        url: String,
+        headers: BTreeMap<String, String>,
+        bearer_token_env_var: Option<String>,
+    },
+}
+
+impl McpTransport {
+    /// A url server's URL, headers and token variable.
+    pub fn remote(&self) -> Option<(&str, &BTreeMap<String, String>, Option<&str>)> {
+        match self {
+            McpTransport::Http {
+                url,
+                headers,
+                bearer_token_env_var,
+            }
+            | McpTransport::Sse {
+                url,
+                headers,
+                bearer_token_env_var,
+            } => Some((url, headers, bearer_token_env_var.as_deref())),
+            McpTransport::Stdio { .. } => None,
+        }
+    }
 }
 
 /// One server, normalised from whichever config format named it.
@@ -93,6 +119,18 @@ impl McpServerConfig {
         )
     }
 
+    /// A legacy HTTP+SSE server with default settings.
+    pub fn sse(name: impl Into<String>, url: impl Into<String>) -> Self {
+        Self::with_transport(
+            name,
+            McpTransport::Sse {
+                url: url.into(),
+                headers: BTreeMap::new(),
+                bearer_token_env_var: None,
+            },
+        )
+    }
+
     pub fn with_transport(name: impl Into<String>, transport: McpTransport) -> Self {
         Self {
             name: name.into(),
@@ -119,6 +157,10 @@ impl McpServerConfig {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct McpServerEntry {
+    /// Transport: `stdio` (with `command`), `http` (streamable HTTP, the default with `url`)
+    /// or `sse` (the legacy HTTP+SSE transport, with `url`).
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
     /// Program of a stdio server.
     pub command: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -145,6 +187,12 @@ impl McpServerEntry {
         check_server_name(name)?;
         let transport = match (&self.command, &self.url) {
             (Some(command), None) => {
+                if self.kind.as_deref().is_some_and(|k| k != "stdio") {
+                    return Err(invalid(
+                        name,
+                        "a `command` server has type \"stdio\"; http and sse servers take `url`",
+                    ));
+                }
                 if !self.headers.is_empty() || self.bearer_token_env_var.is_some() {
                     return Err(invalid(
                         name,
@@ -174,10 +222,30 @@ impl McpServerEntry {
                         format!("url must be http(s)://..., got '{url}'"),
                     ));
                 }
-                McpTransport::Http {
-                    url: url.clone(),
-                    headers: self.headers.clone(),
-                    bearer_token_env_var: self.bearer_token_env_var.clone(),
+                let url = url.clone();
+                let headers = self.headers.clone();
+                let bearer_token_env_var = self.bearer_token_env_var.clone();
+                match self.kind.as_deref() {
+                    None | Some("http" | "streamable-http" | "streamableHttp") => {
+                        McpTransport::Http {
+                            url,
+                            headers,
+                            bearer_token_env_var,
+                        }
+                    }
+                    Some("sse") => McpTransport::Sse {
+                        url,
+                        headers,
+                        bearer_token_env_var,
+                    },
+                    Some(other) => {
+                        return Err(invalid(
+                            name,
+                            format!(
+                                "type must be \"http\" or \"sse\" for a `url` server, got '{other}'"
+                            ),
+                        ));
+                    }
                 }
             }
             (Some(_), Some(_)) => {
@@ -260,7 +328,7 @@ pub fn server_name_from(name: &str) -> String {
 
 /// Reads the `mcpServers` of a project's `.mcp.json` into entries of crow's own shape.
 /// `${VAR}` and `${VAR:-default}` are expanded in command, args, env, url and headers.
-/// Unsupported entries (`sse`, `ws`) are returned as errors next to the good ones so the
+/// Unsupported entries (`ws`) are returned as errors next to the good ones so the
 /// caller can warn and go on.
 pub fn parse_mcp_json(text: &str, file: &str) -> Result<Vec<McpJsonServer>, ConfigError> {
     #[derive(Deserialize)]
@@ -294,19 +362,21 @@ pub fn parse_mcp_json(text: &str, file: &str) -> Result<Vec<McpJsonServer>, Conf
             .map_err(|e| invalid(&name, format!("in {file}: {e}")))
             .and_then(|e| {
                 let kind = e.kind.as_deref().unwrap_or(if e.url.is_some() { "http" } else { "stdio" });
-                let (command, url) = match kind {
-                    "stdio" => (e.command.as_deref().map(expand_env), None),
+                let (command, url, kind) = match kind {
+                    "stdio" => (e.command.as_deref().map(expand_env), None, None),
                     "http" | "streamable-http" | "streamableHttp" => {
-                        (None, e.url.as_deref().map(expand_env))
+                        (None, e.url.as_deref().map(expand_env), None)
                     }
+                    "sse" => (None, e.url.as_deref().map(expand_env), Some("sse".to_owned())),
                     other => {
                         return Err(invalid(
                             &name,
-                            format!("in {file}: transport type '{other}' is not supported (use stdio or http)"),
+                            format!("in {file}: transport type '{other}' is not supported (use stdio, http or sse)"),
                         ));
                     }
                 };
                 Ok(McpServerEntry {
+                    kind,
                     command,
                     args: e.args.iter().map(|a| expand_env(a)).collect(),
                     env: e.env.iter().map(|(k, v)| (k.clone(), expand_env(v))).collect(),
@@ -389,6 +459,25 @@ mod tests {
             ..Default::default()
         };
         assert!(http.resolve("h").unwrap_err().to_string().contains("http"));
+        let sse = McpServerEntry {
+            kind: Some("sse".into()),
+            url: Some("http://127.0.0.1:1/sse".into()),
+            ..Default::default()
+        };
+        assert!(matches!(
+            sse.resolve("s").unwrap().transport,
+            McpTransport::Sse { .. }
+        ));
+        let odd = McpServerEntry {
+            kind: Some("ws".into()),
+            ..sse.clone()
+        };
+        assert!(odd.resolve("s").is_err());
+        let stdio_typed = McpServerEntry {
+            kind: Some("sse".into()),
+            ..stdio.clone()
+        };
+        assert!(stdio_typed.resolve("s").is_err());
     }
 
     #[test]
@@ -413,10 +502,13 @@ mod tests {
         let json = r#"{"mcpServers": {
             "time": {"command": "uvx", "args": ["mcp-server-time", "${CROW_MCP_TEST_UNSET_VAR:-UTC}"]},
             "api": {"type": "http", "url": "http://127.0.0.1:1/mcp", "headers": {"Authorization": "Bearer ${CROW_MCP_TEST_UNSET_VAR}"}, "timeout": 120000},
-            "old": {"type": "sse", "url": "http://x/sse"}
+            "old": {"type": "ws", "url": "ws://x/ws"},
+            "legacy": {"type": "sse", "url": "http://127.0.0.1:1/sse"}
         }}"#;
         let entries = parse_mcp_json(json, ".mcp.json").unwrap();
-        assert_eq!(entries.len(), 3);
+        assert_eq!(entries.len(), 4);
+        let legacy = entries[1].1.as_ref().unwrap().resolve("legacy").unwrap();
+        assert!(matches!(legacy.transport, McpTransport::Sse { .. }));
         let api = entries[0].1.as_ref().unwrap();
         assert_eq!(
             api.headers["Authorization"],
@@ -424,14 +516,14 @@ mod tests {
         );
         assert_eq!(api.tool_timeout_sec, Some(120.0));
         assert!(
-            entries[1]
+            entries[2]
                 .1
                 .as_ref()
                 .unwrap_err()
                 .to_string()
-                .contains("sse")
+                .contains("'ws'")
         );
-        let time = entries[2].1.as_ref().unwrap();
+        let time = entries[3].1.as_ref().unwrap();
         assert_eq!(time.args, ["mcp-server-time", "UTC"]);
         assert!(time.resolve("time").is_ok());
     }

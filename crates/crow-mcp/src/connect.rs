@@ -1,7 +1,9 @@
 //! Opening a connection: a stdio child in its own process group (so shutdown can kill its
-//! whole tree) with stderr captured, or a streamable-HTTP session; then the MCP handshake.
+//! whole tree) with stderr captured, a streamable-HTTP session or a legacy SSE one; then the
+//! MCP handshake. A url server whose config carries no token of its own uses the OAuth tokens
+//! `crow mcp login` stored for its URL, if any; a 401 becomes "run `crow mcp login NAME`".
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 
@@ -83,7 +85,22 @@ pub(crate) enum Opened {
         transport: TokioChildProcess,
         pgid: Option<i32>,
     },
-    Http(StreamableHttpClientTransportConfig),
+    Http {
+        config: StreamableHttpClientTransportConfig,
+        oauth: Option<OAuth>,
+    },
+    Sse {
+        url: String,
+        headers: http::HeaderMap,
+        oauth: Option<OAuth>,
+    },
+}
+
+/// Where a url server's stored OAuth tokens would be: used when the config gives no token of
+/// its own (`bearer_token_env_var` or an `Authorization` header).
+pub(crate) struct OAuth {
+    url: String,
+    data_dir: std::path::PathBuf,
 }
 
 /// Spawns the child or prepares the HTTP session. Errors are one-line messages.
@@ -129,13 +146,12 @@ pub(crate) fn open(
             }
             Ok(Opened::Stdio { transport, pgid })
         }
-        McpTransport::Http {
-            url,
-            headers,
-            bearer_token_env_var,
-        } => {
+        McpTransport::Http { .. } | McpTransport::Sse { .. } => {
+            let Some((url, headers, bearer_token_env_var)) = transport.remote() else {
+                return Err("not a url server".to_owned());
+            };
             install_crypto_provider();
-            let mut map = HashMap::new();
+            let mut map = http::HeaderMap::new();
             for (name, value) in headers {
                 let name = http::HeaderName::try_from(name.as_str())
                     .map_err(|e| format!("bad header name '{name}': {e}"))?;
@@ -143,36 +159,108 @@ pub(crate) fn open(
                     .map_err(|_| format!("bad value for header '{name}'"))?;
                 map.insert(name, value);
             }
-            let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
-                .custom_headers(map)
+            let token = match bearer_token_env_var {
+                Some(var) => Some(
+                    std::env::var(var)
+                        .ok()
+                        .filter(|t| !t.trim().is_empty())
+                        .ok_or_else(|| format!("bearer_token_env_var {var} is not set"))?,
+                ),
+                None => None,
+            };
+            let oauth = match (&token, map.contains_key(http::header::AUTHORIZATION)) {
+                (None, false) => options.auth_dir.as_ref().map(|dir| OAuth {
+                    url: url.to_owned(),
+                    data_dir: dir.clone(),
+                }),
+                _ => None,
+            };
+            if matches!(transport, McpTransport::Sse { .. }) {
+                if let Some(token) = token {
+                    let value = http::HeaderValue::try_from(format!("Bearer {token}"))
+                        .map_err(|_| "the bearer token is not a valid header value".to_owned())?;
+                    map.insert(http::header::AUTHORIZATION, value);
+                }
+                return Ok(Opened::Sse {
+                    url: url.to_owned(),
+                    headers: map,
+                    oauth,
+                });
+            }
+            let mut config = StreamableHttpClientTransportConfig::with_uri(url)
+                .custom_headers(map.into_iter().filter_map(|(k, v)| Some((k?, v))).collect())
                 .reinit_on_expired_session(true);
-            if let Some(var) = bearer_token_env_var {
-                let token = std::env::var(var)
-                    .ok()
-                    .filter(|t| !t.trim().is_empty())
-                    .ok_or_else(|| format!("bearer_token_env_var {var} is not set"))?;
+            if let Some(token) = token {
                 config = config.auth_header(token);
             }
-            Ok(Opened::Http(config))
+            Ok(Opened::Http { config, oauth })
         }
     }
 }
 
-/// The MCP handshake over an opened transport.
-pub(crate) async fn handshake(opened: Opened, handler: Handler) -> Result<Service, String> {
+/// The MCP handshake over an opened transport. A server that wants a login crow does not
+/// have fails with the `crow mcp login NAME` hint.
+pub(crate) async fn handshake(
+    server: &str,
+    opened: Opened,
+    handler: Handler,
+) -> Result<Service, String> {
+    let login_hint = || format!("authorization required: run `crow mcp login {server}`");
+    let stored = |oauth: Option<OAuth>| async move {
+        match oauth {
+            Some(o) => crate::auth::stored_manager(&o.url, &o.data_dir).await,
+            None => Ok(None),
+        }
+    };
     let result = match opened {
         Opened::Stdio { transport, .. } => handler.serve(transport).await,
-        // rmcp's default client (same-origin redirects only, no idle pooling); it can only
-        // fail to build without a TLS provider, which `open` installed.
-        Opened::Http(config) => {
-            handler
-                .serve(StreamableHttpClientTransport::from_config(config))
+        Opened::Http { config, oauth } => match stored(oauth).await {
+            Err(e) => return Err(format!("cannot use the stored OAuth tokens: {e}")),
+            // rmcp's `AuthClient` adds the token, refreshes it before it expires and once
+            // more on a 401. Redirects are not followed with a token on the request.
+            Ok(Some(manager)) => {
+                let client = reqwest013::Client::builder()
+                    .pool_max_idle_per_host(0)
+                    .redirect(reqwest013::redirect::Policy::none())
+                    .build()
+                    .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+                let client = rmcp::transport::auth::AuthClient::new(client, manager);
+                handler
+                    .serve(StreamableHttpClientTransport::with_client(client, config))
+                    .await
+            }
+            // rmcp's default client (same-origin redirects only, no idle pooling); it can
+            // only fail to build without a TLS provider, which `open` installed.
+            Ok(None) => {
+                handler
+                    .serve(StreamableHttpClientTransport::from_config(config))
+                    .await
+            }
+        },
+        Opened::Sse {
+            url,
+            headers,
+            oauth,
+        } => {
+            let manager = stored(oauth)
                 .await
+                .map_err(|e| format!("cannot use the stored OAuth tokens: {e}"))?
+                .map(std::sync::Arc::new);
+            let transport = match crate::sse::SseTransport::connect(&url, headers, manager).await {
+                Ok(t) => t,
+                Err(e) if crate::auth::is_auth_required(&e) => return Err(login_hint()),
+                Err(e) => return Err(format!("cannot open the SSE stream: {e}")),
+            };
+            handler.serve(transport).await
         }
     };
     result.map_err(|e| match &e {
         rmcp::service::ClientInitializeError::TransportError { error, .. } => {
-            format!("MCP handshake failed: {}", root_cause(error))
+            if crate::auth::is_auth_required(error) {
+                login_hint()
+            } else {
+                format!("MCP handshake failed: {}", root_cause(error))
+            }
         }
         other => format!("MCP handshake failed: {other}"),
     })
@@ -190,7 +278,7 @@ fn root_cause(error: &(dyn std::error::Error + 'static)) -> String {
 
 /// reqwest inside rmcp is built without a bundled crypto backend (it would compile aws-lc);
 /// the workspace already uses rustls with ring, so that is installed as the process default.
-fn install_crypto_provider() {
+pub(crate) fn install_crypto_provider() {
     if rustls::crypto::CryptoProvider::get_default().is_none() {
         // Losing a race to another installer is fine: some provider is installed either way.
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -260,6 +348,7 @@ mod tests {
                 hidden: ["HOME".to_owned()].into(),
                 ..crow_core::EnvPolicy::default()
             },
+            auth_dir: None,
         };
         let opened = open("s", &transport, &options, &StderrTail::default()).unwrap();
         // The marker file appears once the child wrote its whole environment (the minute

@@ -1,4 +1,5 @@
-//! crow-mcp: tools of MCP servers (stdio child processes or streamable HTTP) as crow tools.
+//! crow-mcp: tools of MCP servers (stdio child processes, streamable HTTP or the legacy HTTP+SSE
+//! transport) as crow tools, with OAuth 2.1 for the remote ones.
 //!
 //! Built on the official SDK, `rmcp`. A front end (the `crow` binary, `crow acp`) turns its
 //! configuration into [`McpServerConfig`]s and calls [`McpManager::start`] with the session's
@@ -9,7 +10,9 @@
 //!
 //! - [`config`]: the TOML entry shape, `.mcp.json` import, the normalised config;
 //! - [`tool`]: the adapter ([`McpTool`]): names, kinds, permission, results, timeouts;
-//! - `connect`: transports and the handshake; [`manager`]: the lifecycle.
+//! - `connect`: transports and the handshake; [`manager`]: the lifecycle;
+//! - [`sse`]: the legacy HTTP+SSE client transport (rmcp no longer has one);
+//! - [`auth`]: `crow mcp login`'s OAuth flow, the token files, the tokens of a session.
 //!
 //! `crow run` starts one manager per run; `crow acp` one per session, with the configured servers
 //! plus those the editor passed in session/new (the runner owns it; dropping it kills the servers).
@@ -22,8 +25,9 @@
 //!
 //! Tests: `test-server/main.rs` is `crow-mcp-fault-server`, an rmcp server that crashes, stalls,
 //! sends huge output or bad schemas on request, run as a real child process; `tests/servers.rs`
-//! runs the real `mcp-server-time` and `server-everything` (stdio and HTTP) that `.ci/run` installs
-//! into `tests/mcp-servers/` (pinned).
+//! runs the real `mcp-server-time` and `server-everything` (stdio, HTTP and SSE) that `.ci/run`
+//! installs into `tests/mcp-servers/` (pinned). OAuth is tested end to end in the `crow` crate's
+//! `tests/mcp_oauth.rs`, against crow-testkit's OAuth-protected server (`oauth.rs`).
 //!
 //! Why rmcp: protocol-version negotiation, pagination, cancellation notifications, list caches and
 //! the streamable-HTTP session rules are the official SDK's job, not crow's. Its reqwest 0.13 is
@@ -31,9 +35,11 @@
 //! the process default, so no second crypto library (aws-lc) is compiled; the cost is a second
 //! reqwest version. process-wrap (rmcp's spawner) puts servers in their own process group.
 
+pub mod auth;
 pub mod config;
 mod connect;
 pub mod manager;
+pub mod sse;
 pub mod tool;
 
 pub use config::{

@@ -35,6 +35,9 @@ pub struct McpOptions {
     pub cwd: PathBuf,
     /// The environment stdio servers start from; an entry's own `env` is added on top.
     pub env: crow_core::EnvPolicy,
+    /// crow's data directory, where `crow mcp login` keeps OAuth tokens (`mcp-auth/`); `None`
+    /// leaves url servers without OAuth.
+    pub auth_dir: Option<PathBuf>,
 }
 
 /// Where a server is in its life.
@@ -56,7 +59,7 @@ pub enum ServerState {
 #[derive(Debug, Clone, Serialize)]
 pub struct ServerStatus {
     pub name: String,
-    /// `stdio: CMD ARGS` or `http: URL`.
+    /// `stdio: CMD ARGS`, `http: URL` or `sse: URL`.
     pub transport: String,
     pub state: ServerState,
     /// crow names of the tools it provides now.
@@ -283,6 +286,7 @@ fn describe(transport: &McpTransport) -> String {
             s
         }
         McpTransport::Http { url, .. } => format!("http: {url}"),
+        McpTransport::Sse { url, .. } => format!("sse: {url}"),
     }
 }
 
@@ -325,6 +329,7 @@ async fn run_server(weak: std::sync::Weak<Inner>, server: Arc<Server>) {
             }
         }
         let service = connect::handshake(
+            &name,
             opened,
             Handler {
                 list_changed: changed_tx,

@@ -36,6 +36,7 @@ fn start(configs: Vec<McpServerConfig>) -> (McpManager, ToolRegistry, UnboundedR
             max_output_bytes: CAP,
             cwd: std::env::temp_dir(),
             env: crow_core::EnvPolicy::default(),
+            auth_dir: None,
         },
     );
     (manager, registry, events)

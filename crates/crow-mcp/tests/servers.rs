@@ -1,6 +1,7 @@
 //! crow-mcp against real servers from the registries, installed by `.ci/run` into
 //! tests/mcp-servers/: `mcp-server-time` (PyPI, stdio) and
-//! `@modelcontextprotocol/server-everything` (npm, stdio and streamable HTTP on 127.0.0.1).
+//! `@modelcontextprotocol/server-everything` (npm, stdio, streamable HTTP and legacy SSE on
+//! 127.0.0.1).
 //! With CROW_REQUIRE_MCP_SERVERS set (CI), a missing server fails the test; otherwise the
 //! test prints a note and passes.
 
@@ -71,6 +72,7 @@ fn start(configs: Vec<McpServerConfig>) -> (McpManager, ToolRegistry, UnboundedR
             max_output_bytes: 30 * 1024,
             cwd: std::env::temp_dir(),
             env: crow_core::EnvPolicy::default(),
+            auth_dir: None,
         },
     );
     (manager, registry, events)
@@ -259,6 +261,63 @@ async fn everything_over_streamable_http_on_loopback() {
     assert_eq!(r.status, ToolStatus::Error);
     assert!(r.output.contains("tool_timeout_sec"), "{}", r.output);
     let r = call(&registry, "mcp__web__echo", json!({"message": "still"})).await;
+    assert!(r.output.contains("still"), "{}", r.output);
+    manager.shutdown().await;
+    let _ = server.kill().await;
+}
+
+/// server-everything's `sse` mode: the legacy HTTP+SSE transport (GET /sse, the `endpoint`
+/// event, POST /message?sessionId=...), through crow's own transport.
+#[tokio::test(flavor = "multi_thread")]
+async fn everything_over_legacy_sse_on_loopback() {
+    let Some(js) = everything_js() else { return };
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut server = tokio::process::Command::new("node")
+        .arg("--require")
+        .arg(servers_dir().join("loopback.cjs"))
+        .arg(&js)
+        .arg("sse")
+        .env("PORT", port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(Instant::now() < deadline, "the SSE server never listened");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut config = McpServerConfig::sse("old", format!("http://127.0.0.1:{port}/sse"));
+    config.tool_timeout = Duration::from_secs(1);
+    if let McpTransport::Sse { headers, .. } = &mut config.transport {
+        headers.insert("X-Crow-Test".into(), "1".into());
+    }
+    let (manager, registry, mut events) = start(vec![config]);
+    wait_for(&mut events, |e| matches!(e, McpEvent::Ready { .. })).await;
+    assert_eq!(
+        manager.status()[0].transport,
+        format!("sse: http://127.0.0.1:{port}/sse")
+    );
+    let r = call(&registry, "mcp__old__get-sum", json!({"a": 20, "b": 22})).await;
+    assert_eq!(r.status, ToolStatus::Success, "{}", r.output);
+    assert!(r.output.contains("42"), "{}", r.output);
+    // A call that outlives its timeout fails alone; the session goes on.
+    let r = call(
+        &registry,
+        "mcp__old__trigger-long-running-operation",
+        json!({"duration": 10, "steps": 5}),
+    )
+    .await;
+    assert_eq!(r.status, ToolStatus::Error);
+    let r = call(&registry, "mcp__old__echo", json!({"message": "still"})).await;
     assert!(r.output.contains("still"), "{}", r.output);
     manager.shutdown().await;
     let _ = server.kill().await;

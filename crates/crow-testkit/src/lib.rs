@@ -26,12 +26,17 @@
 //! scenario refuse as they do; a refusal consumes no step. `MockLlm::connections` counts accepted
 //! TCP connections, and each request is stamped on arrival and when the answer was chosen, so
 //! benchmarks can time the client without the mock's parsing.
+//!
+//! Not a model: `oauth::OAuthMcp` is an OAuth-protected MCP server (metadata, registration, an
+//! `/authorize` that redirects straight back, PKCE-checked `/token`, streamable HTTP and legacy
+//! SSE behind the bearer token) for `crow mcp login`'s tests.
 
 mod anthropic;
 pub mod bedrock;
 pub mod cloud;
 mod frames;
 pub mod gemini;
+pub mod oauth;
 pub mod ollama;
 mod openai;
 #[cfg(feature = "pty")]

@@ -209,6 +209,10 @@ impl AgentFactory for CrowFactory {
         true
     }
 
+    fn mcp_sse(&self) -> bool {
+        true
+    }
+
     async fn create(&self, spec: SessionSpec) -> Result<Box<dyn SessionRunner>, RunnerError> {
         let runner = CrowRunner::new(&spec, &self.overrides).map_err(|e| failed_any(&e))?;
         Ok(Box::new(runner))

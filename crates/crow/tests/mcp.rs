@@ -247,7 +247,8 @@ async fn the_user_config_overrides_mcp_json_and_unusable_entries_are_skipped() {
         dir.path().join(".mcp.json"),
         json!({"mcpServers": {
             "time": {"command": "python3", "args": ["-m", "mcp_server_time"]},
-            "old": {"type": "sse", "url": "http://127.0.0.1:9/sse"}
+            "old": {"type": "ws", "url": "ws://127.0.0.1:9/ws"},
+            "legacy": {"type": "sse", "url": "http://127.0.0.1:9/sse"}
         }})
         .to_string(),
     )
@@ -265,11 +266,15 @@ async fn the_user_config_overrides_mcp_json_and_unusable_entries_are_skipped() {
     let out = output(list).await;
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     let statuses: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
-    assert_eq!(statuses.as_array().unwrap().len(), 1, "{statuses}");
-    assert_eq!(statuses[0]["name"], "time");
-    assert_eq!(statuses[0]["state"], "disabled");
+    assert_eq!(statuses.as_array().unwrap().len(), 2, "{statuses}");
+    // An SSE entry is a server like any other (nothing listens on port 9 here).
+    assert_eq!(statuses[0]["name"], "legacy");
+    assert_eq!(statuses[0]["transport"], "sse: http://127.0.0.1:9/sse");
+    assert_eq!(statuses[0]["state"], "failed");
+    assert_eq!(statuses[1]["name"], "time");
+    assert_eq!(statuses[1]["state"], "disabled");
     assert!(
-        out.stderr.contains("sse"),
+        out.stderr.contains("'ws'"),
         "the skipped entry is named: {}",
         out.stderr
     );

@@ -27,6 +27,7 @@ pub(super) fn start_mcp(
             max_output_bytes: options.max_output_bytes,
             cwd: spec.cwd.clone(),
             env: options.env,
+            auth_dir: crate::mcp::auth_dir(),
         },
     );
     let notices = spec.notices.clone();
@@ -58,17 +59,17 @@ pub(super) fn start_mcp(
     manager
 }
 
-/// The editor's MCP servers in crow-mcp's terms (SSE is not supported by crow-mcp: skipped).
+/// The editor's MCP servers in crow-mcp's terms.
 fn mcp_configs(specs: &[McpServerSpec]) -> Vec<McpServerConfig> {
     specs
         .iter()
-        .filter_map(|spec| match spec {
+        .map(|spec| match spec {
             McpServerSpec::Stdio {
                 name,
                 command,
                 args,
                 env,
-            } => Some(McpServerConfig::with_transport(
+            } => McpServerConfig::with_transport(
                 crow_mcp::config::server_name_from(name),
                 McpTransport::Stdio {
                     command: command.display().to_string(),
@@ -76,19 +77,23 @@ fn mcp_configs(specs: &[McpServerSpec]) -> Vec<McpServerConfig> {
                     env: env.iter().cloned().collect(),
                     cwd: None,
                 },
-            )),
-            McpServerSpec::Http { name, url, headers } => Some(McpServerConfig::with_transport(
+            ),
+            McpServerSpec::Http { name, url, headers } => McpServerConfig::with_transport(
                 crow_mcp::config::server_name_from(name),
                 McpTransport::Http {
                     url: url.clone(),
                     headers: headers.iter().cloned().collect(),
                     bearer_token_env_var: None,
                 },
-            )),
-            McpServerSpec::Sse { name, .. } => {
-                tracing::warn!(server = %name, "MCP over SSE is not supported; server skipped");
-                None
-            }
+            ),
+            McpServerSpec::Sse { name, url, headers } => McpServerConfig::with_transport(
+                crow_mcp::config::server_name_from(name),
+                McpTransport::Sse {
+                    url: url.clone(),
+                    headers: headers.iter().cloned().collect(),
+                    bearer_token_env_var: None,
+                },
+            ),
         })
         .collect()
 }

@@ -1,4 +1,4 @@
-//! `crow mcp list|add|remove`.
+//! `crow mcp list|add|remove|login|logout`.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -25,6 +25,9 @@ pub enum McpCommand {
         /// Streamable-HTTP endpoint (instead of a command)
         #[arg(long, conflicts_with = "command")]
         url: Option<String>,
+        /// The `--url` speaks the legacy HTTP+SSE transport (`type = "sse"`)
+        #[arg(long, requires = "url")]
+        sse: bool,
         /// Environment variable for a stdio server, KEY=VALUE (repeatable)
         #[arg(long = "env", value_name = "KEY=VALUE")]
         env: Vec<String>,
@@ -40,6 +43,11 @@ pub enum McpCommand {
     },
     /// Remove a server from the user config
     Remove { name: String },
+    /// Sign in to a url server with OAuth: prints the authorization URL (and opens a browser
+    /// unless CROW_NO_BROWSER=1), waits for the redirect, stores the tokens owner-only
+    Login { name: String },
+    /// Forget the OAuth tokens of a url server
+    Logout { name: String },
 }
 
 pub async fn command(command: McpCommand) -> Result<ExitCode> {
@@ -48,12 +56,14 @@ pub async fn command(command: McpCommand) -> Result<ExitCode> {
         McpCommand::Add {
             name,
             url,
+            sse,
             env,
             headers,
             bearer_token_env_var,
             command,
         } => {
             let entry = crow_mcp::McpServerEntry {
+                kind: sse.then(|| "sse".to_owned()),
                 command: command.first().cloned(),
                 args: command.iter().skip(1).cloned().collect(),
                 env: pairs(&env, "--env")?,
@@ -70,6 +80,8 @@ pub async fn command(command: McpCommand) -> Result<ExitCode> {
             outln!("added MCP server '{name}' to {}", path.display());
             Ok(ExitCode::SUCCESS)
         }
+        McpCommand::Login { name } => login(&name).await,
+        McpCommand::Logout { name } => logout(&name),
         McpCommand::Remove { name } => {
             let path = config::user_config_file()?;
             let text = config::read_or_empty(&path)?;
@@ -80,6 +92,80 @@ pub async fn command(command: McpCommand) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// The configured url server `name` and the directory of its tokens.
+fn remote_server(name: &str) -> Result<(crow_mcp::McpServerConfig, std::path::PathBuf)> {
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    let (root, _) = crate::wiring::find_project_root(&cwd);
+    let loaded = config::load(&root, &config::Overrides::default())?;
+    let Some(server) = servers(&loaded.config).into_iter().find(|s| s.name == name) else {
+        if loaded
+            .untrusted
+            .iter()
+            .any(|k| k == &format!("mcp_servers.{name}"))
+        {
+            bail!("MCP server '{name}' is in an untrusted project's config: `crow trust` first");
+        }
+        bail!("no MCP server named '{name}' (see `crow mcp list`)");
+    };
+    if crow_mcp::auth::server_url(&server).is_none() {
+        bail!("MCP server '{name}' is a stdio server; only url servers (http, sse) sign in");
+    }
+    let dir = crate::mcp::auth_dir()
+        .context("cannot find a data directory for the tokens: set CROW_HOME")?;
+    Ok((server, dir))
+}
+
+async fn login(name: &str) -> Result<ExitCode> {
+    let (server, dir) = remote_server(name)?;
+    let path = crow_mcp::auth::login(&server, &dir, |url| {
+        errln!("Open this URL in a browser to sign in to MCP server '{name}':\n\n  {url}\n");
+        open_browser(url);
+        errln!("Waiting for the browser to come back (Ctrl-C to give up)...");
+    })
+    .await
+    .with_context(|| format!("signing in to MCP server '{name}'"))?;
+    outln!(
+        "signed in to MCP server '{name}'; tokens stored in {}",
+        path.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `xdg-open` (`open` on macOS) for a person at a terminal; never for scripts, tests
+/// (CROW_NO_BROWSER=1) or a session without a display.
+fn open_browser(url: &str) {
+    use std::io::IsTerminal;
+    if std::env::var_os("CROW_NO_BROWSER").is_some_and(|v| !v.is_empty() && v != "0")
+        || !std::io::stderr().is_terminal()
+    {
+        return;
+    }
+    let opener = if cfg!(target_os = "macos") {
+        "open"
+    } else {
+        "xdg-open"
+    };
+    let spawned = std::process::Command::new(opener)
+        .arg(url)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn();
+    if spawned.is_err() {
+        errln!("(could not start {opener}; open the URL yourself)");
+    }
+}
+
+fn logout(name: &str) -> Result<ExitCode> {
+    let (server, dir) = remote_server(name)?;
+    if crow_mcp::auth::logout(&server, &dir)? {
+        outln!("signed out of MCP server '{name}'");
+    } else {
+        outln!("no stored sign-in for MCP server '{name}'");
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn list(json: bool) -> Result<ExitCode> {
@@ -115,6 +201,7 @@ async fn list(json: bool) -> Result<ExitCode> {
             max_output_bytes: options.max_output_bytes,
             cwd,
             env: options.env,
+            auth_dir: crate::mcp::auth_dir(),
         },
     );
     manager
