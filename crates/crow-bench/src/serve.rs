@@ -251,7 +251,7 @@ fn throughput(bench: &Bench) -> Result<Vec<Row>> {
     let text: String = (0..chars)
         .map(|i| char::from(b'a' + (i % 26) as u8))
         .collect();
-    let (mut live, mut replay) = (Vec::new(), Vec::new());
+    let (mut live, mut replay, mut delta_chars) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..bench.config.stream_runs {
         let dir = sessions::project()?;
         let scenario = Scenario::new()
@@ -269,7 +269,14 @@ fn throughput(bench: &Bench) -> Result<Vec<Row>> {
             let replayed = server.read_until_result(&id, 0).await?;
             anyhow::Ok((events, replayed, started.elapsed().as_secs_f64()))
         })?;
-        ensure!(text_of(&events) == text, "the live stream lost text");
+        let answer = events
+            .last()
+            .and_then(|(_, _, e)| e["answer"].as_str().map(str::to_owned));
+        ensure!(
+            answer.as_deref() == Some(text.as_str()),
+            "the turn's answer is not the mock's text"
+        );
+        delta_chars.push(text_of(&events).len() as f64);
         ensure!(consecutive(&events, 0), "the live stream skipped an id");
         let deltas: Vec<&(u64, Instant, Value)> = events
             .iter()
@@ -281,7 +288,12 @@ fn throughput(bench: &Bench) -> Result<Vec<Row>> {
                 live.push(deltas.len() as f64 / secs);
             }
         }
-        ensure!(replayed.len() == events.len(), "the replay differs");
+        let same = replayed.len() == events.len()
+            && replayed
+                .iter()
+                .zip(&events)
+                .all(|(a, b)| a.0 == b.0 && a.2 == b.2);
+        ensure!(same, "the replay differs from the live stream");
         replay.push(replayed.len() as f64 / replay_secs.max(1e-9));
     }
     Ok(vec![
@@ -290,7 +302,11 @@ fn throughput(bench: &Bench) -> Result<Vec<Row>> {
             summarize(&live),
             Unit::Count,
         )
-        .note(format!("{chars} deltas from the mock as fast as it sends")),
+        .note(format!(
+            "{chars} one-character chunks from the mock as fast as it sends; text in \
+             text_delta events: {} characters (median)",
+            summarize(&delta_chars).map_or(0.0, |s| s.median)
+        )),
         Row::stats(
             "SSE events per second, replayed from the log",
             summarize(&replay),
@@ -336,7 +352,7 @@ fn concurrent(bench: &Bench) -> Result<Row> {
     let count = 20;
     let text: String = (0..400).map(|i| format!("t{i:03} ")).collect();
     let mut walls = Vec::new();
-    let mut events_seen = 0usize;
+    let (mut events_seen, mut streamed_whole) = (0usize, 0usize);
     for _ in 0..bench.config.stream_runs {
         let dir = sessions::project()?;
         let mut scenario = Scenario::new().chunk_size(8);
@@ -345,7 +361,7 @@ fn concurrent(bench: &Bench) -> Result<Row> {
         }
         let mock = bench.rt.block_on(MockLlm::start(scenario))?;
         let server = Server::start(bench, dir.path(), &mock.openai_base_url())?;
-        let (wall, seen) = bench.rt.block_on(async {
+        let (wall, seen, whole) = bench.rt.block_on(async {
             let mut ids = Vec::new();
             for _ in 0..count {
                 ids.push(server.create(dir.path()).await?);
@@ -359,20 +375,27 @@ fn concurrent(bench: &Bench) -> Result<Row> {
             });
             let results = futures::future::join_all(runs).await;
             let wall = started.elapsed().as_secs_f64() * 1000.0;
-            let mut seen = 0;
+            let (mut seen, mut whole) = (0, 0);
             for events in results {
                 let events = events?;
-                if text_of(&events) != text || !consecutive(&events, 0) {
+                let answer = events
+                    .last()
+                    .and_then(|(_, _, e)| e["answer"].as_str().map(str::to_owned));
+                if answer.as_deref() != Some(text.as_str()) || !consecutive(&events, 0) {
                     bail!("a session lost events");
+                }
+                if text_of(&events) == text {
+                    whole += 1;
                 }
                 let status = events.last().map(|(_, _, e)| e["status"].clone());
                 ensure!(status == Some(json!("answered")), "a turn ended {status:?}");
                 seen += events.len();
             }
-            anyhow::Ok((wall, seen))
+            anyhow::Ok((wall, seen, whole))
         })?;
         walls.push(wall);
         events_seen = seen;
+        streamed_whole = whole;
     }
     Ok(Row::stats(
         "20 sessions prompted at once: wall",
@@ -380,6 +403,7 @@ fn concurrent(bench: &Bench) -> Result<Row> {
         Unit::Ms,
     )
     .note(format!(
-        "nothing lost: every answer whole, ids consecutive ({events_seen} events)"
+        "nothing lost: every answer whole, ids consecutive ({events_seen} events; \
+         {streamed_whole}/{count} answers also whole in their text_delta events)"
     )))
 }

@@ -338,3 +338,30 @@ async fn a_session_in_an_untrusted_project_keeps_its_trust_rules() {
     assert!(!run.status.success());
     assert!(String::from_utf8_lossy(&run.stderr).contains("trust"));
 }
+
+#[tokio::test]
+async fn a_long_answer_reaches_the_client_whole_in_its_deltas() {
+    let dir = git_repo();
+    let text: String = (0..5000)
+        .map(|i| char::from(b'a' + (i % 26) as u8))
+        .collect();
+    let scenario = Scenario::new()
+        .chunk_size(1)
+        .reply(Reply::text(text.clone()));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let server = Server::start(dir.path(), &mock).await;
+    let id = server.create(dir.path()).await;
+    let mut stream = server.events(&id, None).await;
+    server.prompt(&id, "stream").await;
+    let seen = stream.until_type("result").await;
+    let ids: Vec<u64> = seen.iter().map(|(id, _)| *id).collect();
+    assert_eq!(ids, (1..=ids.len() as u64).collect::<Vec<_>>());
+    let streamed: String = seen
+        .iter()
+        .filter(|(_, e)| e["type"] == "text_delta")
+        .map(|(_, e)| e["delta"].as_str().unwrap())
+        .collect();
+    assert_eq!(seen.last().unwrap().1["answer"], text.as_str());
+    assert_eq!(streamed.len(), text.len());
+    assert_eq!(streamed, text);
+}

@@ -190,3 +190,76 @@ impl PermissionGate for WebGate {
         Some(Arc::clone(&self.questions.always))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(command: &str) -> PermissionRequest {
+        PermissionRequest {
+            session_id: "s".into(),
+            agent: "builder".into(),
+            call_id: "c1".into(),
+            tool: "bash".into(),
+            kind: crow_core::ToolKind::Execute,
+            title: command.into(),
+            input: serde_json::json!({ "command": command }),
+            preview: None,
+            policy: None,
+            unconfined: false,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_question_waits_in_the_log_until_answered_and_always_is_remembered() {
+        let questions = Arc::new(Questions::default());
+        let log = Arc::new(EventLog::default());
+        let gate = WebGate::new(Arc::clone(&questions), Arc::clone(&log));
+        let asked = tokio::spawn(async move { gate.check(request("git status")).await });
+        let mut seen = log.subscribe();
+        while questions.waiting().is_empty() {
+            let _ = seen.changed().await;
+        }
+        let waiting = questions.waiting();
+        assert_eq!(waiting[0].always_key.as_deref(), Some("bash(git)"));
+        assert!(log.after(0)[0].json.contains("permission_request"));
+        assert_eq!(
+            questions.answer(99, Answer::Once, None),
+            Err(Unanswered::NotWaiting)
+        );
+        assert_eq!(
+            questions.answer(waiting[0].id, Answer::Always, None),
+            Ok(())
+        );
+        assert_eq!(asked.await.unwrap(), PermissionDecision::Allow);
+        assert!(log.after(1)[0].json.contains("permission_answered"));
+        // crow-core's policy answers the next such call from the session's rules.
+        assert_eq!(
+            questions.always().answer(&request("git log")),
+            Some(PermissionDecision::Allow)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_dropped_question_is_a_denial_and_always_needs_a_key() {
+        let questions = Arc::new(Questions::default());
+        let log = Arc::new(EventLog::default());
+        let gate = WebGate::new(Arc::clone(&questions), Arc::clone(&log));
+        // A compound command is asked every time: no "always".
+        let asked = tokio::spawn(async move { gate.check(request("a && b")).await });
+        let mut seen = log.subscribe();
+        while questions.waiting().is_empty() {
+            let _ = seen.changed().await;
+        }
+        let id = questions.waiting()[0].id;
+        assert_eq!(
+            questions.answer(id, Answer::Always, None),
+            Err(Unanswered::NoAlways)
+        );
+        questions.drop_all();
+        assert!(matches!(
+            asked.await.unwrap(),
+            PermissionDecision::Deny { .. }
+        ));
+    }
+}
