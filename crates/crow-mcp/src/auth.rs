@@ -7,7 +7,7 @@
 //! random `state`. The user's browser brings the code back to [`redirect`]'s listener; the
 //! code is exchanged and the tokens are written to [`store`]'s owner-only file.
 //!
-//! At session start ([`stored_manager`]) a server with stored tokens gets an
+//! At session start (`stored_manager`) a server with stored tokens gets an
 //! `AuthorizationManager` over that file: rmcp adds the bearer token to every request,
 //! refreshes it shortly before it expires, and once more when the server answers 401. A server
 //! that wants a login crow does not have fails to start with "run `crow mcp login NAME`";
