@@ -14,7 +14,7 @@ fn every_measurement_produces_numbers() {
     let wrapper = env!("CARGO_BIN_EXE_crow-bench").into();
     let bench = Bench::new(crow, wrapper, Config::smoke()).unwrap();
     let sections = bench.run(&mut |_| {}).unwrap();
-    assert_eq!(sections.len(), 17);
+    assert_eq!(sections.len(), 18);
     for section in &sections {
         for row in &section.rows {
             // rg or strace may not be installed, nor the kernel offer a sandbox; every other
@@ -35,4 +35,5 @@ fn every_measurement_produces_numbers() {
     assert!(text.contains("15. hooks"), "{text}");
     assert!(text.contains("16. undo at repository scale"), "{text}");
     assert!(text.contains("18. best of N"), "{text}");
+    assert!(text.contains("19. crow serve"), "{text}");
 }
