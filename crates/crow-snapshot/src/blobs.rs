@@ -163,30 +163,18 @@ fn index_path(dir: &Path, name: &str) -> PathBuf {
 
 /// Where `hash` is packed, read off the index files without parsing them whole.
 fn find_in_indexes(dir: &Path, hash: &str) -> Option<Loc> {
-    let items = fs::read_dir(dir.join("packs")).ok()?;
     let needle = format!("{hash} ");
-    for item in items.flatten() {
-        let file = item.file_name();
-        let Some(name) = file.to_str().and_then(|n| n.strip_suffix(".idx")) else {
-            continue;
-        };
-        let Ok(text) = fs::read_to_string(item.path()) else {
-            continue;
-        };
+    index_texts(dir).into_iter().find_map(|(name, _, text)| {
         // Lines start with a hash and numbers follow it: a match is at a line's start.
-        let Some(at) = text.find(&needle) else {
-            continue;
-        };
-        let line = text[at..].lines().next().unwrap_or_default();
-        if let Some(Some((_, offset, len))) = parse_index(line).map(|v| v.into_iter().next()) {
-            return Some(Loc {
-                pack: name.to_owned(),
-                offset,
-                len,
-            });
-        }
-    }
-    None
+        let at = text.find(&needle)?;
+        let line = text[at..].lines().next()?;
+        let (_, offset, len) = parse_index(line)?.into_iter().next()?;
+        Some(Loc {
+            pack: name,
+            offset,
+            len,
+        })
+    })
 }
 
 /// Every pack's index, merged; an unreadable one is left out (its contents read as pruned).
@@ -209,6 +197,18 @@ fn read_indexes(dir: &Path) -> HashMap<String, Loc> {
 
 /// Each pack's name and index.
 pub(crate) fn indexes(dir: &Path) -> Vec<(String, Index)> {
+    let mut out = Vec::new();
+    for (name, path, text) in index_texts(dir) {
+        match parse_index(&text) {
+            Some(index) => out.push((name, index)),
+            None => tracing::warn!("snapshot pack index {} is damaged", path.display()),
+        }
+    }
+    out
+}
+
+/// Each readable pack index: its pack's name, its path and its text.
+fn index_texts(dir: &Path) -> Vec<(String, PathBuf, String)> {
     let Ok(items) = fs::read_dir(dir.join("packs")) else {
         return Vec::new();
     };
@@ -222,10 +222,7 @@ pub(crate) fn indexes(dir: &Path) -> Vec<(String, Index)> {
             continue;
         }
         match fs::read_to_string(item.path()) {
-            Ok(text) => match parse_index(&text) {
-                Some(index) => out.push((name.to_owned(), index)),
-                None => tracing::warn!("snapshot pack index {} is damaged", item.path().display()),
-            },
+            Ok(text) => out.push((name.to_owned(), item.path(), text)),
             Err(e) => tracing::debug!("snapshot pack index {}: {e}", item.path().display()),
         }
     }
