@@ -19,6 +19,7 @@
 mod bridge;
 mod commands;
 mod content;
+pub mod external;
 mod permission;
 mod replay;
 mod runner;
@@ -40,6 +41,7 @@ pub use runner::{
     RuleSaver, RunnerError, SessionRunner, SessionSpec, SessionSummary, SettingChange,
     SettingsSink, Stop, TurnInput, TurnOutcome,
 };
+pub use external::{ExternalAgent, ExternalAgentSpec, ExternalHost};
 pub use session::{Approve, EFFORT_DEFAULT, EFFORTS};
 pub use translate::{DEFAULT_CONTEXT_WINDOW, Translator};
 pub use transport::{EXCERPT_BYTES, serve};

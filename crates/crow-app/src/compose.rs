@@ -438,6 +438,19 @@ impl Composer {
         if let Some(def) = self.catalog.compositions.get(name) {
             return Ok(def.clone());
         }
+        if let Some(external) = crate::external::external_name(name) {
+            let config = self.external_config(external)?;
+            return Ok(CompositionDef {
+                name: name.to_owned(),
+                description: config.description.clone().unwrap_or_default(),
+                primary: name.to_owned(),
+                coagent: None,
+                flow: ControlFlow::Hitl,
+                handoff: crow_core::Handoff::default(),
+                max_rounds: 1,
+                source: crate::agents::DefSource::BuiltIn,
+            });
+        }
         if let Some(agent) = self.catalog.agents.get(name) {
             return Ok(CompositionDef {
                 name: agent.name.clone(),
@@ -475,6 +488,9 @@ impl Composer {
     /// [`Composer::agent`] in its seat of a crew (what its system prompt tells it). An agent
     /// as deep as subagents may nest is not offered `task`, which could only fail for it.
     fn agent_in(&self, name: &str, shown: &str, seat: Seat) -> Result<BaseAgent> {
+        if let Some(external) = crate::external::external_name(name) {
+            return self.external_agent(external, shown);
+        }
         let def =
             self.catalog.agents.get(name).ok_or_else(|| {
                 anyhow!("unknown agent '{name}' (crow agents list shows the agents)")
@@ -569,6 +585,67 @@ impl Composer {
             Some(client) => agent.with_client(Arc::clone(client)),
             None => agent,
         })
+    }
+
+    fn external_config(&self, name: &str) -> Result<&crate::config::AcpAgentConfig> {
+        self.config.acp_agents.get(name).ok_or_else(|| {
+            anyhow!(
+                "unknown external agent '{name}': add [acp_agents.{name}] with its command to config.toml (crow agents list shows the configured ones)"
+            )
+        })
+    }
+
+    /// An external ACP agent in a seat: its own process and session (one per seat: the
+    /// builder and the reviewer are two conversations), offered only the tools crow serves
+    /// it — the crew narrows them further for a read-only reviewer, which then cannot
+    /// write through crow. Its own tools are its own: crow sees and keeps them, but only
+    /// their permission questions and its client requests pass through crow's policy.
+    fn external_agent(&self, name: &str, shown: &str) -> Result<BaseAgent> {
+        let config = self.external_config(name)?;
+        let key: ProviderKey = (format!("{}{name}", crate::external::PREFIX), shown.to_owned(), None);
+        let provider = {
+            let mut cache = self
+                .providers
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let provider = cache.entry(key).or_insert_with(|| {
+                let host = crate::external::Host {
+                    agent: shown.to_owned(),
+                    cwd: self.cwd.clone(),
+                    project_root: self.project_root.clone(),
+                    policy: Arc::clone(&self.policy),
+                    gate: Arc::clone(&self.permission),
+                };
+                Arc::new(crow_acp::ExternalAgent::new(
+                    crate::external::spec(name, config),
+                    self.cwd.clone(),
+                    Arc::new(host),
+                ))
+            });
+            Arc::clone(provider)
+        };
+        let tools = self
+            .tools
+            .filtered(|t| crate::external::SERVED_TOOLS.contains(&t.name()));
+        let agent = BaseAgent::new(
+            shown,
+            provider,
+            tools,
+            String::new(),
+            Arc::clone(&self.permission),
+            AgentConfig {
+                max_iterations: self.max_iterations,
+                temperature: None,
+                max_tokens: None,
+                doom_loop_threshold: self
+                    .config
+                    .doom_loop_threshold
+                    .unwrap_or(crow_core::doom_loop::DEFAULT_THRESHOLD),
+                compaction: crow_core::compaction::CompactionConfig::default(),
+            },
+        )
+        .with_policy(Arc::clone(&self.policy));
+        Ok(agent)
     }
 
     /// The agent a segment of a shown name stands for: an agent, or a composition's primary.

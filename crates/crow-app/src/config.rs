@@ -70,6 +70,11 @@ pub struct Config {
     /// MCP servers whose tools crow offers (`[mcp_servers.NAME]`; also read from `.mcp.json`).
     #[serde(default)]
     pub mcp_servers: BTreeMap<String, crow_mcp::McpServerEntry>,
+    /// Other agents crow reaches over ACP (`[acp_agents.NAME]`): a whole session (`--acp
+    /// NAME`) or a seat of a crew (`primary`/`coagent = "acp:NAME"`). User config, or a
+    /// trusted project's: they are programs crow starts.
+    #[serde(default)]
+    pub acp_agents: BTreeMap<String, AcpAgentConfig>,
     /// Commands run at named points of a session (Claude Code's `hooks`: `[[hooks.PreToolUse]]`
     /// with `matcher` and `[[hooks.PreToolUse.hooks]]`). They add up across files
     /// (`crate::hooks::load` reads each layer's); a project's count only when it is trusted.
@@ -96,6 +101,22 @@ pub struct ProjectEntry {
     /// added or changed since needs trust again (read by `trust::trust_of`).
     #[allow(dead_code)]
     pub fingerprints: Option<Vec<String>>,
+}
+
+/// `[acp_agents.NAME]`: an agent that speaks ACP on stdin/stdout (`claude-agent-acp`,
+/// `codex-acp`, `gemini --experimental-acp`, `crow acp`).
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AcpAgentConfig {
+    /// The program (looked up on PATH).
+    pub command: String,
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Set for the agent on top of crow's environment (its own keys, say).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// One line for `crow agents list`.
+    pub description: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]

@@ -14,6 +14,7 @@ pub mod compose;
 pub mod config;
 pub mod driver;
 pub mod eval;
+pub mod external;
 pub mod hooks;
 pub mod init;
 pub mod instructions;

@@ -12,7 +12,7 @@
 use std::path::{Path, PathBuf};
 
 /// Keys of a project layer that take effect only in a trusted project: where a provider's
-/// requests (and the user's key) go, which key is sent, MCP servers (commands crow starts,
+/// requests (and the user's key) go, which key is sent, MCP servers and external agents (commands crow starts,
 /// URLs it connects to), hooks and language servers (commands crow runs), where sessions are stored, what
 /// commands see of the environment and the sandbox they run in (a cloned repository must
 /// not open it), where traces of the session are sent, and which other models a failed call
@@ -26,6 +26,7 @@ const GUARDED_PROVIDER_KEYS: &[&str] = &[
 ];
 const GUARDED_STORE_KEYS: &[&str] = &["path", "data_dir"];
 const GUARDED_SECTIONS: &[&str] = &[
+    "acp_agents",
     "fallback",
     "mcp_servers",
     "hooks",

@@ -278,6 +278,15 @@ pub enum SystemEvent {
         hook: String,
         note: String,
     },
+    /// A tool an external agent (one reached over ACP) ran itself and reported: shown in the
+    /// timeline and exports; never sent to the model (the agent keeps its own history).
+    ExternalTool {
+        agent: String,
+        title: String,
+        arguments: serde_json::Value,
+        success: bool,
+        output: String,
+    },
 }
 
 /// What a session started with ([`SystemEvent::SessionStart`]). Every field has a default: the

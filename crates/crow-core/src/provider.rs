@@ -93,6 +93,22 @@ pub enum StreamDelta {
     Notice {
         message: String,
     },
+    /// A tool the responder ran itself (an external agent behind the provider runs its own
+    /// tools and reports them): shown and kept in the timeline as that agent's, never run by
+    /// crow nor sent back to the model.
+    ExternalToolStart {
+        id: String,
+        /// What the agent called it (its title: `Read src/main.rs`).
+        title: String,
+        kind: crate::tool::ToolKind,
+        arguments: serde_json::Value,
+    },
+    /// The end of an [`StreamDelta::ExternalToolStart`]: its output as text.
+    ExternalToolEnd {
+        id: String,
+        success: bool,
+        output: String,
+    },
     Finish {
         reason: FinishReason,
     },

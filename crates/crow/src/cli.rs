@@ -34,6 +34,10 @@ pub(crate) struct SessionArgs {
     /// resumed session's)
     #[arg(long, short)]
     pub(crate) agent: Option<String>,
+    /// The whole session through an external ACP agent (`[acp_agents.NAME]` in config.toml:
+    /// claude-agent-acp, codex-acp, …), with crow's store, policy and undo around it
+    #[arg(long, value_name = "NAME", conflicts_with = "agent")]
+    pub(crate) acp: Option<String>,
     /// Autonomy level -1..5, overriding the composition's
     #[arg(long, allow_negative_numbers = true, value_parser = clap::value_parser!(i8).range(-1..=5))]
     pub(crate) level: Option<i8>,
@@ -49,6 +53,11 @@ pub(crate) struct SessionArgs {
     /// Work in `/` or your home directory although it is no project
     #[arg(long)]
     pub(crate) allow_root_project: bool,
+}
+
+/// `--acp NAME` is the agent `acp:NAME` (clap already refused it beside `--agent`).
+pub(crate) fn agent_or_acp(agent: Option<String>, acp: Option<String>) -> Option<String> {
+    acp.map(|name| format!("acp:{name}")).or(agent)
 }
 
 #[derive(Subcommand)]
@@ -220,6 +229,10 @@ pub(crate) struct RunArgs {
     /// (default: build, or the resumed session's)
     #[arg(long, short)]
     pub(crate) agent: Option<String>,
+    /// The whole session through an external ACP agent (`[acp_agents.NAME]` in config.toml:
+    /// claude-agent-acp, codex-acp, …), with crow's store, policy and undo around it
+    #[arg(long, value_name = "NAME", conflicts_with = "agent")]
+    pub(crate) acp: Option<String>,
     /// Autonomy level, overriding the composition's: -1 back to you after each turn, 0 loop
     /// until done, 1 fixed nudge, 2 generated nudge, 3 reviewer comments, 4 read-only judge,
     /// 5 reviewer that can fix

@@ -263,7 +263,7 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
             );
             Ok(ExitCode::SUCCESS)
         }
-        Command::Agents { command } => agents_command(command),
+        Command::Agents { command } => agents_command(command).await,
         Command::Hooks { command } => {
             let cwd = std::env::current_dir().context("cannot read the current directory")?;
             cmd::hooks::command(command, &wiring::find_project_root(&cwd).0)
@@ -338,7 +338,7 @@ async fn interactive(args: SessionArgs) -> Result<ExitCode> {
         prompt: Some(prompt).filter(|p| !p.trim().is_empty()),
         flags: overrides(&args.model, None),
         resume: resume_of(args.continue_last, args.resume),
-        agent: args.agent,
+        agent: cli::agent_or_acp(args.agent, args.acp),
         level: args.level,
         mode: args.mode.as_deref().and_then(crow_core::Mode::parse),
         allow_root_project: args.allow_root_project,
@@ -393,9 +393,10 @@ async fn run(mut args: RunArgs) -> Result<ExitCode> {
     let (prompt, agent, command_model) = match slash::for_run(&prompt, &root)? {
         Some(invoked) => {
             let model = invoked.model.filter(|_| args.model.model.is_none());
-            (invoked.prompt, args.agent.or(invoked.agent), model)
+            let agent = cli::agent_or_acp(args.agent, args.acp);
+            (invoked.prompt, agent.or(invoked.agent), model)
         }
-        None => (prompt, args.agent, None),
+        None => (prompt, cli::agent_or_acp(args.agent, args.acp), None),
     };
     let assembled = setup::assemble(setup::Request {
         flags: overrides(&args.model, args.max_iterations),
@@ -524,7 +525,57 @@ fn prompts_command(command: PromptsCommand) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn agents_command(command: AgentsCommand) -> Result<ExitCode> {
+/// `crow agents list`'s external agents, each started once to see whether it answers
+/// `initialize` (a few at once: an agent may take seconds to start).
+async fn external_agents(root: &std::path::Path, cwd: &std::path::Path) -> Result<()> {
+    let loaded = config::load(root, &config::Overrides::default())?;
+    let agents = &loaded.config.acp_agents;
+    let held_back: Vec<&String> = loaded
+        .untrusted
+        .iter()
+        .filter(|k| k.starts_with("acp_agents"))
+        .collect();
+    if agents.is_empty() && held_back.is_empty() {
+        return Ok(());
+    }
+    outln!("\nexternal agents (crow run --acp NAME, or acp:NAME in a composition):");
+    let probes = agents.iter().map(|(name, config)| async move {
+        let spec = crow_app::external::spec(name, config);
+        let host = std::sync::Arc::new(crow_app::external::Refusing);
+        let answer = tokio::time::timeout(
+            std::time::Duration::from_secs(20),
+            crow_acp::external::probe(&spec, cwd, host),
+        )
+        .await;
+        let status = match answer {
+            Ok(Ok(info)) => format!(
+                "answers ({}{})",
+                info.agent.as_deref().unwrap_or("ACP v1"),
+                if info.load_session { ", loads sessions" } else { "" }
+            ),
+            Ok(Err(e)) => format!("does not answer: {e}"),
+            Err(_) => "does not answer within 20 s".to_owned(),
+        };
+        (name, config, status)
+    });
+    for (name, config, status) in futures::future::join_all(probes).await {
+        let command = std::iter::once(config.command.as_str())
+            .chain(config.args.iter().map(String::as_str))
+            .collect::<Vec<_>>()
+            .join(" ");
+        outln!("  {name:<14} {command}");
+        outln!("  {:<14} {status}", "");
+        if let Some(description) = &config.description {
+            outln!("  {:<14} {description}", "");
+        }
+    }
+    for key in held_back {
+        outln!("  {key}: left out, the project is not trusted (`crow trust`)");
+    }
+    Ok(())
+}
+
+async fn agents_command(command: AgentsCommand) -> Result<ExitCode> {
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
     let (root, _) = wiring::find_project_root(&cwd);
     let catalog = agents::load_catalog(config::user_config_dir().as_deref(), &root.join(".crow"));
@@ -555,6 +606,7 @@ fn agents_command(command: AgentsCommand) -> Result<ExitCode> {
                     a.description
                 );
             }
+            external_agents(&root, &cwd).await?;
             wiring::report_agent_problems(&catalog);
             Ok(ExitCode::SUCCESS)
         }

@@ -232,6 +232,60 @@ impl BaseAgent {
                     message,
                 },
             ),
+            StreamDelta::ExternalToolStart {
+                id,
+                title,
+                kind,
+                arguments,
+            } => {
+                self.emit(
+                    events,
+                    AgentEvent::ToolCallStart {
+                        agent: self.name.clone(),
+                        call_id: id.clone(),
+                        tool: title.clone(),
+                        kind,
+                        arguments: arguments.clone(),
+                    },
+                );
+                acc.external.push(ExternalCall {
+                    id,
+                    title,
+                    arguments,
+                    started: std::time::Instant::now(),
+                    end: None,
+                });
+            }
+            StreamDelta::ExternalToolEnd {
+                id,
+                success,
+                output,
+            } => {
+                let Some(call) = acc
+                    .external
+                    .iter_mut()
+                    .find(|c| c.id == id && c.end.is_none())
+                else {
+                    return;
+                };
+                let result = if success {
+                    ToolResult::success(output.clone())
+                } else {
+                    ToolResult::error(output.clone())
+                };
+                self.emit(
+                    events,
+                    AgentEvent::ToolCallEnd {
+                        agent: self.name.clone(),
+                        call_id: id,
+                        tool: call.title.clone(),
+                        result,
+                        duration_ms: u64::try_from(call.started.elapsed().as_millis())
+                            .unwrap_or(u64::MAX),
+                    },
+                );
+                call.end = Some((success, output));
+            }
             StreamDelta::Finish { reason } => acc.finish = Some(reason),
         }
     }
@@ -275,6 +329,20 @@ impl BaseAgent {
             session.push(EntryKind::AssistantText {
                 content: acc.text.clone(),
                 partial,
+            });
+        }
+        // What an external agent ran is its own record, kept for the timeline whether or
+        // not its answer was finished.
+        for call in acc.external.drain(..) {
+            let (success, output) = call.end.unwrap_or((false, "(did not finish)".to_owned()));
+            session.push(EntryKind::System {
+                event: SystemEvent::ExternalTool {
+                    agent: self.name.clone(),
+                    title: call.title,
+                    arguments: call.arguments,
+                    success,
+                    output,
+                },
             });
         }
         if partial {
@@ -322,8 +390,19 @@ struct Accumulator {
     thinking: Vec<ThinkingBlock>,
     redacted: Vec<String>,
     calls: BTreeMap<usize, PendingCall>,
+    /// Tools an external agent ran itself, by id: started, and ended once its end came.
+    external: Vec<ExternalCall>,
     usage: Usage,
     finish: Option<FinishReason>,
+}
+
+/// A tool an external agent reported running (`StreamDelta::ExternalToolStart`/`End`).
+struct ExternalCall {
+    id: String,
+    title: String,
+    arguments: serde_json::Value,
+    started: std::time::Instant,
+    end: Option<(bool, String)>,
 }
 
 /// One model call's response, as the loop's next steps read it.

@@ -1,0 +1,1005 @@
+//! crow as an ACP *client*: another agent (Claude Code through claude-agent-acp, codex-acp,
+//! gemini-cli, another crow) behind crow-core's [`Provider`] trait, so it can take any seat a
+//! model can — a whole session, a crew's builder or its reviewer — through the one driver.
+//!
+//! The mapping: the user text at the end of a request becomes one `session/prompt`; the
+//! agent's `session/update`s become deltas (its messages text, its thoughts thinking, its own
+//! tool calls [`StreamDelta::ExternalToolStart`]/`End`, shown and kept but never run by crow).
+//! What it asks of the client is served under crow's rules:
+//! - `fs/write_text_file` ends the "response" with a `write_file` tool call, which the agent
+//!   loop runs like any other (policy, permission, snapshots and undo, hooks, the seat's
+//!   tools: a read-only reviewer has no `write_file` and the write is refused); the next
+//!   request carries its result, which answers the agent's request, and the prompt goes on;
+//! - `fs/read_text_file` and `session/request_permission` go to the [`ExternalHost`] the
+//!   application gives (confined reads; its policy and the front end's gate);
+//! - `task_complete` is offered to the agent as a tool of an MCP server crow serves on
+//!   loopback (`external/mcp.rs`); a call of it ends the turn with crow's own `task_complete`.
+//!
+//! One agent process per [`ExternalAgent`], started on first use; one ACP session per crow
+//! session id. A crow session the process has not seen (a resumed one) starts a new ACP
+//! session whose first prompt carries a transcript of the earlier history. Dropping a stream
+//! mid-prompt (crow's cancel) sends `session/cancel`.
+
+mod mcp;
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex as StdMutex};
+
+use agent_client_protocol::schema::ProtocolVersion;
+use agent_client_protocol::v1::schema as acp;
+use agent_client_protocol::v1::{ConnectionTo, Responder};
+use agent_client_protocol::{Agent, ByteStreams, Client, Error};
+use async_trait::async_trait;
+use crow_core::{
+    AssistantPart, ChatRequest, DeltaStream, FinishReason, Message, PermissionDecision,
+    PermissionRequest, Provider, ProviderError, ProviderErrorKind, StreamDelta, ToolKind, Usage,
+};
+use tokio::sync::{Mutex, OwnedMutexGuard, mpsc, oneshot};
+use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
+
+use crate::answer;
+
+/// The earlier history given to a new ACP session of a resumed crow session keeps at most
+/// this many bytes (its end).
+const TRANSCRIPT_MAX_BYTES: usize = 16 * 1024;
+
+/// An external agent as the user configured it (`[acp_agents.NAME]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExternalAgentSpec {
+    pub name: String,
+    pub command: String,
+    pub args: Vec<String>,
+    /// Set on top of crow's own environment (the agent needs its own keys).
+    pub env: BTreeMap<String, String>,
+}
+
+/// What crow serves an external agent with its own rules; the application implements it.
+#[async_trait]
+pub trait ExternalHost: Send + Sync {
+    /// `fs/read_text_file`: the file's text (from `line`, 1-based, at most `limit` lines),
+    /// confined to the project and refused where crow's policy refuses a read.
+    async fn read_text_file(
+        &self,
+        path: &Path,
+        line: Option<u32>,
+        limit: Option<u32>,
+    ) -> Result<String, String>;
+
+    /// `session/request_permission` for one of the agent's own tools: crow's policy, then
+    /// the front end's question.
+    async fn permission(&self, request: PermissionRequest) -> PermissionDecision;
+}
+
+/// Why an external agent could not be reached.
+#[derive(Debug, thiserror::Error)]
+pub enum ExternalError {
+    #[error("cannot start `{command}`: {source}")]
+    Spawn {
+        command: String,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Protocol(String),
+}
+
+/// What `initialize` told about an agent ([`probe`]).
+#[derive(Debug, Clone)]
+pub struct ExternalInfo {
+    /// `agentInfo`'s name and version, when given.
+    pub agent: Option<String>,
+    pub load_session: bool,
+    pub mcp_http: bool,
+}
+
+/// Starts the agent, sends `initialize`, and stops it: whether it answers.
+pub async fn probe(
+    spec: &ExternalAgentSpec,
+    cwd: &Path,
+    host: Arc<dyn ExternalHost>,
+) -> Result<ExternalInfo, ExternalError> {
+    let connection = Connection::start(spec, cwd, host).await?;
+    let info = connection.info.clone();
+    drop(connection);
+    Ok(info)
+}
+
+/// An external ACP agent as a [`Provider`].
+pub struct ExternalAgent {
+    spec: ExternalAgentSpec,
+    cwd: PathBuf,
+    host: Arc<dyn ExternalHost>,
+    connection: tokio::sync::OnceCell<Arc<Connection>>,
+    tasks: tokio::sync::OnceCell<mcp::TaskCompleteServer>,
+    conversations: StdMutex<HashMap<String, Arc<Mutex<Conversation>>>>,
+    model: String,
+}
+
+impl std::fmt::Debug for ExternalAgent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExternalAgent")
+            .field("name", &self.spec.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ExternalAgent {
+    /// The agent, not started yet: its process starts with the first request.
+    pub fn new(spec: ExternalAgentSpec, cwd: PathBuf, host: Arc<dyn ExternalHost>) -> Self {
+        Self {
+            model: format!("acp:{}", spec.name),
+            spec,
+            cwd,
+            host,
+            connection: tokio::sync::OnceCell::new(),
+            tasks: tokio::sync::OnceCell::new(),
+            conversations: StdMutex::new(HashMap::new()),
+        }
+    }
+
+    async fn connection(&self) -> Result<Arc<Connection>, ProviderError> {
+        self.connection
+            .get_or_try_init(|| async {
+                Connection::start(&self.spec, &self.cwd, Arc::clone(&self.host))
+                    .await
+                    .map(Arc::new)
+            })
+            .await
+            .cloned()
+            .map_err(|e| unreachable_agent(&self.spec.name, &e.to_string()))
+    }
+
+    /// The conversation of a crow session: its ACP session, opened on first use with
+    /// crow's `task_complete` server.
+    async fn conversation(
+        &self,
+        key: &str,
+        connection: &Arc<Connection>,
+    ) -> Result<Arc<Mutex<Conversation>>, ProviderError> {
+        let known = self
+            .conversations
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(key)
+            .cloned();
+        if let Some(known) = known {
+            return Ok(known);
+        }
+        let (events, receiver) = mpsc::unbounded_channel();
+        let mut servers = Vec::new();
+        if connection.info.mcp_http {
+            let tasks = self
+                .tasks
+                .get_or_try_init(mcp::TaskCompleteServer::start)
+                .await
+                .map_err(|e| {
+                    ProviderError::new(
+                        ProviderErrorKind::Unreachable,
+                        format!("cannot serve task_complete on loopback: {e}"),
+                    )
+                })?;
+            servers.push(acp::McpServer::Http(acp::McpServerHttp::new(
+                "crow",
+                tasks.url_for(events.clone()),
+            )));
+        }
+        let session = connection
+            .new_session(self.cwd.clone(), servers, events)
+            .await
+            .map_err(|e| unreachable_agent(&self.spec.name, &e))?;
+        let conversation = Arc::new(Mutex::new(Conversation {
+            session,
+            events: receiver,
+            prompting: false,
+            prompted: false,
+            waiting: None,
+            completed: None,
+            writes: 0,
+        }));
+        self.conversations
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(key.to_owned(), Arc::clone(&conversation));
+        Ok(conversation)
+    }
+}
+
+#[async_trait]
+impl Provider for ExternalAgent {
+    fn name(&self) -> &str {
+        "acp"
+    }
+
+    fn model(&self) -> &str {
+        &self.model
+    }
+
+    async fn stream(&self, request: &ChatRequest<'_>) -> Result<DeltaStream, ProviderError> {
+        if request.session_id.is_empty() {
+            // Side jobs (a generated nudge, a summary) would each need a session of their
+            // own in the agent; they are a model's work.
+            return Err(ProviderError::new(
+                ProviderErrorKind::BadRequest,
+                format!(
+                    "the external agent '{}' answers its session only: set [models] small for side jobs",
+                    self.spec.name
+                ),
+            ));
+        }
+        let connection = self.connection().await?;
+        let conversation = self.conversation(request.session_id, &connection).await?;
+        let mut guard = conversation.lock_owned().await;
+        if guard.prompting && guard.waiting.is_none() {
+            // A cancelled prompt: its end must be read before the next one starts.
+            guard.drain_cancelled().await;
+        }
+        match guard.waiting.take() {
+            Some((call_id, responder)) => answer_write(request, &call_id, responder),
+            None => {
+                let text = prompt_text(request, !guard.prompted);
+                guard.prompting = true;
+                guard.prompted = true;
+                guard.completed = None;
+                connection.prompt(guard.session.clone(), text, guard_events(&connection, &guard));
+            }
+        }
+        Ok(Box::pin(futures::stream::unfold(
+            Pump {
+                guard: Some(guard),
+                connection,
+                queued: VecDeque::new(),
+                ended: false,
+            },
+            Pump::next,
+        )))
+    }
+}
+
+/// The sender that reaches a conversation's events (where the prompt's end is sent).
+fn guard_events(connection: &Connection, guard: &Conversation) -> Option<Route> {
+    connection.route(&guard.session)
+}
+
+fn unreachable_agent(name: &str, why: &str) -> ProviderError {
+    ProviderError::new(
+        ProviderErrorKind::Unreachable,
+        format!("external agent '{name}': {why}"),
+    )
+}
+
+/// One crow session's ACP session.
+struct Conversation {
+    session: acp::SessionId,
+    events: mpsc::UnboundedReceiver<Event>,
+    /// A `session/prompt` is in flight.
+    prompting: bool,
+    /// A prompt was sent in this process (the first one carries the earlier history).
+    prompted: bool,
+    /// A `fs/write_text_file` waiting for crow's `write_file` call of this id.
+    waiting: Option<(String, Responder<acp::WriteTextFileResponse>)>,
+    /// The summary the agent gave crow's `task_complete` during this prompt.
+    completed: Option<String>,
+    writes: u64,
+}
+
+impl Conversation {
+    /// Reads the events of a cancelled prompt up to its end.
+    async fn drain_cancelled(&mut self) {
+        let wait = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+            while let Some(event) = self.events.recv().await {
+                match event {
+                    Event::Done(_) => return,
+                    Event::Write { responder, .. } => answer(
+                        responder,
+                        Err(Error::request_cancelled().data("the turn was cancelled")),
+                    ),
+                    _ => {}
+                }
+            }
+        });
+        if wait.await.is_err() {
+            tracing::warn!("an external agent did not end a cancelled prompt within 10 s");
+        }
+        self.prompting = false;
+    }
+}
+
+/// What reaches a conversation from the connection.
+enum Event {
+    Update(Box<acp::SessionUpdate>),
+    Write {
+        path: PathBuf,
+        content: String,
+        responder: Responder<acp::WriteTextFileResponse>,
+    },
+    TaskComplete(String),
+    Done(Result<acp::PromptResponse, String>),
+}
+
+type Route = mpsc::UnboundedSender<Event>;
+
+/// The stream of one request: the prompt's events turned into deltas, until its end or a
+/// write crow must run.
+struct Pump {
+    guard: Option<OwnedMutexGuard<Conversation>>,
+    connection: Arc<Connection>,
+    queued: VecDeque<Result<StreamDelta, ProviderError>>,
+    ended: bool,
+}
+
+impl Drop for Pump {
+    fn drop(&mut self) {
+        // Dropped while the agent still works on the prompt (and not parked on a write):
+        // crow cancelled the turn.
+        if let Some(guard) = &self.guard
+            && guard.prompting
+            && guard.waiting.is_none()
+        {
+            self.connection.cancel(guard.session.clone());
+        }
+    }
+}
+
+impl Pump {
+    async fn next(mut self) -> Option<(Result<StreamDelta, ProviderError>, Self)> {
+        loop {
+            if let Some(item) = self.queued.pop_front() {
+                return Some((item, self));
+            }
+            if self.ended {
+                return None;
+            }
+            let guard = self.guard.as_mut()?;
+            let Some(event) = guard.events.recv().await else {
+                guard.prompting = false;
+                self.ended = true;
+                self.queued.push_back(Err(ProviderError::new(
+                    ProviderErrorKind::Transient,
+                    "the external agent closed its connection",
+                )));
+                continue;
+            };
+            self.absorb(event);
+        }
+    }
+
+    fn absorb(&mut self, event: Event) {
+        let Some(guard) = self.guard.as_mut() else {
+            return;
+        };
+        match event {
+            Event::Update(update) => self.queued.extend(update_deltas(*update).into_iter().map(Ok)),
+            Event::TaskComplete(summary) => guard.completed = Some(summary),
+            Event::Write {
+                path,
+                content,
+                responder,
+            } => {
+                guard.writes += 1;
+                let id = format!("acp_write_{}", guard.writes);
+                let arguments = serde_json::json!({
+                    "path": path.display().to_string(),
+                    "content": content,
+                });
+                self.queued.extend(tool_call(&id, "write_file", &arguments));
+                guard.waiting = Some((id, responder));
+                self.ended = true;
+            }
+            Event::Done(Ok(response)) => {
+                guard.prompting = false;
+                self.ended = true;
+                if let Some(usage) = response_usage(&response) {
+                    self.queued.push_back(Ok(StreamDelta::Usage { usage }));
+                }
+                match guard.completed.take() {
+                    Some(summary) => self.queued.extend(tool_call(
+                        "acp_task_complete",
+                        crow_core::TASK_COMPLETE,
+                        &serde_json::json!({ "summary": summary }),
+                    )),
+                    None => self.queued.push_back(Ok(StreamDelta::Finish {
+                        reason: finish_reason(response.stop_reason),
+                    })),
+                }
+            }
+            Event::Done(Err(message)) => {
+                guard.prompting = false;
+                self.ended = true;
+                self.queued.push_back(Err(ProviderError::new(
+                    ProviderErrorKind::Protocol,
+                    format!("the external agent failed the prompt: {message}"),
+                )));
+            }
+        }
+    }
+}
+
+/// A response that is one tool call crow runs.
+fn tool_call(
+    id: &str,
+    name: &str,
+    arguments: &serde_json::Value,
+) -> Vec<Result<StreamDelta, ProviderError>> {
+    vec![
+        Ok(StreamDelta::ToolCallStart {
+            index: 0,
+            id: id.to_owned(),
+            name: name.to_owned(),
+        }),
+        Ok(StreamDelta::ToolCallDelta {
+            index: 0,
+            arguments: arguments.to_string(),
+        }),
+        Ok(StreamDelta::ToolCallEnd { index: 0 }),
+        Ok(StreamDelta::Finish {
+            reason: FinishReason::ToolCalls,
+        }),
+    ]
+}
+
+/// Answers a parked `fs/write_text_file` with crow's result of its `write_file` call.
+fn answer_write(
+    request: &ChatRequest<'_>,
+    call_id: &str,
+    responder: Responder<acp::WriteTextFileResponse>,
+) {
+    let result = request.messages.iter().rev().find_map(|m| match m {
+        Message::ToolResults { results } => results.iter().find(|r| r.call_id == call_id),
+        _ => None,
+    });
+    let outcome = match result {
+        Some(r) if !r.is_error => Ok(acp::WriteTextFileResponse::new()),
+        Some(r) => Err(Error::invalid_request().data(format!("crow refused the write: {}", r.content))),
+        None => Err(Error::internal_error().data("crow did not run the write")),
+    };
+    answer(responder, outcome);
+}
+
+/// The deltas one `session/update` stands for.
+fn update_deltas(update: acp::SessionUpdate) -> Vec<StreamDelta> {
+    match update {
+        acp::SessionUpdate::AgentMessageChunk(chunk) => text_of(&chunk.content)
+            .map(|text| vec![StreamDelta::Text { text }])
+            .unwrap_or_default(),
+        acp::SessionUpdate::AgentThoughtChunk(chunk) => text_of(&chunk.content)
+            .map(|text| vec![StreamDelta::Thinking { text }])
+            .unwrap_or_default(),
+        acp::SessionUpdate::ToolCall(call) => {
+            let id = call.tool_call_id.to_string();
+            let mut out = vec![StreamDelta::ExternalToolStart {
+                id: id.clone(),
+                title: call.title.clone(),
+                kind: tool_kind(call.kind),
+                arguments: call.raw_input.clone().unwrap_or(serde_json::Value::Null),
+            }];
+            if let Some(success) = finished(call.status) {
+                out.push(StreamDelta::ExternalToolEnd {
+                    id,
+                    success,
+                    output: contents_text(&call.content, call.raw_output.as_ref()),
+                });
+            }
+            out
+        }
+        acp::SessionUpdate::ToolCallUpdate(update) => {
+            match update.fields.status.and_then(finished) {
+                Some(success) => vec![StreamDelta::ExternalToolEnd {
+                    id: update.tool_call_id.to_string(),
+                    success,
+                    output: contents_text(
+                        update.fields.content.as_deref().unwrap_or_default(),
+                        update.fields.raw_output.as_ref(),
+                    ),
+                }],
+                None => Vec::new(),
+            }
+        }
+        _ => Vec::new(),
+    }
+}
+
+fn finished(status: acp::ToolCallStatus) -> Option<bool> {
+    match status {
+        acp::ToolCallStatus::Completed => Some(true),
+        acp::ToolCallStatus::Failed => Some(false),
+        _ => None,
+    }
+}
+
+fn text_of(block: &acp::ContentBlock) -> Option<String> {
+    match block {
+        acp::ContentBlock::Text(text) => Some(text.text.clone()),
+        acp::ContentBlock::ResourceLink(link) => Some(format!("[{}]({})", link.name, link.uri)),
+        _ => None,
+    }
+}
+
+/// A tool call's output as text: its text contents and diffs, else its raw output.
+fn contents_text(contents: &[acp::ToolCallContent], raw: Option<&serde_json::Value>) -> String {
+    let mut out = Vec::new();
+    for content in contents {
+        match content {
+            acp::ToolCallContent::Content(c) => out.extend(text_of(&c.content)),
+            acp::ToolCallContent::Diff(diff) => out.push(format!("edited {}", diff.path.display())),
+            _ => {}
+        }
+    }
+    if out.is_empty()
+        && let Some(raw) = raw
+    {
+        return match raw {
+            serde_json::Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+    }
+    out.join("\n")
+}
+
+fn tool_kind(kind: acp::ToolKind) -> ToolKind {
+    match kind {
+        acp::ToolKind::Read => ToolKind::Read,
+        acp::ToolKind::Edit => ToolKind::Edit,
+        acp::ToolKind::Delete => ToolKind::Delete,
+        acp::ToolKind::Move => ToolKind::Move,
+        acp::ToolKind::Search => ToolKind::Search,
+        acp::ToolKind::Execute => ToolKind::Execute,
+        acp::ToolKind::Think => ToolKind::Think,
+        acp::ToolKind::Fetch => ToolKind::Fetch,
+        _ => ToolKind::Other,
+    }
+}
+
+fn finish_reason(stop: acp::StopReason) -> FinishReason {
+    match stop {
+        acp::StopReason::MaxTokens => FinishReason::MaxTokens,
+        acp::StopReason::Refusal => FinishReason::Refusal,
+        acp::StopReason::EndTurn | acp::StopReason::Cancelled => FinishReason::Stop,
+        _ => FinishReason::Other,
+    }
+}
+
+fn response_usage(response: &acp::PromptResponse) -> Option<Usage> {
+    let usage = response.usage.as_ref()?;
+    Some(Usage {
+        input_tokens: usage.input_tokens,
+        output_tokens: usage.output_tokens,
+        reasoning_tokens: usage.thought_tokens.unwrap_or(0),
+        cache_read_tokens: usage.cached_read_tokens.unwrap_or(0),
+        ..Usage::default()
+    })
+}
+
+/// The prompt for the request: the user's words since crow's last assistant message. The
+/// first prompt of a conversation whose crow session already has history (resumed) starts
+/// with a transcript of it.
+fn prompt_text(request: &ChatRequest<'_>, first: bool) -> String {
+    let start = request
+        .messages
+        .iter()
+        .rposition(|m| !matches!(m, Message::User { .. }))
+        .map_or(0, |i| i + 1);
+    let words: Vec<&str> = request.messages[start..]
+        .iter()
+        .filter_map(|m| match m {
+            Message::User { text, .. } => Some(*text),
+            _ => None,
+        })
+        .collect();
+    let words = if words.is_empty() {
+        "Continue.".to_owned()
+    } else {
+        words.join("\n\n")
+    };
+    if !first || start == 0 {
+        return words;
+    }
+    let transcript = transcript(&request.messages[..start]);
+    format!(
+        "<earlier_conversation>\n{transcript}\n</earlier_conversation>\n\
+         (The conversation above happened in this session before; you are picking it up.)\n\n{words}"
+    )
+}
+
+/// The earlier messages as text, keeping the end when too long.
+fn transcript(messages: &[Message<'_>]) -> String {
+    let mut out = String::new();
+    for message in messages {
+        match message {
+            Message::User { text, .. } => out.push_str(&format!("user: {text}\n")),
+            Message::Assistant { parts } => {
+                for part in parts {
+                    match part {
+                        AssistantPart::Text(text) => out.push_str(&format!("assistant: {text}\n")),
+                        AssistantPart::ToolCall { name, arguments, .. } => {
+                            out.push_str(&format!("assistant called {name} {arguments}\n"));
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            Message::ToolResults { results } => {
+                for r in results {
+                    out.push_str(&format!("{} returned: {}\n", r.name, r.content));
+                }
+            }
+        }
+    }
+    if out.len() <= TRANSCRIPT_MAX_BYTES {
+        return out.trim_end().to_owned();
+    }
+    let mut cut = out.len() - TRANSCRIPT_MAX_BYTES;
+    while !out.is_char_boundary(cut) {
+        cut += 1;
+    }
+    format!("[… earlier part cut]\n{}", out[cut..].trim_end())
+}
+
+/// Commands to the task that owns the connection.
+enum Command {
+    NewSession {
+        cwd: PathBuf,
+        servers: Vec<acp::McpServer>,
+        reply: oneshot::Sender<Result<acp::SessionId, String>>,
+    },
+    Prompt {
+        session: acp::SessionId,
+        text: String,
+        route: Option<Route>,
+    },
+    Cancel {
+        session: acp::SessionId,
+    },
+}
+
+/// A running agent process and its ACP connection (owned by a task; dropped, the process
+/// is killed).
+struct Connection {
+    commands: mpsc::UnboundedSender<Command>,
+    routes: Arc<StdMutex<HashMap<acp::SessionId, Route>>>,
+    info: ExternalInfo,
+    _task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self._task.abort();
+    }
+}
+
+impl Connection {
+    async fn start(
+        spec: &ExternalAgentSpec,
+        cwd: &Path,
+        host: Arc<dyn ExternalHost>,
+    ) -> Result<Self, ExternalError> {
+        let mut child = tokio::process::Command::new(&spec.command)
+            .args(&spec.args)
+            .envs(&spec.env)
+            .current_dir(cwd)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|source| ExternalError::Spawn {
+                command: spec.command.clone(),
+                source,
+            })?;
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            return Err(ExternalError::Protocol("no pipes to the agent".into()));
+        };
+        let routes: Arc<StdMutex<HashMap<acp::SessionId, Route>>> = Arc::default();
+        let (commands, receiver) = mpsc::unbounded_channel();
+        let (ready, ready_rx) = oneshot::channel();
+        let task = tokio::spawn(run_connection(
+            ByteStreams::new(stdin.compat_write(), stdout.compat()),
+            Arc::clone(&routes),
+            host,
+            receiver,
+            ready,
+            child,
+        ));
+        let info = match tokio::time::timeout(std::time::Duration::from_secs(30), ready_rx).await
+        {
+            Ok(Ok(Ok(info))) => info,
+            Ok(Ok(Err(e))) => {
+                task.abort();
+                return Err(ExternalError::Protocol(format!("initialize failed: {e}")));
+            }
+            Ok(Err(_)) => {
+                task.abort();
+                return Err(ExternalError::Protocol(
+                    "the agent exited before answering initialize".into(),
+                ));
+            }
+            Err(_) => {
+                task.abort();
+                return Err(ExternalError::Protocol(
+                    "no answer to initialize within 30 s".into(),
+                ));
+            }
+        };
+        Ok(Self {
+            commands,
+            routes,
+            info,
+            _task: task,
+        })
+    }
+
+    async fn new_session(
+        &self,
+        cwd: PathBuf,
+        servers: Vec<acp::McpServer>,
+        route: Route,
+    ) -> Result<acp::SessionId, String> {
+        let (reply, answer) = oneshot::channel();
+        self.commands
+            .send(Command::NewSession {
+                cwd,
+                servers,
+                reply,
+            })
+            .map_err(|_| "the agent's connection is closed".to_owned())?;
+        let session = answer
+            .await
+            .map_err(|_| "the agent's connection is closed".to_owned())??;
+        self.routes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(session.clone(), route);
+        Ok(session)
+    }
+
+    fn route(&self, session: &acp::SessionId) -> Option<Route> {
+        self.routes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(session)
+            .cloned()
+    }
+
+    fn prompt(&self, session: acp::SessionId, text: String, route: Option<Route>) {
+        if let Err(mpsc::error::SendError(Command::Prompt { route: Some(r), .. })) =
+            self.commands.send(Command::Prompt {
+                session,
+                text,
+                route,
+            })
+        {
+            let _ = r.send(Event::Done(Err("the agent's connection is closed".into())));
+        }
+    }
+
+    fn cancel(&self, session: acp::SessionId) {
+        let _ = self.commands.send(Command::Cancel { session });
+    }
+}
+
+/// Owns the connection: answers the agent's requests and carries out [`Command`]s.
+async fn run_connection<OB, IB>(
+    transport: ByteStreams<OB, IB>,
+    routes: Arc<StdMutex<HashMap<acp::SessionId, Route>>>,
+    host: Arc<dyn ExternalHost>,
+    mut commands: mpsc::UnboundedReceiver<Command>,
+    ready: oneshot::Sender<Result<ExternalInfo, String>>,
+    _child: tokio::process::Child,
+) where
+    OB: futures::AsyncWrite + Send + 'static,
+    IB: futures::AsyncRead + Send + 'static,
+{
+    let route_of = {
+        let routes = Arc::clone(&routes);
+        move |session: &acp::SessionId| {
+            routes
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .get(session)
+                .cloned()
+        }
+    };
+    let (updates_route, writes_route) = (route_of.clone(), route_of);
+    let (read_host, ask_host) = (Arc::clone(&host), host);
+    let mut ready = Some(ready);
+    let result = Client
+        .v1()
+        .name("crow")
+        .on_receive_notification(
+            async move |n: acp::SessionNotification, _cx: ConnectionTo<Agent>| {
+                if let Some(route) = updates_route(&n.session_id) {
+                    let _ = route.send(Event::Update(Box::new(n.update)));
+                }
+                Ok(())
+            },
+            agent_client_protocol::on_receive_notification!(),
+        )
+        .on_receive_request(
+            async move |r: acp::WriteTextFileRequest,
+                        responder: Responder<acp::WriteTextFileResponse>,
+                        _cx: ConnectionTo<Agent>| {
+                match writes_route(&r.session_id) {
+                    Some(route) => {
+                        if let Err(mpsc::error::SendError(Event::Write { responder, .. })) = route
+                            .send(Event::Write {
+                                path: r.path,
+                                content: r.content,
+                                responder,
+                            })
+                        {
+                            answer(responder, Err(Error::internal_error().data("no turn is running")));
+                        }
+                    }
+                    None => answer(
+                        responder,
+                        Err(Error::invalid_params().data("unknown session")),
+                    ),
+                }
+                Ok(())
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |r: acp::ReadTextFileRequest,
+                        responder: Responder<acp::ReadTextFileResponse>,
+                        _cx: ConnectionTo<Agent>| {
+                let host = Arc::clone(&read_host);
+                tokio::spawn(async move {
+                    let read = host.read_text_file(&r.path, r.line, r.limit).await;
+                    answer(
+                        responder,
+                        read.map(acp::ReadTextFileResponse::new)
+                            .map_err(|e| Error::invalid_request().data(e)),
+                    );
+                });
+                Ok(())
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |r: acp::RequestPermissionRequest,
+                        responder: Responder<acp::RequestPermissionResponse>,
+                        _cx: ConnectionTo<Agent>| {
+                let host = Arc::clone(&ask_host);
+                tokio::spawn(async move {
+                    let request = permission_request(&r);
+                    let decision = host.permission(request).await;
+                    answer(responder, Ok(permission_answer(&r.options, &decision)));
+                });
+                Ok(())
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .connect_with(transport, async |cx: ConnectionTo<Agent>| {
+            let capabilities = acp::ClientCapabilities::new().fs(
+                acp::FileSystemCapabilities::new()
+                    .read_text_file(true)
+                    .write_text_file(true),
+            );
+            let init = cx
+                .send_request(
+                    acp::InitializeRequest::new(ProtocolVersion::V1)
+                        .client_capabilities(capabilities),
+                )
+                .block_task()
+                .await;
+            let init = match init {
+                Ok(init) => init,
+                Err(e) => {
+                    if let Some(ready) = ready.take() {
+                        let _ = ready.send(Err(e.to_string()));
+                    }
+                    return Err(e);
+                }
+            };
+            let info = ExternalInfo {
+                agent: init
+                    .agent_info
+                    .as_ref()
+                    .map(|i| format!("{} {}", i.name, i.version)),
+                load_session: init.agent_capabilities.load_session,
+                mcp_http: init.agent_capabilities.mcp_capabilities.http,
+            };
+            if let Some(ready) = ready.take() {
+                let _ = ready.send(Ok(info));
+            }
+            while let Some(command) = commands.recv().await {
+                let cx = cx.clone();
+                match command {
+                    Command::NewSession {
+                        cwd,
+                        servers,
+                        reply,
+                    } => {
+                        tokio::spawn(async move {
+                            let opened = cx
+                                .send_request(acp::NewSessionRequest::new(cwd).mcp_servers(servers))
+                                .block_task()
+                                .await
+                                .map(|r| r.session_id)
+                                .map_err(|e| e.to_string());
+                            let _ = reply.send(opened);
+                        });
+                    }
+                    Command::Prompt {
+                        session,
+                        text,
+                        route,
+                    } => {
+                        tokio::spawn(async move {
+                            let prompt = vec![acp::ContentBlock::Text(acp::TextContent::new(text))];
+                            let done = cx
+                                .send_request(acp::PromptRequest::new(session, prompt))
+                                .block_task()
+                                .await
+                                .map_err(|e| e.to_string());
+                            if let Some(route) = route {
+                                let _ = route.send(Event::Done(done));
+                            }
+                        });
+                    }
+                    Command::Cancel { session } => {
+                        let _ = cx.send_notification(acp::CancelNotification::new(session));
+                    }
+                }
+            }
+            Ok(())
+        })
+        .await;
+    if let Err(e) = result {
+        tracing::debug!(%e, "external agent connection ended");
+    }
+    if let Some(ready) = ready.take() {
+        let _ = ready.send(Err("the connection ended".into()));
+    }
+}
+
+/// crow's question for an agent's own tool call.
+fn permission_request(r: &acp::RequestPermissionRequest) -> PermissionRequest {
+    let fields = &r.tool_call.fields;
+    let title = fields
+        .title
+        .clone()
+        .unwrap_or_else(|| r.tool_call.tool_call_id.to_string());
+    PermissionRequest {
+        session_id: r.session_id.to_string(),
+        agent: String::new(),
+        call_id: r.tool_call.tool_call_id.to_string(),
+        tool: title.clone(),
+        kind: fields.kind.map_or(ToolKind::Other, tool_kind),
+        title,
+        input: fields.raw_input.clone().unwrap_or(serde_json::Value::Null),
+        preview: None,
+        policy: None,
+        unconfined: false,
+    }
+}
+
+/// The option that carries crow's decision: allow once (else always), reject once (else
+/// always); without a reject option the question is cancelled.
+fn permission_answer(
+    options: &[acp::PermissionOption],
+    decision: &PermissionDecision,
+) -> acp::RequestPermissionResponse {
+    let wanted: &[acp::PermissionOptionKind] = match decision {
+        PermissionDecision::Allow => &[
+            acp::PermissionOptionKind::AllowOnce,
+            acp::PermissionOptionKind::AllowAlways,
+        ],
+        PermissionDecision::Deny { .. } => &[
+            acp::PermissionOptionKind::RejectOnce,
+            acp::PermissionOptionKind::RejectAlways,
+        ],
+    };
+    let chosen = wanted
+        .iter()
+        .find_map(|kind| options.iter().find(|o| o.kind == *kind));
+    acp::RequestPermissionResponse::new(match chosen {
+        Some(option) => acp::RequestPermissionOutcome::Selected(
+            acp::SelectedPermissionOutcome::new(option.option_id.clone()),
+        ),
+        None => acp::RequestPermissionOutcome::Cancelled,
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,234 @@
+//! External ACP agents in a session (`[acp_agents.NAME]`, `--acp NAME`, `acp:NAME` in a
+//! composition): the agent as a [`crow_acp::ExternalAgent`] provider behind a `BaseAgent`
+//! whose tools are only what crow serves it (`write_file` for its `fs/write_text_file`,
+//! `task_complete`), and the [`ExternalHost`] that answers its reads and permission
+//! questions with the session's policy and gate.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use crow_acp::{ExternalAgentSpec, ExternalHost};
+use crow_core::policy::{Action, CallFacts};
+use crow_core::{PermissionDecision, PermissionGate, PermissionRequest, Policy, ToolKind};
+
+use crate::config::AcpAgentConfig;
+
+/// The prefix that names an external agent where an agent name goes (`acp:claude`).
+pub const PREFIX: &str = "acp:";
+
+/// An external file read is refused above this size (the agent asked for a text file).
+const READ_MAX_BYTES: u64 = 16 * 1024 * 1024;
+
+/// The crow tools an external agent's seat offers it: what its client requests map to.
+pub const SERVED_TOOLS: [&str; 2] = ["write_file", crow_core::TASK_COMPLETE];
+
+/// The external agent's name in an agent name (`acp:NAME`), if it is one.
+pub fn external_name(agent: &str) -> Option<&str> {
+    agent.strip_prefix(PREFIX).filter(|n| !n.is_empty())
+}
+
+pub fn spec(name: &str, config: &AcpAgentConfig) -> ExternalAgentSpec {
+    ExternalAgentSpec {
+        name: name.to_owned(),
+        command: config.command.clone(),
+        args: config.args.clone(),
+        env: config.env.clone(),
+    }
+}
+
+/// What crow serves an external agent: reads confined to the project and judged by the
+/// policy like crow's own `read_file`; its permission questions judged by the policy (its
+/// rules, its mode, the sensitive places) and then put to the session's gate.
+pub struct Host {
+    pub agent: String,
+    pub cwd: PathBuf,
+    pub project_root: PathBuf,
+    pub policy: Arc<Policy>,
+    pub gate: Arc<dyn PermissionGate>,
+}
+
+impl Host {
+    fn verdict(&self, facts: &CallFacts) -> crow_core::policy::Verdict {
+        self.policy
+            .decide_with(facts, self.gate.mode(), &self.gate.rules())
+    }
+}
+
+#[async_trait]
+impl ExternalHost for Host {
+    async fn read_text_file(
+        &self,
+        path: &Path,
+        line: Option<u32>,
+        limit: Option<u32>,
+    ) -> Result<String, String> {
+        let path = self.cwd.join(path);
+        let facts = CallFacts {
+            tool: "read_file".into(),
+            kind: Some(ToolKind::Read),
+            command: None,
+            paths: vec![std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone())],
+            command_paths: Vec::new(),
+        };
+        let verdict = self.verdict(&facts);
+        match verdict.action {
+            Action::Deny => return Err(format!("crow's policy refuses it: {}", verdict.reason)),
+            Action::Ask => {
+                let request = PermissionRequest {
+                    session_id: String::new(),
+                    agent: self.agent.clone(),
+                    call_id: String::new(),
+                    tool: "read_file".into(),
+                    kind: ToolKind::Read,
+                    title: format!("{} reads {}", self.agent, path.display()),
+                    input: serde_json::json!({ "path": path.display().to_string() }),
+                    preview: None,
+                    policy: Some(verdict.reason),
+                    unconfined: false,
+                };
+                if let PermissionDecision::Deny { reason } =
+                    crow_core::policy::ask(self.gate.as_ref(), request).await
+                {
+                    return Err(format!("the read was refused: {reason}"));
+                }
+            }
+            Action::Allow => {}
+        }
+        let bytes = crow_tools::read_confined(&path, Some(&self.project_root), READ_MAX_BYTES)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let text = String::from_utf8(bytes)
+            .map_err(|_| format!("{} is not UTF-8 text", path.display()))?;
+        Ok(lines(&text, line, limit))
+    }
+
+    async fn permission(&self, mut request: PermissionRequest) -> PermissionDecision {
+        request.agent = self.agent.clone();
+        let facts = facts_of(&request, &self.cwd);
+        let verdict = self.verdict(&facts);
+        match verdict.action {
+            Action::Deny => PermissionDecision::Deny {
+                reason: format!("crow's policy refuses it: {}", verdict.reason),
+            },
+            Action::Allow => {
+                self.gate.allowed(&request).await;
+                PermissionDecision::Allow
+            }
+            Action::Ask => {
+                request.policy = Some(verdict.reason);
+                crow_core::policy::ask(self.gate.as_ref(), request).await
+            }
+        }
+    }
+}
+
+/// The policy's view of an agent's own tool call: a command is judged as crow's `bash`, a
+/// change as crow's `edit`, by the paths and the command line its input names.
+fn facts_of(request: &PermissionRequest, cwd: &Path) -> CallFacts {
+    let input = &request.input;
+    let text = |key: &str| input.get(key).and_then(|v| v.as_str()).map(str::to_owned);
+    let command = (request.kind == ToolKind::Execute)
+        .then(|| text("command").or_else(|| text("cmd")))
+        .flatten();
+    let paths: Vec<PathBuf> = ["path", "file_path", "filePath", "abs_path"]
+        .iter()
+        .filter_map(|k| text(k))
+        .map(|p| cwd.join(p))
+        .collect();
+    let tool = match request.kind {
+        ToolKind::Execute => "bash",
+        ToolKind::Edit | ToolKind::Delete | ToolKind::Move => "edit",
+        ToolKind::Read | ToolKind::Search => "read_file",
+        ToolKind::Fetch => "web_fetch",
+        _ => request.tool.as_str(),
+    };
+    CallFacts {
+        tool: tool.to_owned(),
+        kind: Some(request.kind),
+        command_paths: command
+            .as_deref()
+            .map(|c| crow_core::policy::command_paths(c, cwd))
+            .unwrap_or_default(),
+        command,
+        paths,
+    }
+}
+
+/// A host that serves nothing (`crow agents list` only asks `initialize`).
+pub struct Refusing;
+
+#[async_trait]
+impl ExternalHost for Refusing {
+    async fn read_text_file(
+        &self,
+        _path: &Path,
+        _line: Option<u32>,
+        _limit: Option<u32>,
+    ) -> Result<String, String> {
+        Err("crow is only checking that the agent answers".into())
+    }
+
+    async fn permission(&self, _request: PermissionRequest) -> PermissionDecision {
+        PermissionDecision::Deny {
+            reason: "crow is only checking that the agent answers".into(),
+        }
+    }
+}
+
+/// `line` (1-based) and `limit` of ACP's read.
+fn lines(text: &str, line: Option<u32>, limit: Option<u32>) -> String {
+    if line.is_none() && limit.is_none() {
+        return text.to_owned();
+    }
+    let skip = line.map_or(0, |l| l.saturating_sub(1) as usize);
+    let take = limit.map_or(usize::MAX, |l| l as usize);
+    text.split_inclusive('\n').skip(skip).take(take).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_keep_acps_line_and_limit() {
+        let text = "a\nb\nc\n";
+        assert_eq!(lines(text, None, None), text);
+        assert_eq!(lines(text, Some(2), None), "b\nc\n");
+        assert_eq!(lines(text, Some(2), Some(1)), "b\n");
+        assert_eq!(lines(text, None, Some(1)), "a\n");
+    }
+
+    #[test]
+    fn an_agents_command_is_judged_as_crows_bash() {
+        let request = PermissionRequest {
+            session_id: String::new(),
+            agent: "claude".into(),
+            call_id: "t".into(),
+            tool: "Run rm -rf x".into(),
+            kind: ToolKind::Execute,
+            title: "Run".into(),
+            input: serde_json::json!({"command": "rm -rf x"}),
+            preview: None,
+            policy: None,
+            unconfined: false,
+        };
+        let facts = facts_of(&request, Path::new("/p"));
+        assert_eq!(facts.tool, "bash");
+        assert_eq!(facts.command.as_deref(), Some("rm -rf x"));
+        let edit = PermissionRequest {
+            kind: ToolKind::Edit,
+            input: serde_json::json!({"file_path": "src/a.rs"}),
+            ..request
+        };
+        let facts = facts_of(&edit, Path::new("/p"));
+        assert_eq!(facts.tool, "edit");
+        assert_eq!(facts.paths, vec![PathBuf::from("/p/src/a.rs")]);
+    }
+
+    #[test]
+    fn only_acp_prefixed_names_are_external() {
+        assert_eq!(external_name("acp:claude"), Some("claude"));
+        assert_eq!(external_name("acp:"), None);
+        assert_eq!(external_name("build"), None);
+    }
+}

@@ -1,0 +1,204 @@
+//! External ACP agents (`[acp_agents.NAME]`): the real binary as the client and `crow acp`
+//! itself as the external agent (no extra install), both on one scripted mock. The outer crow
+//! serves the inner one's file writes through its own `write_file` (policy, snapshots, undo)
+//! and offers it `task_complete` over a loopback MCP server.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::*;
+use crow_testkit::{MockLlm, Reply, Scenario};
+use serde_json::json;
+
+/// Both crows' builders run on crow's built-in system prompt.
+const BUILDER: &str = "You are crow, a coding agent";
+
+/// The user's config: the mock as the model, and `crow acp` (this very binary) as the
+/// external agent `inner`, with a store of its own so the outer session is the only one here.
+fn configure(dir: &std::path::Path, mock: &MockLlm) {
+    let inner_data = dir.join(".home/inner-data");
+    write_user_config(
+        dir,
+        &format!(
+            "{}\n[acp_agents.inner]\ncommand = \"{}\"\nargs = [\"acp\"]\ndescription = \"crow over ACP\"\nenv = {{ XDG_DATA_HOME = \"{}\" }}\n",
+            mock_provider(mock),
+            env!("CARGO_BIN_EXE_crow"),
+            inner_data.display()
+        ),
+    );
+}
+
+fn run_acp(dir: &std::path::Path, prompt: &str) -> tokio::process::Command {
+    let mut cmd = crow(dir);
+    cmd.args(["run", "--json", "--acp", "inner", prompt]);
+    cmd
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_whole_session_through_an_external_agent_writes_through_crow_and_undoes() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = Scenario::new()
+        .reply(
+            Reply::tool_call(
+                "write_file",
+                json!({"path": "note.txt", "content": "from inner\n"}),
+            )
+            .matching_system(BUILDER),
+        )
+        .reply(Reply::text("Wrote note.txt.").matching_system(BUILDER));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    configure(dir.path(), &mock);
+
+    let out = output(run_acp(dir.path(), "write a note")).await;
+    assert_eq!(out.code, Some(0), "stderr: {}\n{}", out.stderr, out.stdout);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("note.txt")).unwrap(),
+        "from inner\n"
+    );
+    assert_eq!(mock.remaining_steps(), 0);
+
+    // The inner agent's write reached the disk as the outer crow's own `write_file` call,
+    // labelled with the external agent.
+    let served = out
+        .of_type("tool_call_end")
+        .into_iter()
+        .find(|e| e["tool"] == "write_file")
+        .unwrap_or_else(|| panic!("no write_file call: {}", out.stdout));
+    assert_eq!(served["agent"], "acp:inner");
+    assert_eq!(served["result"]["status"], "success");
+    // Its own tool calls are shown as its own (titled by it), and its answer streamed.
+    assert!(
+        out.of_type("tool_call_start")
+            .iter()
+            .any(|e| e["agent"] == "acp:inner" && e["tool"] != "write_file"),
+        "{}",
+        out.stdout
+    );
+    let said: String = out
+        .of_type("text_delta")
+        .iter()
+        .filter_map(|e| e["delta"].as_str())
+        .collect();
+    assert!(said.contains("Wrote note.txt."), "{said}");
+
+    // Stored in the outer session: the answer and the agent's own tool, as its record.
+    let session = only_session(dir.path());
+    let history = crow_core::SessionStore::load_history(&store(dir.path()), &session.id, "acp:inner")
+        .unwrap();
+    let kinds = kinds(&history);
+    assert!(kinds.contains(&"assistant_text"), "{kinds:?}");
+    let external = history
+        .iter()
+        .filter(|e| {
+            matches!(
+                &e.kind,
+                crow_core::EntryKind::System {
+                    event: crow_core::SystemEvent::ExternalTool { .. }
+                }
+            )
+        })
+        .count();
+    assert!(external >= 1, "{kinds:?}");
+
+    // The write is crow's, so crow's undo takes it back.
+    let mut undo = crow(dir.path());
+    undo.arg("undo");
+    let undone = output(undo).await;
+    assert_eq!(undone.code, Some(0), "{}", undone.stderr);
+    assert!(!dir.path().join("note.txt").exists());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_external_reviewer_sends_work_back_then_approves_through_task_complete() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("greet.txt"), "helo\n").unwrap();
+    let agents = dir.path().join(".crow/agents");
+    std::fs::create_dir_all(&agents).unwrap();
+    std::fs::write(
+        agents.join("cross.toml"),
+        "primary = \"builder\"\ncoagent = \"acp:inner\"\nflow = \"judge\"\n",
+    )
+    .unwrap();
+    let edit =
+        |from: &str, to: &str| json!({"path": "greet.txt", "old_string": from, "new_string": to});
+    // One mock plays both: the requests come one after another (the builder waits for its
+    // reviewer), so the script is in the order they are made.
+    let scenario = Scenario::new()
+        // builder, round 1
+        .reply(Reply::tool_call("edit_file", edit("helo", "hello")).matching_system(BUILDER))
+        .reply(Reply::tool_call("task_complete", json!({"summary": "fixed"})))
+        // the external reviewer (crow acp) reads, then sends the work back
+        .reply(Reply::tool_call("read_file", json!({"path": "greet.txt"})))
+        .reply(Reply::text("It should say 'hello, world'."))
+        // builder, round 2
+        .reply(Reply::tool_call("edit_file", edit("hello", "hello, world")))
+        .reply(Reply::tool_call("task_complete", json!({"summary": "now complete"})))
+        // the reviewer approves through crow's task_complete (its MCP tool)
+        .reply(Reply::tool_call(
+            "mcp__crow__task_complete",
+            json!({"summary": "approved by inner"}),
+        ))
+        .reply(Reply::text("Approved."));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    configure(dir.path(), &mock);
+    let mut cmd = crow(dir.path());
+    cmd.args(["run", "--json", "--agent", "cross", "fix the greeting"]);
+    let out = output(cmd).await;
+    assert_eq!(out.code, Some(0), "stderr: {}\n{}", out.stderr, out.stdout);
+    assert_eq!(mock.remaining_steps(), 0);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("greet.txt")).unwrap(),
+        "hello, world\n"
+    );
+    // The reviewer's words went back to the builder, and its task_complete ended the run.
+    let requests = mock.requests();
+    assert!(
+        requests.iter().any(|r| user_texts(r)
+            .iter()
+            .any(|t| t.contains("Feedback from acp:inner") && t.contains("hello, world"))),
+        "the builder never got the feedback"
+    );
+    let completes = out.of_type("task_complete");
+    let last = completes.last().unwrap();
+    assert_eq!(last["agent"], "acp:inner");
+    assert_eq!(last["summary"], "approved by inner");
+    assert_eq!(out.of_type("coagent_start").len(), 2);
+    // The reviewer's second prompt went to the same ACP session: the inner crow's store
+    // holds one session.
+    let inner = crow_store::SqliteStore::open(dir.path().join(".home/inner-data/crow/crow.db"))
+        .unwrap();
+    let sessions =
+        crow_core::SessionStore::list_sessions(&inner, &crow_core::SessionFilter::default())
+            .unwrap();
+    assert_eq!(sessions.len(), 1, "{sessions:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_untrusted_project_cannot_name_an_external_agent() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = MockLlm::start(Scenario::new()).await.unwrap();
+    write_user_config(dir.path(), &mock_provider(&mock));
+    // A cloned repository tries to get a program of its own started as an "agent".
+    write_project_config(
+        dir.path(),
+        "[acp_agents.evil]\ncommand = \"sh\"\nargs = [\"-c\", \"touch pwned\"]\n",
+    );
+    let out = output(run_acp_named(dir.path(), "evil")).await;
+    assert_ne!(out.code, Some(0), "{}", out.stdout);
+    assert!(out.stderr.contains("acp_agents"), "{}", out.stderr);
+    assert!(!dir.path().join("pwned").exists());
+    assert_eq!(mock.requests().len(), 0);
+
+    // `--acp` beside `--agent` is a usage error.
+    let mut both = crow(dir.path());
+    both.args(["run", "--acp", "x", "--agent", "build", "hi"]);
+    let out = output(both).await;
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+}
+
+fn run_acp_named(dir: &std::path::Path, name: &str) -> tokio::process::Command {
+    let mut cmd = crow(dir);
+    cmd.args(["run", "--json", "--acp", name, "go"]);
+    cmd
+}
