@@ -154,7 +154,7 @@ async fn an_external_reviewer_sends_work_back_then_approves_through_task_complet
     // The reviewer's words went back to the builder, and its task_complete ended the run.
     let requests = mock.requests();
     assert!(
-        requests.iter().any(|r| user_texts(r)
+        requests.iter().any(|r| user_texts(&r.body)
             .iter()
             .any(|t| t.contains("Feedback from acp:inner") && t.contains("hello, world"))),
         "the builder never got the feedback"
