@@ -95,9 +95,10 @@ fn markdown_lines(text: &str) -> String {
         .collect()
 }
 
-/// The compositions, the default one (config.toml's `default_agent`, else `build`) first:
-/// a new session starts in the first mode.
-fn modes(root: &Path, default: Option<&str>) -> Vec<ModeInfo> {
+/// The compositions, then the external agents (`acp:NAME`: crow proxies the session to
+/// them with its store, policy and undo around), the default one (config.toml's
+/// `default_agent`, else `build`) first: a new session starts in the first mode.
+fn modes(root: &Path, config: &config::Config) -> Vec<ModeInfo> {
     let catalog = crate::wiring::load_agents(root);
     let mut modes: Vec<ModeInfo> = catalog
         .compositions
@@ -107,6 +108,19 @@ fn modes(root: &Path, default: Option<&str>) -> Vec<ModeInfo> {
             auto_approve: false,
         })
         .collect();
+    modes.extend(config.acp_agents.iter().map(|(name, agent)| {
+        let id = format!("{}{name}", crow_app::external::PREFIX);
+        ModeInfo {
+            choice: Choice::new(id.clone(), id).describe(
+                agent
+                    .description
+                    .clone()
+                    .unwrap_or_else(|| format!("the session through {}", agent.command)),
+            ),
+            auto_approve: false,
+        }
+    }));
+    let default = config.default_agent.as_deref();
     let default = default.unwrap_or(DEFAULT_MODE);
     if let Some(i) = modes.iter().position(|m| m.choice.id == default) {
         let default = modes.remove(i);
@@ -150,7 +164,7 @@ impl CrowFactory {
         let listed = Listed::fetch(&config);
         Ok(Self {
             models,
-            modes: modes(&root, config.default_agent.as_deref()),
+            modes: modes(&root, &config),
             config,
             overrides,
             listed,

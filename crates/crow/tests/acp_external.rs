@@ -8,23 +8,31 @@
 mod common;
 
 use common::*;
-use crow_testkit::{MockLlm, Reply, Scenario};
+use crow_testkit::{MockLlm, Reply, Scenario, Step};
 use serde_json::json;
 
 /// Both crows' builders run on crow's built-in system prompt.
 const BUILDER: &str = "You are crow, a coding agent";
 
 /// The user's config: the mock as the model, and `crow acp` (this very binary) as the
-/// external agent `inner`, with a store of its own so the outer session is the only one here.
+/// external agent `inner`, with a config and a store of its own: the outer session is the
+/// only one here, and no rule of the outer crow's is the inner one's.
 fn configure(dir: &std::path::Path, mock: &MockLlm) {
-    let inner_data = dir.join(".home/inner-data");
+    let inner_home = dir.join(".home/inner");
+    std::fs::create_dir_all(inner_home.join("config/crow")).unwrap();
+    std::fs::write(
+        inner_home.join("config/crow/config.toml"),
+        mock_provider(mock),
+    )
+    .unwrap();
     write_user_config(
         dir,
         &format!(
-            "{}\n[acp_agents.inner]\ncommand = \"{}\"\nargs = [\"acp\"]\ndescription = \"crow over ACP\"\nenv = {{ XDG_DATA_HOME = \"{}\" }}\n",
+            "{}\n[acp_agents.inner]\ncommand = \"{}\"\nargs = [\"acp\"]\ndescription = \"crow over ACP\"\nenv = {{ XDG_DATA_HOME = \"{}\", XDG_CONFIG_HOME = \"{}\" }}\n",
             mock_provider(mock),
             env!("CARGO_BIN_EXE_crow"),
-            inner_data.display()
+            inner_home.join("data").display(),
+            inner_home.join("config").display()
         ),
     );
 }
@@ -166,7 +174,7 @@ async fn an_external_reviewer_sends_work_back_then_approves_through_task_complet
     assert_eq!(out.of_type("coagent_start").len(), 2);
     // The reviewer's second prompt went to the same ACP session: the inner crow's store
     // holds one session.
-    let inner = crow_store::SqliteStore::open(dir.path().join(".home/inner-data/crow/crow.db"))
+    let inner = crow_store::SqliteStore::open(dir.path().join(".home/inner/data/crow/crow.db"))
         .unwrap();
     let sessions =
         crow_core::SessionStore::list_sessions(&inner, &crow_core::SessionFilter::default())
@@ -201,4 +209,87 @@ fn run_acp_named(dir: &std::path::Path, name: &str) -> tokio::process::Command {
     let mut cmd = crow(dir);
     cmd.args(["run", "--json", "--acp", name, "go"]);
     cmd
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_external_agents_own_commands_are_judged_by_crows_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("keep.txt"), "precious\n").unwrap();
+    let scenario = Scenario::new()
+        .reply(Reply::tool_call("bash", json!({"command": "rm -f keep.txt"})))
+        .reply(Reply::text("Could not remove it."));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    configure(dir.path(), &mock);
+    // The user's rule, in the outer crow's config; the inner agent asks before its command
+    // (its editor mode), and the question reaches the outer crow's policy.
+    let config = dir.path().join(".home/.config/crow/config.toml");
+    let original = std::fs::read_to_string(&config).unwrap();
+    let text = format!("{original}\n[permissions]\ndeny = [\"bash(rm *)\"]\n");
+    std::fs::write(&config, text).unwrap();
+
+    let out = output(run_acp(dir.path(), "clean up")).await;
+    assert_eq!(out.code, Some(0), "stderr: {}\n{}", out.stderr, out.stdout);
+    assert_eq!(mock.remaining_steps(), 0);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("keep.txt")).unwrap(),
+        "precious\n",
+        "{}",
+        out.stdout
+    );
+    // Its model was told the command was refused (ACP carries no reason, only the choice).
+    let last = mock.requests().pop().unwrap().body.to_string();
+    assert!(last.contains("denied") || last.contains("reject"), "{last}");
+
+    // The control: without the outer crow's rule the same command runs (the inner crow's
+    // own config allows it), so the rule is what kept the file.
+    std::fs::write(&config, original).unwrap();
+    mock.push_step(Step::Reply(Reply::tool_call("bash", json!({"command": "rm -f keep.txt"}))));
+    mock.push_step(Step::Reply(Reply::text("Removed.")));
+    let out = output(run_acp(dir.path(), "clean up")).await;
+    assert_eq!(out.code, Some(0), "stderr: {}\n{}", out.stderr, out.stdout);
+    assert!(!dir.path().join("keep.txt").exists(), "{}", out.stdout);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_resumed_session_gives_the_external_agent_its_earlier_conversation() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = Scenario::new()
+        .reply(Reply::text("The answer is 42."))
+        .reply(Reply::text("You asked about the answer."));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    configure(dir.path(), &mock);
+    let first = output(run_acp(dir.path(), "what is the answer?")).await;
+    assert_eq!(first.code, Some(0), "{}", first.stderr);
+
+    // A new process: the external agent has never seen this session.
+    let mut again = crow(dir.path());
+    again.args([
+        "run",
+        "--json",
+        "--continue",
+        "--acp",
+        "inner",
+        "what did I ask?",
+    ]);
+    let second = output(again).await;
+    assert_eq!(second.code, Some(0), "{}", second.stderr);
+    assert_eq!(mock.remaining_steps(), 0);
+    let last = mock.requests().pop().unwrap();
+    let texts = user_texts(&last.body).join("\n");
+    assert!(texts.contains("<earlier_conversation>"), "{texts}");
+    assert!(texts.contains("user: what is the answer?"), "{texts}");
+    assert!(texts.contains("assistant: The answer is 42."), "{texts}");
+    assert!(texts.contains("what did I ask?"), "{texts}");
+    // Still one crow session, holding both turns.
+    let session = only_session(dir.path());
+    let history =
+        crow_core::SessionStore::load_history(&store(dir.path()), &session.id, "acp:inner")
+            .unwrap();
+    assert_eq!(
+        history
+            .iter()
+            .filter(|e| matches!(e.kind, crow_core::EntryKind::User { .. }))
+            .count(),
+        2
+    );
 }
