@@ -10,6 +10,9 @@
 //!   loop runs like any other (policy, permission, snapshots and undo, hooks, the seat's
 //!   tools: a read-only reviewer has no `write_file` and the write is refused); the next
 //!   request carries its result, which answers the agent's request, and the prompt goes on;
+//! - `terminal/create` is a `bash` call the same way (crow's sandbox, policy and undo); the
+//!   command has ended when the terminal is created, so `terminal/output` and
+//!   `wait_for_exit` answer from its result;
 //! - `fs/read_text_file` and `session/request_permission` go to the [`ExternalHost`] the
 //!   application gives (confined reads; its policy and the front end's gate);
 //! - `task_complete` is offered to the agent as a tool of an MCP server crow serves on
@@ -234,7 +237,7 @@ impl Provider for ExternalAgent {
             guard.drain_cancelled().await;
         }
         match guard.waiting.take() {
-            Some((call_id, responder)) => answer_write(request, &call_id, responder),
+            Some((call_id, parked)) => answer_parked(request, &call_id, parked, &connection),
             None => {
                 let text = prompt_text(request, !guard.prompted);
                 guard.prompting = true;
@@ -275,8 +278,8 @@ struct Conversation {
     prompting: bool,
     /// A prompt was sent in this process (the first one carries the earlier history).
     prompted: bool,
-    /// A `fs/write_text_file` waiting for crow's `write_file` call of this id.
-    waiting: Option<(String, Responder<acp::WriteTextFileResponse>)>,
+    /// A client request waiting for crow's tool call of this id.
+    waiting: Option<(String, Parked)>,
     /// The summary the agent gave crow's `task_complete` during this prompt.
     completed: Option<String>,
     writes: u64,
@@ -289,10 +292,12 @@ impl Conversation {
             while let Some(event) = self.events.recv().await {
                 match event {
                     Event::Done(_) => return,
-                    Event::Write { responder, .. } => answer(
-                        responder,
-                        Err(Error::request_cancelled().data("the turn was cancelled")),
-                    ),
+                    Event::Write { responder, .. } => {
+                        Parked::Write(responder).refuse(cancelled());
+                    }
+                    Event::Terminal { responder, .. } => {
+                        Parked::Terminal(responder).refuse(cancelled());
+                    }
                     _ => {}
                 }
             }
@@ -304,6 +309,35 @@ impl Conversation {
     }
 }
 
+/// A client request of the agent that one of crow's tool calls answers.
+enum Parked {
+    Write(Responder<acp::WriteTextFileResponse>),
+    Terminal(Responder<acp::CreateTerminalResponse>),
+}
+
+impl Parked {
+    fn refuse(self, error: Error) {
+        match self {
+            Parked::Write(r) => answer(r, Err(error)),
+            Parked::Terminal(r) => answer(r, Err(error)),
+        }
+    }
+}
+
+/// A command crow ran for the agent's `terminal/create`, kept until `terminal/release`.
+#[derive(Debug, Clone)]
+struct Ran {
+    output: String,
+    exit_code: Option<u32>,
+    signal: Option<String>,
+}
+
+type Terminals = Arc<StdMutex<HashMap<String, Ran>>>;
+
+fn cancelled() -> Error {
+    Error::request_cancelled().data("the turn was cancelled")
+}
+
 /// What reaches a conversation from the connection.
 enum Event {
     Update(Box<acp::SessionUpdate>),
@@ -311,6 +345,10 @@ enum Event {
         path: PathBuf,
         content: String,
         responder: Responder<acp::WriteTextFileResponse>,
+    },
+    Terminal {
+        command: String,
+        responder: Responder<acp::CreateTerminalResponse>,
     },
     TaskComplete(String),
     Done(Result<acp::PromptResponse, String>),
@@ -382,7 +420,15 @@ impl Pump {
                     "content": content,
                 });
                 self.queued.extend(tool_call(&id, "write_file", &arguments));
-                guard.waiting = Some((id, responder));
+                guard.waiting = Some((id, Parked::Write(responder)));
+                self.ended = true;
+            }
+            Event::Terminal { command, responder } => {
+                guard.writes += 1;
+                let id = format!("acp_terminal_{}", guard.writes);
+                let arguments = serde_json::json!({ "command": command });
+                self.queued.extend(tool_call(&id, "bash", &arguments));
+                guard.waiting = Some((id, Parked::Terminal(responder)));
                 self.ended = true;
             }
             Event::Done(Ok(response)) => {
@@ -437,22 +483,109 @@ fn tool_call(
     ]
 }
 
-/// Answers a parked `fs/write_text_file` with crow's result of its `write_file` call.
-fn answer_write(
+/// Answers a parked client request with crow's result of the tool call it became.
+fn answer_parked(
     request: &ChatRequest<'_>,
     call_id: &str,
-    responder: Responder<acp::WriteTextFileResponse>,
+    parked: Parked,
+    connection: &Connection,
 ) {
     let result = request.messages.iter().rev().find_map(|m| match m {
         Message::ToolResults { results } => results.iter().find(|r| r.call_id == call_id),
         _ => None,
     });
-    let outcome = match result {
-        Some(r) if !r.is_error => Ok(acp::WriteTextFileResponse::new()),
-        Some(r) => Err(Error::invalid_request().data(format!("crow refused the write: {}", r.content))),
-        None => Err(Error::internal_error().data("crow did not run the write")),
+    let Some(result) = result else {
+        parked.refuse(Error::internal_error().data("crow did not run the call"));
+        return;
     };
-    answer(responder, outcome);
+    match parked {
+        Parked::Write(responder) if !result.is_error => {
+            answer(responder, Ok(acp::WriteTextFileResponse::new()));
+        }
+        Parked::Write(responder) => answer(
+            responder,
+            Err(Error::invalid_request().data(format!("crow refused the write: {}", result.content))),
+        ),
+        // A refused or failed command is still a terminal that ran: its output says why.
+        Parked::Terminal(responder) => {
+            let ran = ran_of(result.content, result.is_error);
+            let id = format!("crow-{call_id}");
+            connection
+                .terminals
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(id.clone(), ran);
+            answer(responder, Ok(acp::CreateTerminalResponse::new(id)));
+        }
+    }
+}
+
+/// A `bash` result as a terminal's end: the output without crow's closing `[exit code: N]`
+/// or `[killed by signal S]` line, which become the exit status.
+fn ran_of(content: &str, is_error: bool) -> Ran {
+    let mut output = content.trim_end().to_owned();
+    let mut exit_code = None;
+    let mut signal = None;
+    loop {
+        let (rest, last) = output.rsplit_once('\n').unwrap_or(("", output.as_str()));
+        if let Some(code) = last
+            .strip_prefix("[exit code: ")
+            .and_then(|l| l.strip_suffix(']'))
+            .and_then(|c| c.parse::<i64>().ok())
+        {
+            exit_code = Some(u32::try_from(code).unwrap_or(1));
+        } else if let Some(s) = last
+            .strip_prefix("[killed by signal ")
+            .and_then(|l| l.strip_suffix(']'))
+        {
+            signal = Some(s.to_owned());
+        } else {
+            break;
+        }
+        output = rest.to_owned();
+    }
+    if output == "(no output)" {
+        output.clear();
+    }
+    if exit_code.is_none() && signal.is_none() {
+        exit_code = Some(u32::from(is_error));
+    }
+    Ran {
+        output,
+        exit_code,
+        signal,
+    }
+}
+
+/// The command line of a `terminal/create`: `bash -c CMD` (or `sh -c`) is CMD itself, else
+/// the program and its arguments quoted for the shell; a working directory of its own is a
+/// `cd` first.
+fn command_line(request: &acp::CreateTerminalRequest) -> String {
+    let shell = matches!(request.command.as_str(), "bash" | "sh" | "/bin/bash" | "/bin/sh");
+    let line = match request.args.as_slice() {
+        [flag, command] if shell && flag == "-c" => command.clone(),
+        args => std::iter::once(&request.command)
+            .chain(args)
+            .map(|word| quote(word))
+            .collect::<Vec<_>>()
+            .join(" "),
+    };
+    match &request.cwd {
+        Some(cwd) => format!("cd {} && {line}", quote(&cwd.display().to_string())),
+        None => line,
+    }
+}
+
+fn quote(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c));
+    if plain {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    }
 }
 
 /// The deltas one `session/update` stands for.
@@ -656,6 +789,7 @@ enum Command {
 struct Connection {
     commands: mpsc::UnboundedSender<Command>,
     routes: Arc<StdMutex<HashMap<acp::SessionId, Route>>>,
+    terminals: Terminals,
     info: ExternalInfo,
     _task: tokio::task::JoinHandle<()>,
 }
@@ -689,11 +823,13 @@ impl Connection {
             return Err(ExternalError::Protocol("no pipes to the agent".into()));
         };
         let routes: Arc<StdMutex<HashMap<acp::SessionId, Route>>> = Arc::default();
+        let terminals: Terminals = Arc::default();
         let (commands, receiver) = mpsc::unbounded_channel();
         let (ready, ready_rx) = oneshot::channel();
         let task = tokio::spawn(run_connection(
             ByteStreams::new(stdin.compat_write(), stdout.compat()),
             Arc::clone(&routes),
+            Arc::clone(&terminals),
             host,
             receiver,
             ready,
@@ -722,6 +858,7 @@ impl Connection {
         Ok(Self {
             commands,
             routes,
+            terminals,
             info,
             _task: task,
         })
@@ -780,6 +917,7 @@ impl Connection {
 async fn run_connection<OB, IB>(
     transport: ByteStreams<OB, IB>,
     routes: Arc<StdMutex<HashMap<acp::SessionId, Route>>>,
+    terminals: Terminals,
     host: Arc<dyn ExternalHost>,
     mut commands: mpsc::UnboundedReceiver<Command>,
     ready: oneshot::Sender<Result<ExternalInfo, String>>,
@@ -798,7 +936,26 @@ async fn run_connection<OB, IB>(
                 .cloned()
         }
     };
-    let (updates_route, writes_route) = (route_of.clone(), route_of);
+    let (updates_route, writes_route, terminals_route) =
+        (route_of.clone(), route_of.clone(), route_of);
+    let (output_of, exit_of, released) = (
+        Arc::clone(&terminals),
+        Arc::clone(&terminals),
+        Arc::clone(&terminals),
+    );
+    let ran = |terminals: &Terminals, id: &acp::TerminalId| {
+        terminals
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&*id.0)
+            .cloned()
+            .ok_or_else(|| Error::invalid_params().data("unknown terminal"))
+    };
+    let exit_status = |ran: &Ran| {
+        acp::TerminalExitStatus::new()
+            .exit_code(ran.exit_code)
+            .signal(ran.signal.clone())
+    };
     let (read_host, ask_host) = (Arc::clone(&host), host);
     let mut ready = Some(ready);
     let result = Client
@@ -839,6 +996,71 @@ async fn run_connection<OB, IB>(
             agent_client_protocol::on_receive_request!(),
         )
         .on_receive_request(
+            async move |r: acp::CreateTerminalRequest,
+                        responder: Responder<acp::CreateTerminalResponse>,
+                        _cx: ConnectionTo<Agent>| {
+                match terminals_route(&r.session_id) {
+                    Some(route) => {
+                        let command = command_line(&r);
+                        if let Err(mpsc::error::SendError(Event::Terminal { responder, .. })) =
+                            route.send(Event::Terminal { command, responder })
+                        {
+                            answer(responder, Err(Error::internal_error().data("no turn is running")));
+                        }
+                    }
+                    None => answer(
+                        responder,
+                        Err(Error::invalid_params().data("unknown session")),
+                    ),
+                }
+                Ok(())
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |r: acp::TerminalOutputRequest,
+                        responder: Responder<acp::TerminalOutputResponse>,
+                        _cx: ConnectionTo<Agent>| {
+                let out = ran(&output_of, &r.terminal_id).map(|ran| {
+                    acp::TerminalOutputResponse::new(ran.output.clone(), false)
+                        .exit_status(exit_status(&ran))
+                });
+                responder.respond_with_result(out)
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |r: acp::WaitForTerminalExitRequest,
+                        responder: Responder<acp::WaitForTerminalExitResponse>,
+                        _cx: ConnectionTo<Agent>| {
+                let out = ran(&exit_of, &r.terminal_id)
+                    .map(|ran| acp::WaitForTerminalExitResponse::new(exit_status(&ran)));
+                responder.respond_with_result(out)
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            // The command ended before its terminal was created: nothing to kill.
+            async move |_r: acp::KillTerminalRequest,
+                        responder: Responder<acp::KillTerminalResponse>,
+                        _cx: ConnectionTo<Agent>| {
+                responder.respond(acp::KillTerminalResponse::new())
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |r: acp::ReleaseTerminalRequest,
+                        responder: Responder<acp::ReleaseTerminalResponse>,
+                        _cx: ConnectionTo<Agent>| {
+                released
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .remove(&*r.terminal_id.0);
+                responder.respond(acp::ReleaseTerminalResponse::new())
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
             async move |r: acp::ReadTextFileRequest,
                         responder: Responder<acp::ReadTextFileResponse>,
                         _cx: ConnectionTo<Agent>| {
@@ -870,11 +1092,11 @@ async fn run_connection<OB, IB>(
             agent_client_protocol::on_receive_request!(),
         )
         .connect_with(transport, async |cx: ConnectionTo<Agent>| {
-            let capabilities = acp::ClientCapabilities::new().fs(
-                acp::FileSystemCapabilities::new()
+            let capabilities = acp::ClientCapabilities::new()
+                .fs(acp::FileSystemCapabilities::new()
                     .read_text_file(true)
-                    .write_text_file(true),
-            );
+                    .write_text_file(true))
+                .terminal(true);
             let init = cx
                 .send_request(
                     acp::InitializeRequest::new(ProtocolVersion::V1)

@@ -144,6 +144,42 @@ pub fn replay(
                 }
                 speakers.reset();
             }
+            // A tool an external agent ran itself: shown as it was live, a call and its end.
+            EntryKind::System {
+                event:
+                    SystemEvent::ExternalTool {
+                        title,
+                        arguments: args,
+                        success,
+                        output,
+                        ..
+                    },
+            } => {
+                let id = format!("external-{}", out.len());
+                out.push(tool_call(
+                    &id,
+                    title,
+                    crow_core::ToolKind::Other,
+                    args,
+                    cwd,
+                    acp::ToolCallStatus::Pending,
+                    agent,
+                    own,
+                ));
+                let status = if *success {
+                    crow_core::ToolStatus::Success
+                } else {
+                    crow_core::ToolStatus::Error
+                };
+                out.push(tool_result(
+                    &id,
+                    title,
+                    status,
+                    output,
+                    &crow_core::ToolMetadata::default(),
+                    false,
+                ));
+            }
             // Not shown: other agents' prompts (handoffs), empty parts, opaque reasoning,
             // internal events.
             EntryKind::User { .. }

@@ -1,7 +1,7 @@
 //! External ACP agents in a session (`[acp_agents.NAME]`, `--acp NAME`, `acp:NAME` in a
 //! composition): the agent as a [`crow_acp::ExternalAgent`] provider behind a `BaseAgent`
 //! whose tools are only what crow serves it (`write_file` for its `fs/write_text_file`,
-//! `task_complete`), and the [`ExternalHost`] that answers its reads and permission
+//! `bash` for its terminals, `task_complete`), and the [`ExternalHost`] that answers its reads and permission
 //! questions with the session's policy and gate.
 
 use std::path::{Path, PathBuf};
@@ -20,8 +20,9 @@ pub const PREFIX: &str = "acp:";
 /// An external file read is refused above this size (the agent asked for a text file).
 const READ_MAX_BYTES: u64 = 16 * 1024 * 1024;
 
-/// The crow tools an external agent's seat offers it: what its client requests map to.
-pub const SERVED_TOOLS: [&str; 2] = ["write_file", crow_core::TASK_COMPLETE];
+/// The crow tools an external agent's seat offers it: what its client requests map to
+/// (`fs/write_text_file`, `terminal/create`, crow's `task_complete` over MCP).
+pub const SERVED_TOOLS: [&str; 3] = ["write_file", "bash", crow_core::TASK_COMPLETE];
 
 /// The external agent's name in an agent name (`acp:NAME`), if it is one.
 pub fn external_name(agent: &str) -> Option<&str> {

@@ -384,6 +384,19 @@ fn system_text(event: &SystemEvent) -> String {
             if learnings.len() == 1 { "" } else { "s" }
         ),
         SystemEvent::HookContext { hook, note } => format!("{hook} hook: {note}"),
+        SystemEvent::ExternalTool {
+            agent,
+            title,
+            success,
+            output,
+            ..
+        } => {
+            let status = if *success { "done" } else { "failed" };
+            match output.trim() {
+                "" => format!("{agent} ran its own tool: {title} ({status})"),
+                out => format!("{agent} ran its own tool: {title} ({status})\n{out}"),
+            }
+        }
         SystemEvent::FilesRestored { redo, files, .. } => {
             let files: Vec<String> = files.iter().map(|c| c.path.display().to_string()).collect();
             format!(

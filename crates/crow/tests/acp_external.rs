@@ -293,3 +293,40 @@ async fn a_resumed_session_gives_the_external_agent_its_earlier_conversation() {
         2
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_external_agents_commands_run_as_crows_bash() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = Scenario::new()
+        .reply(Reply::tool_call(
+            "bash",
+            json!({"command": "echo made > made.txt && echo the-output-42"}),
+        ))
+        .reply(Reply::text("Ran it."));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    configure(dir.path(), &mock);
+    let out = output(run_acp(dir.path(), "run it")).await;
+    assert_eq!(out.code, Some(0), "stderr: {}\n{}", out.stderr, out.stdout);
+    assert_eq!(mock.remaining_steps(), 0);
+    // The inner agent's terminal was crow's own `bash` call (sandbox, policy, snapshots).
+    let ran = out
+        .of_type("tool_call_end")
+        .into_iter()
+        .find(|e| e["tool"] == "bash")
+        .unwrap_or_else(|| panic!("no bash call: {}", out.stdout));
+    assert_eq!(ran["agent"], "acp:inner");
+    assert_eq!(ran["result"]["status"], "success", "{ran}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("made.txt")).unwrap(),
+        "made\n"
+    );
+    // Its output reached the inner agent's model through the terminal.
+    let last = mock.requests().pop().unwrap().body.to_string();
+    assert!(last.contains("the-output-42"), "{last}");
+    // And crow's undo covers it like any command of crow's.
+    let mut undo = crow(dir.path());
+    undo.arg("undo");
+    let undone = output(undo).await;
+    assert_eq!(undone.code, Some(0), "{}", undone.stderr);
+    assert!(!dir.path().join("made.txt").exists());
+}

@@ -140,3 +140,39 @@ fn updates_become_text_thinking_and_the_agents_own_tools() {
         ]
     );
 }
+
+#[test]
+fn a_bash_result_becomes_a_terminals_output_and_exit_status() {
+    let ran = ran_of("hello\n[exit code: 3]", true);
+    assert_eq!(ran.output, "hello");
+    assert_eq!(ran.exit_code, Some(3));
+    let ran = ran_of("(no output)", false);
+    assert_eq!((ran.output.as_str(), ran.exit_code), ("", Some(0)));
+    let ran = ran_of("partial\n[killed by signal SIGKILL]", true);
+    assert_eq!(ran.signal.as_deref(), Some("SIGKILL"));
+    assert_eq!(ran.exit_code, None);
+    // crow refused the command: the reason is the output, and it failed.
+    let ran = ran_of("permission denied: rule deny bash(rm *)", true);
+    assert_eq!(ran.exit_code, Some(1));
+    assert!(ran.output.contains("bash(rm *)"));
+}
+
+#[test]
+fn a_terminals_command_line_is_quoted_for_the_shell() {
+    let create = |command: &str, args: &[&str]| {
+        acp::CreateTerminalRequest::new("s".to_owned(), command)
+            .args(args.iter().map(|a| (*a).to_owned()).collect())
+    };
+    assert_eq!(command_line(&create("bash", &["-c", "ls | wc -l"])), "ls | wc -l");
+    assert_eq!(
+        command_line(&create("grep", &["-r", "it's here", "src/"])),
+        "grep -r 'it'\\''s here' src/"
+    );
+    assert_eq!(
+        command_line(&create("make", &[]).cwd(PathBuf::from("/p/a b"))),
+        "cd '/p/a b' && make"
+    );
+    // Quoting is what the shell reads back: no word runs as code.
+    assert_eq!(quote("$(touch x)"), "'$(touch x)'");
+    assert_eq!(quote(""), "''");
+}
