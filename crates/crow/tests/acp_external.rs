@@ -330,3 +330,30 @@ async fn the_external_agents_commands_run_as_crows_bash() {
     assert_eq!(undone.code, Some(0), "{}", undone.stderr);
     assert!(!dir.path().join("made.txt").exists());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn agents_list_shows_external_agents_and_whether_they_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = MockLlm::start(Scenario::new()).await.unwrap();
+    configure(dir.path(), &mock);
+    let config = dir.path().join(".home/.config/crow/config.toml");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str("\n[acp_agents.gone]\ncommand = \"/nonexistent/agent-binary\"\n");
+    text.push_str("\n[acp_agents.mute]\ncommand = \"sh\"\nargs = [\"-c\", \"exit 3\"]\n");
+    std::fs::write(&config, text).unwrap();
+    let mut list = crow(dir.path());
+    list.args(["agents", "list"]);
+    let out = output(list).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let shown = out.stdout.clone();
+    let line_of = |name: &str| {
+        let at = shown
+            .find(&format!("  {name} "))
+            .unwrap_or_else(|| panic!("{name} not listed: {shown}"));
+        shown[at..].lines().take(2).collect::<Vec<_>>().join("\n")
+    };
+    assert!(line_of("inner").contains("answers (crow"), "{shown}");
+    assert!(line_of("gone").contains("does not answer: cannot start"), "{shown}");
+    assert!(line_of("mute").contains("does not answer"), "{shown}");
+    assert_eq!(mock.requests().len(), 0, "initialize asks no model");
+}
