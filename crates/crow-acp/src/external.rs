@@ -112,7 +112,8 @@ pub struct ExternalAgent {
     spec: ExternalAgentSpec,
     cwd: PathBuf,
     host: Arc<dyn ExternalHost>,
-    connection: tokio::sync::OnceCell<Arc<Connection>>,
+    /// The running agent; started again (with new sessions) when it has exited.
+    connection: Mutex<Option<Arc<Connection>>>,
     tasks: tokio::sync::OnceCell<mcp::TaskCompleteServer>,
     conversations: StdMutex<HashMap<String, Arc<Mutex<Conversation>>>>,
     model: String,
@@ -134,22 +135,32 @@ impl ExternalAgent {
             spec,
             cwd,
             host,
-            connection: tokio::sync::OnceCell::new(),
+            connection: Mutex::new(None),
             tasks: tokio::sync::OnceCell::new(),
             conversations: StdMutex::new(HashMap::new()),
         }
     }
 
     async fn connection(&self) -> Result<Arc<Connection>, ProviderError> {
-        self.connection
-            .get_or_try_init(|| async {
-                Connection::start(&self.spec, &self.cwd, Arc::clone(&self.host))
-                    .await
-                    .map(Arc::new)
-            })
+        let mut slot = self.connection.lock().await;
+        if let Some(live) = slot.as_ref().filter(|c| !c.commands.is_closed()) {
+            return Ok(Arc::clone(live));
+        }
+        if slot.take().is_some() {
+            // It exited: its sessions are gone with it; the next prompt of each crow session
+            // opens a new one with the conversation so far.
+            tracing::warn!(agent = %self.spec.name, "the external agent exited; starting it again");
+            self.conversations
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clear();
+        }
+        let started = Connection::start(&self.spec, &self.cwd, Arc::clone(&self.host))
             .await
-            .cloned()
-            .map_err(|e| unreachable_agent(&self.spec.name, &e.to_string()))
+            .map(Arc::new)
+            .map_err(|e| unreachable_agent(&self.spec.name, &e.to_string()))?;
+        *slot = Some(Arc::clone(&started));
+        Ok(started)
     }
 
     /// The conversation of a crow session: its ACP session, opened on first use with
@@ -232,13 +243,22 @@ impl Provider for ExternalAgent {
         let connection = self.connection().await?;
         let conversation = self.conversation(request.session_id, &connection).await?;
         let mut guard = conversation.lock_owned().await;
-        if guard.prompting && guard.waiting.is_none() {
-            // A cancelled prompt: its end must be read before the next one starts.
-            guard.drain_cancelled().await;
-        }
+        // The request goes on from crow's tool call when it ends with that call's result.
+        let continuing = matches!(request.messages.last(), Some(Message::ToolResults { .. }));
         match guard.waiting.take() {
-            Some((call_id, parked)) => answer_parked(request, &call_id, parked, &connection),
-            None => {
+            Some((call_id, parked)) if continuing => {
+                answer_parked(request, &call_id, parked, &connection);
+            }
+            parked => {
+                if let Some((_, parked)) = parked {
+                    // crow's call was cancelled with its turn: the agent's prompt is over too.
+                    parked.refuse(cancelled());
+                    connection.cancel(guard.session.clone());
+                }
+                if guard.prompting {
+                    // A cancelled prompt: its end must be read before the next one starts.
+                    guard.drain_cancelled().await;
+                }
                 let text = prompt_text(request, !guard.prompted);
                 guard.prompting = true;
                 guard.prompted = true;
@@ -812,7 +832,7 @@ impl Connection {
             .current_dir(cwd)
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
             .kill_on_drop(true)
             .spawn()
             .map_err(|source| ExternalError::Spawn {
@@ -822,6 +842,17 @@ impl Connection {
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
             return Err(ExternalError::Protocol("no pipes to the agent".into()));
         };
+        // What the agent says on stderr is its log: kept at debug level (`CROW_LOG=debug`).
+        if let Some(stderr) = child.stderr.take() {
+            let name = spec.name.clone();
+            tokio::spawn(async move {
+                use tokio::io::AsyncBufReadExt;
+                let mut lines = tokio::io::BufReader::new(stderr).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    tracing::debug!(agent = %name, "{line}");
+                }
+            });
+        }
         let routes: Arc<StdMutex<HashMap<acp::SessionId, Route>>> = Arc::default();
         let terminals: Terminals = Arc::default();
         let (commands, receiver) = mpsc::unbounded_channel();
@@ -1172,6 +1203,15 @@ async fn run_connection<OB, IB>(
     }
     if let Some(ready) = ready.take() {
         let _ = ready.send(Err("the connection ended".into()));
+    }
+    // A turn waiting on the agent ends with an error instead of waiting forever.
+    let routes = std::mem::take(
+        &mut *routes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    );
+    for route in routes.into_values() {
+        let _ = route.send(Event::Done(Err("the agent exited".into())));
     }
 }
 

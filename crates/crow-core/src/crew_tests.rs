@@ -842,3 +842,31 @@ fn loop_n_is_off_the_level_scale_and_says_so() {
     );
     assert_eq!(ControlFlow::judge().fixed_rounds(), None);
 }
+
+#[test]
+fn the_default_handoff_keeps_the_claim_and_the_files_on_lines_of_their_own() {
+    let vars = minijinja::context! {
+        task => "fix it",
+        primary => "builder",
+        claimed_complete => true,
+        summary => "fixed",
+        files_changed => vec!["a.rs"],
+    };
+    let text = render(DEFAULT_HANDOFF_TEMPLATE, &vars).unwrap_or_default();
+    assert!(
+        text.contains("builder says the task is done: fixed\nFiles changed so far: a.rs\n"),
+        "{text}"
+    );
+    let vars = minijinja::context! {
+        task => "fix it",
+        primary => "builder",
+        claimed_complete => false,
+        output => "still working",
+        files_changed => vec!["a.rs"],
+    };
+    let text = render(DEFAULT_HANDOFF_TEMPLATE, &vars).unwrap_or_default();
+    assert!(
+        text.contains("builder's latest message:\nstill working\nFiles changed so far: a.rs\n"),
+        "{text}"
+    );
+}

@@ -251,8 +251,10 @@ pub const DEFAULT_HANDOFF_TEMPLATE: &str = r#"Task given to {{ primary }}:
 <task>
 {{ task }}
 </task>
-{% if claimed_complete %}{{ primary }} says the task is done: {{ summary }}{% else %}{{ primary }}'s latest message:
-{{ output }}{% endif %}
+{% if claimed_complete %}{{ primary }} says the task is done: {{ summary }}
+{% else %}{{ primary }}'s latest message:
+{{ output }}
+{% endif %}
 {% if files_changed %}Files changed so far: {{ files_changed | join(", ") }}
 {% endif %}{% if diff %}The diff of {{ primary }}'s file edits in its last turn (what commands changed is not in it):
 <diff>

@@ -357,3 +357,20 @@ async fn agents_list_shows_external_agents_and_whether_they_answer() {
     assert!(line_of("mute").contains("does not answer"), "{shown}");
     assert_eq!(mock.requests().len(), 0, "initialize asks no model");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_that_does_not_speak_acp_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = MockLlm::start(Scenario::new()).await.unwrap();
+    configure(dir.path(), &mock);
+    let config = dir.path().join(".home/.config/crow/config.toml");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str("\n[acp_agents.mute]\ncommand = \"sh\"\nargs = [\"-c\", \"echo not ACP; exit 3\"]\n");
+    std::fs::write(&config, text).unwrap();
+    let out = output(run_acp_named(dir.path(), "mute")).await;
+    assert_ne!(out.code, Some(0), "{}", out.stdout);
+    let said = format!("{}{}", out.stdout, out.stderr);
+    assert!(said.contains("external agent 'mute'"), "{said}");
+    assert!(said.contains("initialize"), "{said}");
+    assert_eq!(mock.requests().len(), 0);
+}
