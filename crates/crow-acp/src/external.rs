@@ -55,6 +55,9 @@ pub struct ExternalAgentSpec {
     pub args: Vec<String>,
     /// Set on top of crow's own environment (the agent needs its own keys).
     pub env: BTreeMap<String, String>,
+    /// The agent's session mode to set on each new session (`session/set_mode`): one in which
+    /// it asks before it acts (Claude Code's `default`), so its questions reach crow.
+    pub mode: Option<String>,
 }
 
 /// What crow serves an external agent with its own rules; the application implements it.
@@ -198,7 +201,7 @@ impl ExternalAgent {
             )));
         }
         let session = connection
-            .new_session(self.cwd.clone(), servers, events)
+            .new_session(self.cwd.clone(), servers, self.spec.mode.clone(), events)
             .await
             .map_err(|e| unreachable_agent(&self.spec.name, &e))?;
         let conversation = Arc::new(Mutex::new(Conversation {
@@ -226,6 +229,10 @@ impl Provider for ExternalAgent {
 
     fn model(&self) -> &str {
         &self.model
+    }
+
+    fn runs_own_tools(&self) -> bool {
+        true
     }
 
     async fn stream(&self, request: &ChatRequest<'_>) -> Result<DeltaStream, ProviderError> {
@@ -635,17 +642,27 @@ fn update_deltas(update: acp::SessionUpdate) -> Vec<StreamDelta> {
             out
         }
         acp::SessionUpdate::ToolCallUpdate(update) => {
-            match update.fields.status.and_then(finished) {
-                Some(success) => vec![StreamDelta::ExternalToolEnd {
-                    id: update.tool_call_id.to_string(),
+            let id = update.tool_call_id.to_string();
+            let fields = update.fields;
+            let mut out = Vec::new();
+            if fields.title.is_some() || fields.raw_input.is_some() {
+                out.push(StreamDelta::ExternalToolUpdate {
+                    id: id.clone(),
+                    title: fields.title,
+                    arguments: fields.raw_input,
+                });
+            }
+            if let Some(success) = fields.status.and_then(finished) {
+                out.push(StreamDelta::ExternalToolEnd {
+                    id,
                     success,
                     output: contents_text(
-                        update.fields.content.as_deref().unwrap_or_default(),
-                        update.fields.raw_output.as_ref(),
+                        fields.content.as_deref().unwrap_or_default(),
+                        fields.raw_output.as_ref(),
                     ),
-                }],
-                None => Vec::new(),
+                });
             }
+            out
         }
         _ => Vec::new(),
     }
@@ -792,6 +809,7 @@ enum Command {
     NewSession {
         cwd: PathBuf,
         servers: Vec<acp::McpServer>,
+        mode: Option<String>,
         reply: oneshot::Sender<Result<acp::SessionId, String>>,
     },
     Prompt {
@@ -899,6 +917,7 @@ impl Connection {
         &self,
         cwd: PathBuf,
         servers: Vec<acp::McpServer>,
+        mode: Option<String>,
         route: Route,
     ) -> Result<acp::SessionId, String> {
         let (reply, answer) = oneshot::channel();
@@ -906,6 +925,7 @@ impl Connection {
             .send(Command::NewSession {
                 cwd,
                 servers,
+                mode,
                 reply,
             })
             .map_err(|_| "the agent's connection is closed".to_owned())?;
@@ -1161,16 +1181,11 @@ async fn run_connection<OB, IB>(
                     Command::NewSession {
                         cwd,
                         servers,
+                        mode,
                         reply,
                     } => {
                         tokio::spawn(async move {
-                            let opened = cx
-                                .send_request(acp::NewSessionRequest::new(cwd).mcp_servers(servers))
-                                .block_task()
-                                .await
-                                .map(|r| r.session_id)
-                                .map_err(|e| e.to_string());
-                            let _ = reply.send(opened);
+                            let _ = reply.send(open_session(&cx, cwd, servers, mode).await);
                         });
                     }
                     Command::Prompt {
@@ -1213,6 +1228,44 @@ async fn run_connection<OB, IB>(
     for route in routes.into_values() {
         let _ = route.send(Event::Done(Err("the agent exited".into())));
     }
+}
+
+/// `session/new`, then `session/set_mode` when a mode is configured (one the agent does
+/// not offer is an error naming those it does).
+async fn open_session(
+    cx: &ConnectionTo<Agent>,
+    cwd: PathBuf,
+    servers: Vec<acp::McpServer>,
+    mode: Option<String>,
+) -> Result<acp::SessionId, String> {
+    let opened = cx
+        .send_request(acp::NewSessionRequest::new(cwd).mcp_servers(servers))
+        .block_task()
+        .await
+        .map_err(|e| e.to_string())?;
+    let Some(mode) = mode else {
+        return Ok(opened.session_id);
+    };
+    let offered: Vec<String> = opened
+        .modes
+        .iter()
+        .flat_map(|m| &m.available_modes)
+        .map(|m| m.id.to_string())
+        .collect();
+    if !offered.contains(&mode) {
+        return Err(format!(
+            "it has no session mode '{mode}' (it offers: {})",
+            if offered.is_empty() { "none".to_owned() } else { offered.join(", ") }
+        ));
+    }
+    cx.send_request(acp::SetSessionModeRequest::new(
+        opened.session_id.clone(),
+        mode.clone(),
+    ))
+    .block_task()
+    .await
+    .map_err(|e| format!("cannot set its mode '{mode}': {e}"))?;
+    Ok(opened.session_id)
 }
 
 /// crow's question for an agent's own tool call.

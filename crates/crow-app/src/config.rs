@@ -115,6 +115,9 @@ pub struct AcpAgentConfig {
     /// Set for the agent on top of crow's environment (its own keys, say).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// The agent's session mode, set on each of its sessions: one where it asks before it
+    /// acts (Claude Code's `default`) puts its questions to crow's policy.
+    pub mode: Option<String>,
     /// One line for `crow agents list`.
     pub description: Option<String>,
 }

@@ -35,6 +35,7 @@ pub fn spec(name: &str, config: &AcpAgentConfig) -> ExternalAgentSpec {
         command: config.command.clone(),
         args: config.args.clone(),
         env: config.env.clone(),
+        mode: config.mode.clone(),
     }
 }
 

@@ -357,7 +357,17 @@ impl BaseAgent {
 
             // Before a request: make the history fit the window (compaction/before_request.rs).
             self.before_request(session, events, &cancel).await?;
+            // A responder that runs its own tools changes files during the call itself.
+            let own_tools = self.provider.runs_own_tools();
+            if own_tools {
+                snaps.before_batch(session).await;
+            }
             let response = self.model_call(session, events, &cancel).await?;
+            if own_tools && let Some(seen) = snaps.after_batch(session, events, &self.name).await
+            {
+                // Announced by the snapshot step; kept for the turn's files (the handoff).
+                ledger.record_batch(Vec::new(), Some(seen));
+            }
             ledger.add_usage(&response.usage);
             if response.cancelled {
                 return Ok(self.cancelled(session, events, ledger));

@@ -38,6 +38,12 @@ pub trait Provider: Send + Sync {
     fn accepts_images(&self) -> bool {
         false
     }
+    /// Whether the responder runs tools of its own while it answers (an external agent):
+    /// the loop then snapshots the tree around each of its calls, so what those tools
+    /// changed is reported and undone like crow's own changes.
+    fn runs_own_tools(&self) -> bool {
+        false
+    }
     /// Sends the request and returns the delta stream once the response has started.
     /// Implementations serialise the request before returning; the stream owns no borrow.
     async fn stream(&self, request: &ChatRequest<'_>) -> Result<DeltaStream, ProviderError>;
@@ -102,6 +108,13 @@ pub enum StreamDelta {
         title: String,
         kind: crate::tool::ToolKind,
         arguments: serde_json::Value,
+    },
+    /// What an external agent learned about its tool call since it started (agents announce
+    /// a call before its input is known): the title and input it is shown and kept with.
+    ExternalToolUpdate {
+        id: String,
+        title: Option<String>,
+        arguments: Option<serde_json::Value>,
     },
     /// The end of an [`StreamDelta::ExternalToolStart`]: its output as text.
     ExternalToolEnd {

@@ -15,10 +15,13 @@ use serde_json::json;
 const BUILDER: &str = "You are crow, a coding agent";
 
 /// The user's config: the mock as the model, and `crow acp` (this very binary) as the
-/// external agent `inner`, with a config and a store of its own: the outer session is the
-/// only one here, and no rule of the outer crow's is the inner one's.
-fn configure(dir: &std::path::Path, mock: &MockLlm) {
-    let inner_home = dir.join(".home/inner");
+/// external agent `inner`, with a config and a store of its own outside the project (as a
+/// real agent's are): the outer session is the only one here, and no rule of the outer
+/// crow's is the inner one's. The returned directory is the inner agent's home.
+#[must_use]
+fn configure(dir: &std::path::Path, mock: &MockLlm) -> tempfile::TempDir {
+    let home = tempfile::tempdir().unwrap();
+    let inner_home = home.path();
     std::fs::create_dir_all(inner_home.join("config/crow")).unwrap();
     std::fs::write(
         inner_home.join("config/crow/config.toml"),
@@ -35,6 +38,7 @@ fn configure(dir: &std::path::Path, mock: &MockLlm) {
             inner_home.join("config").display()
         ),
     );
+    home
 }
 
 fn run_acp(dir: &std::path::Path, prompt: &str) -> tokio::process::Command {
@@ -56,7 +60,7 @@ async fn a_whole_session_through_an_external_agent_writes_through_crow_and_undoe
         )
         .reply(Reply::text("Wrote note.txt.").matching_system(BUILDER));
     let mock = MockLlm::start(scenario).await.unwrap();
-    configure(dir.path(), &mock);
+    let _inner = configure(dir.path(), &mock);
 
     let out = output(run_acp(dir.path(), "write a note")).await;
     assert_eq!(out.code, Some(0), "stderr: {}\n{}", out.stderr, out.stdout);
@@ -149,7 +153,7 @@ async fn an_external_reviewer_sends_work_back_then_approves_through_task_complet
         ))
         .reply(Reply::text("Approved."));
     let mock = MockLlm::start(scenario).await.unwrap();
-    configure(dir.path(), &mock);
+    let inner = configure(dir.path(), &mock);
     let mut cmd = crow(dir.path());
     cmd.args(["run", "--json", "--agent", "cross", "fix the greeting"]);
     let out = output(cmd).await;
@@ -174,8 +178,7 @@ async fn an_external_reviewer_sends_work_back_then_approves_through_task_complet
     assert_eq!(out.of_type("coagent_start").len(), 2);
     // The reviewer's second prompt went to the same ACP session: the inner crow's store
     // holds one session.
-    let inner = crow_store::SqliteStore::open(dir.path().join(".home/inner/data/crow/crow.db"))
-        .unwrap();
+    let inner = crow_store::SqliteStore::open(inner.path().join("data/crow/crow.db")).unwrap();
     let sessions =
         crow_core::SessionStore::list_sessions(&inner, &crow_core::SessionFilter::default())
             .unwrap();
@@ -219,7 +222,7 @@ async fn the_external_agents_own_commands_are_judged_by_crows_rules() {
         .reply(Reply::tool_call("bash", json!({"command": "rm -f keep.txt"})))
         .reply(Reply::text("Could not remove it."));
     let mock = MockLlm::start(scenario).await.unwrap();
-    configure(dir.path(), &mock);
+    let _inner = configure(dir.path(), &mock);
     // The user's rule, in the outer crow's config; the inner agent asks before its command
     // (its editor mode), and the question reaches the outer crow's policy.
     let config = dir.path().join(".home/.config/crow/config.toml");
@@ -257,7 +260,7 @@ async fn a_resumed_session_gives_the_external_agent_its_earlier_conversation() {
         .reply(Reply::text("The answer is 42."))
         .reply(Reply::text("You asked about the answer."));
     let mock = MockLlm::start(scenario).await.unwrap();
-    configure(dir.path(), &mock);
+    let _inner = configure(dir.path(), &mock);
     let first = output(run_acp(dir.path(), "what is the answer?")).await;
     assert_eq!(first.code, Some(0), "{}", first.stderr);
 
@@ -304,7 +307,7 @@ async fn the_external_agents_commands_run_as_crows_bash() {
         ))
         .reply(Reply::text("Ran it."));
     let mock = MockLlm::start(scenario).await.unwrap();
-    configure(dir.path(), &mock);
+    let _inner = configure(dir.path(), &mock);
     let out = output(run_acp(dir.path(), "run it")).await;
     assert_eq!(out.code, Some(0), "stderr: {}\n{}", out.stderr, out.stdout);
     assert_eq!(mock.remaining_steps(), 0);
@@ -335,7 +338,7 @@ async fn the_external_agents_commands_run_as_crows_bash() {
 async fn agents_list_shows_external_agents_and_whether_they_answer() {
     let dir = tempfile::tempdir().unwrap();
     let mock = MockLlm::start(Scenario::new()).await.unwrap();
-    configure(dir.path(), &mock);
+    let _inner = configure(dir.path(), &mock);
     let config = dir.path().join(".home/.config/crow/config.toml");
     let mut text = std::fs::read_to_string(&config).unwrap();
     text.push_str("\n[acp_agents.gone]\ncommand = \"/nonexistent/agent-binary\"\n");
@@ -362,7 +365,7 @@ async fn agents_list_shows_external_agents_and_whether_they_answer() {
 async fn an_agent_that_does_not_speak_acp_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let mock = MockLlm::start(Scenario::new()).await.unwrap();
-    configure(dir.path(), &mock);
+    let _inner = configure(dir.path(), &mock);
     let config = dir.path().join(".home/.config/crow/config.toml");
     let mut text = std::fs::read_to_string(&config).unwrap();
     text.push_str("\n[acp_agents.mute]\ncommand = \"sh\"\nargs = [\"-c\", \"echo not ACP; exit 3\"]\n");

@@ -52,25 +52,10 @@ fn claude_agent_acp() -> Option<PathBuf> {
     None
 }
 
-/// Claude Code's settings in its own home: its permission mode "default" (Manual), so every
-/// change it makes is put to the client, crow. Left alone it starts in "auto", where it
-/// decides by itself, asks crow nothing, and adds a note about auto mode's billing to its
-/// answer.
-fn claude_settings(home: &Path) {
-    let dir = home.join(".claude");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("settings.json"),
-        json!({"permissions": {"defaultMode": "default"}}).to_string(),
-    )
-    .unwrap();
-}
-
 /// The user's config: the mock as crow's model, and claude-agent-acp as `claude` with a home
 /// of its own, the mock as its Anthropic API, and nothing but the mock to talk to.
 fn configure(dir: &Path, mock: &MockLlm, entry: &Path) {
     let home = dir.join(".home/claude");
-    claude_settings(&home);
     let env = [
         ("HOME", home.display().to_string()),
         ("ANTHROPIC_BASE_URL", mock.base_url()),
@@ -100,7 +85,10 @@ fn configure(dir: &Path, mock: &MockLlm, entry: &Path) {
     write_user_config(
         dir,
         &format!(
-            "{}\n[acp_agents.claude]\ncommand = \"node\"\nargs = [{}]\ndescription = \"Claude Code\"\nenv = {{ {env} }}\n",
+            "{}\n[acp_agents.claude]\ncommand = \"node\"\nargs = [{}]\ndescription = \"Claude Code\"\nenv = {{ {env} }}\n\
+             # Its mode \"default\" (Manual): every change it makes is put to the client, crow.\n\
+             # Left alone it starts in \"auto\", where it decides by itself and asks crow nothing.\n\
+             mode = \"default\"\n",
             mock_provider(mock),
             Value::from(entry.display().to_string()),
         ),
@@ -228,6 +216,8 @@ async fn claude_code_writes_with_its_own_tool_once_crows_policy_allows_it() {
         .find(|e| e["agent"] == "acp:claude")
         .unwrap_or_else(|| panic!("no tool call of the agent: {}", out.stdout));
     assert_eq!(own["result"]["status"], "success", "{own}");
+    // Shown with the title it gave once its input was known, not its first placeholder.
+    assert!(own["tool"].as_str().unwrap().contains("note.txt"), "{own}");
     assert!(
         out.of_type("tool_call_start")
             .iter()
@@ -249,6 +239,17 @@ async fn claude_code_writes_with_its_own_tool_once_crows_policy_allows_it() {
         .collect();
     assert_eq!(said, "Writing the note.Wrote note.txt.");
 
+    // crow snapshotted the tree around the agent's answer: its own write is reported as a
+    // change of the agent's, and `crow undo` takes it back.
+    assert!(
+        out.of_type("files_changed")
+            .iter()
+            .any(|e| e["agent"] == "acp:claude"
+                && e["files"].to_string().contains("note.txt")),
+        "{}",
+        out.stdout
+    );
+
     // Stored in crow's session: the answer and the agent's tool, as its record.
     let session = only_session(dir.path());
     let history =
@@ -265,6 +266,11 @@ async fn claude_code_writes_with_its_own_tool_once_crows_policy_allows_it() {
         )),
         "{kinds:?}"
     );
+    let mut undo = crow(dir.path());
+    undo.arg("undo");
+    let undone = output(undo).await;
+    assert_eq!(undone.code, Some(0), "{}", undone.stderr);
+    assert!(!note.exists(), "crow undo left the agent's write");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -256,6 +256,21 @@ impl BaseAgent {
                     end: None,
                 });
             }
+            StreamDelta::ExternalToolUpdate {
+                id,
+                title,
+                arguments,
+            } => {
+                if let Some(call) = acc
+                    .external
+                    .iter_mut()
+                    .find(|c| c.id == id && c.end.is_none())
+                {
+                    call.title = title.unwrap_or_else(|| std::mem::take(&mut call.title));
+                    call.arguments =
+                        arguments.unwrap_or_else(|| std::mem::take(&mut call.arguments));
+                }
+            }
             StreamDelta::ExternalToolEnd {
                 id,
                 success,
