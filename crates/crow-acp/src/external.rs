@@ -116,7 +116,7 @@ pub struct ExternalAgent {
     cwd: PathBuf,
     host: Arc<dyn ExternalHost>,
     /// The running agent; started again (with new sessions) when it has exited.
-    connection: Mutex<Option<Arc<Connection>>>,
+    connection: StdMutex<Option<Arc<Connection>>>,
     tasks: tokio::sync::OnceCell<mcp::TaskCompleteServer>,
     conversations: StdMutex<HashMap<String, Arc<Mutex<Conversation>>>>,
     model: String,
@@ -138,18 +138,18 @@ impl ExternalAgent {
             spec,
             cwd,
             host,
-            connection: Mutex::new(None),
+            connection: StdMutex::new(None),
             tasks: tokio::sync::OnceCell::new(),
             conversations: StdMutex::new(HashMap::new()),
         }
     }
 
     async fn connection(&self) -> Result<Arc<Connection>, ProviderError> {
-        let mut slot = self.connection.lock().await;
-        if let Some(live) = slot.as_ref().filter(|c| !c.commands.is_closed()) {
+        let current = self.slot().clone();
+        if let Some(live) = current.as_ref().filter(|c| !c.commands.is_closed()) {
             return Ok(Arc::clone(live));
         }
-        if slot.take().is_some() {
+        if current.is_some() {
             // It exited: its sessions are gone with it; the next prompt of each crow session
             // opens a new one with the conversation so far.
             tracing::warn!(agent = %self.spec.name, "the external agent exited; starting it again");
@@ -162,8 +162,21 @@ impl ExternalAgent {
             .await
             .map(Arc::new)
             .map_err(|e| unreachable_agent(&self.spec.name, &e.to_string()))?;
-        *slot = Some(Arc::clone(&started));
-        Ok(started)
+        // One seat's requests come one at a time; should two have raced, the first stays.
+        let mut slot = self.slot();
+        match slot.as_ref().filter(|c| !c.commands.is_closed()) {
+            Some(live) => Ok(Arc::clone(live)),
+            None => {
+                *slot = Some(Arc::clone(&started));
+                Ok(started)
+            }
+        }
+    }
+
+    fn slot(&self) -> std::sync::MutexGuard<'_, Option<Arc<Connection>>> {
+        self.connection
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The conversation of a crow session: its ACP session, opened on first use with
@@ -270,7 +283,11 @@ impl Provider for ExternalAgent {
                 guard.prompting = true;
                 guard.prompted = true;
                 guard.completed = None;
-                connection.prompt(guard.session.clone(), text, guard_events(&connection, &guard));
+                connection.prompt(
+                    guard.session.clone(),
+                    text,
+                    guard_events(&connection, &guard),
+                );
             }
         }
         Ok(Box::pin(futures::stream::unfold(
@@ -433,7 +450,9 @@ impl Pump {
             return;
         };
         match event {
-            Event::Update(update) => self.queued.extend(update_deltas(*update).into_iter().map(Ok)),
+            Event::Update(update) => self
+                .queued
+                .extend(update_deltas(*update).into_iter().map(Ok)),
             Event::TaskComplete(summary) => guard.completed = Some(summary),
             Event::Write {
                 path,
@@ -531,7 +550,8 @@ fn answer_parked(
         }
         Parked::Write(responder) => answer(
             responder,
-            Err(Error::invalid_request().data(format!("crow refused the write: {}", result.content))),
+            Err(Error::invalid_request()
+                .data(format!("crow refused the write: {}", result.content))),
         ),
         // A refused or failed command is still a terminal that ran: its output says why.
         Parked::Terminal(responder) => {
@@ -588,7 +608,10 @@ fn ran_of(content: &str, is_error: bool) -> Ran {
 /// the program and its arguments quoted for the shell; a working directory of its own is a
 /// `cd` first.
 fn command_line(request: &acp::CreateTerminalRequest) -> String {
-    let shell = matches!(request.command.as_str(), "bash" | "sh" | "/bin/bash" | "/bin/sh");
+    let shell = matches!(
+        request.command.as_str(),
+        "bash" | "sh" | "/bin/bash" | "/bin/sh"
+    );
     let line = match request.args.as_slice() {
         [flag, command] if shell && flag == "-c" => command.clone(),
         args => std::iter::once(&request.command)
@@ -780,7 +803,9 @@ fn transcript(messages: &[Message<'_>]) -> String {
                 for part in parts {
                     match part {
                         AssistantPart::Text(text) => out.push_str(&format!("assistant: {text}\n")),
-                        AssistantPart::ToolCall { name, arguments, .. } => {
+                        AssistantPart::ToolCall {
+                            name, arguments, ..
+                        } => {
                             out.push_str(&format!("assistant called {name} {arguments}\n"));
                         }
                         _ => {}
@@ -884,8 +909,7 @@ impl Connection {
             ready,
             child,
         ));
-        let info = match tokio::time::timeout(std::time::Duration::from_secs(30), ready_rx).await
-        {
+        let info = match tokio::time::timeout(std::time::Duration::from_secs(30), ready_rx).await {
             Ok(Ok(Ok(info))) => info,
             Ok(Ok(Err(e))) => {
                 task.abort();
@@ -1034,7 +1058,10 @@ async fn run_connection<OB, IB>(
                                 responder,
                             })
                         {
-                            answer(responder, Err(Error::internal_error().data("no turn is running")));
+                            answer(
+                                responder,
+                                Err(Error::internal_error().data("no turn is running")),
+                            );
                         }
                     }
                     None => answer(
@@ -1056,7 +1083,10 @@ async fn run_connection<OB, IB>(
                         if let Err(mpsc::error::SendError(Event::Terminal { responder, .. })) =
                             route.send(Event::Terminal { command, responder })
                         {
-                            answer(responder, Err(Error::internal_error().data("no turn is running")));
+                            answer(
+                                responder,
+                                Err(Error::internal_error().data("no turn is running")),
+                            );
                         }
                     }
                     None => answer(
@@ -1255,7 +1285,11 @@ async fn open_session(
     if !offered.contains(&mode) {
         return Err(format!(
             "it has no session mode '{mode}' (it offers: {})",
-            if offered.is_empty() { "none".to_owned() } else { offered.join(", ") }
+            if offered.is_empty() {
+                "none".to_owned()
+            } else {
+                offered.join(", ")
+            }
         ));
     }
     cx.send_request(acp::SetSessionModeRequest::new(

@@ -36,12 +36,12 @@ use agent_client_protocol::v1::schema as acp;
 use agent_client_protocol::v1::{ConnectionTo, Responder};
 use agent_client_protocol::{Agent, Client, ConnectTo, Error};
 
+pub use external::{ExternalAgent, ExternalAgentSpec, ExternalHost};
 pub use runner::{
     AgentFactory, Choice, CommandInfo, McpServerSpec, ModeInfo, ModelInfo, RestoredSession,
     RuleSaver, RunnerError, SessionRunner, SessionSpec, SessionSummary, SettingChange,
     SettingsSink, Stop, TurnInput, TurnOutcome,
 };
-pub use external::{ExternalAgent, ExternalAgentSpec, ExternalHost};
 pub use session::{Approve, EFFORT_DEFAULT, EFFORTS};
 pub use translate::{DEFAULT_CONTEXT_WINDOW, Translator};
 pub use transport::{EXCERPT_BYTES, serve};

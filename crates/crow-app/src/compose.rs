@@ -602,7 +602,11 @@ impl Composer {
     /// their permission questions and its client requests pass through crow's policy.
     fn external_agent(&self, name: &str, shown: &str) -> Result<BaseAgent> {
         let config = self.external_config(name)?;
-        let key: ProviderKey = (format!("{}{name}", crate::external::PREFIX), shown.to_owned(), None);
+        let key: ProviderKey = (
+            format!("{}{name}", crate::external::PREFIX),
+            shown.to_owned(),
+            None,
+        );
         let provider = {
             let mut cache = self
                 .providers

@@ -363,8 +363,7 @@ impl BaseAgent {
                 snaps.before_batch(session).await;
             }
             let response = self.model_call(session, events, &cancel).await?;
-            if own_tools && let Some(seen) = snaps.after_batch(session, events, &self.name).await
-            {
+            if own_tools && let Some(seen) = snaps.after_batch(session, events, &self.name).await {
                 // Announced by the snapshot step; kept for the turn's files (the handoff).
                 ledger.record_batch(Vec::new(), Some(seen));
             }

@@ -551,7 +551,11 @@ async fn external_agents(root: &std::path::Path, cwd: &std::path::Path) -> Resul
             Ok(Ok(info)) => format!(
                 "answers ({}{})",
                 info.agent.as_deref().unwrap_or("ACP v1"),
-                if info.load_session { ", loads sessions" } else { "" }
+                if info.load_session {
+                    ", loads sessions"
+                } else {
+                    ""
+                }
             ),
             Ok(Err(e)) => format!("does not answer: {e}"),
             Err(_) => "does not answer within 20 s".to_owned(),

@@ -96,8 +96,9 @@ async fn a_whole_session_through_an_external_agent_writes_through_crow_and_undoe
 
     // Stored in the outer session: the answer and the agent's own tool, as its record.
     let session = only_session(dir.path());
-    let history = crow_core::SessionStore::load_history(&store(dir.path()), &session.id, "acp:inner")
-        .unwrap();
+    let history =
+        crow_core::SessionStore::load_history(&store(dir.path()), &session.id, "acp:inner")
+            .unwrap();
     let kinds = kinds(&history);
     assert!(kinds.contains(&"assistant_text"), "{kinds:?}");
     let external = history
@@ -139,13 +140,19 @@ async fn an_external_reviewer_sends_work_back_then_approves_through_task_complet
     let scenario = Scenario::new()
         // builder, round 1
         .reply(Reply::tool_call("edit_file", edit("helo", "hello")).matching_system(BUILDER))
-        .reply(Reply::tool_call("task_complete", json!({"summary": "fixed"})))
+        .reply(Reply::tool_call(
+            "task_complete",
+            json!({"summary": "fixed"}),
+        ))
         // the external reviewer (crow acp) reads, then sends the work back
         .reply(Reply::tool_call("read_file", json!({"path": "greet.txt"})))
         .reply(Reply::text("It should say 'hello, world'."))
         // builder, round 2
         .reply(Reply::tool_call("edit_file", edit("hello", "hello, world")))
-        .reply(Reply::tool_call("task_complete", json!({"summary": "now complete"})))
+        .reply(Reply::tool_call(
+            "task_complete",
+            json!({"summary": "now complete"}),
+        ))
         // the reviewer approves through crow's task_complete (its MCP tool)
         .reply(Reply::tool_call(
             "mcp__crow__task_complete",
@@ -219,7 +226,10 @@ async fn the_external_agents_own_commands_are_judged_by_crows_rules() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("keep.txt"), "precious\n").unwrap();
     let scenario = Scenario::new()
-        .reply(Reply::tool_call("bash", json!({"command": "rm -f keep.txt"})))
+        .reply(Reply::tool_call(
+            "bash",
+            json!({"command": "rm -f keep.txt"}),
+        ))
         .reply(Reply::text("Could not remove it."));
     let mock = MockLlm::start(scenario).await.unwrap();
     let _inner = configure(dir.path(), &mock);
@@ -246,7 +256,10 @@ async fn the_external_agents_own_commands_are_judged_by_crows_rules() {
     // The control: without the outer crow's rule the same command runs (the inner crow's
     // own config allows it), so the rule is what kept the file.
     std::fs::write(&config, original).unwrap();
-    mock.push_step(Step::Reply(Reply::tool_call("bash", json!({"command": "rm -f keep.txt"}))));
+    mock.push_step(Step::Reply(Reply::tool_call(
+        "bash",
+        json!({"command": "rm -f keep.txt"}),
+    )));
     mock.push_step(Step::Reply(Reply::text("Removed.")));
     let out = output(run_acp(dir.path(), "clean up")).await;
     assert_eq!(out.code, Some(0), "stderr: {}\n{}", out.stderr, out.stdout);
@@ -356,7 +369,10 @@ async fn agents_list_shows_external_agents_and_whether_they_answer() {
         shown[at..].lines().take(2).collect::<Vec<_>>().join("\n")
     };
     assert!(line_of("inner").contains("answers (crow"), "{shown}");
-    assert!(line_of("gone").contains("does not answer: cannot start"), "{shown}");
+    assert!(
+        line_of("gone").contains("does not answer: cannot start"),
+        "{shown}"
+    );
     assert!(line_of("mute").contains("does not answer"), "{shown}");
     assert_eq!(mock.requests().len(), 0, "initialize asks no model");
 }
@@ -368,7 +384,9 @@ async fn an_agent_that_does_not_speak_acp_is_a_clear_error() {
     let _inner = configure(dir.path(), &mock);
     let config = dir.path().join(".home/.config/crow/config.toml");
     let mut text = std::fs::read_to_string(&config).unwrap();
-    text.push_str("\n[acp_agents.mute]\ncommand = \"sh\"\nargs = [\"-c\", \"echo not ACP; exit 3\"]\n");
+    text.push_str(
+        "\n[acp_agents.mute]\ncommand = \"sh\"\nargs = [\"-c\", \"echo not ACP; exit 3\"]\n",
+    );
     std::fs::write(&config, text).unwrap();
     let out = output(run_acp_named(dir.path(), "mute")).await;
     assert_ne!(out.code, Some(0), "{}", out.stdout);

@@ -244,8 +244,7 @@ async fn claude_code_writes_with_its_own_tool_once_crows_policy_allows_it() {
     assert!(
         out.of_type("files_changed")
             .iter()
-            .any(|e| e["agent"] == "acp:claude"
-                && e["files"].to_string().contains("note.txt")),
+            .any(|e| e["agent"] == "acp:claude" && e["files"].to_string().contains("note.txt")),
         "{}",
         out.stdout
     );

@@ -17,7 +17,10 @@ async fn cancel_reaches_the_external_agent_and_its_session_goes_on() {
     let dir = git_repo();
     // The inner agent's first answer starts, then hangs; its second is whole.
     let scenario = Scenario::new()
-        .fault(Fault::stall(Reply::text("thinking about it for a long while"), 1))
+        .fault(Fault::stall(
+            Reply::text("thinking about it for a long while"),
+            1,
+        ))
         .reply(Reply::text("second answer"));
     let mock = MockLlm::start(scenario).await.unwrap();
     let server = Server::start(dir.path(), &mock).await;

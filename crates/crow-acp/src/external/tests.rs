@@ -90,9 +90,7 @@ fn a_decision_picks_the_matching_option() {
     };
     assert_eq!(selected(&PermissionDecision::Allow), "yes");
     assert_eq!(
-        selected(&PermissionDecision::Deny {
-            reason: "r".into()
-        }),
+        selected(&PermissionDecision::Deny { reason: "r".into() }),
         "no"
     );
     // Nothing to reject with: the question is cancelled, never allowed.
@@ -163,7 +161,10 @@ fn a_terminals_command_line_is_quoted_for_the_shell() {
         acp::CreateTerminalRequest::new("s".to_owned(), command)
             .args(args.iter().map(|a| (*a).to_owned()).collect())
     };
-    assert_eq!(command_line(&create("bash", &["-c", "ls | wc -l"])), "ls | wc -l");
+    assert_eq!(
+        command_line(&create("bash", &["-c", "ls | wc -l"])),
+        "ls | wc -l"
+    );
     assert_eq!(
         command_line(&create("grep", &["-r", "it's here", "src/"])),
         "grep -r 'it'\\''s here' src/"
