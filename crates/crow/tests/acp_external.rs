@@ -395,3 +395,42 @@ async fn an_agent_that_does_not_speak_acp_is_a_clear_error() {
     assert!(said.contains("initialize"), "{said}");
     assert_eq!(mock.requests().len(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_editor_picks_the_external_agent_as_a_mode_of_crow_acp() {
+    let dir = git_repo();
+    let scenario = Scenario::new().reply(Reply::text("answered by the inner agent"));
+    let mock = MockLlm::start(scenario).await.unwrap();
+    let _inner = configure(dir.path(), &mock);
+
+    let mut acp = common::acp::Acp::start(dir.path()).await;
+    let created = acp
+        .call("session/new", json!({"cwd": dir.path(), "mcpServers": []}))
+        .await;
+    let session = created["result"]["sessionId"].clone();
+    let modes = created["result"]["modes"]["availableModes"].to_string();
+    assert!(modes.contains("\"acp:inner\""), "{modes}");
+    let set = acp
+        .call(
+            "session/set_mode",
+            json!({"sessionId": session, "modeId": "acp:inner"}),
+        )
+        .await;
+    assert!(set.get("error").is_none(), "{set}");
+    let done = acp
+        .call(
+            "session/prompt",
+            json!({"sessionId": session, "prompt": [{"type": "text", "text": "hello"}]}),
+        )
+        .await;
+    assert_eq!(done["result"]["stopReason"], "end_turn", "{done}");
+    let said: String = acp
+        .seen
+        .iter()
+        .filter(|m| m["params"]["update"]["sessionUpdate"] == "agent_message_chunk")
+        .filter_map(|m| m["params"]["update"]["content"]["text"].as_str())
+        .collect();
+    assert!(said.contains("answered by the inner agent"), "{said}");
+    acp.stop().await;
+    assert_eq!(mock.remaining_steps(), 0);
+}
