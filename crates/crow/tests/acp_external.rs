@@ -93,6 +93,17 @@ async fn a_whole_session_through_an_external_agent_writes_through_crow_and_undoe
         .filter_map(|e| e["delta"].as_str())
         .collect();
     assert!(said.contains("Wrote note.txt."), "{said}");
+    // Its usage, as the agent reported it (summed over its model calls), is crow's record.
+    let reported: Vec<_> = out
+        .of_type("usage")
+        .into_iter()
+        .filter(|e| e["agent"] == "acp:inner" && e.get("estimated").is_none())
+        .collect();
+    assert!(
+        reported.iter().any(|e| e["input_tokens"].as_u64() > Some(0)),
+        "{}",
+        out.stdout
+    );
 
     // Stored in the outer session: the answer and the agent's own tool, as its record.
     let session = only_session(dir.path());
