@@ -19,9 +19,11 @@
 //!   loopback (`external/mcp.rs`); a call of it ends the turn with crow's own `task_complete`.
 //!
 //! One agent process per [`ExternalAgent`], started on first use; one ACP session per crow
-//! session id. A crow session the process has not seen (a resumed one) starts a new ACP
-//! session whose first prompt carries a transcript of the earlier history. Dropping a stream
-//! mid-prompt (crow's cancel) sends `session/cancel`.
+//! session id, its id remembered in a small file per seat ([`ExternalAgent::remembering`]). A
+//! crow session the process has not seen (a resumed one) is loaded (`session/load`) when the
+//! agent can and remembers it, else it starts a new ACP session whose first prompt carries a
+//! transcript of the earlier history. Dropping a stream mid-prompt (crow's cancel) sends
+//! `session/cancel`.
 
 mod mcp;
 
@@ -120,6 +122,8 @@ pub struct ExternalAgent {
     tasks: tokio::sync::OnceCell<mcp::TaskCompleteServer>,
     conversations: StdMutex<HashMap<String, Arc<Mutex<Conversation>>>>,
     model: String,
+    /// Where the agent's session ids are kept, by crow session (`None`: not kept).
+    memory: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for ExternalAgent {
@@ -141,6 +145,31 @@ impl ExternalAgent {
             connection: StdMutex::new(None),
             tasks: tokio::sync::OnceCell::new(),
             conversations: StdMutex::new(HashMap::new()),
+            memory: None,
+        }
+    }
+
+    /// Keeps the agent's session id of each crow session in `dir/<seat>/<crow session id>`
+    /// (0600 in 0700 directories), so a resumed crow session loads the agent's own session.
+    #[must_use]
+    pub fn remembering(mut self, dir: PathBuf, seat: &str) -> Self {
+        self.memory = Some(dir.join(file_name(seat)));
+        self
+    }
+
+    fn remembered(&self, key: &str) -> Option<acp::SessionId> {
+        let path = self.memory.as_ref()?.join(file_name(key));
+        let id = std::fs::read_to_string(path).ok()?;
+        let id = id.trim();
+        (!id.is_empty()).then(|| acp::SessionId::new(id.to_owned()))
+    }
+
+    fn remember(&self, key: &str, session: &acp::SessionId) {
+        let Some(dir) = &self.memory else {
+            return;
+        };
+        if let Err(e) = write_private(dir, &file_name(key), &session.to_string()) {
+            tracing::warn!(%e, "cannot keep the external agent's session id: a resume starts anew");
         }
     }
 
@@ -184,6 +213,7 @@ impl ExternalAgent {
     async fn conversation(
         &self,
         key: &str,
+        resumed: bool,
         connection: &Arc<Connection>,
     ) -> Result<Arc<Mutex<Conversation>>, ProviderError> {
         let known = self
@@ -213,15 +243,48 @@ impl ExternalAgent {
                 tasks.url_for(events.clone()),
             )));
         }
-        let session = connection
-            .new_session(self.cwd.clone(), servers, self.spec.mode.clone(), events)
-            .await
-            .map_err(|e| unreachable_agent(&self.spec.name, &e))?;
+        // A crow session with history the agent may still hold: load its own session.
+        let loaded = match self.remembered(key) {
+            Some(id) if resumed && connection.info.load_session => {
+                let opened = connection
+                    .open(
+                        Opening::Load(id),
+                        self.cwd.clone(),
+                        servers.clone(),
+                        self.spec.mode.clone(),
+                        events.clone(),
+                    )
+                    .await;
+                if let Err(e) = &opened {
+                    tracing::info!(agent = %self.spec.name, %e, "cannot load the agent's session; starting a new one");
+                }
+                opened.ok()
+            }
+            _ => None,
+        };
+        let prompted = loaded.is_some();
+        let session = match loaded {
+            Some(session) => session,
+            None => {
+                let session = connection
+                    .open(
+                        Opening::New,
+                        self.cwd.clone(),
+                        servers,
+                        self.spec.mode.clone(),
+                        events,
+                    )
+                    .await
+                    .map_err(|e| unreachable_agent(&self.spec.name, &e))?;
+                self.remember(key, &session);
+                session
+            }
+        };
         let conversation = Arc::new(Mutex::new(Conversation {
             session,
             events: receiver,
             prompting: false,
-            prompted: false,
+            prompted,
             waiting: None,
             completed: None,
             writes: 0,
@@ -261,7 +324,10 @@ impl Provider for ExternalAgent {
             ));
         }
         let connection = self.connection().await?;
-        let conversation = self.conversation(request.session_id, &connection).await?;
+        let resumed = earlier_history(request);
+        let conversation = self
+            .conversation(request.session_id, resumed, &connection)
+            .await?;
         let mut guard = conversation.lock_owned().await;
         // The request goes on from crow's tool call when it ends with that call's result.
         let continuing = matches!(request.messages.last(), Some(Message::ToolResults { .. }));
@@ -829,9 +895,18 @@ fn transcript(messages: &[Message<'_>]) -> String {
     format!("[… earlier part cut]\n{}", out[cut..].trim_end())
 }
 
+/// How a conversation gets its agent session.
+#[derive(Debug, Clone)]
+enum Opening {
+    New,
+    /// `session/load` of a session the agent had (its replayed history is not shown again).
+    Load(acp::SessionId),
+}
+
 /// Commands to the task that owns the connection.
 enum Command {
-    NewSession {
+    Open {
+        how: Opening,
         cwd: PathBuf,
         servers: Vec<acp::McpServer>,
         mode: Option<String>,
@@ -937,8 +1012,9 @@ impl Connection {
         })
     }
 
-    async fn new_session(
+    async fn open(
         &self,
+        how: Opening,
         cwd: PathBuf,
         servers: Vec<acp::McpServer>,
         mode: Option<String>,
@@ -946,7 +1022,8 @@ impl Connection {
     ) -> Result<acp::SessionId, String> {
         let (reply, answer) = oneshot::channel();
         self.commands
-            .send(Command::NewSession {
+            .send(Command::Open {
+                how,
                 cwd,
                 servers,
                 mode,
@@ -1208,14 +1285,15 @@ async fn run_connection<OB, IB>(
             while let Some(command) = commands.recv().await {
                 let cx = cx.clone();
                 match command {
-                    Command::NewSession {
+                    Command::Open {
+                        how,
                         cwd,
                         servers,
                         mode,
                         reply,
                     } => {
                         tokio::spawn(async move {
-                            let _ = reply.send(open_session(&cx, cwd, servers, mode).await);
+                            let _ = reply.send(open_session(&cx, how, cwd, servers, mode).await);
                         });
                     }
                     Command::Prompt {
@@ -1260,24 +1338,37 @@ async fn run_connection<OB, IB>(
     }
 }
 
-/// `session/new`, then `session/set_mode` when a mode is configured (one the agent does
-/// not offer is an error naming those it does).
+/// `session/new` (or `session/load`), then `session/set_mode` when a mode is configured (one
+/// the agent does not offer is an error naming those it does).
 async fn open_session(
     cx: &ConnectionTo<Agent>,
+    how: Opening,
     cwd: PathBuf,
     servers: Vec<acp::McpServer>,
     mode: Option<String>,
 ) -> Result<acp::SessionId, String> {
-    let opened = cx
-        .send_request(acp::NewSessionRequest::new(cwd).mcp_servers(servers))
-        .block_task()
-        .await
-        .map_err(|e| e.to_string())?;
-    let Some(mode) = mode else {
-        return Ok(opened.session_id);
+    let (session, modes) = match how {
+        Opening::New => {
+            let opened = cx
+                .send_request(acp::NewSessionRequest::new(cwd).mcp_servers(servers))
+                .block_task()
+                .await
+                .map_err(|e| e.to_string())?;
+            (opened.session_id, opened.modes)
+        }
+        Opening::Load(id) => {
+            let opened = cx
+                .send_request(acp::LoadSessionRequest::new(id.clone(), cwd).mcp_servers(servers))
+                .block_task()
+                .await
+                .map_err(|e| e.to_string())?;
+            (id, opened.modes)
+        }
     };
-    let offered: Vec<String> = opened
-        .modes
+    let Some(mode) = mode else {
+        return Ok(session);
+    };
+    let offered: Vec<String> = modes
         .iter()
         .flat_map(|m| &m.available_modes)
         .map(|m| m.id.to_string())
@@ -1293,13 +1384,53 @@ async fn open_session(
         ));
     }
     cx.send_request(acp::SetSessionModeRequest::new(
-        opened.session_id.clone(),
+        session.clone(),
         mode.clone(),
     ))
     .block_task()
     .await
     .map_err(|e| format!("cannot set its mode '{mode}': {e}"))?;
-    Ok(opened.session_id)
+    Ok(session)
+}
+
+/// Whether the request holds more than the user's latest words: a crow session with history.
+fn earlier_history(request: &ChatRequest<'_>) -> bool {
+    request
+        .messages
+        .iter()
+        .any(|m| !matches!(m, Message::User { .. }))
+}
+
+/// A name safe as one path component.
+fn file_name(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// Writes `text` to `dir/name`, owner-only (0600 in 0700 directories), by rename.
+fn write_private(dir: &Path, name: &str, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    let temp = dir.join(format!(".{name}.{}", std::process::id()));
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&temp)?;
+    file.write_all(text.as_bytes())?;
+    std::fs::rename(&temp, dir.join(name))
 }
 
 /// crow's question for an agent's own tool call.

@@ -620,11 +620,16 @@ impl Composer {
                     policy: Arc::clone(&self.policy),
                     gate: Arc::clone(&self.permission),
                 };
-                Arc::new(crow_acp::ExternalAgent::new(
+                let agent = crow_acp::ExternalAgent::new(
                     crate::external::spec(name, config),
                     self.cwd.clone(),
                     Arc::new(host),
-                ))
+                );
+                // Its session ids beside crow's database, so a resume loads the agent's own.
+                Arc::new(match crate::external::sessions_dir() {
+                    Some(dir) => agent.remembering(dir, shown),
+                    None => agent,
+                })
             });
             Arc::clone(provider)
         };

@@ -29,6 +29,11 @@ pub fn external_name(agent: &str) -> Option<&str> {
     agent.strip_prefix(PREFIX).filter(|n| !n.is_empty())
 }
 
+/// Where external agents' session ids are kept (`acp-sessions/` in crow's data directory).
+pub fn sessions_dir() -> Option<PathBuf> {
+    crow_store::default_path().and_then(|db| db.parent().map(|dir| dir.join("acp-sessions")))
+}
+
 pub fn spec(name: &str, config: &AcpAgentConfig) -> ExternalAgentSpec {
     ExternalAgentSpec {
         name: name.to_owned(),

@@ -100,7 +100,9 @@ async fn a_whole_session_through_an_external_agent_writes_through_crow_and_undoe
         .filter(|e| e["agent"] == "acp:inner" && e.get("estimated").is_none())
         .collect();
     assert!(
-        reported.iter().any(|e| e["input_tokens"].as_u64() > Some(0)),
+        reported
+            .iter()
+            .any(|e| e["input_tokens"].as_u64() > Some(0)),
         "{}",
         out.stdout
     );
@@ -278,36 +280,57 @@ async fn the_external_agents_own_commands_are_judged_by_crows_rules() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_resumed_session_gives_the_external_agent_its_earlier_conversation() {
+async fn a_resumed_session_loads_the_agents_own_session_else_gives_it_the_conversation() {
     let dir = tempfile::tempdir().unwrap();
     let scenario = Scenario::new()
         .reply(Reply::text("The answer is 42."))
-        .reply(Reply::text("You asked about the answer."));
+        .reply(Reply::text("You asked about the answer."))
+        .reply(Reply::text("Still the answer."));
     let mock = MockLlm::start(scenario).await.unwrap();
     let _inner = configure(dir.path(), &mock);
     let first = output(run_acp(dir.path(), "what is the answer?")).await;
     assert_eq!(first.code, Some(0), "{}", first.stderr);
+    let resume = |prompt: &str| {
+        let mut again = crow(dir.path());
+        again.args(["run", "--json", "--continue", "--acp", "inner", prompt]);
+        again
+    };
 
-    // A new process: the external agent has never seen this session.
-    let mut again = crow(dir.path());
-    again.args([
-        "run",
-        "--json",
-        "--continue",
-        "--acp",
-        "inner",
-        "what did I ask?",
-    ]);
-    let second = output(again).await;
+    // A new process: crow remembers the agent's session id, and the agent (crow acp) loads
+    // it, with its own history: no transcript needed.
+    let second = output(resume("what did I ask?")).await;
     assert_eq!(second.code, Some(0), "{}", second.stderr);
+    let last = mock.requests().pop().unwrap();
+    let texts = user_texts(&last.body);
+    assert!(
+        texts.iter().any(|t| t == "what is the answer?"),
+        "the loaded session lacks the first turn: {texts:?}"
+    );
+    assert!(
+        !texts.iter().any(|t| t.contains("<earlier_conversation>")),
+        "{texts:?}"
+    );
+    assert!(last.body.to_string().contains("The answer is 42."));
+    let kept = dir.path().join(".home/.local/share/crow/acp-sessions");
+    let files: Vec<_> = walk_files(&kept);
+    assert_eq!(files.len(), 1, "{files:?}");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&files[0]).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+
+    // Without the remembered id (another machine, a cleared data directory), the agent gets
+    // a new session whose first prompt carries the conversation so far.
+    std::fs::remove_dir_all(&kept).unwrap();
+    let third = output(resume("and now?")).await;
+    assert_eq!(third.code, Some(0), "{}", third.stderr);
     assert_eq!(mock.remaining_steps(), 0);
     let last = mock.requests().pop().unwrap();
     let texts = user_texts(&last.body).join("\n");
     assert!(texts.contains("<earlier_conversation>"), "{texts}");
     assert!(texts.contains("user: what is the answer?"), "{texts}");
     assert!(texts.contains("assistant: The answer is 42."), "{texts}");
-    assert!(texts.contains("what did I ask?"), "{texts}");
-    // Still one crow session, holding both turns.
+    assert!(texts.contains("and now?"), "{texts}");
+    // Still one crow session, holding the three turns.
     let session = only_session(dir.path());
     let history =
         crow_core::SessionStore::load_history(&store(dir.path()), &session.id, "acp:inner")
@@ -317,8 +340,21 @@ async fn a_resumed_session_gives_the_external_agent_its_earlier_conversation() {
             .iter()
             .filter(|e| matches!(e.kind, crow_core::EntryKind::User { .. }))
             .count(),
-        2
+        3
     );
+}
+
+fn walk_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(walk_files(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
 }
 
 #[tokio::test(flavor = "multi_thread")]
