@@ -53,9 +53,13 @@ fn claude_agent_acp() -> Option<PathBuf> {
 }
 
 /// The user's config: the mock as crow's model, and claude-agent-acp as `claude` with a home
-/// of its own, the mock as its Anthropic API, and nothing but the mock to talk to.
-fn configure(dir: &Path, mock: &MockLlm, entry: &Path) {
-    let home = dir.join(".home/claude");
+/// of its own outside the project (its logs and transcripts are written there while crow
+/// snapshots the project), the mock as its Anthropic API, and nothing but the mock to talk
+/// to. The returned directory is that home.
+#[must_use]
+fn configure(dir: &Path, mock: &MockLlm, entry: &Path) -> tempfile::TempDir {
+    let claude_home = tempfile::tempdir().unwrap();
+    let home = claude_home.path().to_path_buf();
     let env = [
         ("HOME", home.display().to_string()),
         ("ANTHROPIC_BASE_URL", mock.base_url()),
@@ -93,6 +97,7 @@ fn configure(dir: &Path, mock: &MockLlm, entry: &Path) {
             Value::from(entry.display().to_string()),
         ),
     );
+    claude_home
 }
 
 /// `crow` in `dir`, with nothing of the machine's Claude Code setup inherited by the agent.
@@ -176,7 +181,7 @@ async fn claude_code_writes_with_its_own_tool_once_crows_policy_allows_it() {
         )
         .reply(Reply::text("Wrote note.txt.").matching_model(CLAUDE));
     let mock = MockLlm::start(scenario).await.unwrap();
-    configure(dir.path(), &mock, &entry);
+    let _claude_home = configure(dir.path(), &mock, &entry);
 
     let mut cmd = crow_for_claude(dir.path());
     cmd.args([
@@ -289,7 +294,7 @@ async fn crows_policy_refuses_claude_codes_write_in_read_only_mode() {
         )
         .reply(Reply::text("I may not write here.").matching_model(CLAUDE));
     let mock = MockLlm::start(scenario).await.unwrap();
-    configure(dir.path(), &mock, &entry);
+    let _claude_home = configure(dir.path(), &mock, &entry);
 
     let mut cmd = crow_for_claude(dir.path());
     cmd.args([
@@ -367,7 +372,7 @@ async fn claude_code_as_reviewer_sends_work_back_then_approves_through_task_comp
         )
         .reply(Reply::text("Approved.").matching_model(CLAUDE));
     let mock = MockLlm::start(scenario).await.unwrap();
-    configure(dir.path(), &mock, &entry);
+    let _claude_home = configure(dir.path(), &mock, &entry);
 
     let mut cmd = crow_for_claude(dir.path());
     cmd.args(["run", "--json", "--agent", "cross", "fix the greeting"]);

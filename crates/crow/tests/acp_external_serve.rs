@@ -25,8 +25,9 @@ async fn cancel_reaches_the_external_agent_and_its_session_goes_on() {
     let mock = MockLlm::start(scenario).await.unwrap();
     let server = Server::start(dir.path(), &mock).await;
     // The user's config now also names `crow acp` as the external agent `inner`, with a
-    // config and a store of its own.
-    let inner = dir.path().join(".home/inner");
+    // config and a store of its own, outside the project.
+    let inner_home = tempfile::tempdir().unwrap();
+    let inner = inner_home.path().to_path_buf();
     std::fs::create_dir_all(inner.join("config/crow")).unwrap();
     std::fs::write(inner.join("config/crow/config.toml"), mock_provider(&mock)).unwrap();
     write_user_config(
