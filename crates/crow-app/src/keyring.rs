@@ -141,6 +141,13 @@ fn connect() -> Result<Keyring, Unavailable> {
     if std::env::var(SWITCH_ENV).is_ok_and(|v| matches!(v.trim(), "off" | "0" | "false")) {
         return Err(Unavailable(format!("{SWITCH_ENV}=off")));
     }
+    #[cfg(all(unix, not(target_os = "macos")))]
+    if let Some(missing) = no_session_bus() {
+        return Err(Unavailable(format!(
+            "no Secret Service: there is no D-Bus session bus ({} does not exist)",
+            missing.display()
+        )));
+    }
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::Builder::new()
         .name("crow-keyring".into())
@@ -155,6 +162,48 @@ fn connect() -> Result<Keyring, Unavailable> {
             CONNECT_LIMIT.as_secs()
         ))),
     }
+}
+
+/// The session bus's socket when it plainly does not exist: the address zbus would connect
+/// to (`DBUS_SESSION_BUS_ADDRESS`, else `$XDG_RUNTIME_DIR/bus`, else `/run/user/UID/bus`) is
+/// one `unix:path=` whose file is missing. Connecting would then fail anyway, but only after
+/// three threads (the keyring's, zbus's reactor and its blocking pool) and a wait on them —
+/// about a millisecond of every start without a key in the environment on a machine with no
+/// desktop session (servers, containers, CI). Any other address is left to zbus.
+#[cfg(all(unix, not(target_os = "macos")))]
+fn no_session_bus() -> Option<std::path::PathBuf> {
+    // As zbus reads them: variables that are not UTF-8 count as unset.
+    missing_bus(
+        std::env::var_os("DBUS_SESSION_BUS_ADDRESS"),
+        std::env::var("XDG_RUNTIME_DIR").ok(),
+        nix::unistd::geteuid().as_raw(),
+    )
+}
+
+/// [`no_session_bus`] for the given `DBUS_SESSION_BUS_ADDRESS`, `XDG_RUNTIME_DIR` and user.
+#[cfg(all(unix, not(target_os = "macos")))]
+fn missing_bus(
+    address: Option<std::ffi::OsString>,
+    runtime_dir: Option<String>,
+    euid: u32,
+) -> Option<std::path::PathBuf> {
+    let path = match address {
+        Some(address) => {
+            let address = address.into_string().ok()?;
+            let path = address.strip_prefix("unix:path=")?;
+            // Escaped bytes, other keys (`guid=`) or a list of addresses: zbus's to read.
+            if path.is_empty() || path.contains(['%', ',', ';']) {
+                return None;
+            }
+            std::path::PathBuf::from(path)
+        }
+        None => {
+            let dir = runtime_dir.unwrap_or_else(|| format!("/run/user/{euid}"));
+            std::path::PathBuf::from(format!("{dir}/bus"))
+        }
+    };
+    // `symlink_metadata`, not `exists`: a dangling link is left to zbus to report.
+    std::fs::symlink_metadata(&path).is_err().then_some(path)
 }
 
 #[cfg(all(unix, not(target_os = "macos")))]
@@ -220,6 +269,39 @@ mod tests {
 
     fn mock() -> Keyring {
         Keyring::with_store(keyring_core::mock::Store::new().unwrap())
+    }
+
+    /// A session bus that plainly is not there is seen without connecting; one that is, or an
+    /// address crow does not read itself, is left to zbus.
+    #[cfg(all(unix, not(target_os = "macos")))]
+    #[test]
+    fn a_missing_session_bus_is_seen_without_connecting() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path().to_str().unwrap().to_owned();
+        let bus = dir.path().join("bus");
+        let address = |a: &str| Some(std::ffi::OsString::from(a));
+        // No variable: $XDG_RUNTIME_DIR/bus, then /run/user/UID/bus.
+        assert_eq!(missing_bus(None, Some(run.clone()), 0), Some(bus.clone()));
+        assert_eq!(
+            missing_bus(None, None, 4_000_000_000),
+            Some("/run/user/4000000000/bus".into())
+        );
+        let named = format!("unix:path={}", bus.display());
+        assert_eq!(missing_bus(address(&named), None, 0), Some(bus.clone()));
+        // Other addresses are zbus's to read.
+        for other in [
+            format!("{named},guid=0123"),
+            format!("{named};unix:path=/elsewhere"),
+            "unix:abstract=/tmp/dbus-x".to_owned(),
+            "tcp:host=localhost,port=1".to_owned(),
+            "unix:path=/tmp/with%20space".to_owned(),
+        ] {
+            assert_eq!(missing_bus(address(&other), None, 0), None, "{other}");
+        }
+        // There: connected to as before.
+        std::fs::write(&bus, "").unwrap();
+        assert_eq!(missing_bus(None, Some(run), 0), None);
+        assert_eq!(missing_bus(address(&named), None, 0), None);
     }
 
     #[test]

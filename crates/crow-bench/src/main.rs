@@ -46,6 +46,10 @@ struct Args {
     /// Only the memory section (section 14)
     #[arg(long)]
     memory_only: bool,
+    /// Only sections 1–3: the OpenAI sessions' per-iteration overhead, wall time and peak
+    /// RSS, and `crow --version`
+    #[arg(long)]
+    sessions_only: bool,
     /// Only the limits section (section 11: connections, growth, cold start, streaming)
     #[arg(long)]
     limits_only: bool,
@@ -146,6 +150,11 @@ fn run(args: Args) -> Result<()> {
     let sections = match (args.long_only, args.terminal_only) {
         (Some(n), _) => vec![crow_bench::long::measure(&bench, n)?],
         (None, Some(turns)) => vec![crow_bench::terminal::measure(&bench, turns)?],
+        (None, None) if args.sessions_only => {
+            let [overhead, walls] =
+                crow_bench::sessions::measure_walls(&bench, &mut |step| eprintln!("· {step}"))?;
+            vec![overhead, walls, crow_bench::sessions::startup(&bench)?]
+        }
         (None, None) if args.limits_only => {
             vec![crow_bench::limits::measure(&bench, &mut |step| {
                 eprintln!("· {step}")

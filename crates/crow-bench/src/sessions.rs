@@ -274,6 +274,23 @@ fn without(raw: &[u8], marker: &[u8]) -> Vec<u8> {
 
 /// Sections 1, 2 and 4: sessions of N iterations of each kind of work.
 pub fn measure(bench: &Bench, progress: &mut dyn FnMut(&str)) -> Result<[Section; 3]> {
+    let (overhead, walls, first_request, stable, pairs) = own_sessions(bench, progress)?;
+    let requests = requests(bench, &first_request, stable, pairs)?;
+    Ok([overhead, walls, requests])
+}
+
+/// Sections 1 and 2 alone (`--sessions-only`): the OpenAI sessions, not the other wire APIs.
+pub fn measure_walls(bench: &Bench, progress: &mut dyn FnMut(&str)) -> Result<[Section; 2]> {
+    let (overhead, walls, ..) = own_sessions(bench, progress)?;
+    Ok([overhead, walls])
+}
+
+/// Sections 1 and 2, and what section 4 takes from the same sessions: the first request
+/// bodies' sizes and how many consecutive pairs kept a byte-stable prefix (of how many).
+fn own_sessions(
+    bench: &Bench,
+    progress: &mut dyn FnMut(&str),
+) -> Result<(Section, Section, Vec<f64>, usize, usize)> {
     let config = &bench.config;
     let dir = project()?;
     let ns = config.iterations;
@@ -364,7 +381,26 @@ pub fn measure(bench: &Bench, progress: &mut dyn FnMut(&str)) -> Result<[Section
         }
     }
 
-    // One session of the longest length on each other wire API.
+    Ok((
+        Section {
+            title: "1. per-iteration overhead (whole `crow run --json` sessions against the mock)"
+                .into(),
+            rows: overhead,
+        },
+        Section {
+            title: "2. session wall time and peak RSS (N iterations + a closing answer)".into(),
+            rows: wall_rows,
+        },
+        first_request,
+        stable,
+        pairs,
+    ))
+}
+
+/// Section 4: the first request's size and prefix stability, from the OpenAI sessions'
+/// figures and one session of the longest length on each other wire API.
+fn requests(bench: &Bench, first_request: &[f64], stable: usize, pairs: usize) -> Result<Section> {
+    let [_, _, n3] = bench.config.iterations;
     let anthropic = api_session(bench, n3, OtherApi::Anthropic)?;
     let (a_first, a_share, a_stable, a_pairs) = stability(&anthropic, without_breakpoints);
     let ollama = api_session(bench, n3, OtherApi::Ollama)?;
@@ -383,7 +419,7 @@ pub fn measure(bench: &Bench, progress: &mut dyn FnMut(&str)) -> Result<[Section
         100.0 * stable as f64 / pairs as f64
     };
     let requests = vec![
-        Row::stats("first request body", summarize(&first_request), Unit::Bytes)
+        Row::stats("first request body", summarize(first_request), Unit::Bytes)
             .target(Target::at_most(15.0 * 1024.0, Unit::Bytes))
             .note("system prompt + every built-in tool schema + the task"),
         Row::single("consecutive requests with a byte-stable prefix", share, Unit::Percent)
@@ -424,21 +460,10 @@ pub fn measure(bench: &Bench, progress: &mut dyn FnMut(&str)) -> Result<[Section
                 "{b_stable} of {b_pairs} pairs of one ×{n3} session, its moving cache point set aside"
             )),
     ];
-    Ok([
-        Section {
-            title: "1. per-iteration overhead (whole `crow run --json` sessions against the mock)"
-                .into(),
-            rows: overhead,
-        },
-        Section {
-            title: "2. session wall time and peak RSS (N iterations + a closing answer)".into(),
-            rows: wall_rows,
-        },
-        Section {
-            title: "4. requests (from the mock's log; OpenAI wire format unless named)".into(),
-            rows: requests,
-        },
-    ])
+    Ok(Section {
+        title: "4. requests (from the mock's log; OpenAI wire format unless named)".into(),
+        rows: requests,
+    })
 }
 
 /// Section 3: `crow --version`, beside the cost of spawning `/bin/true`.

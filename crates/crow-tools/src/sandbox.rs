@@ -223,18 +223,20 @@ fn own_image(exe: &Path) -> Option<PathBuf> {
 /// command unconfined. `None` where the kernel has no memfd.
 #[cfg(target_os = "linux")]
 pub fn pin_launcher(path: &Path) -> Option<PathBuf> {
-    let bytes = std::fs::read(path).ok()?;
-    let (file, program) = sealed_copy(LAUNCHER_BIN, &bytes)?;
+    // Copied file to file (the kernel's `sendfile`), never through a buffer of the whole
+    // binary: reading it into memory first made crow's peak RSS the launcher's size larger
+    // (megabytes), and the freed copy raised glibc's mmap threshold for the rest of the run.
+    let mut source = std::fs::File::open(path).ok()?;
+    let (file, program) = sealed_copy(LAUNCHER_BIN, &mut source)?;
     // Open until the process ends: commands are started through this path.
     std::mem::forget(file);
     Some(program)
 }
 
-/// `bytes` in a sealed memfd nobody can change, and its path (`/proc/PID/fd/N`), valid while
-/// the file is open.
+/// What `content` reads, in a sealed memfd nobody can change, and its path
+/// (`/proc/PID/fd/N`), valid while the file is open.
 #[cfg(target_os = "linux")]
-fn sealed_copy(name: &str, bytes: &[u8]) -> Option<(std::fs::File, PathBuf)> {
-    use std::io::Write;
+fn sealed_copy(name: &str, content: &mut impl std::io::Read) -> Option<(std::fs::File, PathBuf)> {
     use std::os::fd::AsRawFd;
 
     use nix::fcntl::{FcntlArg, SealFlag, fcntl};
@@ -242,7 +244,7 @@ fn sealed_copy(name: &str, bytes: &[u8]) -> Option<(std::fs::File, PathBuf)> {
 
     let fd = memfd_create(name, MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING).ok()?;
     let mut file = std::fs::File::from(fd);
-    file.write_all(bytes).ok()?;
+    std::io::copy(content, &mut file).ok()?;
     let seals = SealFlag::F_SEAL_WRITE
         | SealFlag::F_SEAL_GROW
         | SealFlag::F_SEAL_SHRINK
@@ -598,7 +600,7 @@ impl SandboxSpec {
             script.push_str(&shell_quote(arg));
         }
         script.push_str(" \"$BASH_EXECUTION_STRING\"\n");
-        let (file, path) = sealed_copy("crow-terminal", script.as_bytes())?;
+        let (file, path) = sealed_copy("crow-terminal", &mut script.as_bytes())?;
         let path = path.display();
         Some(TerminalLaunch {
             bash_env: format!("$([ -r {path} ] || kill -9 $$){path}"),
