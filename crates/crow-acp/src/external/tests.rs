@@ -1,3 +1,9 @@
+use std::path::PathBuf;
+
+use crow_core::{AssistantPart, ToolKind};
+
+use super::connection::permission_answer;
+use super::mapping::*;
 use super::*;
 
 fn user(text: &str) -> Message<'_> {
