@@ -34,9 +34,9 @@ pub struct Composer {
     pub default_provider: ProviderSettings,
     pub catalog: Catalog,
     pub tools: ToolRegistry,
-    permission: Arc<dyn PermissionGate>,
+    pub(crate) permission: Arc<dyn PermissionGate>,
     /// The permission policy every agent's calls go through.
-    policy: Arc<crow_core::Policy>,
+    pub(crate) policy: Arc<crow_core::Policy>,
     /// The project is trusted: allow rules in its agent files count.
     trusted: bool,
     /// The editor's files and terminals (`crow acp`), handed to every agent's tools.
@@ -62,7 +62,7 @@ pub struct Composer {
     stored_prompts: Mutex<HashMap<String, String>>,
     /// Where subagents' histories go (the session store), once a session is open.
     history_sink: std::sync::OnceLock<Arc<dyn crow_core::HistorySink>>,
-    providers: Mutex<HashMap<ProviderKey, Arc<dyn Provider>>>,
+    pub(crate) providers: Mutex<HashMap<ProviderKey, Arc<dyn Provider>>>,
     /// Fallback chains by their models: agents with one chain share its state (one 429 moves
     /// them all to the next model).
     fallbacks: Mutex<HashMap<Vec<String>, Arc<crow_core::fallback::Fallback>>>,
@@ -99,7 +99,7 @@ pub struct ComposerParts {
 }
 
 /// A built provider per provider name, model and reasoning effort.
-type ProviderKey = (String, String, Option<crow_providers::ReasoningEffort>);
+pub(crate) type ProviderKey = (String, String, Option<crow_providers::ReasoningEffort>);
 
 impl Composer {
     /// Reads the project's instructions, templates and skills, opens its snapshots, and
@@ -585,76 +585,6 @@ impl Composer {
             Some(client) => agent.with_client(Arc::clone(client)),
             None => agent,
         })
-    }
-
-    fn external_config(&self, name: &str) -> Result<&crate::config::AcpAgentConfig> {
-        self.config.acp_agents.get(name).ok_or_else(|| {
-            anyhow!(
-                "unknown external agent '{name}': add [acp_agents.{name}] with its command to config.toml (crow agents list shows the configured ones)"
-            )
-        })
-    }
-
-    /// An external ACP agent in a seat: its own process and session (one per seat: the
-    /// builder and the reviewer are two conversations), offered only the tools crow serves
-    /// it — the crew narrows them further for a read-only reviewer, which then cannot
-    /// write through crow. Its own tools are its own: crow sees and keeps them, but only
-    /// their permission questions and its client requests pass through crow's policy.
-    fn external_agent(&self, name: &str, shown: &str) -> Result<BaseAgent> {
-        let config = self.external_config(name)?;
-        let key: ProviderKey = (
-            format!("{}{name}", crate::external::PREFIX),
-            shown.to_owned(),
-            None,
-        );
-        let provider = {
-            let mut cache = self
-                .providers
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let provider = cache.entry(key).or_insert_with(|| {
-                let host = crate::external::Host {
-                    agent: shown.to_owned(),
-                    cwd: self.cwd.clone(),
-                    project_root: self.project_root.clone(),
-                    policy: Arc::clone(&self.policy),
-                    gate: Arc::clone(&self.permission),
-                };
-                let agent = crow_acp::ExternalAgent::new(
-                    crate::external::spec(name, config),
-                    self.cwd.clone(),
-                    Arc::new(host),
-                );
-                // Its session ids beside crow's database, so a resume loads the agent's own.
-                Arc::new(match crate::external::sessions_dir() {
-                    Some(dir) => agent.remembering(dir, shown),
-                    None => agent,
-                })
-            });
-            Arc::clone(provider)
-        };
-        let tools = self
-            .tools
-            .filtered(|t| crate::external::SERVED_TOOLS.contains(&t.name()));
-        let agent = BaseAgent::new(
-            shown,
-            provider,
-            tools,
-            String::new(),
-            Arc::clone(&self.permission),
-            AgentConfig {
-                max_iterations: self.max_iterations,
-                temperature: None,
-                max_tokens: None,
-                doom_loop_threshold: self
-                    .config
-                    .doom_loop_threshold
-                    .unwrap_or(crow_core::doom_loop::DEFAULT_THRESHOLD),
-                compaction: crow_core::compaction::CompactionConfig::default(),
-            },
-        )
-        .with_policy(Arc::clone(&self.policy));
-        Ok(agent)
     }
 
     /// The agent a segment of a shown name stands for: an agent, or a composition's primary.

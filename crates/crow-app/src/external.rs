@@ -7,11 +7,14 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use anyhow::{Result, anyhow};
 use async_trait::async_trait;
 use crow_acp::{ExternalAgentSpec, ExternalHost};
 use crow_core::policy::{Action, CallFacts};
+use crow_core::{AgentConfig, BaseAgent};
 use crow_core::{PermissionDecision, PermissionGate, PermissionRequest, Policy, ToolKind};
 
+use crate::compose::{Composer, ProviderKey};
 use crate::config::AcpAgentConfig;
 
 /// The prefix that names an external agent where an agent name goes (`acp:claude`).
@@ -158,6 +161,72 @@ fn facts_of(request: &PermissionRequest, cwd: &Path) -> CallFacts {
             .unwrap_or_default(),
         command,
         paths,
+    }
+}
+
+impl Composer {
+    pub(crate) fn external_config(&self, name: &str) -> Result<&AcpAgentConfig> {
+        self.config.acp_agents.get(name).ok_or_else(|| {
+            anyhow!(
+                "unknown external agent '{name}': add [acp_agents.{name}] with its command to config.toml (crow agents list shows the configured ones)"
+            )
+        })
+    }
+
+    /// An external ACP agent in a seat: its own process and session (one per seat: the
+    /// builder and the reviewer are two conversations), offered only the tools crow serves
+    /// it — the crew narrows them further for a read-only reviewer, which then cannot
+    /// write through crow. Its own tools are its own: crow sees and keeps them, but only
+    /// their permission questions and its client requests pass through crow's policy.
+    pub(crate) fn external_agent(&self, name: &str, shown: &str) -> Result<BaseAgent> {
+        let config = self.external_config(name)?;
+        let key: ProviderKey = (format!("{}{name}", PREFIX), shown.to_owned(), None);
+        let provider = {
+            let mut cache = self
+                .providers
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let provider = cache.entry(key).or_insert_with(|| {
+                let host = Host {
+                    agent: shown.to_owned(),
+                    cwd: self.cwd.clone(),
+                    project_root: self.project_root.clone(),
+                    policy: Arc::clone(&self.policy),
+                    gate: Arc::clone(&self.permission),
+                };
+                let agent = crow_acp::ExternalAgent::new(
+                    spec(name, config),
+                    self.cwd.clone(),
+                    Arc::new(host),
+                );
+                // Its session ids beside crow's database, so a resume loads the agent's own.
+                Arc::new(match sessions_dir() {
+                    Some(dir) => agent.remembering(dir, shown),
+                    None => agent,
+                })
+            });
+            Arc::clone(provider)
+        };
+        let tools = self.tools.filtered(|t| SERVED_TOOLS.contains(&t.name()));
+        let agent = BaseAgent::new(
+            shown,
+            provider,
+            tools,
+            String::new(),
+            Arc::clone(&self.permission),
+            AgentConfig {
+                max_iterations: self.max_iterations,
+                temperature: None,
+                max_tokens: None,
+                doom_loop_threshold: self
+                    .config
+                    .doom_loop_threshold
+                    .unwrap_or(crow_core::doom_loop::DEFAULT_THRESHOLD),
+                compaction: crow_core::compaction::CompactionConfig::default(),
+            },
+        )
+        .with_policy(Arc::clone(&self.policy));
+        Ok(agent)
     }
 }
 
