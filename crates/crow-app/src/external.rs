@@ -301,6 +301,48 @@ mod tests {
         assert_eq!(facts.paths, vec![PathBuf::from("/p/src/a.rs")]);
     }
 
+    fn host(root: &Path) -> Host {
+        Host {
+            agent: "acp:x".into(),
+            cwd: root.to_path_buf(),
+            project_root: root.to_path_buf(),
+            policy: Arc::new(Policy::new(crow_core::Mode::FullAuto, root)),
+            gate: Arc::new(crow_core::AllowAll),
+        }
+    }
+
+    /// What an external agent reads through crow stays in the project, as crow's own reads do:
+    /// a symlink out, `..` and an absolute path elsewhere are refused.
+    #[tokio::test]
+    async fn an_agents_reads_cannot_leave_the_project() {
+        let outside = tempfile::tempdir().unwrap();
+        let secret = outside.path().join("secret.txt");
+        std::fs::write(&secret, "the user's secret\n").unwrap();
+        let project = tempfile::tempdir().unwrap();
+        let root = project.path();
+        std::fs::write(root.join("a.txt"), "one\ntwo\n").unwrap();
+        std::os::unix::fs::symlink(&secret, root.join("link.txt")).unwrap();
+        let host = host(root);
+        let read = |p: &str| {
+            let host = &host;
+            let p = PathBuf::from(p);
+            async move { host.read_text_file(&p, None, None).await }
+        };
+        assert_eq!(read("a.txt").await.unwrap(), "one\ntwo\n");
+        for escape in [
+            "link.txt".to_owned(),
+            format!(
+                "../{}/secret.txt",
+                outside.path().file_name().unwrap().to_string_lossy()
+            ),
+            secret.display().to_string(),
+        ] {
+            let refused = read(&escape).await;
+            assert!(refused.is_err(), "{escape} was read: {refused:?}");
+            assert!(!format!("{refused:?}").contains("the user's secret"));
+        }
+    }
+
     #[test]
     fn only_acp_prefixed_names_are_external() {
         assert_eq!(external_name("acp:claude"), Some("claude"));
