@@ -403,12 +403,7 @@ impl Conversation {
             while let Some(event) = self.events.recv().await {
                 match event {
                     Event::Done(_) => return,
-                    Event::Write { responder, .. } => {
-                        Parked::Write(responder).refuse(cancelled());
-                    }
-                    Event::Terminal { responder, .. } => {
-                        Parked::Terminal(responder).refuse(cancelled());
-                    }
+                    Event::Call { parked, .. } => parked.refuse(cancelled()),
                     _ => {}
                 }
             }
@@ -444,14 +439,11 @@ fn cancelled() -> Error {
 /// What reaches a conversation from the connection.
 enum Event {
     Update(Box<acp::SessionUpdate>),
-    Write {
-        path: PathBuf,
-        content: String,
-        responder: Responder<acp::WriteTextFileResponse>,
-    },
-    Terminal {
-        command: String,
-        responder: Responder<acp::CreateTerminalResponse>,
+    /// A client request that becomes crow's `tool` call with `arguments`.
+    Call {
+        tool: &'static str,
+        arguments: serde_json::Value,
+        parked: Parked,
     },
     TaskComplete(String),
     Done(Result<acp::PromptResponse, String>),
@@ -513,27 +505,15 @@ impl Pump {
                 .queued
                 .extend(update_deltas(*update).into_iter().map(Ok)),
             Event::TaskComplete(summary) => guard.completed = Some(summary),
-            Event::Write {
-                path,
-                content,
-                responder,
+            Event::Call {
+                tool,
+                arguments,
+                parked,
             } => {
                 guard.writes += 1;
-                let id = format!("acp_write_{}", guard.writes);
-                let arguments = serde_json::json!({
-                    "path": path.display().to_string(),
-                    "content": content,
-                });
-                self.queued.extend(tool_call(&id, "write_file", &arguments));
-                guard.waiting = Some((id, Parked::Write(responder)));
-                self.ended = true;
-            }
-            Event::Terminal { command, responder } => {
-                guard.writes += 1;
-                let id = format!("acp_terminal_{}", guard.writes);
-                let arguments = serde_json::json!({ "command": command });
-                self.queued.extend(tool_call(&id, "bash", &arguments));
-                guard.waiting = Some((id, Parked::Terminal(responder)));
+                let id = format!("acp_{tool}_{}", guard.writes);
+                self.queued.extend(tool_call(&id, tool, &arguments));
+                guard.waiting = Some((id, parked));
                 self.ended = true;
             }
             Event::Done(Ok(response)) => {

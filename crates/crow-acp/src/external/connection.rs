@@ -15,7 +15,7 @@ use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
 
 use super::mapping::{Ran, command_line, tool_kind};
 use super::{
-    Event, ExternalAgentSpec, ExternalError, ExternalHost, ExternalInfo, Route, Terminals,
+    Event, ExternalAgentSpec, ExternalError, ExternalHost, ExternalInfo, Parked, Route, Terminals,
 };
 use crate::answer;
 
@@ -250,26 +250,12 @@ pub(super) async fn run_connection<OB, IB>(
             async move |r: acp::WriteTextFileRequest,
                         responder: Responder<acp::WriteTextFileResponse>,
                         _cx: ConnectionTo<Agent>| {
-                match writes_route(&r.session_id) {
-                    Some(route) => {
-                        if let Err(mpsc::error::SendError(Event::Write { responder, .. })) = route
-                            .send(Event::Write {
-                                path: r.path,
-                                content: r.content,
-                                responder,
-                            })
-                        {
-                            answer(
-                                responder,
-                                Err(Error::internal_error().data("no turn is running")),
-                            );
-                        }
-                    }
-                    None => answer(
-                        responder,
-                        Err(Error::invalid_params().data("unknown session")),
-                    ),
-                }
+                let arguments = serde_json::json!({
+                    "path": r.path.display().to_string(),
+                    "content": r.content,
+                });
+                let route = writes_route(&r.session_id);
+                hand_over(route, "write_file", arguments, Parked::Write(responder));
                 Ok(())
             },
             agent_client_protocol::on_receive_request!(),
@@ -278,23 +264,9 @@ pub(super) async fn run_connection<OB, IB>(
             async move |r: acp::CreateTerminalRequest,
                         responder: Responder<acp::CreateTerminalResponse>,
                         _cx: ConnectionTo<Agent>| {
-                match terminals_route(&r.session_id) {
-                    Some(route) => {
-                        let command = command_line(&r);
-                        if let Err(mpsc::error::SendError(Event::Terminal { responder, .. })) =
-                            route.send(Event::Terminal { command, responder })
-                        {
-                            answer(
-                                responder,
-                                Err(Error::internal_error().data("no turn is running")),
-                            );
-                        }
-                    }
-                    None => answer(
-                        responder,
-                        Err(Error::invalid_params().data("unknown session")),
-                    ),
-                }
+                let arguments = serde_json::json!({ "command": command_line(&r) });
+                let route = terminals_route(&r.session_id);
+                hand_over(route, "bash", arguments, Parked::Terminal(responder));
                 Ok(())
             },
             agent_client_protocol::on_receive_request!(),
@@ -459,6 +431,27 @@ pub(super) async fn run_connection<OB, IB>(
     );
     for route in routes.into_values() {
         let _ = route.send(Event::Done(Err("the agent exited".into())));
+    }
+}
+
+/// Hands a client request to its conversation's running turn, where it becomes crow's `tool`
+/// call; refused when the session is unknown or no turn runs.
+fn hand_over(
+    route: Option<Route>,
+    tool: &'static str,
+    arguments: serde_json::Value,
+    parked: Parked,
+) {
+    let Some(route) = route else {
+        parked.refuse(Error::invalid_params().data("unknown session"));
+        return;
+    };
+    if let Err(mpsc::error::SendError(Event::Call { parked, .. })) = route.send(Event::Call {
+        tool,
+        arguments,
+        parked,
+    }) {
+        parked.refuse(Error::internal_error().data("no turn is running"));
     }
 }
 
