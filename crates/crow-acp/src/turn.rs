@@ -130,6 +130,10 @@ pub async fn prompt(
     };
     let Some(joined) = finished else {
         tracing::warn!(session = %id, "the turn did not stop in time after a cancel");
+        // Closed before the runner can be given back (below), as at the end of this function.
+        let response = shared
+            .outbox
+            .close_then(|| acp::PromptResponse::new(acp::StopReason::Cancelled));
         let state = Arc::clone(&state);
         tokio::spawn(async move {
             let joined = turn.await;
@@ -139,28 +143,33 @@ pub async fn prompt(
                 state.end_turn(runner);
             }
         });
-        return Ok(shared
-            .outbox
-            .close_then(|| acp::PromptResponse::new(acp::StopReason::Cancelled)));
+        return Ok(response);
     };
     // Every event of the turn is sent before the response.
     let _ = forwarder.await;
-    let outcome = match joined {
-        Ok((runner, outcome)) => {
-            state.end_turn(runner);
-            outcome
-        }
+    let (runner, outcome) = match joined {
+        Ok((runner, outcome)) => (Some(runner), outcome),
         // The runner panicked: the session cannot go on with it.
-        Err(e) => Err(RunnerError::Failed(format!("the turn crashed: {e}"))),
+        Err(e) => (
+            None,
+            Err(RunnerError::Failed(format!("the turn crashed: {e}"))),
+        ),
     };
-    shared.outbox.close_then(|| match outcome {
+    let response = shared.outbox.close_then(|| match outcome {
         // A cancel wins over however the runner ended (stream errors after an abort included).
         _ if cancel.is_cancelled() => Ok(acp::PromptResponse::new(acp::StopReason::Cancelled)),
         Ok(TurnOutcome { stop, usage }) => {
             Ok(acp::PromptResponse::new(acp_stop(stop)).usage(turn_usage(&usage)))
         }
         Err(e) => Err(runner_error(e)),
-    })
+    });
+    // Only now may the next turn start: a prompt waiting on this one (one that joined it
+    // too late to be taken) opens the outbox for its own updates, and closing it after that
+    // would drop them all.
+    if let Some(runner) = runner {
+        state.end_turn(runner);
+    }
+    response
 }
 
 /// Puts `text` into the running turn's queue and waits for the turn to end. `None`: the turn

@@ -109,15 +109,16 @@ pub fn open_snapshots(config: &Config, project_root: &Path) -> Option<Arc<dyn Sn
 /// first step that changes files finds the tree read (and the watch running) instead of
 /// reading it then: on a large repository, an instant first step instead of a pause of
 /// seconds. A session that never changes files pays it in the background; a process that
-/// ends first leaves nothing half-written (every store file is written whole).
+/// ends first leaves nothing half-written (every store file is written whole). The store
+/// decides how much to do ahead (`Snapshotter::take_ahead`: a small project's is little).
 pub fn prewarm(snapshots: &Arc<dyn Snapshotter>) -> Option<std::thread::JoinHandle<()>> {
     let snapshots = Arc::clone(snapshots);
     std::thread::Builder::new()
         .name("crow-snapshot-prewarm".into())
         .spawn(move || {
             let started = std::time::Instant::now();
-            match snapshots.take() {
-                Ok(_) => tracing::debug!(
+            match snapshots.take_ahead() {
+                Ok(()) => tracing::debug!(
                     ms = started.elapsed().as_millis() as u64,
                     "first snapshot taken ahead"
                 ),
@@ -506,17 +507,24 @@ mod tests {
     fn the_first_snapshot_is_taken_ahead_and_the_first_step_finds_it() {
         let tmp = tempfile::tempdir().unwrap();
         let project = tmp.path().join("project");
-        std::fs::create_dir_all(&project).unwrap();
-        std::fs::write(project.join("a.txt"), "a").unwrap();
+        // Large enough to be watched ahead (a small one is walked by its first step).
+        for dir in 0..12 {
+            let dir = project.join(format!("d{dir}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            for file in 0..100 {
+                std::fs::write(dir.join(format!("{file}.txt")), "a").unwrap();
+            }
+        }
         let store = Arc::new(
             SnapshotStore::open(&tmp.path().join("snaps"), &project, Default::default()).unwrap(),
         );
         let dynamic: Arc<dyn Snapshotter> = store.clone();
         prewarm(&dynamic).unwrap().join().unwrap();
-        assert_eq!(store.walks().full, 1);
+        // The contents read, then the tree walked again with the watch.
+        assert_eq!(store.walks().full, 2);
         // The first step's snapshot: no walk, the tree is as read ahead.
         dynamic.take().unwrap();
-        assert_eq!(store.walks().full, 1);
+        assert_eq!(store.walks().full, 2);
         assert_eq!(store.walks().unchanged, 1);
     }
 }

@@ -69,6 +69,12 @@ pub trait Snapshotter: Send + Sync {
     /// Snapshots the tree now; returns its id (an unchanged tree gives the id it had; the
     /// same tree reached another way may have another id: compare with `diff`).
     fn take(&self) -> Result<String, SnapshotError>;
+    /// Prepares for the session's first changing step, on a thread as the session starts
+    /// (the first snapshot of a large tree takes seconds). A store may do less than a
+    /// snapshot when the first step's own would cost little.
+    fn take_ahead(&self) -> Result<(), SnapshotError> {
+        self.take().map(drop)
+    }
     /// Files that differ from snapshot `from` to snapshot `to`, sorted by path.
     fn diff(&self, from: &str, to: &str) -> Result<Vec<FileChange>, SnapshotError>;
     /// Puts the files that differ between `from` and `to` back as they are in `to`, after

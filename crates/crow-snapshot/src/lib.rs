@@ -148,6 +148,24 @@ const STAT_CACHE: &str = "index.bin";
 /// rewriting it after every step would cost more than the snapshot.
 const SAVE_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// What [`SnapshotStore::snapshot_ahead`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ahead {
+    /// A snapshot with the watch running.
+    Watched,
+    /// A snapshot without a watch (a first session in a small project).
+    Unwatched,
+    /// Nothing: a small project, walked by its first changing step.
+    Nothing,
+}
+
+/// From this many files a project is snapshotted ahead with its watch: below it, the first
+/// changing step's walk (`lstat`s, ~10 µs a file) costs less than a watch at exit.
+const AHEAD_FILES: usize = 1_000;
+
+/// The stat cache's size for [`AHEAD_FILES`] files or more (a record is 102 bytes and its path).
+const AHEAD_CACHE_BYTES: u64 = AHEAD_FILES as u64 * 102;
+
 /// This project's directory under the snapshot directory `base`.
 pub fn project_dir(base: &Path, project_root: &Path) -> PathBuf {
     let text = project_root.to_string_lossy();
@@ -200,6 +218,45 @@ impl SnapshotStore {
 
     /// Snapshots the tree; returns the id and the manifest.
     pub fn snapshot(&self) -> Result<(String, Arc<Manifest>), Error> {
+        self.snapshot_watched(true)
+    }
+
+    /// The snapshot a session takes ahead, on a thread of its own as it starts, so that its
+    /// first changing step does not wait for the tree to be read. What it does depends on
+    /// what the store knows of the project:
+    /// - a large project (by its stat cache, or by this walk when there is none): a watched
+    ///   snapshot, and the first step's is only what the watch saw;
+    /// - a first session in a small project: an unwatched one (every file's content has to be
+    ///   stored before a command may change it; the first step's walk is then `lstat`s);
+    /// - a small project seen before: nothing, and a session that changes nothing never
+    ///   watches.
+    ///
+    /// The watch is what a short session must not pay for: closing an inotify instance that
+    /// holds watches waits for an RCU grace period in the kernel (12–20 ms at process exit,
+    /// BENCHMARKS.md), and a small tree's walk costs less than that.
+    pub fn snapshot_ahead(&self) -> Result<Ahead, Error> {
+        match fs::metadata(self.dir.join(STAT_CACHE)) {
+            Ok(cache) if cache.len() >= AHEAD_CACHE_BYTES => {
+                self.snapshot_watched(true)?;
+                Ok(Ahead::Watched)
+            }
+            Ok(_) => Ok(Ahead::Nothing),
+            Err(_) => {
+                let (_, manifest) = self.snapshot_watched(false)?;
+                if manifest.files.len() < AHEAD_FILES {
+                    return Ok(Ahead::Unwatched);
+                }
+                // Walked again with the watch: the contents are stored now, so this is only
+                // `lstat`s, still ahead of the first step.
+                self.snapshot_watched(true)?;
+                Ok(Ahead::Watched)
+            }
+        }
+    }
+
+    /// [`snapshot`](Self::snapshot); `watched: false` takes it without a watch, so the next
+    /// one walks the whole tree again.
+    fn snapshot_watched(&self, watched: bool) -> Result<(String, Arc<Manifest>), Error> {
         self.create_dirs()?;
         let _lock = self.lock()?;
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
@@ -244,7 +301,7 @@ impl SnapshotStore {
             ..
         } = &mut *state;
         // A new watch with every directory added as the walk meets it.
-        *watch = watch::Watcher::new();
+        *watch = if watched { watch::Watcher::new() } else { None };
         let (manifest, all) = walk::walk(
             &self.root,
             &self.dir,
@@ -511,6 +568,11 @@ fn remember(manifests: &mut HashMap<String, Arc<Manifest>>, id: &str, manifest: 
 impl Drop for SnapshotStore {
     fn drop(&mut self) {
         let state = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
+        // Watches removed first, the kernel frees them in the background while the cache is
+        // written; the close then has less of its grace period left to wait for.
+        if let Some(watch) = state.watch.as_mut() {
+            watch.unwatch_all();
+        }
         if state.cache.dirty {
             let generation = state.generation.clone();
             state.cache.save(&self.dir.join(STAT_CACHE), &generation);
@@ -521,6 +583,12 @@ impl Drop for SnapshotStore {
 impl Snapshotter for SnapshotStore {
     fn take(&self) -> Result<String, SnapshotError> {
         Ok(self.snapshot()?.0)
+    }
+
+    fn take_ahead(&self) -> Result<(), SnapshotError> {
+        let ahead = self.snapshot_ahead()?;
+        tracing::debug!(?ahead, "snapshot ahead");
+        Ok(())
     }
 
     fn diff(&self, from: &str, to: &str) -> Result<Vec<FileChange>, SnapshotError> {

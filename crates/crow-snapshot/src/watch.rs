@@ -123,6 +123,14 @@ impl Watcher {
         }
     }
 
+    /// Removes every watch (the instance stays open and reads as broken).
+    pub(crate) fn unwatch_all(&mut self) {
+        for (wd, _) in self.dirs.drain() {
+            let _ = self.inotify.rm_watch(wd);
+        }
+        self.broken = true;
+    }
+
     /// Whether every directory the walk recorded is watched.
     pub(crate) fn usable(&self) -> bool {
         !self.broken

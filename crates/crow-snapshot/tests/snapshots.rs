@@ -604,3 +604,58 @@ fn a_first_snapshot_of_many_files_is_one_pack_that_undo_reads_and_pruning_remove
     assert!(pruned.blobs >= 100, "{pruned:?}");
     assert_eq!(fs::read_dir(&packs).unwrap().count(), 0, "no pack left");
 }
+
+#[test]
+fn a_snapshot_ahead_watches_only_a_large_project_and_misses_nothing_either_way() {
+    use crow_snapshot::Ahead;
+    let f = fixture();
+    // A first session in a small project: the contents stored, no watch.
+    let store = SnapshotStore::open(&f.base, &f.project, Options::default()).unwrap();
+    assert_eq!(store.snapshot_ahead().unwrap(), Ahead::Unwatched);
+    let ahead = store.walks();
+    // Edited between the snapshot ahead and the first step: without a watch the step walks
+    // the tree again and sees it.
+    fs::write(f.project.join("README.md"), "HELLO\n").unwrap();
+    let (_, first) = store.snapshot().unwrap();
+    assert_eq!(store.walks().full, ahead.full + 1);
+    assert_eq!(
+        first.files["README.md"].hash.as_deref(),
+        Some(sha(b"HELLO\n").as_str())
+    );
+    drop(store);
+
+    // A later session in the same small project: nothing ahead, the first step walks.
+    let store = SnapshotStore::open(&f.base, &f.project, Options::default()).unwrap();
+    assert_eq!(store.snapshot_ahead().unwrap(), Ahead::Nothing);
+    assert_eq!(store.walks().full, 0);
+    drop(store);
+
+    // The project grows past the size where a watch pays: a first session of it (a fresh
+    // store) reads it and then watches it; the first step finds the tree as read.
+    for dir in 0..11 {
+        let dir = f.project.join(format!("pkg{dir}"));
+        fs::create_dir_all(&dir).unwrap();
+        for file in 0..100 {
+            fs::write(dir.join(format!("{file}.txt")), format!("{file}\n")).unwrap();
+        }
+    }
+    let base = f.base.with_file_name("other");
+    let store = SnapshotStore::open(&base, &f.project, Options::default()).unwrap();
+    assert_eq!(store.snapshot_ahead().unwrap(), Ahead::Watched);
+    assert_eq!(store.walks().full, 2);
+    store.snapshot().unwrap();
+    assert_eq!(store.walks().unchanged, 1);
+    // A change after it is seen by the watch.
+    fs::write(f.project.join("pkg3/7.txt"), "changed\n").unwrap();
+    let (_, after) = store.snapshot().unwrap();
+    assert_eq!(store.walks().incremental, 1);
+    assert_eq!(
+        after.files["pkg3/7.txt"].hash.as_deref(),
+        Some(sha(b"changed\n").as_str())
+    );
+    drop(store);
+    // A later session knows it is large by its stat cache: watched ahead, in one walk.
+    let store = SnapshotStore::open(&base, &f.project, Options::default()).unwrap();
+    assert_eq!(store.snapshot_ahead().unwrap(), Ahead::Watched);
+    assert_eq!(store.walks().full, 1);
+}
