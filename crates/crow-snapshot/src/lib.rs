@@ -224,8 +224,8 @@ impl SnapshotStore {
     /// The snapshot a session takes ahead, on a thread of its own as it starts, so that its
     /// first changing step does not wait for the tree to be read. What it does depends on
     /// what the store knows of the project:
-    /// - a large project (by its stat cache, or by this walk when there is none): a watched
-    ///   snapshot, and the first step's is only what the watch saw;
+    /// - a large project (by its stat cache, or by counting its first 1,000 names when there
+    ///   is none): a watched snapshot, and the first step's is only what the watch saw;
     /// - a first session in a small project: an unwatched one (every file's content has to be
     ///   stored before a command may change it; the first step's walk is then `lstat`s);
     /// - a small project seen before: nothing, and a session that changes nothing never
@@ -241,15 +241,14 @@ impl SnapshotStore {
                 Ok(Ahead::Watched)
             }
             Ok(_) => Ok(Ahead::Nothing),
-            Err(_) => {
-                let (_, manifest) = self.snapshot_watched(false)?;
-                if manifest.files.len() < AHEAD_FILES {
-                    return Ok(Ahead::Unwatched);
-                }
-                // Walked again with the watch: the contents are stored now, so this is only
-                // `lstat`s, still ahead of the first step.
+            // A first session: its size told by counting names, up to the bound.
+            Err(_) if walk::at_least(&self.root, &self.dir, AHEAD_FILES) => {
                 self.snapshot_watched(true)?;
                 Ok(Ahead::Watched)
+            }
+            Err(_) => {
+                self.snapshot_watched(false)?;
+                Ok(Ahead::Unwatched)
             }
         }
     }

@@ -341,6 +341,32 @@ fn below_set<'a>(set: &'a BTreeSet<String>, d: &str) -> impl Iterator<Item = &'a
         .take_while(move |k| k.starts_with(&prefix))
 }
 
+/// The walk of `from` (inside `root`) as snapshots see the tree: ignore files respected,
+/// `.git` and crow's data directory (`dir`'s grandparent, when inside) left out.
+fn walker(root: &Path, from: &Path, depth: Option<usize>, dir: &Path) -> ignore::Walk {
+    let data = dir
+        .parent()
+        .and_then(Path::parent)
+        .filter(|data| *data != root && data.starts_with(root))
+        .map(Path::to_path_buf);
+    // One thread: on a busy two-core machine ignore's parallel walker measured slower.
+    ignore::WalkBuilder::new(from)
+        .hidden(false)
+        .require_git(false)
+        .follow_links(false)
+        .max_depth(depth)
+        .filter_entry(move |e| {
+            e.file_name() != ".git" && data.as_ref().is_none_or(|d| !e.path().starts_with(d))
+        })
+        .build()
+}
+
+/// Whether the tree has at least `n` entries (files and directories) as snapshots see it:
+/// names only, no `lstat` of files, stopping at `n`.
+pub(crate) fn at_least(root: &Path, dir: &Path, n: usize) -> bool {
+    walker(root, root, None, dir).flatten().nth(n).is_some()
+}
+
 /// Lists `start` (relative; `""` is the root) to `depth` (unlimited: `None`), as the walk
 /// sees it: ignore files respected, `.git` and crow's data directory left out. Directories
 /// are added to `watch` as they are met, before their contents are read.
@@ -353,27 +379,12 @@ fn list(
     cache: &StatCache,
     mut watch: Option<&mut Watcher>,
 ) -> (Vec<Found>, Vec<String>) {
-    // crow's data directory (sessions, these snapshots) when it lies inside the project.
-    let data = dir
-        .parent()
-        .and_then(Path::parent)
-        .filter(|data| *data != root && data.starts_with(root))
-        .map(Path::to_path_buf);
     let from = if start.is_empty() {
         root.to_path_buf()
     } else {
         root.join(start)
     };
-    // One thread: on a busy two-core machine ignore's parallel walker measured slower.
-    let walker = ignore::WalkBuilder::new(from)
-        .hidden(false)
-        .require_git(false)
-        .follow_links(false)
-        .max_depth(depth)
-        .filter_entry(move |e| {
-            e.file_name() != ".git" && data.as_ref().is_none_or(|d| !e.path().starts_with(d))
-        })
-        .build();
+    let walker = walker(root, &from, depth, dir);
     let mut dirs: Vec<String> = Vec::new();
     let mut found: Vec<Found> = Vec::new();
     for item in walker {
