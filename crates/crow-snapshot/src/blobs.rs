@@ -90,8 +90,12 @@ impl Blobs {
                 }
                 pack.add(hash, content)?;
             }
+            // Not looked up in the packs either: their index is read whole on first need (a
+            // large project's first changing step paid ~50M instructions for it) to spare a
+            // few bytes, when a content comes back that an old pack holds.
             None => {
-                if self.has(dir, hash) {
+                if self.known.contains(hash) || loose_path(dir, hash).exists() {
+                    self.known.insert(hash.to_owned());
                     return Ok(());
                 }
                 let path = loose_path(dir, hash);
