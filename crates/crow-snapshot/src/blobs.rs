@@ -81,28 +81,24 @@ impl Blobs {
         content: &[u8],
         pack: Option<&mut PackWriter>,
     ) -> Result<(), Error> {
+        if self.known.contains(hash) {
+            return Ok(());
+        }
         match pack {
             // Only what this process knows is checked: a content also stored loose or in an
             // older pack costs its bytes twice, never a lookup per file.
-            Some(pack) => {
-                if self.known.contains(hash) {
-                    return Ok(());
-                }
-                pack.add(hash, content)?;
-            }
+            Some(pack) => pack.add(hash, content)?,
             // Not looked up in the packs either: their index is read whole on first need (a
             // large project's first changing step paid ~50M instructions for it) to spare a
             // few bytes, when a content comes back that an old pack holds.
             None => {
-                if self.known.contains(hash) || loose_path(dir, hash).exists() {
-                    self.known.insert(hash.to_owned());
-                    return Ok(());
-                }
                 let path = loose_path(dir, hash);
-                if let Some(parent) = path.parent() {
-                    files::private_dir(parent).map_err(io(parent))?;
+                if !path.exists() {
+                    if let Some(parent) = path.parent() {
+                        files::private_dir(parent).map_err(io(parent))?;
+                    }
+                    files::write_private(&path, content).map_err(io(&path))?;
                 }
-                files::write_private(&path, content).map_err(io(&path))?;
             }
         }
         self.known.insert(hash.to_owned());
