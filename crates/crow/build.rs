@@ -21,7 +21,6 @@ fn main() {
     println!("cargo:rerun-if-env-changed=CROW_PIE");
     println!("cargo:rerun-if-env-changed=CROW_LINK_ORDER");
     println!("cargo:rerun-if-changed=link-order.txt");
-    let env = |name: &str| std::env::var(name).unwrap_or_default();
     let linux = env("CARGO_CFG_TARGET_OS") == "linux";
     let pie = std::env::var_os("CROW_PIE").is_some_and(|v| !v.is_empty() && v != "0");
     if linux && !pie {
@@ -42,7 +41,6 @@ fn main() {
 /// Whether the binary is linked by rustc's own LLD: x86_64 GNU/Linux with no linker of the
 /// user's choosing (a linker set for the target, or in the flags).
 fn default_lld() -> bool {
-    let env = |name: &str| std::env::var(name).unwrap_or_default();
     let target = env("TARGET");
     if target != "x86_64-unknown-linux-gnu" {
         return false;
@@ -59,4 +57,9 @@ fn default_lld() -> bool {
     !flags.split('\x1f').any(|flag| {
         flag.contains("linker") || flag.contains("fuse-ld") || flag.contains("link-self-contained")
     })
+}
+
+/// A build-time variable, empty when unset.
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_default()
 }
