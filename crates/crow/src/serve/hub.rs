@@ -298,12 +298,11 @@ fn open(
         task: Mutex::new(None),
     });
     let (events, forwarded) = mpsc::unbounded_channel();
-    tokio::spawn(forward(forwarded, Arc::clone(&live.log)));
     let task = tokio::spawn(drive(
         driver,
         Arc::downgrade(&live),
         rx,
-        events,
+        (events, forwarded),
         mcp,
         assembled.lsp,
     ));
@@ -311,31 +310,39 @@ fn open(
     Ok(live)
 }
 
-/// Every `AgentEvent` of the session into its log, as `crow run --json` prints it.
-async fn forward(mut events: mpsc::UnboundedReceiver<AgentEvent>, log: Arc<EventLog>) {
-    while let Some(event) = events.recv().await {
+/// Every `AgentEvent` sent so far into the log, as `crow run --json` prints it.
+fn log_sent(sent: &mut mpsc::UnboundedReceiver<AgentEvent>, log: &EventLog) {
+    while let Ok(event) = sent.try_recv() {
         log.push(&event);
     }
 }
 
-/// The session's task: the one owner of its driver.
+/// The session's task: the one owner of its driver, and the one writer of its log, so the
+/// log's order is the session's — a turn's `result` after every event the turn sent (a
+/// separate forwarding task once logged it before the turn's last deltas).
 async fn drive(
     mut driver: Driver,
     live: std::sync::Weak<Live>,
     mut commands: mpsc::UnboundedReceiver<Command>,
-    events: EventSender,
+    (events, mut sent): (EventSender, mpsc::UnboundedReceiver<AgentEvent>),
     mcp: crow_app::mcp::Session,
     lsp: Option<Arc<crow_lsp::LspManager>>,
 ) {
     let mut turn: Option<tokio::task::JoinHandle<Ran>> = None;
     loop {
         tokio::select! {
+            Some(event) = sent.recv() => {
+                let Some(live) = live.upgrade() else { break };
+                live.log.push(&event);
+            }
             ran = ended(&mut turn) => {
                 turn = None;
                 let Some(live) = live.upgrade() else {
                     let _ = driver.end(ran);
                     break;
                 };
+                // The turn has ended: everything it sent is in the channel already.
+                log_sent(&mut sent, &live.log);
                 finish(&mut driver, &live, ran);
                 // Steering the turn did not take (it ended first) runs as the next turn.
                 let left = driver.steering().take();
@@ -383,6 +390,9 @@ async fn drive(
         && let Ok(ran) = running.await
     {
         let _ = driver.end(ran);
+    }
+    if let Some(live) = live.upgrade() {
+        log_sent(&mut sent, &live.log);
     }
     driver.close("other").await;
     mcp.finish().await;
