@@ -12,6 +12,7 @@ use crow_testkit::{MockLlm, Reply, Scenario};
 use serde_json::json;
 
 use crate::Bench;
+use crate::child::ChildRun;
 use crate::search::{generate_tree_in, tree_file};
 use crate::sessions::{crow_command, crow_run, project};
 use crate::stats::summarize;
@@ -43,9 +44,9 @@ pub fn measure(bench: &Bench, progress: &mut dyn FnMut(&str)) -> Result<Section>
         let mut per_step = [0.0; 2];
         for (i, enabled) in [true, false].into_iter().enumerate() {
             set_snapshots(root, enabled)?;
-            let short = session(bench, root, steps(SHORT, files), None)?;
+            let short = session(bench, root, steps(SHORT, files), None)?.wall_ms();
             let long = session(bench, root, steps(LONG, files), None)?;
-            per_step[i] = (long - short) / (LONG - SHORT) as f64;
+            per_step[i] = steady_step_ms(&long)?;
             if enabled {
                 short_on.push(short);
             } else {
@@ -64,7 +65,7 @@ pub fn measure(bench: &Bench, progress: &mut dyn FnMut(&str)) -> Result<Section>
         for (i, enabled) in [true, false].into_iter().enumerate() {
             set_snapshots(root, enabled)?;
             let data = tempfile::tempdir().context("cannot create a data directory")?;
-            walls[i] = session(bench, root, steps(1, files), Some(data.path()))?;
+            walls[i] = session(bench, root, steps(1, files), Some(data.path()))?.wall_ms();
         }
         first_on.push(walls[0]);
         first_off.push(walls[1]);
@@ -96,7 +97,8 @@ pub fn measure(bench: &Bench, progress: &mut dyn FnMut(&str)) -> Result<Section>
             Unit::Ms,
         )
         .note(format!(
-            "(wall of {LONG} − {SHORT} `bash` steps) / {}",
+            "steps {}–{LONG} of one session: end to end / {}",
+            SHORT + 1,
             LONG - SHORT
         )),
         Row::stats(
@@ -163,9 +165,29 @@ fn set_snapshots(root: &Path, enabled: bool) -> Result<()> {
     .context("cannot write the project's config")
 }
 
-/// One `crow run` with a fresh mock serving `scenario`; its wall time in ms. `data`: a data
-/// directory of its own (crow has never seen the project).
-fn session(bench: &Bench, root: &Path, scenario: Scenario, data: Option<&Path>) -> Result<f64> {
+/// The cost of a step once the session runs: from the end of step [`SHORT`] to the end of
+/// step [`LONG`] of one session, per step, as crow's output shows them. Taken inside one
+/// process, so the variance of its start (a later session's walk of the tree, hundreds of
+/// ms) and exit does not reach it, as it did when two sessions' walls were subtracted.
+fn steady_step_ms(run: &ChildRun) -> Result<f64> {
+    let ends = run.events("tool_call_end");
+    anyhow::ensure!(
+        ends.len() == LONG,
+        "{} of {LONG} steps ended in the long session",
+        ends.len()
+    );
+    let span = ends[LONG - 1].0 - ends[SHORT - 1].0;
+    Ok(span.as_secs_f64() * 1000.0 / (LONG - SHORT) as f64)
+}
+
+/// One `crow run` with a fresh mock serving `scenario`. `data`: a data directory of its own
+/// (crow has never seen the project).
+fn session(
+    bench: &Bench,
+    root: &Path,
+    scenario: Scenario,
+    data: Option<&Path>,
+) -> Result<ChildRun> {
     let mock = bench
         .rt
         .block_on(MockLlm::start(scenario))
@@ -177,7 +199,7 @@ fn session(bench: &Bench, root: &Path, scenario: Scenario, data: Option<&Path>) 
     let run = bench.spawn(&cmd)?;
     drop(mock);
     run.ensure_success("crow run in the large project")?;
-    Ok(run.wall_ms())
+    Ok(run)
 }
 
 /// `n` changing `bash` steps (each appends to one file of the tree), then an answer.

@@ -47,13 +47,6 @@ pub(crate) struct Blobs {
 }
 
 impl Blobs {
-    pub(crate) fn new(known: HashSet<String>) -> Self {
-        Self {
-            known,
-            packed: None,
-        }
-    }
-
     /// Forgets everything: a prune may have removed any of it.
     pub(crate) fn clear(&mut self) {
         self.known.clear();

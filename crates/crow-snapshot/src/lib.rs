@@ -260,15 +260,16 @@ impl SnapshotStore {
         let _lock = self.lock()?;
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let generation = fs::read_to_string(self.dir.join("generation")).unwrap_or_default();
-        if !state.cache_read {
-            let (cache, blobs) = walk::StatCache::load(&self.dir.join(STAT_CACHE), &generation);
-            state.cache = cache;
-            state.blobs = blobs::Blobs::new(blobs);
+        // Read by the full walk, beside its listing (a process's first snapshot walks).
+        let load_cache = !state.cache_read;
+        if load_cache {
+            state.blobs = blobs::Blobs::default();
             state.cache_read = true;
             // The JSON cache of earlier versions, replaced by `index.bin`.
             let _ = fs::remove_file(self.dir.join("index.json"));
         } else if generation != state.generation {
             state.blobs.clear();
+            state.cache.forget_stored();
         }
         state.generation = generation;
         // What changed since the last snapshot, if the watch can say.
@@ -297,18 +298,38 @@ impl SnapshotStore {
             blobs,
             watch,
             dirs,
+            generation,
             ..
         } = &mut *state;
         // A new watch with every directory added as the walk meets it.
         *watch = if watched { watch::Watcher::new() } else { None };
-        let (manifest, all) = walk::walk(
-            &self.root,
-            &self.dir,
-            &self.options,
-            cache,
-            blobs,
-            watch.as_mut(),
-        )?;
+        let cache_path = self.dir.join(STAT_CACHE);
+        let (manifest, all) = std::thread::scope(|scope| {
+            let loading = if load_cache {
+                let load = || walk::StatCache::load(&cache_path, generation);
+                let thread = std::thread::Builder::new()
+                    .name("crow-snapshot-cache".into())
+                    .spawn_scoped(scope, load);
+                match thread {
+                    Ok(thread) => Some(thread),
+                    Err(_) => {
+                        *cache = load();
+                        None
+                    }
+                }
+            } else {
+                None
+            };
+            walk::walk(
+                &self.root,
+                &self.dir,
+                &self.options,
+                cache,
+                loading,
+                blobs,
+                watch.as_mut(),
+            )
+        })?;
         *dirs = all;
         self.keep_whole(&mut state, manifest)
     }

@@ -319,7 +319,11 @@ pub fn hex(bytes: &[u8]) -> String {
 }
 
 pub fn sha256_hex(data: &[u8]) -> String {
-    hex(&Sha256::digest(data))
+    hex(&sha256(data))
+}
+
+pub(crate) fn sha256(data: &[u8]) -> [u8; 32] {
+    Sha256::digest(data).into()
 }
 
 /// A snapshot or blob id: hex only, so it can never name a path outside the store.

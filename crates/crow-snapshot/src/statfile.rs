@@ -7,8 +7,6 @@
 //! length, the path, size u64, mtime i128, ctime i128, inode u64, mode u32, the SHA-256 (32
 //! bytes), when it was hashed i128; little-endian.
 
-use crate::manifest::hex;
-
 const MAGIC: &[u8] = b"crow-stat-1\n";
 
 /// One cached file, as the walk keeps it.
@@ -19,13 +17,14 @@ pub(crate) struct Record<'a> {
     pub ctime: i128,
     pub ino: u64,
     pub mode: u32,
-    /// Hex, as everywhere else in the store.
-    pub hash: &'a str,
+    /// The SHA-256 itself: kept in memory as on disk, so a 50,000-file cache is read
+    /// without a string per hash.
+    pub hash: &'a [u8; 32],
     pub at: i128,
 }
 
-/// The file's bytes for `generation` and `records`; a record whose hash is not SHA-256 hex (or
-/// whose path is too long) is left out.
+/// The file's bytes for `generation` and `records`; a record whose path is too long is left
+/// out.
 pub(crate) fn encode<'a>(
     generation: &str,
     count: usize,
@@ -36,7 +35,7 @@ pub(crate) fn encode<'a>(
     out.extend_from_slice(&(generation.len() as u32).to_le_bytes());
     out.extend_from_slice(generation.as_bytes());
     for r in records {
-        let (Ok(len), Some(hash)) = (u16::try_from(r.path.len()), unhex(r.hash)) else {
+        let Ok(len) = u16::try_from(r.path.len()) else {
             continue;
         };
         out.extend_from_slice(&len.to_le_bytes());
@@ -46,13 +45,13 @@ pub(crate) fn encode<'a>(
         out.extend_from_slice(&r.ctime.to_le_bytes());
         out.extend_from_slice(&r.ino.to_le_bytes());
         out.extend_from_slice(&r.mode.to_le_bytes());
-        out.extend_from_slice(&hash);
+        out.extend_from_slice(r.hash);
         out.extend_from_slice(&r.at.to_le_bytes());
     }
     out
 }
 
-/// One decoded file: the path and hash owned.
+/// One decoded file: the path owned.
 pub(crate) struct Owned {
     pub path: String,
     pub size: u64,
@@ -60,7 +59,7 @@ pub(crate) struct Owned {
     pub ctime: i128,
     pub ino: u64,
     pub mode: u32,
-    pub hash: String,
+    pub hash: [u8; 32],
     pub at: i128,
 }
 
@@ -81,7 +80,7 @@ pub(crate) fn decode(bytes: &[u8]) -> Option<(String, Vec<Owned>)> {
             ctime: i128::from_le_bytes(r.take()?),
             ino: u64::from_le_bytes(r.take()?),
             mode: u32::from_le_bytes(r.take()?),
-            hash: hex(r.bytes(32)?),
+            hash: r.take()?,
             at: i128::from_le_bytes(r.take()?),
         });
     }
@@ -105,26 +104,13 @@ impl<'a> Reader<'a> {
     }
 }
 
-fn unhex(text: &str) -> Option<[u8; 32]> {
-    let bytes = text.as_bytes();
-    if bytes.len() != 64 {
-        return None;
-    }
-    let digit = |b: u8| (b as char).to_digit(16);
-    let mut out = [0u8; 32];
-    for (i, pair) in bytes.chunks_exact(2).enumerate() {
-        out[i] = u8::try_from(digit(pair[0])? * 16 + digit(pair[1])?).ok()?;
-    }
-    Some(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn records_round_trip_and_damage_reads_as_nothing() {
-        let hash = crate::manifest::sha256_hex(b"x");
+        let hash = crate::manifest::sha256(b"x");
         let record = || Record {
             path: "src/é.rs",
             size: 7,
@@ -155,18 +141,5 @@ mod tests {
         assert_eq!(r.hash, hash);
         assert!(decode(&bytes[..bytes.len() - 1]).is_none(), "cut off");
         assert!(decode(b"{\"generation\":\"\"}").is_none(), "the old JSON");
-    }
-
-    #[test]
-    fn only_sha256_hex_is_encoded() {
-        let hash = crate::manifest::sha256_hex(b"x");
-        assert_eq!(unhex(&hash).map(|b| hex(&b)), Some(hash.clone()));
-        assert_eq!(
-            unhex(&hash.to_uppercase()).map(|b| hex(&b)),
-            Some(hash.clone())
-        );
-        assert_eq!(unhex(&hash[1..]), None, "too short");
-        assert_eq!(unhex(&format!("g{}", &hash[1..])), None, "not hex");
-        assert_eq!(unhex(&format!("é{}", &hash[2..])), None, "not ASCII");
     }
 }

@@ -12,12 +12,13 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs;
 use std::io::Read;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
+use std::sync::PoisonError;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::blobs::{Blobs, PACK_MIN, PackWriter};
-use crate::manifest::{Entry, Manifest, sha256_hex};
+use crate::manifest::{Entry, Manifest, hex, sha256};
 use crate::statfile;
 use crate::watch::Watcher;
 use crate::{Error, Options, files};
@@ -37,9 +38,13 @@ struct Stat {
 #[derive(Debug, Clone)]
 struct Cached {
     stat: Stat,
-    hash: String,
+    hash: [u8; 32],
     /// When the hash was computed (ns since the epoch).
     at: i128,
+    /// Whether its content is known to be in the store: read from a cache written in the
+    /// store's current `generation` (no prune since), or stored by this process. Otherwise
+    /// the store is asked before the hash is used.
+    known: bool,
 }
 
 #[derive(Default)]
@@ -49,42 +54,46 @@ pub(crate) struct StatCache {
 }
 
 impl StatCache {
-    /// The saved cache, and whether its blobs can be trusted to exist (no prune since: the
-    /// `generation` it was written with is the store's); a missing or unreadable one is an
-    /// empty cache (it only costs time).
-    pub(crate) fn load(path: &Path, generation: &str) -> (Self, HashSet<String>) {
+    /// The saved cache, its contents trusted to be stored when it was written in
+    /// `generation`; a missing or unreadable one is an empty cache (it only costs time).
+    pub(crate) fn load(path: &Path, generation: &str) -> Self {
         let Some((saved, records)) = fs::read(path)
             .ok()
             .and_then(|bytes| statfile::decode(&bytes))
         else {
-            return (Self::default(), HashSet::new());
+            return Self::default();
         };
-        let trusted = saved == generation;
-        let mut blobs = HashSet::new();
-        let mut files = HashMap::with_capacity(records.len());
-        for r in records {
-            if trusted {
-                blobs.insert(r.hash.clone());
-            }
-            let stat = Stat {
-                size: r.size,
-                mtime: r.mtime,
-                ctime: r.ctime,
-                ino: r.ino,
-                mode: r.mode,
-            };
-            let cached = Cached {
-                stat,
-                hash: r.hash,
-                at: r.at,
-            };
-            files.insert(r.path, cached);
-        }
-        let cache = Self {
+        let known = saved == generation;
+        let files = records
+            .into_iter()
+            .map(|r| {
+                let stat = Stat {
+                    size: r.size,
+                    mtime: r.mtime,
+                    ctime: r.ctime,
+                    ino: r.ino,
+                    mode: r.mode,
+                };
+                let cached = Cached {
+                    stat,
+                    hash: r.hash,
+                    at: r.at,
+                    known,
+                };
+                (r.path, cached)
+            })
+            .collect();
+        Self {
             files,
             dirty: false,
-        };
-        (cache, blobs)
+        }
+    }
+
+    /// A prune may have removed any content: each is checked again before it is used.
+    pub(crate) fn forget_stored(&mut self) {
+        for c in self.files.values_mut() {
+            c.known = false;
+        }
     }
 
     pub(crate) fn save(&mut self, path: &Path, generation: &str) {
@@ -122,26 +131,35 @@ struct Found {
     rel: String,
     stat: Stat,
     link: bool,
-    /// The cached hash, when the stat cache can be trusted for it.
-    cached: Option<String>,
+    /// The cached hash, when the stat cache can be trusted for it, and whether its
+    /// content is known to be stored.
+    cached: Option<([u8; 32], bool)>,
 }
 
 /// Walks `root` into a manifest, storing new contents as blobs under `dir`: first list and
 /// `lstat` everything (most of the cost), then read and hash what the cache cannot vouch for.
 /// Every directory listed is added to `watch` (before it is listed); the directories are
-/// returned for later [`update`]s.
+/// returned for later [`update`]s. `loading`, a thread reading the saved stat cache, is
+/// waited for only once the names are listed (it replaces `cache`).
 pub(crate) fn walk(
     root: &Path,
     dir: &Path,
     options: &Options,
     cache: &mut StatCache,
+    loading: Option<std::thread::ScopedJoinHandle<'_, StatCache>>,
     blobs: &mut Blobs,
     mut watch: Option<&mut Watcher>,
 ) -> Result<(Manifest, BTreeSet<String>), Error> {
     if let Some(w) = watch.as_deref_mut() {
         w.add(root, "");
     }
-    let (found, dirs) = list(root, "", None, dir, options, cache, watch);
+    let (names, dirs) = names(root, "", None, dir, watch);
+    if let Some(loading) = loading {
+        *cache = loading
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+    }
+    let found = found(root, names, options, cache);
     let empty = empty_dirs(dirs.to_vec(), &found);
     let (entries, hashed) = hash_all(root, dir, options, cache, blobs, found)?;
     // Sorted input: the map is built in one pass.
@@ -369,7 +387,8 @@ pub(crate) fn at_least(root: &Path, dir: &Path, n: usize) -> bool {
 
 /// Lists `start` (relative; `""` is the root) to `depth` (unlimited: `None`), as the walk
 /// sees it: ignore files respected, `.git` and crow's data directory left out. Directories
-/// are added to `watch` as they are met, before their contents are read.
+/// are added to `watch` as they are met, before their contents are read; the files are
+/// `lstat`ed once the names are all in ([`stat_all`]).
 fn list(
     root: &Path,
     start: &str,
@@ -377,29 +396,222 @@ fn list(
     dir: &Path,
     options: &Options,
     cache: &StatCache,
-    mut watch: Option<&mut Watcher>,
+    watch: Option<&mut Watcher>,
 ) -> (Vec<Found>, Vec<String>) {
+    let (names, dirs) = names(root, start, depth, dir, watch);
+    (found(root, names, options, cache), dirs)
+}
+
+/// The files and symlinks [`list`] meets, and its directories.
+fn names(
+    root: &Path,
+    start: &str,
+    depth: Option<usize>,
+    dir: &Path,
+    mut watch: Option<&mut Watcher>,
+) -> (Vec<Name>, Vec<String>) {
     let from = if start.is_empty() {
         root.to_path_buf()
     } else {
         root.join(start)
     };
-    let walker = walker(root, &from, depth, dir);
     let mut dirs: Vec<String> = Vec::new();
-    let mut found: Vec<Found> = Vec::new();
-    for item in walker {
-        let before = dirs.len();
-        if let Some(f) = visit(root, item, options, &cache.files, &mut dirs) {
-            found.push(f);
+    let mut names: Vec<Name> = Vec::new();
+    for item in walker(root, &from, depth, dir) {
+        let entry = match item {
+            Ok(entry) => entry,
+            Err(e) => {
+                tracing::debug!("snapshot walk: {e}");
+                continue;
+            }
+        };
+        let Some(kind) = entry.file_type() else {
+            continue;
+        };
+        let is_dir = kind.is_dir();
+        if !(is_dir || kind.is_file() || kind.is_symlink()) {
+            continue;
         }
-        if dirs.len() > before
-            && let Some(w) = watch.as_deref_mut()
-        {
-            w.add(root, &dirs[before]);
+        let Some(rel) = entry.path().strip_prefix(root).ok() else {
+            continue;
+        };
+        let Some(rel) = rel.to_str() else {
+            tracing::debug!(
+                "snapshot walk: {} has a name that is not UTF-8",
+                rel.display()
+            );
+            continue;
+        };
+        if is_dir {
+            if !rel.is_empty() {
+                if let Some(w) = watch.as_deref_mut() {
+                    w.add(root, rel);
+                }
+                dirs.push(rel.to_owned());
+            }
+        } else {
+            names.push(Name {
+                rel: rel.to_owned(),
+                link: kind.is_symlink(),
+            });
         }
     }
+    (names, dirs)
+}
+
+/// The files named, `lstat`ed, with what the cache vouches for; sorted by path.
+fn found(root: &Path, names: Vec<Name>, options: &Options, cache: &StatCache) -> Vec<Found> {
+    let mut found = stat_all(root, names, options, &cache.files);
     found.sort_unstable_by(|a, b| a.rel.cmp(&b.rel));
-    (found, dirs)
+    found
+}
+
+/// A file or symlink the listing met, to be `lstat`ed.
+struct Name {
+    rel: String,
+    link: bool,
+}
+
+/// From this many names on, two threads `lstat` them.
+const STAT_SPLIT: usize = 4096;
+
+/// `lstat`s each name relative to its directory, opened once (not a lookup from the root
+/// per file), and looks it up in the cache; a name gone since it was listed is left out.
+/// Many names (a large tree's walk) are split between two threads: the cost is the kernel's
+/// per file.
+fn stat_all(
+    root: &Path,
+    mut names: Vec<Name>,
+    options: &Options,
+    files: &HashMap<String, Cached>,
+) -> Vec<Found> {
+    let two = names.len() >= STAT_SPLIT
+        && std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2);
+    if !two {
+        return stat_some(root, names, options, files);
+    }
+    // The listing's order keeps a directory's files together: halves reopen one at most.
+    let second = names.split_off(names.len() / 2);
+    let halves = [std::sync::Mutex::new(names), std::sync::Mutex::new(second)];
+    let take =
+        |i: usize| std::mem::take(&mut *halves[i].lock().unwrap_or_else(PoisonError::into_inner));
+    std::thread::scope(|scope| {
+        let other = std::thread::Builder::new()
+            .name("crow-snapshot-stat".into())
+            .spawn_scoped(scope, || stat_some(root, take(1), options, files));
+        let mut found = stat_some(root, take(0), options, files);
+        match other.map(std::thread::ScopedJoinHandle::join) {
+            Ok(Ok(rest)) => found.extend(rest),
+            // A panic there is one here: never a snapshot without half its files.
+            Ok(Err(panic)) => std::panic::resume_unwind(panic),
+            // No thread to be had: the second half here too.
+            Err(e) => {
+                tracing::debug!("snapshot stat thread: {e}");
+                found.extend(stat_some(root, take(1), options, files));
+            }
+        }
+        found
+    })
+}
+
+fn stat_some(
+    root: &Path,
+    names: Vec<Name>,
+    options: &Options,
+    files: &HashMap<String, Cached>,
+) -> Vec<Found> {
+    let mut dirs = OpenDir::new(root);
+    let mut found = Vec::with_capacity(names.len());
+    for Name { rel, link } in names {
+        // Gone since it was listed: not in the snapshot.
+        let Some(meta) = dirs.of(&rel).and_then(|(fd, name)| {
+            nix::sys::stat::fstatat(fd, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW).ok()
+        }) else {
+            continue;
+        };
+        let stat = Stat {
+            size: u64::try_from(meta.st_size).unwrap_or(0),
+            mtime: nanos(meta.st_mtime, meta.st_mtime_nsec),
+            ctime: nanos(meta.st_ctime, meta.st_ctime_nsec),
+            ino: meta.st_ino,
+            mode: meta.st_mode & 0o7777,
+        };
+        let cached = files
+            .get(&rel)
+            .filter(|c| {
+                c.stat == stat
+                    && c.at - stat.mtime.max(stat.ctime) >= SETTLED_NS
+                    && (link || stat.size <= options.max_file_bytes)
+            })
+            .map(|c| (c.hash, c.known));
+        found.push(Found {
+            rel,
+            stat,
+            link,
+            cached,
+        });
+    }
+    found
+}
+
+/// The directory of the last file asked for, kept open: files are `lstat`ed and read
+/// relative to it, not looked up from the root each time (the walk's order keeps a
+/// directory's files together), and never through a directory swapped for a symlink since
+/// it was listed.
+struct OpenDir<'a> {
+    root: &'a Path,
+    /// Its path (relative) and descriptor; `None`: it is gone.
+    last: Option<(String, Option<OwnedFd>)>,
+}
+
+impl<'a> OpenDir<'a> {
+    fn new(root: &'a Path) -> Self {
+        Self { root, last: None }
+    }
+
+    /// The open directory holding `rel`, and `rel`'s name in it; `None` when the directory
+    /// cannot be opened (gone, or no longer a directory).
+    fn of<'r>(&mut self, rel: &'r str) -> Option<(BorrowedFd<'_>, &'r str)> {
+        use nix::fcntl::OFlag;
+        let (parent, name) = rel.rsplit_once('/').unwrap_or(("", rel));
+        if self.last.as_ref().is_none_or(|(p, _)| p != parent) {
+            let (path, flags) = if parent.is_empty() {
+                // The root itself may be a symlink the user chose.
+                (self.root.to_path_buf(), OFlag::empty())
+            } else {
+                (self.root.join(parent), OFlag::O_NOFOLLOW)
+            };
+            let flags = flags | OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+            let fd = nix::fcntl::open(&path, flags, nix::sys::stat::Mode::empty()).ok();
+            self.last = Some((parent.to_owned(), fd));
+        }
+        let (_, fd) = self.last.as_ref()?;
+        Some((fd.as_ref()?.as_fd(), name))
+    }
+
+    /// `rel`'s content, or its target when `link`: never through a symlink where the walk
+    /// saw a file, and never waiting on a FIFO put in a file's place.
+    fn read(&mut self, rel: &str, link: bool, size: u64) -> std::io::Result<Vec<u8>> {
+        use nix::fcntl::OFlag;
+        let gone = || std::io::Error::from(std::io::ErrorKind::NotFound);
+        let (dir, name) = self.of(rel).ok_or_else(gone)?;
+        if link {
+            let target = nix::fcntl::readlinkat(dir, name)?;
+            return Ok(target.into_encoded_bytes());
+        }
+        let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
+        let file = fs::File::from(nix::fcntl::openat(
+            dir,
+            name,
+            flags,
+            nix::sys::stat::Mode::empty(),
+        )?);
+        // The size is known: read straight into it (a `File`'s own `read_to_end` asks the
+        // kernel for the size again).
+        let mut content = Vec::with_capacity(usize::try_from(size).unwrap_or(0) + 1);
+        file.take(u64::MAX).read_to_end(&mut content)?;
+        Ok(content)
+    }
 }
 
 /// Reads and hashes what the cache cannot vouch for, storing new contents as blobs: the
@@ -433,8 +645,12 @@ fn hash_all(
             ));
             file.mtime = Some(f.stat.mtime);
             entries.push((f.rel, file));
-        } else if let Some(hash) = f.cached.clone().filter(|h| blobs.has(dir, h)) {
-            file.hash = Some(hash);
+        } else if let Some(hash) = f
+            .cached
+            .map(|(hash, known)| (hex(&hash), known))
+            .filter(|(hash, known)| *known || blobs.has(dir, hash))
+        {
+            file.hash = Some(hash.0);
             hashed += 1;
             entries.push((f.rel, file));
         } else {
@@ -450,21 +666,23 @@ fn hash_all(
         let f = &todo[i];
         let mut file = entry(f);
         match content {
-            Ok((hash, content)) => {
+            Ok((digest, content)) => {
+                let hash = hex(&digest);
                 blobs.store(dir, &hash, &content, pack.as_mut())?;
                 // Only a new stat or hash is worth saving: a new time alone costs a later
                 // process one more read of a few recent files.
                 let same = cache
                     .files
                     .get(&f.rel)
-                    .is_some_and(|old| old.stat == f.stat && old.hash == hash);
+                    .is_some_and(|old| old.stat == f.stat && old.hash == digest);
                 cache.dirty |= !same;
                 cache.files.insert(
                     f.rel.clone(),
                     Cached {
                         stat: f.stat.clone(),
-                        hash: hash.clone(),
+                        hash: digest,
                         at: now,
+                        known: true,
                     },
                 );
                 file.hash = Some(hash);
@@ -492,27 +710,22 @@ fn hash_all(
 fn read_each(
     root: &Path,
     todo: &[Found],
-    mut sink: impl FnMut(usize, std::io::Result<(String, Vec<u8>)>) -> Result<(), Error>,
+    mut sink: impl FnMut(usize, std::io::Result<([u8; 32], Vec<u8>)>) -> Result<(), Error>,
 ) -> Result<(), Error> {
-    let read = |f: &Found| -> std::io::Result<(String, Vec<u8>)> {
-        let path = root.join(&f.rel);
-        let content = if f.link {
-            fs::read_link(&path).map(|t| t.into_os_string().into_encoded_bytes())?
-        } else {
-            // The size is known: no `statx` as `fs::read` makes.
-            let mut content = Vec::with_capacity(usize::try_from(f.stat.size).unwrap_or(0) + 1);
-            fs::File::open(&path)?.read_to_end(&mut content)?;
-            content
-        };
-        Ok((sha256_hex(&content), content))
+    let read = |dirs: &mut OpenDir, f: &Found| -> std::io::Result<([u8; 32], Vec<u8>)> {
+        let content = dirs.read(&f.rel, f.link, f.stat.size)?;
+        Ok((sha256(&content), content))
     };
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
+    let mut dirs = OpenDir::new(root);
     if workers < 2 || todo.len() < PACK_MIN {
         for (i, f) in todo.iter().enumerate() {
-            sink(i, read(f))?;
+            sink(i, read(&mut dirs, f))?;
         }
         return Ok(());
     }
+    // Handed out in runs, so a worker's files mostly share its open directory.
+    const RUN: usize = 64;
     let next = std::sync::atomic::AtomicUsize::new(0);
     std::thread::scope(|scope| {
         // Bounded: contents wait in memory only this many at a time.
@@ -523,13 +736,16 @@ fn read_each(
             let worker = std::thread::Builder::new()
                 .name("crow-snapshot-read".into())
                 .spawn_scoped(scope, move || {
+                    let mut dirs = OpenDir::new(root);
                     loop {
-                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some(f) = todo.get(i) else {
+                        let start = next.fetch_add(RUN, std::sync::atomic::Ordering::Relaxed);
+                        let Some(run) = todo.get(start..).filter(|run| !run.is_empty()) else {
                             break;
                         };
-                        if tx.send((i, read(f))).is_err() {
-                            break; // the sink failed: stop reading
+                        for (i, f) in run.iter().take(RUN).enumerate() {
+                            if tx.send((start + i, read(&mut dirs, f))).is_err() {
+                                return; // the sink failed: stop reading
+                            }
                         }
                     }
                 });
@@ -541,7 +757,7 @@ fn read_each(
         if started == 0 {
             // No thread to be had: read here.
             for (i, f) in todo.iter().enumerate() {
-                sink(i, read(f))?;
+                sink(i, read(&mut dirs, f))?;
             }
             return Ok(());
         }
@@ -571,64 +787,63 @@ fn empty_dirs(mut dirs: Vec<String>, found: &[Found]) -> BTreeSet<String> {
         .collect()
 }
 
-/// One walk entry: a file or symlink, its stat, and its hash if the cache vouches for it; a
-/// directory (but the root) goes to `dirs`.
-fn visit(
-    root: &Path,
-    item: Result<ignore::DirEntry, ignore::Error>,
-    options: &Options,
-    files: &HashMap<String, Cached>,
-    dirs: &mut Vec<String>,
-) -> Option<Found> {
-    let entry = match item {
-        Ok(entry) => entry,
-        Err(e) => {
-            tracing::debug!("snapshot walk: {e}");
-            return None;
-        }
-    };
-    let kind = entry.file_type()?;
-    if kind.is_dir() {
-        if let Some(rel) = entry.path().strip_prefix(root).ok().and_then(Path::to_str)
-            && !rel.is_empty()
-        {
-            dirs.push(rel.to_owned());
-        }
-        return None;
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reading_never_follows_a_symlink_or_waits_on_a_fifo_put_in_a_files_place() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (root, outside) = (tmp.path().join("repo"), tmp.path().join("outside"));
+        fs::create_dir_all(root.join("src")).unwrap();
+        fs::create_dir_all(&outside).unwrap();
+        fs::write(outside.join("secret"), "the user's key").unwrap();
+        fs::write(root.join("src/kept.rs"), "fn kept() {}").unwrap();
+        let mut dirs = OpenDir::new(&root);
+        assert_eq!(dirs.read("src/kept.rs", false, 12).unwrap(), b"fn kept() {}");
+
+        // A file swapped for a symlink out of the project after the walk saw a file.
+        std::os::unix::fs::symlink(outside.join("secret"), root.join("src/swapped.rs")).unwrap();
+        assert!(dirs.read("src/swapped.rs", false, 14).is_err());
+        // Read as what it now is, a link, it is its target's name, not its content.
+        let target = dirs.read("src/swapped.rs", true, 0).unwrap();
+        assert_eq!(target, outside.join("secret").into_os_string().into_encoded_bytes());
+
+        // A directory swapped for a symlink out of the project.
+        fs::remove_dir_all(root.join("src")).unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("src")).unwrap();
+        let mut fresh = OpenDir::new(&root);
+        assert!(fresh.read("src/secret", false, 14).is_err());
+        assert!(fresh.of("src/secret").is_none());
+
+        // A FIFO in a file's place: read at once (nothing to read), never waited on.
+        nix::unistd::mkfifo(&root.join("pipe"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let read = fresh.read("pipe", false, 10);
+        assert!(read.as_ref().map_or(true, Vec::is_empty), "{read:?}");
     }
-    if !(kind.is_file() || kind.is_symlink()) {
-        return None;
+
+    #[test]
+    fn a_listing_split_between_two_threads_stats_every_file_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        let mut names = Vec::new();
+        for i in 0..STAT_SPLIT + 100 {
+            let rel = format!("d{:02}/f{i}", i % 40);
+            if i < 40 {
+                fs::create_dir(root.join(format!("d{i:02}"))).unwrap();
+            }
+            fs::write(root.join(&rel), i.to_string()).unwrap();
+            names.push(Name { rel, link: false });
+        }
+        // One listed and gone since: left out.
+        names.push(Name {
+            rel: "d00/gone".into(),
+            link: false,
+        });
+        let found = found(root, names, &Options::default(), &StatCache::default());
+        assert_eq!(found.len(), STAT_SPLIT + 100);
+        assert!(found.windows(2).all(|w| w[0].rel < w[1].rel), "sorted, no twice");
+        let f = found.iter().find(|f| f.rel == "d07/f4087").unwrap();
+        assert_eq!(f.stat.size, 4);
     }
-    let rel = entry.path().strip_prefix(root).ok()?;
-    let Some(rel) = rel.to_str() else {
-        tracing::debug!(
-            "snapshot walk: {} has a name that is not UTF-8",
-            rel.display()
-        );
-        return None;
-    };
-    // Gone since it was listed: not in the snapshot.
-    let meta = fs::symlink_metadata(entry.path()).ok()?;
-    let stat = Stat {
-        size: meta.len(),
-        mtime: nanos(meta.mtime(), meta.mtime_nsec()),
-        ctime: nanos(meta.ctime(), meta.ctime_nsec()),
-        ino: meta.ino(),
-        mode: meta.permissions().mode() & 0o7777,
-    };
-    let link = kind.is_symlink();
-    let cached = files
-        .get(rel)
-        .filter(|c| {
-            c.stat == stat
-                && c.at - stat.mtime.max(stat.ctime) >= SETTLED_NS
-                && (link || stat.size <= options.max_file_bytes)
-        })
-        .map(|c| c.hash.clone());
-    Some(Found {
-        rel: rel.to_owned(),
-        stat,
-        link,
-        cached,
-    })
 }
