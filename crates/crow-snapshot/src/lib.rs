@@ -597,6 +597,17 @@ impl Drop for SnapshotStore {
             let generation = state.generation.clone();
             state.cache.save(&self.dir.join(STAT_CACHE), &generation);
         }
+        // A large tree's lists are hundreds of thousands of allocations: freed on a thread
+        // of their own (a process exiting does not wait for it), not on the way out.
+        if state.cache.len() >= AHEAD_FILES {
+            let state = std::mem::take(state);
+            let freed = std::thread::Builder::new()
+                .name("crow-snapshot-free".into())
+                .spawn(move || drop(state));
+            if let Err(e) = freed {
+                tracing::debug!("snapshot state freed in place: {e}");
+            }
+        }
     }
 }
 

@@ -89,6 +89,11 @@ impl StatCache {
         }
     }
 
+    /// How many files it vouches for.
+    pub(crate) fn len(&self) -> usize {
+        self.files.len()
+    }
+
     /// A prune may have removed any content: each is checked again before it is used.
     pub(crate) fn forget_stored(&mut self) {
         for c in self.files.values_mut() {
@@ -800,14 +805,20 @@ mod tests {
         fs::write(outside.join("secret"), "the user's key").unwrap();
         fs::write(root.join("src/kept.rs"), "fn kept() {}").unwrap();
         let mut dirs = OpenDir::new(&root);
-        assert_eq!(dirs.read("src/kept.rs", false, 12).unwrap(), b"fn kept() {}");
+        assert_eq!(
+            dirs.read("src/kept.rs", false, 12).unwrap(),
+            b"fn kept() {}"
+        );
 
         // A file swapped for a symlink out of the project after the walk saw a file.
         std::os::unix::fs::symlink(outside.join("secret"), root.join("src/swapped.rs")).unwrap();
         assert!(dirs.read("src/swapped.rs", false, 14).is_err());
         // Read as what it now is, a link, it is its target's name, not its content.
         let target = dirs.read("src/swapped.rs", true, 0).unwrap();
-        assert_eq!(target, outside.join("secret").into_os_string().into_encoded_bytes());
+        assert_eq!(
+            target,
+            outside.join("secret").into_os_string().into_encoded_bytes()
+        );
 
         // A directory swapped for a symlink out of the project.
         fs::remove_dir_all(root.join("src")).unwrap();
@@ -842,7 +853,10 @@ mod tests {
         });
         let found = found(root, names, &Options::default(), &StatCache::default());
         assert_eq!(found.len(), STAT_SPLIT + 100);
-        assert!(found.windows(2).all(|w| w[0].rel < w[1].rel), "sorted, no twice");
+        assert!(
+            found.windows(2).all(|w| w[0].rel < w[1].rel),
+            "sorted, no twice"
+        );
         let f = found.iter().find(|f| f.rel == "d07/f4087").unwrap();
         assert_eq!(f.stat.size, 4);
     }
