@@ -304,8 +304,14 @@ impl SnapshotStore {
         // A new watch with every directory added as the walk meets it.
         *watch = if watched { watch::Watcher::new() } else { None };
         let cache_path = self.dir.join(STAT_CACHE);
+        // A thread only for a cache worth it: a small project's costs less than starting one.
+        let large =
+            load_cache && fs::metadata(&cache_path).is_ok_and(|m| m.len() >= AHEAD_CACHE_BYTES);
+        if load_cache && !large {
+            *cache = walk::StatCache::load(&cache_path, generation);
+        }
         let (manifest, all) = std::thread::scope(|scope| {
-            let loading = if load_cache {
+            let loading = if large {
                 let load = || walk::StatCache::load(&cache_path, generation);
                 let thread = std::thread::Builder::new()
                     .name("crow-snapshot-cache".into())
