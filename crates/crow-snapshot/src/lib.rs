@@ -30,6 +30,7 @@ mod files;
 mod manifest;
 mod prune;
 mod revert;
+mod stat;
 mod statfile;
 mod walk;
 mod watch;
