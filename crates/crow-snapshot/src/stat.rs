@@ -203,6 +203,26 @@ mod tests {
     }
 
     #[test]
+    fn a_project_opened_through_a_symlink_is_read_through_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let real = tmp.path().join("real");
+        fs::create_dir_all(real.join("src")).unwrap();
+        fs::write(real.join("top.rs"), "top").unwrap();
+        fs::write(real.join("src/a.rs"), "a").unwrap();
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let names = ["top.rs", "src/a.rs"].map(|rel| Name {
+            rel: rel.into(),
+            link: false,
+        });
+        let found = found(&link, names.into(), &Options::default(), &StatCache::default());
+        assert_eq!(found.len(), 2, "the root's own symlink is the user's choice");
+        let mut dirs = OpenDir::new(&link);
+        assert_eq!(dirs.read("top.rs", false, 3).unwrap(), b"top");
+        assert_eq!(dirs.read("src/a.rs", false, 1).unwrap(), b"a");
+    }
+
+    #[test]
     fn a_listing_split_between_two_threads_stats_every_file_once() {
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path();
