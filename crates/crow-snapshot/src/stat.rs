@@ -215,8 +215,17 @@ mod tests {
             rel: rel.into(),
             link: false,
         });
-        let found = found(&link, names.into(), &Options::default(), &StatCache::default());
-        assert_eq!(found.len(), 2, "the root's own symlink is the user's choice");
+        let found = found(
+            &link,
+            names.into(),
+            &Options::default(),
+            &StatCache::default(),
+        );
+        assert_eq!(
+            found.len(),
+            2,
+            "the root's own symlink is the user's choice"
+        );
         let mut dirs = OpenDir::new(&link);
         assert_eq!(dirs.read("top.rs", false, 3).unwrap(), b"top");
         assert_eq!(dirs.read("src/a.rs", false, 1).unwrap(), b"a");
