@@ -60,16 +60,24 @@ pub fn measure(bench: &Bench, progress: &mut dyn FnMut(&str)) -> Result<Section>
 
     progress("repository scale: first sessions");
     let (mut first_on, mut first_off, mut first_extra) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut paced_off, mut paced_extra) = (Vec::new(), Vec::new());
     for _ in 0..runs.min(5) {
-        let mut walls = [0.0; 2];
+        let mut walls = [0.0; 4];
         for (i, enabled) in [true, false].into_iter().enumerate() {
             set_snapshots(root, enabled)?;
-            let data = tempfile::tempdir().context("cannot create a data directory")?;
-            walls[i] = session(bench, root, steps(1, files), Some(data.path()))?.wall_ms();
+            for (j, scenario) in [steps(1, files), paced(steps(1, files))]
+                .into_iter()
+                .enumerate()
+            {
+                let data = tempfile::tempdir().context("cannot create a data directory")?;
+                walls[i + 2 * j] = session(bench, root, scenario, Some(data.path()))?.wall_ms();
+            }
         }
         first_on.push(walls[0]);
         first_off.push(walls[1]);
         first_extra.push(walls[0] - walls[1]);
+        paced_off.push(walls[3]);
+        paced_extra.push(walls[2] - walls[3]);
     }
 
     progress("repository scale: crow undo");
@@ -139,6 +147,16 @@ pub fn measure(bench: &Bench, progress: &mut dyn FnMut(&str)) -> Result<Section>
             Unit::Ms,
         )
         .target(Target::at_most(100.0, Unit::Ms)),
+        Row::stats(
+            label("first session, a paced model: on − off"),
+            summarize(&paced_extra),
+            Unit::Ms,
+        )
+        .note(format!(
+            "its first call streamed in {PACE_CHARS}-char pieces {PACE_MS} ms apart; \
+             the off session's wall: {:.0} ms",
+            summarize(&paced_off).map_or(0.0, |s| s.median)
+        )),
         Row::stats(
             label("crow undo of a 3-file change"),
             summarize(&undo),
@@ -210,6 +228,21 @@ fn steps(n: usize, files: usize) -> Scenario {
         scenario = scenario.reply(Reply::tool_call("bash", json!({ "command": command })));
     }
     scenario.reply(Reply::text("done"))
+}
+
+/// The pace of [`paced`]'s first reply: pieces of this many characters, this far apart.
+const PACE_CHARS: usize = 4;
+const PACE_MS: u64 = 50;
+
+/// `scenario` with its first reply streamed slowly, as a real model's first answer comes
+/// (hundreds of ms to seconds): the baseline snapshot, taken as the session starts, races it
+/// instead of an instant mock.
+fn paced(mut scenario: Scenario) -> Scenario {
+    if let Some(crow_testkit::Step::Reply(first)) = scenario.steps.first_mut() {
+        first.chunk_size = Some(PACE_CHARS);
+        first.chunk_delay_ms = Some(PACE_MS);
+    }
+    scenario
 }
 
 /// One `bash` step that rewrites three files in three directories, then an answer.
