@@ -239,8 +239,9 @@ const PACE_MS: u64 = 50;
 /// instead of an instant mock.
 fn paced(mut scenario: Scenario) -> Scenario {
     if let Some(crow_testkit::Step::Reply(first)) = scenario.steps.first_mut() {
-        first.chunk_size = Some(PACE_CHARS);
-        first.chunk_delay_ms = Some(PACE_MS);
+        *first = std::mem::take(first)
+            .with_chunk_size(PACE_CHARS)
+            .with_chunk_delay(PACE_MS);
     }
     scenario
 }
