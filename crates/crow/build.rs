@@ -15,11 +15,14 @@
 //! spread over the whole text segment, so a session mapped most of it: the executable's pages
 //! were most of crow's peak RSS. Names the file lists that no longer exist are skipped. Another
 //! linker (`-C linker=`, `-fuse-ld=`, or another target) gets nothing; `CROW_LINK_ORDER=off`
-//! turns it off.
+//! turns it off. `CROW_LINK_MAP=PATH` writes the linker's map there: `scripts/link-order`
+//! names the functions of the stripped release binary from it (a build with symbols kept is
+//! another profile, whose crates hash differently, so its names would not match this one's).
 
 fn main() {
     println!("cargo:rerun-if-env-changed=CROW_PIE");
     println!("cargo:rerun-if-env-changed=CROW_LINK_ORDER");
+    println!("cargo:rerun-if-env-changed=CROW_LINK_MAP");
     println!("cargo:rerun-if-changed=link-order.txt");
     let linux = env("CARGO_CFG_TARGET_OS") == "linux";
     let pie = std::env::var_os("CROW_PIE").is_some_and(|v| !v.is_empty() && v != "0");
@@ -35,6 +38,10 @@ fn main() {
             );
             println!("cargo:rustc-link-arg-bin=crow=-Wl,--no-warn-symbol-ordering");
         }
+    }
+    let map = env("CROW_LINK_MAP");
+    if default_lld() && !map.is_empty() {
+        println!("cargo:rustc-link-arg-bin=crow=-Wl,-Map={map}");
     }
 }
 
