@@ -371,12 +371,15 @@ fn own_sessions(
         for &n in &[n1, n3] {
             let samples = rss.get(&(work, n)).cloned().unwrap_or_default();
             wall_rows.push(
+                // Issue 43's goal. Most of the peak is crow's own code pages: a
+                // link-order.txt that no longer names the release's functions shows here first
+                // (23 MiB against 11), and `scripts/link-order` renews it.
                 Row::stats(
                     format!("{} ×{n}: peak RSS", work.label()),
                     summarize(&samples),
                     Unit::MiB,
                 )
-                .target(Target::at_most(30.0, Unit::MiB)),
+                .target(Target::at_most(15.0, Unit::MiB)),
             );
         }
     }

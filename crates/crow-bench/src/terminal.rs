@@ -62,7 +62,8 @@ pub fn measure(bench: &Bench, turns: usize) -> Result<Section> {
             )),
             Row::single("CPU for a 10,000-line tool output", big_output, Unit::Ms)
                 .note("`seq 10000`: the process's CPU time for the turn (the command's own is not counted)"),
-            Row::single(format!("peak RSS after {turns_done} turns"), rss, Unit::MiB),
+            Row::single(format!("peak RSS after {turns_done} turns"), rss, Unit::MiB)
+                .target(Target::at_most(18.0, Unit::MiB)),
         ],
     })
 }
