@@ -19,8 +19,8 @@ pub fn settings(config: &LspConfig, env: &EnvPolicy) -> Option<LspSettings> {
         return None;
     }
     // Found where the server will look: the PATH the commands' policy passes on.
-    let environment = env.environment();
-    let path = environment.get(std::ffi::OsStr::new("PATH"));
+    let path = env.var("PATH");
+    let path = path.as_ref();
     let defaults = crow_lsp::default_servers();
     let is_default = |name: &str| defaults.iter().any(|d| d.name == name);
     let mut servers = Vec::new();

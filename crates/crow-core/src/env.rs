@@ -224,6 +224,20 @@ impl EnvPolicy {
         self.apply(std::env::vars_os())
     }
 
+    /// What a command started by this process sees for `name`: one variable of
+    /// [`Self::environment`] without checking all the others (a session's start needs only
+    /// the commands' PATH, and the whole environment cost ~0.8M instructions of its ~10M).
+    pub fn var(&self, name: &str) -> Option<OsString> {
+        self.pick(name, std::env::var_os(name))
+    }
+
+    fn pick(&self, name: &str, value: Option<OsString>) -> Option<OsString> {
+        if let Some(set) = self.set.get(name) {
+            return Some(set.into());
+        }
+        value.filter(|value| self.passes_var(name, &value.to_string_lossy()))
+    }
+
     /// Names of this process's variables the policy keeps from commands (for `crow config
     /// show`; names only, never values).
     pub fn removed_names(&self) -> Vec<String> {
@@ -315,6 +329,41 @@ mod tests {
         };
         let env = policy.apply(vars(PARENT));
         assert_eq!(names(&env), ["EDITOR", "HOME", "LC_ALL", "PATH"]);
+    }
+
+    #[test]
+    fn one_variable_is_what_the_whole_environment_has() {
+        let policies = [
+            EnvPolicy {
+                hidden: ["MY_LLM".to_owned()].into(),
+                ..EnvPolicy::default()
+            },
+            EnvPolicy {
+                inherit: Inherit::Core,
+                ..EnvPolicy::default()
+            },
+            EnvPolicy {
+                inherit: Inherit::None,
+                include: vec!["GITHUB_*".into()],
+                set: [("PATH".to_owned(), "/set".to_owned())].into(),
+                ..EnvPolicy::default()
+            },
+            EnvPolicy {
+                exclude: vec!["PATH".into()],
+                ..EnvPolicy::default()
+            },
+        ];
+        for policy in policies {
+            let env = policy.apply(vars(PARENT));
+            for (name, value) in PARENT.iter().chain([&("UNSET", "")]) {
+                let given = (*name != "UNSET").then(|| OsString::from(value));
+                assert_eq!(
+                    policy.pick(name, given).as_ref(),
+                    env.get(OsStr::new(name)),
+                    "{name} under {policy:?}"
+                );
+            }
+        }
     }
 
     #[test]
