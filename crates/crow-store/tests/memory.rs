@@ -311,3 +311,59 @@ fn a_common_query_ranks_the_newest_matches_and_a_rare_one_finds_old_entries() {
     let oldest_ranked = store.entries_after("s1", None).unwrap()[99].0;
     assert!(common.iter().all(|h| h.entry_id > oldest_ranked));
 }
+
+#[test]
+fn has_memory_answers_what_the_listings_would() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(dir.path());
+    // What a session's start asked before, with two listings.
+    let listed = |root: &str, current: Option<&str>| {
+        let learnt = !store
+            .learnings(&LearningFilter {
+                project_root: Some(root.into()),
+                limit: Some(1),
+                ..Default::default()
+            })
+            .unwrap()
+            .is_empty();
+        learnt
+            || store
+                .list_sessions(&crow_core::SessionFilter {
+                    project_root: Some(root.into()),
+                    limit: Some(2),
+                })
+                .unwrap()
+                .iter()
+                .any(|s| Some(s.id.as_str()) != current)
+    };
+    let check = |expected: bool, root: &str, current: Option<&str>| {
+        assert_eq!(
+            listed(root, current),
+            expected,
+            "listings for {root} {current:?}"
+        );
+        assert_eq!(
+            store.has_memory(Path::new(root), current).unwrap(),
+            expected,
+            "has_memory for {root} {current:?}"
+        );
+    };
+    check(false, "/a", None);
+    session(&store, "s1", "/a");
+    check(false, "/a", Some("s1"));
+    check(true, "/a", None);
+    check(true, "/a", Some("s2"));
+    check(false, "/b", Some("s1"));
+    store
+        .add_learning(&learning("/b", "convention", "Use tabs."))
+        .unwrap();
+    check(true, "/b", Some("s1"));
+    check(false, "/c", None);
+    store
+        .add_learning(&NewLearning {
+            global: true,
+            ..learning("/b", "preference", "Answer briefly.")
+        })
+        .unwrap();
+    check(true, "/c", None);
+}

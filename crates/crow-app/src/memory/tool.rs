@@ -34,20 +34,10 @@ pub fn worth_offering(
     project_root: &std::path::Path,
     current: Option<&str>,
 ) -> bool {
-    let learnings = store.learnings(&crow_store::LearningFilter {
-        project_root: Some(project_root.to_path_buf()),
-        limit: Some(1),
-        ..Default::default()
-    });
-    if learnings.is_ok_and(|l| !l.is_empty()) {
-        return true;
-    }
     store
-        .list_sessions(&SessionFilter {
-            project_root: Some(project_root.to_path_buf()),
-            limit: Some(2),
-        })
-        .is_ok_and(|s| s.iter().any(|s| Some(s.id.as_str()) != current))
+        .has_memory(project_root, current)
+        .inspect_err(|e| tracing::debug!("memory_search not offered: {e}"))
+        .unwrap_or(false)
 }
 
 #[async_trait]
