@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use crow_core::{Footprint, SessionFilter, SessionStore, Tool, ToolContext, ToolKind, ToolResult};
+use crow_core::{Footprint, Tool, ToolContext, ToolKind, ToolResult};
 use crow_store::SqliteStore;
 use serde_json::{Value, json};
 
