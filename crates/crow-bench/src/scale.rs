@@ -1,7 +1,8 @@
 //! Section 16: undo at repository scale (issue 43). Whole `crow run` processes in a generated
 //! 50,000-file project (500 directories × 100 small files, a mid-size monorepo), snapshots on
 //! against off: what each changing step costs, the first session in a project crow has never
-//! seen (a fresh data directory), and `crow undo` of a 3-file change.
+//! seen (a fresh data directory; its first step changing a file, or only reading), and
+//! `crow undo` of a 3-file change.
 //!
 //! Runs of on and off are interleaved, so a change in the machine's load shifts both.
 
@@ -61,11 +62,12 @@ pub fn measure(bench: &Bench, progress: &mut dyn FnMut(&str)) -> Result<Section>
     progress("repository scale: first sessions");
     let (mut first_on, mut first_off, mut first_extra) = (Vec::new(), Vec::new(), Vec::new());
     let (mut paced_off, mut paced_extra) = (Vec::new(), Vec::new());
+    let mut look_extra = Vec::new();
     for _ in 0..runs.min(5) {
-        let mut walls = [0.0; 4];
+        let mut walls = [0.0; 6];
         for (i, enabled) in [true, false].into_iter().enumerate() {
             set_snapshots(root, enabled)?;
-            for (j, scenario) in [steps(1, files), paced(steps(1, files))]
+            for (j, scenario) in [steps(1, files), paced(steps(1, files)), look()]
                 .into_iter()
                 .enumerate()
             {
@@ -78,6 +80,7 @@ pub fn measure(bench: &Bench, progress: &mut dyn FnMut(&str)) -> Result<Section>
         first_extra.push(walls[0] - walls[1]);
         paced_off.push(walls[3]);
         paced_extra.push(walls[2] - walls[3]);
+        look_extra.push(walls[4] - walls[5]);
     }
 
     progress("repository scale: crow undo");
@@ -132,12 +135,12 @@ pub fn measure(bench: &Bench, progress: &mut dyn FnMut(&str)) -> Result<Section>
             Unit::Ms,
         ),
         Row::stats(
-            label("first session (1 echo step, fresh data dir), on"),
+            label("first session (1 changing step, fresh data dir), on"),
             summarize(&first_on),
             Unit::Ms,
         ),
         Row::stats(
-            label("first session (1 echo step, fresh data dir), off"),
+            label("first session (1 changing step, fresh data dir), off"),
             summarize(&first_off),
             Unit::Ms,
         ),
@@ -157,6 +160,12 @@ pub fn measure(bench: &Bench, progress: &mut dyn FnMut(&str)) -> Result<Section>
              the off session's wall: {:.0} ms",
             summarize(&paced_off).map_or(0.0, |s| s.median)
         )),
+        Row::stats(
+            label("first session, 1 reading step (`ls`): on − off"),
+            summarize(&look_extra),
+            Unit::Ms,
+        )
+        .note("a command that only reads takes no snapshot: it never waits for the first"),
         Row::stats(
             label("crow undo of a 3-file change"),
             summarize(&undo),
@@ -228,6 +237,13 @@ fn steps(n: usize, files: usize) -> Scenario {
         scenario = scenario.reply(Reply::tool_call("bash", json!({ "command": command })));
     }
     scenario.reply(Reply::text("done"))
+}
+
+/// One `bash` step that only reads (a listing), then an answer.
+fn look() -> Scenario {
+    Scenario::new()
+        .reply(Reply::tool_call("bash", json!({ "command": "ls -la" })))
+        .reply(Reply::text("done"))
 }
 
 /// The pace of [`paced`]'s first reply: pieces of this many characters, this far apart.

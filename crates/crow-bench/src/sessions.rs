@@ -21,25 +21,37 @@ const READ_FILE: &str = "notes.txt";
 /// What each iteration of a session asks crow to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Work {
+    /// A command that only reads: no snapshots around it.
     Echo,
+    /// A command that changes a file: a snapshot before and after it.
+    Append,
     ReadFile,
 }
 
 impl Work {
+    /// Every kind, in the order the sections list them.
+    const ALL: [Work; 3] = [Work::Echo, Work::Append, Work::ReadFile];
+
     fn label(self) -> &'static str {
         match self {
             Work::Echo => "bash echo",
+            Work::Append => "bash echo >> file",
             Work::ReadFile => "read_file",
         }
     }
 
     fn reply(self, i: usize) -> Reply {
+        let bash = |command: String| Reply::tool_call("bash", json!({ "command": command }));
         match self {
-            Work::Echo => Reply::tool_call("bash", json!({"command": format!("echo step {i}")})),
+            Work::Echo => bash(format!("echo step {i}")),
+            Work::Append => bash(format!("echo step {i} >> {APPENDED}")),
             Work::ReadFile => Reply::tool_call("read_file", json!({"path": READ_FILE})),
         }
     }
 }
+
+/// The file `bash echo >> file` appends a line to at each step.
+const APPENDED: &str = "steps.log";
 
 /// `n` iterations of `work`, then a closing text answer (so `n` + 1 model calls).
 pub fn scenario(work: Work, n: usize) -> Scenario {
@@ -304,7 +316,7 @@ fn own_sessions(
     for run in 0..config.runs {
         progress(&format!("sessions: run {}/{}", run + 1, config.runs));
         // Interleaved, so slow spells of a shared machine hit every N alike.
-        for work in [Work::Echo, Work::ReadFile] {
+        for work in Work::ALL {
             for &n in &ns {
                 let (child, requests, _) = session(bench, dir.path(), scenario(work, n))?;
                 let ends = child.events("tool_call_end");
@@ -332,7 +344,7 @@ fn own_sessions(
     let [n1, n2, n3] = ns;
     let mut overhead = Vec::new();
     let mut wall_rows = Vec::new();
-    for work in [Work::Echo, Work::ReadFile] {
+    for work in Work::ALL {
         let at = |n: usize| walls.get(&(work, n)).cloned().unwrap_or_default();
         let per_iteration: Vec<f64> = at(n3)
             .iter()

@@ -53,12 +53,14 @@ use serde::{Deserialize, Serialize};
 mod glob;
 mod paths;
 mod project;
+mod reads;
 mod session;
 mod shell;
 mod suggest;
 
 pub use paths::{Expansion, NamedPath, command_paths};
 pub use project::PROJECT_POLICY;
+pub use reads::reads_only;
 pub use session::SessionRules;
 pub use shell::{inner_commands, split_command, substitutes};
 pub use suggest::suggest_rule;

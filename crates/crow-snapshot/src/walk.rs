@@ -588,8 +588,9 @@ fn read_each(
     const RUN: usize = 64;
     let next = std::sync::atomic::AtomicUsize::new(0);
     std::thread::scope(|scope| {
-        // Bounded: contents wait in memory only this many at a time.
-        let (tx, rx) = std::sync::mpsc::sync_channel(256);
+        // Bounded: contents wait in memory only this many runs at a time. A run's results go
+        // together: one hand-over per run, not one per file.
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<_>>(8);
         let mut started = 0;
         for _ in 0..workers {
             let (tx, next, read) = (tx.clone(), &next, &read);
@@ -602,10 +603,14 @@ fn read_each(
                         let Some(run) = todo.get(start..).filter(|run| !run.is_empty()) else {
                             break;
                         };
-                        for (i, f) in run.iter().take(RUN).enumerate() {
-                            if tx.send((start + i, read(&mut dirs, f))).is_err() {
-                                return; // the sink failed: stop reading
-                            }
+                        let results = run
+                            .iter()
+                            .take(RUN)
+                            .enumerate()
+                            .map(|(i, f)| (start + i, read(&mut dirs, f)))
+                            .collect();
+                        if tx.send(results).is_err() {
+                            return; // the sink failed: stop reading
                         }
                     }
                 });
@@ -622,7 +627,7 @@ fn read_each(
             return Ok(());
         }
         drop(tx);
-        for (i, result) in rx {
+        for (i, result) in rx.into_iter().flatten() {
             sink(i, result)?;
         }
         Ok(())

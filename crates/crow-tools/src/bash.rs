@@ -100,6 +100,16 @@ impl Tool for BashTool {
         ToolKind::Execute
     }
 
+    /// A command that only reads (`crow_core::policy::reads_only`: `ls`, `cat x | head`)
+    /// changes nothing, so long as its programs are the system's: no `PATH` entry the
+    /// project could put a program of that name in, and no startup script bash would run.
+    fn may_change(&self, input: &serde_json::Value, project_root: &Path) -> bool {
+        let Some(command) = input.get("command").and_then(|c| c.as_str()) else {
+            return true;
+        };
+        !(crow_core::policy::reads_only(command) && plain_programs(&self.options.env, project_root))
+    }
+
     async fn execute(&self, input: serde_json::Value, ctx: &ToolContext) -> ToolResult {
         let args: Args = match parse(&input, SHAPE) {
             Ok(a) => a,
@@ -427,6 +437,27 @@ pub(crate) fn group_command(
         cmd.process_group(0);
     }
     cmd
+}
+
+/// Whether a command's program names find the system's programs: every `PATH` entry is
+/// absolute and outside the project (a relative or empty one is the working directory), and
+/// the environment names no script or function the shell would load first.
+fn plain_programs(env: &EnvPolicy, project_root: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    if env.var("BASH_ENV").is_some() || env.var("ENV").is_some() {
+        return false;
+    }
+    // Exported functions (`BASH_FUNC_ls%%`) replace a program of their name.
+    let functions = |name: &[u8]| name.starts_with(b"BASH_FUNC_");
+    if std::env::vars_os().any(|(name, _)| functions(name.as_bytes()))
+        || env.set.keys().any(|name| functions(name.as_bytes()))
+    {
+        return false;
+    }
+    let Some(path) = env.var("PATH") else {
+        return false;
+    };
+    std::env::split_paths(&path).all(|dir| dir.is_absolute() && !dir.starts_with(project_root))
 }
 
 /// `shell -c command` as the agent runs it: the command's environment (the policy plus the

@@ -478,3 +478,44 @@ async fn undo_reverts_a_step_crow_was_killed_in() {
     );
     assert_eq!(tree(&project, false), before);
 }
+
+/// A command that only reads (`ls`) takes no snapshot, but only when its program is the
+/// system's: a project that puts its own `ls` on the commands' `PATH` gets the snapshots of
+/// any command, so what that `ls` writes is reported and undone.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reader_the_project_puts_on_path_is_watched_like_any_command() {
+    use std::os::unix::fs::PermissionsExt;
+    let (tmp, project) = workspace(false);
+    let bin = project.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::write(bin.join("ls"), "#!/bin/sh\necho planted > planted.txt\n").unwrap();
+    std::fs::set_permissions(bin.join("ls"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let before = tree(&project, false);
+    let mock = MockLlm::start(
+        Scenario::new()
+            .reply(Reply::tool_call("bash", json!({"command": "ls"})))
+            .reply(Reply::tool_call(
+                "task_complete",
+                json!({"summary": "looked"}),
+            )),
+    )
+    .await
+    .unwrap();
+    let mut run = in_project(crow_run(tmp.path(), &mock, "look around"), &project);
+    let path = std::env::var("PATH").unwrap_or_default();
+    run.env("PATH", format!("{}:{path}", bin.display()));
+    let out = output(run).await;
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    assert!(project.join("planted.txt").exists(), "the project's ls ran");
+    let seen: Vec<String> = out
+        .of_type("files_changed")
+        .iter()
+        .flat_map(|e| e["changes"].as_array().unwrap().clone())
+        .map(|c| c["path"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(seen, ["planted.txt"]);
+
+    let undone = output(undo(tmp.path(), &project, &[])).await;
+    assert_eq!(undone.code, Some(0), "stderr: {}", undone.stderr);
+    assert_eq!(tree(&project, false), before);
+}

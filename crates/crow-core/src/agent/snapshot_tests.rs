@@ -80,6 +80,10 @@ impl Tool for Shell {
     fn kind(&self) -> ToolKind {
         ToolKind::Execute
     }
+    /// `{"look": true}` only reads, as `bash` says of `ls`.
+    fn may_change(&self, input: &serde_json::Value, _root: &std::path::Path) -> bool {
+        input["look"] != true
+    }
     fn parameters_schema(&self) -> serde_json::Value {
         json!({"type": "object"})
     }
@@ -409,4 +413,62 @@ async fn a_failed_snapshot_costs_the_report_never_the_turn() {
     step.before_batch(&mut session).await;
     assert_eq!(step.after_batch(&mut session, &tx, "builder").await, None);
     assert!(session.entries().is_empty(), "no step begun, none recorded");
+}
+
+/// A `PreToolUse` hook that rewrites every call of `shell` into a write.
+struct Rewrites;
+
+#[async_trait]
+impl crate::hooks::Hooks for Rewrites {
+    fn listens(&self, event: HookEvent, subject: Option<&str>) -> bool {
+        event == HookEvent::PreToolUse && subject == Some("shell")
+    }
+    async fn fire(
+        &self,
+        _input: crate::hooks::HookInput,
+        _cancel: &CancellationToken,
+    ) -> crate::hooks::HookOutcome {
+        crate::hooks::HookOutcome {
+            updated_input: Some(json!({"write": {"hooked.txt": "h"}})),
+            ..Default::default()
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_command_that_only_reads_takes_no_snapshot_unless_a_hook_may_rewrite_it() {
+    let run = |hooks: Option<Arc<dyn crate::hooks::Hooks>>| async move {
+        let memory = Arc::new(Memory::default());
+        let provider = Scripted::new(vec![act("r", "shell", r#"{"look": true}"#), say("done")]);
+        let tools = ToolRegistry::new();
+        tools.register(Arc::new(Shell(Arc::clone(&memory.disk))));
+        let mut agent = BaseAgent::new(
+            "builder",
+            provider,
+            tools,
+            "test",
+            Arc::new(AllowAll),
+            AgentConfig::default(),
+        )
+        .with_snapshots(Arc::clone(&memory) as Arc<dyn Snapshotter>);
+        if let Some(hooks) = hooks {
+            agent = agent.with_hooks(hooks, None);
+        }
+        let mut session = Session::new("s", "builder", "/p".into(), "/p".into());
+        session.add_user_message("go");
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let turn = agent
+            .execute_turn(&mut session, &tx, CancellationToken::new())
+            .await
+            .unwrap();
+        let taken = memory.taken.lock().unwrap().len();
+        (taken, turn.files_changed)
+    };
+    assert_eq!(run(None).await, (0, vec![]), "a look costs no snapshot");
+    // The hook turns the look into a write after the loop judged the batch: judged by the
+    // tool's kind instead, so the write is seen and can be undone.
+    assert_eq!(
+        run(Some(Arc::new(Rewrites))).await,
+        (2, vec![PathBuf::from("/p/hooked.txt")])
+    );
 }

@@ -3,15 +3,17 @@
 //! the edit tools', and changes others made between batches are not counted as the agent's.
 //! Read-only batches cost nothing.
 //!
-//! A batch may change files when one of its calls has a mutating `ToolKind` (edits, `bash`, MCP
-//! tools not marked read-only) or is a `task`. Its snapshot pair's difference is the `FilesChanged`
+//! A batch may change files when one of its calls is a `task` or its tool says it may
+//! (`Tool::may_change`: edits, MCP tools not marked read-only, a command that does more than
+//! read); a `bash` call like `ls` or `cat x | head` costs no snapshot, and never waits for a
+//! project's first one. Its snapshot pair's difference is the `FilesChanged`
 //! event (change kinds and the snapshot id), `TurnResult.files_changed` (so the crew's handoff) and
 //! a `Snapshot` system entry (turn start, before, after, changes; written even when nothing
 //! changed). A `SnapshotStarted` entry is written before the batch runs, so a step crow was killed
 //! in is still on the undo stack (it ends where the next began, or at the tree as it is at undo
 //! time).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::*;
 use crate::snapshot::{FileChange, Snapshotter};
@@ -27,15 +29,26 @@ pub(super) struct SnapshotStep {
 }
 
 impl BaseAgent {
-    /// Whether a response's calls may change files: a mutating kind (edits, commands, MCP
-    /// tools not marked read-only) or a subagent (`task`), whose agents may.
-    pub(super) fn batch_may_change(&self, calls: &[PendingCall]) -> bool {
+    /// Whether a response's calls may change files: a subagent (`task`), whose agents may, or
+    /// a call its tool says may (`Tool::may_change`: edits, MCP tools not marked read-only, a
+    /// command unless it only reads). A call whose arguments a `PreToolUse` hook may still
+    /// rewrite, or that are not JSON, is judged by its tool's kind alone.
+    pub(super) fn batch_may_change(&self, calls: &[PendingCall], project_root: &Path) -> bool {
         calls.iter().any(|call| {
-            call.name == crate::subagent::TASK
-                || self
-                    .tools
-                    .get(&call.name)
-                    .is_some_and(|tool| tool.kind().mutates())
+            if call.name == crate::subagent::TASK {
+                return true;
+            }
+            let Some(tool) = self.tools.get(&call.name) else {
+                return false;
+            };
+            let rewritable = self
+                .hooks
+                .as_ref()
+                .is_some_and(|h| h.listens(HookEvent::PreToolUse, Some(&call.name)));
+            match serde_json::from_str::<serde_json::Value>(&call.arguments) {
+                Ok(input) if !rewritable => tool.may_change(&input, project_root),
+                _ => tool.kind().mutates(),
+            }
         })
     }
 }
