@@ -388,7 +388,7 @@ impl BaseAgent {
             }
 
             let truncated = response.finish == Some(FinishReason::MaxTokens);
-            let may_change = self.batch_may_change(&response.calls, &session.project_root);
+            let may_change = self.batch_may_change(&response.calls, session, events, &cancel);
             if may_change {
                 snaps.before_batch(session).await;
             }

@@ -14,7 +14,7 @@
 //! its kind's safe default.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -70,10 +70,10 @@ pub trait Tool: Send + Sync {
             Footprint::Nothing
         }
     }
-    /// Whether this call may change files in `project_root`: the loop snapshots the tree
-    /// around a batch where one may (`agent/snapshots.rs`). The default goes by the kind; a
-    /// tool that can tell from its input (a command that only reads) says so.
-    fn may_change(&self, _input: &serde_json::Value, _project_root: &Path) -> bool {
+    /// Whether this call may change files: the loop snapshots the tree around a batch where
+    /// one may (`agent/snapshots.rs`). The default goes by the kind; a tool that can tell from
+    /// its input (a command that only reads) says so.
+    fn may_change(&self, _input: &serde_json::Value, _ctx: &ToolContext) -> bool {
         self.kind().mutates()
     }
     /// Whether the tool asks the permission gate itself before it changes anything (with a

@@ -103,11 +103,14 @@ impl Tool for BashTool {
     /// A command that only reads (`crow_core::policy::reads_only`: `ls`, `cat x | head`)
     /// changes nothing, so long as its programs are the system's: no `PATH` entry the
     /// project could put a program of that name in, and no startup script bash would run.
-    fn may_change(&self, input: &serde_json::Value, project_root: &Path) -> bool {
+    /// In the editor's terminal the environment is the editor's, which crow cannot see.
+    fn may_change(&self, input: &serde_json::Value, ctx: &ToolContext) -> bool {
         let Some(command) = input.get("command").and_then(|c| c.as_str()) else {
             return true;
         };
-        !(crow_core::policy::reads_only(command) && plain_programs(&self.options.env, project_root))
+        ctx.client_terminal().is_some()
+            || !crow_core::policy::reads_only(command)
+            || !plain_programs(&self.options.env, &ctx.project_root)
     }
 
     async fn execute(&self, input: serde_json::Value, ctx: &ToolContext) -> ToolResult {

@@ -354,36 +354,43 @@ async fn a_command_that_would_run_unconfined_asks_marked_unconfined() {
 
 #[test]
 fn a_command_that_only_reads_changes_nothing_unless_the_project_can_name_its_programs() {
-    let project = Path::new("/work/project");
-    let with = |set: &[(&str, &str)]| {
+    let env = TestEnv::new();
+    let project = env.ctx.project_root.display().to_string();
+    let with = |set: &[(&str, String)]| {
         let mut options = ToolOptions::default();
         for (name, value) in set {
-            options.env.set.insert((*name).into(), (*value).into());
+            options.env.set.insert((*name).into(), value.clone());
         }
         BashTool::new(options)
     };
     let may = |tool: &BashTool, command: &str| {
-        tool.may_change(&serde_json::json!({ "command": command }), project)
+        tool.may_change(&serde_json::json!({ "command": command }), &env.ctx)
     };
-    let plain = with(&[("PATH", "/usr/local/bin:/usr/bin:/bin")]);
+    let plain = with(&[("PATH", "/usr/local/bin:/usr/bin:/bin".into())]);
     // An exported shell function in the test's own environment would name a program too.
     let functions = std::env::vars_os().any(|(n, _)| n.to_string_lossy().starts_with("BASH_FUNC_"));
     assert_eq!(may(&plain, "ls -la | head"), functions);
     assert!(may(&plain, "touch x"));
     assert!(may(&plain, "ls > listing.txt"));
     assert!(
-        plain.may_change(&serde_json::json!({}), project),
+        plain.may_change(&serde_json::json!({}), &env.ctx),
         "no command: judged as any"
     );
 
     // A program the project could supply under a reader's name, or a script bash runs first.
     for set in [
-        vec![("PATH", "/work/project/bin:/usr/bin")],
-        vec![("PATH", "bin:/usr/bin")],
-        vec![("PATH", ":/usr/bin")],
-        vec![("PATH", "/usr/bin"), ("BASH_ENV", "/work/project/.env.sh")],
-        vec![("PATH", "/usr/bin"), ("ENV", "/tmp/x")],
-        vec![("PATH", "/usr/bin"), ("BASH_FUNC_ls%%", "() { touch x; }")],
+        vec![("PATH", format!("{project}/bin:/usr/bin"))],
+        vec![("PATH", "bin:/usr/bin".into())],
+        vec![("PATH", ":/usr/bin".into())],
+        vec![
+            ("PATH", "/usr/bin".into()),
+            ("BASH_ENV", format!("{project}/.env.sh")),
+        ],
+        vec![("PATH", "/usr/bin".into()), ("ENV", "/tmp/x".into())],
+        vec![
+            ("PATH", "/usr/bin".into()),
+            ("BASH_FUNC_ls%%", "() { touch x; }".into()),
+        ],
     ] {
         assert!(may(&with(&set), "ls"), "{set:?}");
     }

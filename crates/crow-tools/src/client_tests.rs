@@ -213,3 +213,17 @@ async fn the_editor_terminal_gets_removed_variables_blanked_and_set_values() {
     );
     assert!(!sent.iter().any(|(k, _)| k == "PATH"), "{sent:?}");
 }
+
+#[test]
+fn a_command_in_the_editors_terminal_may_change_files_whatever_it_says() {
+    // The editor's environment (its PATH) is not crow's to check: no reading command there
+    // goes without its snapshots.
+    let (env, _editor) = with_editor();
+    let mut options = ToolOptions::default();
+    options
+        .env
+        .set
+        .insert("PATH".into(), "/usr/bin:/bin".into());
+    let bash = BashTool::new(options);
+    assert!(bash.may_change(&serde_json::json!({"command": "ls"}), &env.ctx));
+}

@@ -5,6 +5,28 @@
 use super::*;
 
 impl BaseAgent {
+    /// What a tool knows of the call `call_id` it serves.
+    pub(super) fn tool_context(
+        &self,
+        session: &Session,
+        call_id: &str,
+        events: &EventSender,
+        cancel: &CancellationToken,
+    ) -> ToolContext {
+        ToolContext {
+            session_id: session.id.clone(),
+            agent: self.name.clone(),
+            call_id: call_id.to_owned(),
+            cwd: session.cwd.clone(),
+            project_root: session.project_root.clone(),
+            cancel: cancel.child_token(),
+            permission: Arc::clone(&self.permission),
+            events: events.clone(),
+            client: self.client.clone(),
+            steering: session.steering.clone(),
+        }
+    }
+
     /// Runs one response's tool calls concurrently, except that calls touching the same files
     /// run one after another in call order (`schedule.rs`); returns results in call order.
     pub(super) async fn run_tools(
@@ -57,18 +79,7 @@ impl BaseAgent {
                     )
                 })),
                 (Some(tool), Ok(input)) => {
-                    let ctx = ToolContext {
-                        session_id: session.id.clone(),
-                        agent: self.name.clone(),
-                        call_id: call.id.clone(),
-                        cwd: session.cwd.clone(),
-                        project_root: session.project_root.clone(),
-                        cancel: cancel.child_token(),
-                        permission: Arc::clone(&self.permission),
-                        events: events.clone(),
-                        client: self.client.clone(),
-                        steering: session.steering.clone(),
-                    };
+                    let ctx = self.tool_context(session, &call.id, events, cancel);
                     let tool = Arc::clone(tool);
                     let footprint = tool.footprint(&input, &ctx);
                     let (turn_comes, finished) = order.admit(footprint.clone());

@@ -81,7 +81,7 @@ impl Tool for Shell {
         ToolKind::Execute
     }
     /// `{"look": true}` only reads, as `bash` says of `ls`.
-    fn may_change(&self, input: &serde_json::Value, _root: &std::path::Path) -> bool {
+    fn may_change(&self, input: &serde_json::Value, _ctx: &ToolContext) -> bool {
         input["look"] != true
     }
     fn parameters_schema(&self) -> serde_json::Value {

@@ -13,7 +13,7 @@
 //! in is still on the undo stack (it ends where the next began, or at the tree as it is at undo
 //! time).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use super::*;
 use crate::snapshot::{FileChange, Snapshotter};
@@ -33,7 +33,13 @@ impl BaseAgent {
     /// a call its tool says may (`Tool::may_change`: edits, MCP tools not marked read-only, a
     /// command unless it only reads). A call whose arguments a `PreToolUse` hook may still
     /// rewrite, or that are not JSON, is judged by its tool's kind alone.
-    pub(super) fn batch_may_change(&self, calls: &[PendingCall], project_root: &Path) -> bool {
+    pub(super) fn batch_may_change(
+        &self,
+        calls: &[PendingCall],
+        session: &Session,
+        events: &EventSender,
+        cancel: &CancellationToken,
+    ) -> bool {
         calls.iter().any(|call| {
             if call.name == crate::subagent::TASK {
                 return true;
@@ -45,8 +51,11 @@ impl BaseAgent {
                 .hooks
                 .as_ref()
                 .is_some_and(|h| h.listens(HookEvent::PreToolUse, Some(&call.name)));
-            match serde_json::from_str::<serde_json::Value>(&call.arguments) {
-                Ok(input) if !rewritable => tool.may_change(&input, project_root),
+            match parse_arguments(&call.arguments) {
+                Ok(input) if !rewritable => {
+                    let ctx = self.tool_context(session, &call.id, events, cancel);
+                    tool.may_change(&input, &ctx)
+                }
                 _ => tool.kind().mutates(),
             }
         })
