@@ -65,6 +65,26 @@ impl Snapshotter for Memory {
     }
 }
 
+/// The builder with `memory` for its snapshots.
+fn builder(provider: Arc<dyn Provider>, tools: ToolRegistry, memory: &Arc<Memory>) -> BaseAgent {
+    BaseAgent::new(
+        "builder",
+        provider,
+        tools,
+        "test",
+        Arc::new(AllowAll),
+        AgentConfig::default(),
+    )
+    .with_snapshots(Arc::clone(memory) as Arc<dyn Snapshotter>)
+}
+
+/// A session in `/p` whose user asked `prompt`.
+fn asked(prompt: &str) -> Session {
+    let mut session = Session::new("s", "builder", "/p".into(), "/p".into());
+    session.add_user_message(prompt);
+    session
+}
+
 /// A command: writes `{"write": {path: content}}` and removes `{"remove": [path]}`, and
 /// reports nothing in `files_modified` (as `bash` does not).
 struct Shell(Disk);
@@ -144,17 +164,8 @@ async fn changes_come_from_snapshots_and_read_only_batches_take_none() {
     let tools = ToolRegistry::new();
     tools.register(Arc::new(Shell(Arc::clone(&memory.disk))));
     tools.register(Arc::new(Look));
-    let agent = BaseAgent::new(
-        "builder",
-        provider,
-        tools,
-        "test",
-        Arc::new(AllowAll),
-        AgentConfig::default(),
-    )
-    .with_snapshots(Arc::clone(&memory) as Arc<dyn Snapshotter>);
-    let mut session = Session::new("s", "builder", "/p".into(), "/p".into());
-    session.add_user_message("go");
+    let agent = builder(provider, tools, &memory);
+    let mut session = asked("go");
     let (tx, mut rx) = mpsc::unbounded_channel();
     let turn = agent
         .execute_turn(&mut session, &tx, CancellationToken::new())
@@ -263,17 +274,8 @@ async fn what_others_change_between_batches_is_not_the_agents() {
     let tools = ToolRegistry::new();
     tools.register(Arc::new(Shell(Arc::clone(&memory.disk))));
     tools.register(Arc::new(Meanwhile(Arc::clone(&memory.disk))));
-    let agent = BaseAgent::new(
-        "builder",
-        provider,
-        tools,
-        "test",
-        Arc::new(AllowAll),
-        AgentConfig::default(),
-    )
-    .with_snapshots(Arc::clone(&memory) as Arc<dyn Snapshotter>);
-    let mut session = Session::new("s", "builder", "/p".into(), "/p".into());
-    session.add_user_message("go");
+    let agent = builder(provider, tools, &memory);
+    let mut session = asked("go");
     let (tx, _rx) = mpsc::unbounded_channel();
     let turn = agent
         .execute_turn(&mut session, &tx, CancellationToken::new())
@@ -442,20 +444,11 @@ async fn a_command_that_only_reads_takes_no_snapshot_unless_a_hook_may_rewrite_i
         let provider = Scripted::new(vec![act("r", "shell", r#"{"look": true}"#), say("done")]);
         let tools = ToolRegistry::new();
         tools.register(Arc::new(Shell(Arc::clone(&memory.disk))));
-        let mut agent = BaseAgent::new(
-            "builder",
-            provider,
-            tools,
-            "test",
-            Arc::new(AllowAll),
-            AgentConfig::default(),
-        )
-        .with_snapshots(Arc::clone(&memory) as Arc<dyn Snapshotter>);
+        let mut agent = builder(provider, tools, &memory);
         if let Some(hooks) = hooks {
             agent = agent.with_hooks(hooks, None);
         }
-        let mut session = Session::new("s", "builder", "/p".into(), "/p".into());
-        session.add_user_message("go");
+        let mut session = asked("go");
         let (tx, _rx) = mpsc::unbounded_channel();
         let turn = agent
             .execute_turn(&mut session, &tx, CancellationToken::new())
