@@ -443,8 +443,10 @@ pub(crate) fn group_command(
 }
 
 /// Whether a command's program names find the system's programs: every `PATH` entry is
-/// absolute and outside the project (a relative or empty one is the working directory), and
-/// the environment names no script or function the shell would load first.
+/// absolute and outside the project, as written and as resolved (a relative or empty one is
+/// the working directory; a symlink may lead into the project, or the project be reached
+/// through one), and the environment names no script or function the shell would load
+/// first.
 fn plain_programs(env: &EnvPolicy, project_root: &Path) -> bool {
     use std::os::unix::ffi::OsStrExt;
     if env.var("BASH_ENV").is_some() || env.var("ENV").is_some() {
@@ -460,7 +462,14 @@ fn plain_programs(env: &EnvPolicy, project_root: &Path) -> bool {
     let Some(path) = env.var("PATH") else {
         return false;
     };
-    std::env::split_paths(&path).all(|dir| dir.is_absolute() && !dir.starts_with(project_root))
+    let real_root = project_root.canonicalize().ok();
+    let inside = |dir: &Path| {
+        dir.starts_with(project_root) || real_root.as_ref().is_some_and(|r| dir.starts_with(r))
+    };
+    std::env::split_paths(&path).all(|dir| {
+        // A directory that does not resolve holds no program.
+        dir.is_absolute() && !inside(&dir) && dir.canonicalize().map_or(true, |real| !inside(&real))
+    })
 }
 
 /// `shell -c command` as the agent runs it: the command's environment (the policy plus the

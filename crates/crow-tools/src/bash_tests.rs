@@ -394,4 +394,25 @@ fn a_command_that_only_reads_changes_nothing_unless_the_project_can_name_its_pro
     ] {
         assert!(may(&with(&set), "ls"), "{set:?}");
     }
+
+    // A PATH entry outside the project that is a symlink into it, and the project reached
+    // through a symlink while PATH names its real directory.
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::create_dir(env.ctx.project_root.join("bin")).unwrap();
+    let link = outside.path().join("tools");
+    std::os::unix::fs::symlink(env.ctx.project_root.join("bin"), &link).unwrap();
+    let linked = with(&[("PATH", format!("{}:/usr/bin", link.display()))]);
+    assert!(
+        may(&linked, "ls"),
+        "a PATH entry that resolves into the project"
+    );
+    let root_link = outside.path().join("project");
+    std::os::unix::fs::symlink(&env.ctx.project_root, &root_link).unwrap();
+    let mut through = env.ctx.clone();
+    through.project_root = root_link;
+    let real = with(&[("PATH", format!("{project}/bin:/usr/bin"))]);
+    assert!(
+        real.may_change(&serde_json::json!({"command": "ls"}), &through),
+        "the project opened through a symlink, PATH naming its real directory"
+    );
 }
