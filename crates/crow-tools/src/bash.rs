@@ -353,7 +353,10 @@ async fn run_in_client(
     let (command, watch, launch) = match &options.sandbox {
         Some(lazy) => {
             let spec = lazy.get();
-            let (policy, watch) = spec.prepare(&ctx.project_root);
+            let (mut policy, watch) = spec.prepare(&ctx.project_root);
+            // The editor's terminal is not crow's child, and the launcher joins only a sibling
+            // of its own: there a command makes its own network namespace.
+            policy.join_network = None;
             match spec.terminal_launch(&policy) {
                 Some(launch) => {
                     env.push(("BASH_ENV".to_owned(), launch.bash_env.clone()));

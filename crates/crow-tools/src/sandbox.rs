@@ -15,7 +15,9 @@
 //!   rules (`.crow/`, `.claude/`, `.mcp.json`, `opencode.json` …) and crow's own config and
 //!   data read-only — bind mounts in a private mount namespace, since Landlock can only add
 //!   rights; what is missing is watched, and removed if a command creates it ([`Watch`]);
-//! - **no network**: a new, empty network namespace (every protocol), and Landlock's TCP
+//! - **no network**: an empty network namespace (every protocol) — one per crow process,
+//!   held by a child that does nothing else ([`SharedNetwork`]) and joined by each command,
+//!   since creating one per command was half of what the sandbox cost — and Landlock's TCP
 //!   bind/connect rules where the kernel has them (ABI 4, Linux 6.7);
 //! - **no terminal, no signals out**: a new session (no controlling terminal to inject
 //!   keystrokes into), and Landlock's scopes (ABI 6, Linux 6.12): signals and abstract unix
@@ -71,7 +73,11 @@ pub const LAUNCHER_BIN: &str = "crow-sandbox";
 
 /// The launcher's protocol (its arguments and policy JSON), said by `--probe`: a launcher
 /// answering another one (a stale build beside a newer crow) is not used.
-pub const PROTOCOL: u32 = 2;
+pub const PROTOCOL: u32 = 3;
+
+/// What the network holder (`LAUNCHER __sandbox --hold-network`) prints once its namespaces
+/// exist.
+const HOLDER_READY: &str = "ready";
 
 /// Set (non-empty) to make crow behave as on a machine without any sandbox support: tests
 /// and users can see the refusal without such a machine.
@@ -258,6 +264,72 @@ fn sealed_copy(name: &str, content: &mut impl std::io::Read) -> Option<(std::fs:
     Some((file, path))
 }
 
+/// The one empty network namespace of a crow process's commands: a child,
+/// `LAUNCHER __sandbox --hold-network`, that enters a user namespace and a new network
+/// namespace and then only waits for its standard input to close (crow exiting, even killed).
+/// Each command's launcher joins its namespaces (given its pid in [`LaunchPolicy`]) instead
+/// of creating a network namespace, which was about half of what the sandbox added to a
+/// command. Commands sharing it cannot reach each other through it: its loopback device is
+/// down (raising it needs a capability a command does not keep), and Landlock scopes abstract
+/// unix sockets and TCP where the kernel has them. Should the holder be gone, each command
+/// creates its own again.
+#[derive(Debug)]
+pub struct SharedNetwork {
+    holder: std::process::Child,
+}
+
+impl SharedNetwork {
+    /// Starts a holder through `launcher` and waits until its namespaces exist; `None` when it
+    /// cannot make them (the commands then make their own, as the probe said they can).
+    pub fn start(launcher: &Path) -> Option<Self> {
+        use std::io::BufRead;
+        use std::process::Stdio;
+        let mut holder = std::process::Command::new(launcher)
+            .args([LAUNCHER_ARG, "--hold-network"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| tracing::debug!("cannot start the network holder: {e}"))
+            .ok()?;
+        let mut line = String::new();
+        let ready = holder.stdout.take().is_some_and(|out| {
+            std::io::BufReader::new(out).read_line(&mut line).is_ok()
+                && line.trim_end() == HOLDER_READY
+        });
+        if !ready {
+            tracing::debug!("the network holder did not start; commands make their own");
+            let _ = holder.kill();
+            let _ = holder.wait();
+            return None;
+        }
+        Some(Self { holder })
+    }
+
+    /// The holder's pid: valid as long as `self` lives, since nothing reaps the holder
+    /// before it is dropped.
+    pub fn pid(&self) -> u32 {
+        self.holder.id()
+    }
+
+    /// This process's holder, started through `launcher` on the first call.
+    fn of_process(launcher: &Path) -> Option<u32> {
+        static SHARED: OnceLock<Option<SharedNetwork>> = OnceLock::new();
+        SHARED
+            .get_or_init(|| Self::start(launcher))
+            .as_ref()
+            .map(Self::pid)
+    }
+}
+
+impl Drop for SharedNetwork {
+    fn drop(&mut self) {
+        // Closing its input ends it; reaping it frees its pid only now that no policy names it.
+        drop(self.holder.stdin.take());
+        let _ = self.holder.wait();
+    }
+}
+
 /// How an editor's terminal runs a command confined while showing it as the user's
 /// (issue 31: the wrapper line showed machine paths and policy JSON). The terminal runs
 /// `bash -c COMMAND` with [`Self::bash_env`] as `BASH_ENV`: bash reads that script before
@@ -324,7 +396,11 @@ impl LazySandbox {
 
     /// The spec, built (probing, blocking) on the first call.
     pub fn get(&self) -> &SandboxSpec {
-        self.spec.get_or_init(|| (self.build)())
+        self.spec.get_or_init(|| {
+            let spec = (self.build)();
+            spec.warm();
+            spec
+        })
     }
 
     /// [`get`](Self::get) from async code: a first call probes on the blocking pool, so a
@@ -380,6 +456,11 @@ pub struct LaunchPolicy {
     /// Start a new session first: the command has no controlling terminal.
     #[serde(default)]
     pub new_session: bool,
+    /// Without network: the pid of crow's [`SharedNetwork`] holder, whose empty network
+    /// namespace the command joins (when that process is still crow's holder) instead of
+    /// creating one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub join_network: Option<u32>,
 }
 
 /// Device files every command may write (output to /dev/null, a pseudo-terminal of its
@@ -487,14 +568,26 @@ impl SandboxSpec {
         // Outer dirs first, so a nested pin is not hidden under a later one.
         pinned.sort_by_key(|p| p.components().count());
         let needs_namespaces = !read_only.is_empty() || !pinned.is_empty() || !self.network;
+        let namespaces = needs_namespaces && self.support.namespaces;
         LaunchPolicy {
             writable,
             pinned,
             read_only,
             network: self.network,
-            namespaces: needs_namespaces && self.support.namespaces,
+            namespaces,
             landlock_net: !self.network && self.support.landlock_net,
             new_session: true,
+            join_network: (namespaces && !self.network)
+                .then(|| SharedNetwork::of_process(&self.launcher.program))
+                .flatten(),
+        }
+    }
+
+    /// Starts what commands will need so the first one does not wait for it: the shared
+    /// network namespace. Called where the spec is built, off the async runtime.
+    pub fn warm(&self) {
+        if !self.network && self.support.namespaces {
+            SharedNetwork::of_process(&self.launcher.program);
         }
     }
 

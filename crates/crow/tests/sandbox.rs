@@ -700,3 +700,143 @@ async fn a_replaced_launcher_changes_nothing() {
     assert_eq!(results[1]["status"], "error", "{}", out.stdout);
     assert!(!target.exists());
 }
+
+/// The network namespace a process is in (`net:[N]`).
+fn netns_of(pid: &str) -> String {
+    std::fs::read_link(format!("/proc/{pid}/ns/net"))
+        .unwrap()
+        .display()
+        .to_string()
+}
+
+/// The `net:[N]` line of a command's output.
+fn netns_line(output: &Value) -> String {
+    let text = output.as_str().unwrap();
+    text.lines()
+        .find(|line| line.starts_with("net:["))
+        .unwrap_or_else(|| panic!("no namespace in {text}"))
+        .to_owned()
+}
+
+/// A session's commands share one empty network namespace (made once, not per command),
+/// and no protocol leaves it: a UDP datagram to the user's loopback, which Landlock's TCP
+/// rules do not cover, never arrives.
+#[tokio::test(flavor = "multi_thread")]
+async fn commands_share_one_empty_network_namespace_and_no_datagram_leaves() {
+    require!("Landlock and user namespaces", full_sandbox());
+    let listener = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let send = format!("echo leaked > /dev/udp/127.0.0.1/{port}; readlink /proc/self/ns/net");
+    let repo = git_repo();
+    let (_, results) = run_commands(repo.path(), &[&send, &send]).await;
+    let (first, second) = (
+        netns_line(&results[0]["output"]),
+        netns_line(&results[1]["output"]),
+    );
+    assert_eq!(first, second, "{results:?}");
+    assert_ne!(first, netns_of("self"));
+    // Whatever arrived would be read before the test's own marker.
+    let marker = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    marker.send_to(b"marker", ("127.0.0.1", port)).unwrap();
+    let mut buf = [0u8; 64];
+    let read = listener.recv(&mut buf).unwrap();
+    assert_eq!(&buf[..read], b"marker");
+}
+
+/// Attack: a policy naming a process that is not crow's network holder — one still in the
+/// user's namespaces, one that is not the launcher's sibling, a holder that has died. The
+/// launcher joins none of them: the command gets an empty namespace of its own.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_launcher_joins_only_a_live_sibling_holder() {
+    require!("Landlock and user namespaces", full_sandbox());
+    let launcher = std::path::Path::new(env!("CARGO_BIN_EXE_crow-sandbox"));
+    let dir = tempfile::tempdir().unwrap();
+    let command_netns = |holder: u32| {
+        let policy = json!({
+            "writable": [dir.path()], "read_only": [], "network": false,
+            "namespaces": true, "landlock_net": false, "new_session": true,
+            "join_network": holder,
+        });
+        let out = std::process::Command::new(launcher)
+            .args([
+                "__sandbox",
+                "--policy",
+                &policy.to_string(),
+                "--",
+                "readlink",
+            ])
+            .arg("/proc/self/ns/net")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    };
+    let host = netns_of("self");
+    // A holder as crow starts one: a sibling of the launcher, out of the user's namespaces.
+    let hold = |through_shell: bool| {
+        let mut cmd = if through_shell {
+            // `; :` keeps the shell from exec'ing: the holder is its child, not the test's.
+            let mut sh = std::process::Command::new("sh");
+            sh.args(["-c", "\"$0\" __sandbox --hold-network; :"])
+                .arg(launcher);
+            sh
+        } else {
+            let mut cmd = std::process::Command::new(launcher);
+            cmd.args(["__sandbox", "--hold-network"]);
+            cmd
+        };
+        let mut child = cmd
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        assert_eq!(line.trim(), "ready");
+        child
+    };
+    let mut holder = hold(false);
+    let held = netns_of(&holder.id().to_string());
+    assert_ne!(held, host);
+    assert_eq!(
+        command_netns(holder.id()),
+        held,
+        "a sibling holder is joined"
+    );
+
+    // A sibling still in the user's namespaces: joining it would put the command online.
+    let mut sleeper = std::process::Command::new("sleep")
+        .arg("600")
+        .spawn()
+        .unwrap();
+    let own = command_netns(sleeper.id());
+    assert!(own != host && own != held, "{own}");
+    sleeper.kill().unwrap();
+    sleeper.wait().unwrap();
+
+    // A holder that is not the launcher's sibling (the shell's child, not the test's).
+    let mut foreign = hold(true);
+    let foreign_pid = std::fs::read_to_string(format!("/proc/{}/task/{0}/children", foreign.id()))
+        .unwrap()
+        .trim()
+        .to_owned();
+    let foreign_ns = netns_of(&foreign_pid);
+    let own = command_netns(foreign_pid.parse().unwrap());
+    assert!(own != host && own != foreign_ns && own != held, "{own}");
+    drop(foreign.stdin.take());
+    foreign.wait().unwrap();
+
+    // The holder killed: a zombie once it has exited, since the test, its parent, waits
+    // without reaping it until the launcher has run.
+    holder.kill().unwrap();
+    let pid = nix::unistd::Pid::from_raw(holder.id() as i32);
+    let flags = nix::sys::wait::WaitPidFlag::WEXITED | nix::sys::wait::WaitPidFlag::WNOWAIT;
+    nix::sys::wait::waitid(nix::sys::wait::Id::Pid(pid), flags).unwrap();
+    let own = command_netns(holder.id());
+    assert!(own != host && own != held, "{own}");
+    holder.wait().unwrap();
+}

@@ -5,14 +5,22 @@
 //! into the user's shell), the namespaces (user, mount, network), the git dirs pinned and
 //! the carve-outs bound read-only, then Landlock (writes, TCP, and — where the kernel has
 //! ABI 6 — signals and abstract unix sockets scoped to the command's own processes).
+//!
+//! Without network, a command joins the one empty network namespace crow keeps for all its
+//! commands (`--hold-network`, [`super::SharedNetwork`]) instead of creating its own: a new
+//! network namespace was the largest part of what the sandbox added to a command.
+//! It joins only crow's own holder — a sibling process that has left this process's user and
+//! network namespaces — and creates a fresh one otherwise.
 
 use std::ffi::{OsStr, OsString};
 
 use super::{LaunchPolicy, PROTOCOL, SandboxError};
 
 /// The launcher: `args` are those after [`LAUNCHER_ARG`](super::LAUNCHER_ARG). With `--probe` it prints
-/// [`super::Support`] as JSON and returns; with `--policy JSON -- PROGRAM ARGS` it confines
-/// itself and execs the program (returning only on failure). Call it before any thread starts.
+/// [`super::Support`] as JSON and returns; with `--hold-network` it enters a user and an empty
+/// network namespace, says `ready` and waits for its standard input to close; with
+/// `--policy JSON -- PROGRAM ARGS` it confines itself and execs the program (returning only on
+/// failure). Call it before any thread starts.
 pub fn launch(args: Vec<OsString>) -> Result<(), SandboxError> {
     let mut args = args.into_iter();
     match args.next().as_deref().and_then(OsStr::to_str) {
@@ -23,6 +31,21 @@ pub fn launch(args: Vec<OsString>) -> Result<(), SandboxError> {
             }
             let mut out = std::io::stdout().lock();
             let _ = serde_json::to_writer(&mut out, &support);
+            Ok(())
+        }
+        Some("--hold-network") => {
+            // Out of crow's session and process group: a Ctrl-C at the terminal is not for it.
+            let _ = nix::unistd::setsid();
+            imp::hold_network()?;
+            use std::io::Write;
+            let mut out = std::io::stdout().lock();
+            let said = writeln!(out, "{}", super::HOLDER_READY).and_then(|()| out.flush());
+            drop(out);
+            if said.is_ok() {
+                // Until crow closes the pipe (it exited or was killed): the namespace lives as
+                // long as this process.
+                let _ = std::io::copy(&mut std::io::stdin().lock(), &mut std::io::sink());
+            }
             Ok(())
         }
         Some("--policy") => {
@@ -77,7 +100,7 @@ mod imp {
         RulesetCreatedAttr, RulesetStatus, Scope, path_beneath_rules,
     };
     use nix::mount::{MsFlags, mount};
-    use nix::sched::{CloneFlags, unshare};
+    use nix::sched::{CloneFlags, setns, unshare};
     use nix::sys::statvfs::{FsFlags, statvfs};
 
     use super::super::{LaunchPolicy, SandboxError, Support};
@@ -117,7 +140,15 @@ mod imp {
 
     pub fn confine(policy: &LaunchPolicy) -> Result<(), SandboxError> {
         if policy.namespaces {
-            enter_namespaces(policy.network)?;
+            let joined = match policy.join_network {
+                Some(holder) if !policy.network => join_network(holder)?,
+                _ => false,
+            };
+            if joined {
+                own_mounts()?;
+            } else {
+                enter_namespaces(policy.network)?;
+            }
             // Pins first: the read-only mounts inside a git dir go on top of its pin.
             for path in &policy.pinned {
                 bind(path, false)?;
@@ -139,17 +170,81 @@ mod imp {
         if !network {
             flags |= CloneFlags::CLONE_NEWNET;
         }
-        let failed = |what: &str, e: &dyn std::fmt::Display| {
-            SandboxError::Namespaces(format!("{what}: {e}"))
+        unshare(flags).map_err(|e| namespaces("unshare", &e))?;
+        map_user(uid, gid)?;
+        make_private()
+    }
+
+    /// The holder of the commands' shared network namespace: a user namespace mapping the
+    /// user to itself and an empty network namespace. No mount namespace: the holder keeps
+    /// the user's, which a command (even a root one) has no right to join.
+    pub fn hold_network() -> Result<(), SandboxError> {
+        let uid = nix::unistd::getuid();
+        let gid = nix::unistd::getgid();
+        unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNET)
+            .map_err(|e| namespaces("unshare", &e))?;
+        map_user(uid, gid)
+    }
+
+    /// Joins the user and network namespaces of `holder` when it is crow's holder: a sibling
+    /// (the same parent, crow) whose namespaces are not this process's own — joining a process
+    /// that has not left them yet would leave the command on the user's network. `false`
+    /// (nothing joined) when it is not, or is gone; the caller then creates fresh ones.
+    fn join_network(holder: u32) -> Result<bool, SandboxError> {
+        use std::os::unix::fs::MetadataExt;
+        let open = |ns: &str| std::fs::File::open(format!("/proc/{holder}/ns/{ns}")).ok();
+        let (Some(user), Some(net)) = (open("user"), open("net")) else {
+            return Ok(false);
         };
-        unshare(flags).map_err(|e| failed("unshare", &e))?;
+        // Read after the files were opened: crow never reaps its holder while it runs, so
+        // the pid cannot have passed to another process in between.
+        if parent_of(holder) != Some(nix::unistd::getppid().as_raw()) {
+            return Ok(false);
+        }
+        let own = |file: &std::fs::File, ns: &str| match (
+            file.metadata(),
+            std::fs::metadata(format!("/proc/self/ns/{ns}")),
+        ) {
+            (Ok(theirs), Ok(ours)) => theirs.dev() == ours.dev() && theirs.ino() == ours.ino(),
+            _ => true,
+        };
+        if own(&user, "user") || own(&net, "net") {
+            return Ok(false);
+        }
+        setns(&user, CloneFlags::CLONE_NEWUSER)
+            .map_err(|e| namespaces("joining crow's user namespace", &e))?;
+        setns(&net, CloneFlags::CLONE_NEWNET)
+            .map_err(|e| namespaces("joining crow's network namespace", &e))?;
+        Ok(true)
+    }
+
+    /// The parent pid in `/proc/PID/status`.
+    fn parent_of(pid: u32) -> Option<i32> {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("PPid:"))
+            .and_then(|value| value.trim().parse().ok())
+    }
+
+    /// A private mount namespace of the command's own, inside the joined user namespace.
+    fn own_mounts() -> Result<(), SandboxError> {
+        unshare(CloneFlags::CLONE_NEWNS).map_err(|e| namespaces("unshare", &e))?;
+        make_private()
+    }
+
+    /// The user (and group) mapped to itself in a new user namespace: files keep their owners.
+    fn map_user(uid: nix::unistd::Uid, gid: nix::unistd::Gid) -> Result<(), SandboxError> {
         std::fs::write("/proc/self/setgroups", "deny")
-            .map_err(|e| failed("/proc/self/setgroups", &e))?;
+            .map_err(|e| namespaces("/proc/self/setgroups", &e))?;
         std::fs::write("/proc/self/uid_map", format!("{uid} {uid} 1"))
-            .map_err(|e| failed("/proc/self/uid_map", &e))?;
+            .map_err(|e| namespaces("/proc/self/uid_map", &e))?;
         std::fs::write("/proc/self/gid_map", format!("{gid} {gid} 1"))
-            .map_err(|e| failed("/proc/self/gid_map", &e))?;
-        // Nothing mounted here may reach the user's namespace.
+            .map_err(|e| namespaces("/proc/self/gid_map", &e))
+    }
+
+    /// Nothing mounted in this mount namespace may reach the user's.
+    fn make_private() -> Result<(), SandboxError> {
         mount(
             None::<&str>,
             "/",
@@ -157,8 +252,11 @@ mod imp {
             MsFlags::MS_REC | MsFlags::MS_PRIVATE,
             None::<&str>,
         )
-        .map_err(|e| failed("making mounts private", &e))?;
-        Ok(())
+        .map_err(|e| namespaces("making mounts private", &e))
+    }
+
+    fn namespaces(what: &str, e: &dyn std::fmt::Display) -> SandboxError {
+        SandboxError::Namespaces(format!("{what}: {e}"))
     }
 
     /// Binds `path` onto itself: a mount point, which cannot be renamed or removed; with
@@ -237,6 +335,10 @@ mod imp {
     }
 
     pub fn confine(_policy: &LaunchPolicy) -> Result<(), SandboxError> {
+        Err(SandboxError::NotLinux)
+    }
+
+    pub fn hold_network() -> Result<(), SandboxError> {
         Err(SandboxError::NotLinux)
     }
 }
