@@ -286,6 +286,9 @@ impl SharedNetwork {
         use std::process::Stdio;
         let mut holder = std::process::Command::new(launcher)
             .args([LAUNCHER_ARG, "--hold-network"])
+            // Not the project's directory: a process left there pins it (and a watcher of
+            // what runs in the project would count it).
+            .current_dir("/")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
