@@ -502,12 +502,17 @@ impl Driver {
             Some(agent) => Arc::new(self.composer.crew(agent, self.level)?),
             None => Arc::clone(&self.crew),
         };
-        let (mut opened, mut session) = match (self.opened, self.session.take()) {
-            (Some(opened), Some(session)) => (opened, session),
-            _ => self.create(&crew, &input.text)?,
+        // A session created here has its row written with this crew's agents and choices.
+        let (mut opened, mut session, created) = match (self.opened, self.session.take()) {
+            (Some(opened), Some(session)) => (opened, session, false),
+            _ => {
+                let (opened, session) = self.create(&crew, &input.text)?;
+                (opened, session, true)
+            }
         };
         if let Some(store) = &self.store
             && let Some(id) = &self.id
+            && !created
         {
             if opened.stored {
                 if let Err(e) = sessions::note_agents(store, &crew, &self.composer, id) {

@@ -144,7 +144,7 @@ pub struct BaseAgent {
     provider: Arc<dyn Provider>,
     tools: ToolRegistry,
     /// Tool definitions as of a registry version: rebuilt only when the tool set changes.
-    definitions: std::sync::Mutex<(u64, Arc<Vec<ToolDefinition>>)>,
+    definitions: std::sync::Mutex<Advertised>,
     system_prompt: String,
     permission: Arc<dyn PermissionGate>,
     /// Consulted before every call (`run_tools`); without a policy only the tools' own
@@ -199,7 +199,7 @@ impl BaseAgent {
         permission: Arc<dyn PermissionGate>,
         config: AgentConfig,
     ) -> Self {
-        let definitions = std::sync::Mutex::new((tools.version(), Arc::new(tools.definitions())));
+        let definitions = std::sync::Mutex::new(Advertised::of(&tools));
         Self {
             name: name.into(),
             provider,
@@ -224,8 +224,7 @@ impl BaseAgent {
         keep: impl Fn(&dyn crate::tool::Tool) -> bool + Send + Sync + 'static,
     ) -> Self {
         self.tools = self.tools.filtered(keep);
-        self.definitions =
-            std::sync::Mutex::new((self.tools.version(), Arc::new(self.tools.definitions())));
+        self.definitions = std::sync::Mutex::new(Advertised::of(&self.tools));
         self
     }
 
@@ -555,15 +554,40 @@ impl BaseAgent {
 
     /// The definitions to advertise now (tools may have appeared or gone since the last call).
     pub(crate) fn current_definitions(&self) -> Arc<Vec<ToolDefinition>> {
+        self.advertised().0
+    }
+
+    /// [`current_definitions`](Self::current_definitions) and the characters their schemas
+    /// take ([`budget::tools_chars`]).
+    pub(crate) fn advertised(&self) -> (Arc<Vec<ToolDefinition>>, u64) {
         let mut cached = self
             .definitions
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let version = self.tools.version();
-        if cached.0 != version {
-            *cached = (version, Arc::new(self.tools.definitions()));
+        if cached.version != self.tools.version() {
+            *cached = Advertised::of(&self.tools);
         }
-        Arc::clone(&cached.1)
+        (Arc::clone(&cached.definitions), cached.chars)
+    }
+}
+
+/// The tool definitions of one registry version, and the characters they take in a request.
+struct Advertised {
+    version: u64,
+    definitions: Arc<Vec<ToolDefinition>>,
+    chars: u64,
+}
+
+impl Advertised {
+    fn of(tools: &ToolRegistry) -> Self {
+        // The version first: a tool registered meanwhile makes the next call rebuild.
+        let version = tools.version();
+        let definitions = tools.definitions();
+        Self {
+            version,
+            chars: crate::budget::tools_chars(&definitions),
+            definitions: Arc::new(definitions),
+        }
     }
 }
 

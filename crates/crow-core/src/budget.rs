@@ -12,7 +12,7 @@
 //! and never used to calibrate. `window_from_error` reads the phrasings of OpenAI, vLLM, llama.cpp
 //! and Anthropic. The output reserve is `max_tokens`, else a quarter of the window up to 8,192.
 
-use crate::message::{AssistantPart, ChatRequest, Message};
+use crate::message::{AssistantPart, ChatRequest, Message, ToolDefinition};
 
 /// Ratio used until a real usage report arrives.
 pub const DEFAULT_CHARS_PER_TOKEN: f64 = 4.0;
@@ -129,15 +129,36 @@ pub fn result_cap_chars(usable_tokens: u64, chars_per_token: f64) -> usize {
 
 /// Characters of the fixed part of every request: system prompt and tool schemas.
 pub fn fixed_chars(request: &ChatRequest<'_>) -> u64 {
-    let tools: u64 = request
-        .tools
+    request.system.len() as u64 + tools_chars(request.tools)
+}
+
+/// Characters of the tool schemas a request advertises (agents count them once per tool
+/// set, not at every step).
+pub fn tools_chars(tools: &[ToolDefinition]) -> u64 {
+    tools
         .iter()
-        .map(|t| {
-            (t.name.len() + t.description.len() + t.parameters.to_string().len()) as u64
-                + MESSAGE_OVERHEAD
-        })
-        .sum();
-    request.system.len() as u64 + tools
+        .map(|t| (t.name.len() + t.description.len() + json_len(&t.parameters)) as u64)
+        .map(|chars| chars + MESSAGE_OVERHEAD)
+        .sum()
+}
+
+/// The length of `value` as compact JSON, counted as it is written rather than built.
+fn json_len(value: &serde_json::Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    match serde_json::to_writer(&mut count, value) {
+        Ok(()) => count.0,
+        Err(_) => 0,
+    }
 }
 
 /// Characters of the messages of a request.
@@ -221,6 +242,35 @@ fn leading_number(text: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tool_schemas_count_as_their_compact_json() {
+        let tools = vec![
+            ToolDefinition {
+                name: "bash".into(),
+                description: "Run a command".into(),
+                parameters: serde_json::json!({
+                    "type": "object",
+                    "properties": {"command": {"type": "string", "description": "« quoted \"text\" »\n"}},
+                    "required": ["command"],
+                }),
+            },
+            ToolDefinition {
+                name: "none".into(),
+                description: String::new(),
+                parameters: serde_json::Value::Null,
+            },
+        ];
+        let built: u64 = tools
+            .iter()
+            .map(|t| {
+                (t.name.len() + t.description.len() + t.parameters.to_string().len()) as u64
+                    + MESSAGE_OVERHEAD
+            })
+            .sum();
+        assert_eq!(tools_chars(&tools), built);
+        assert_eq!(tools_chars(&[]), 0);
+    }
 
     #[test]
     fn estimate_starts_at_four_chars_per_token() {

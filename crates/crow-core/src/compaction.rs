@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::BaseAgent;
-use crate::budget::{self, fixed_chars, messages_chars, output_reserve};
+use crate::budget::{self, messages_chars, output_reserve};
 use crate::event::{AgentEvent, EventSender, NoticeLevel};
 use crate::history::{
     Compaction, CompactionTier, Elided, EntryKind, HistoryEntry, Replaced, SystemEvent, View,
@@ -175,15 +175,7 @@ const MIN_RESULT_CHARS: usize = 1000;
 impl BaseAgent {
     /// Characters of the request the history would send now: (fixed part, whole request).
     pub(crate) fn request_chars(&self, session: &Session) -> (u64, u64) {
-        let definitions = self.current_definitions();
-        let fixed = fixed_chars(&ChatRequest {
-            system: self.system_prompt(),
-            messages: Vec::new(),
-            tools: &definitions,
-            max_tokens: None,
-            temperature: None,
-            session_id: "",
-        });
+        let fixed = self.system_prompt().len() as u64 + self.advertised().1;
         (fixed, fixed + messages_chars(&session.messages()))
     }
 

@@ -14,7 +14,7 @@ use crow_core::{StoreError, StoredEntry};
 use rusqlite::{OptionalExtension, Row, TransactionBehavior, params};
 use serde::Serialize;
 
-use crate::ops::{decode, parse_ts, ts};
+use crate::ops::{decode, parse_ts, path_text, ts};
 use crate::sqlite::SqliteStore;
 
 /// One stored learning.
@@ -225,10 +225,6 @@ fn normalized(text: &str) -> String {
         .to_lowercase()
 }
 
-fn path_text(path: &Path) -> String {
-    path.to_string_lossy().into_owned()
-}
-
 impl SqliteStore {
     /// Stores a learning, unless the same text is already current in its project (then that
     /// one's time is refreshed), and marks the learnings it replaces as superseded.
@@ -318,6 +314,20 @@ impl SqliteStore {
             )
             .map_err(|e| self.err(e))?;
         st.query_row(params![path_text(project_root), current], |row| row.get(0))
+            .map_err(|e| self.err(e))
+    }
+
+    /// Whether `project_root` has a current learning (its own or a global one): one indexed
+    /// lookup, asked before every new session's first prompt.
+    pub fn has_learnings(&self, project_root: &Path) -> Result<bool, StoreError> {
+        let conn = self.conn()?;
+        let mut st = conn
+            .prepare_cached(
+                "SELECT EXISTS(SELECT 1 FROM learnings
+                               WHERE (project_root = ?1 OR global = 1) AND superseded_by IS NULL)",
+            )
+            .map_err(|e| self.err(e))?;
+        st.query_row([path_text(project_root)], |row| row.get(0))
             .map_err(|e| self.err(e))
     }
 

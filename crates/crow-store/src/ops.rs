@@ -93,7 +93,7 @@ impl RawSession {
     }
 }
 
-fn path_text(path: &Path) -> String {
+pub(crate) fn path_text(path: &Path) -> String {
     path.to_string_lossy().into_owned()
 }
 
@@ -160,7 +160,8 @@ impl SqliteStore {
 
 impl SessionStore for SqliteStore {
     fn create_session(&self, new: &NewSession) -> Result<SessionInfo, StoreError> {
-        let now = ts(&Utc::now());
+        let created = Utc::now();
+        let now = ts(&created);
         let settings = serde_json::to_string(&new.settings)
             .map_err(|e| StoreError::Other(format!("cannot encode session settings: {e}")))?;
         {
@@ -191,8 +192,24 @@ impl SessionStore for SqliteStore {
             tx.commit().map_err(|e| self.err(e))?;
         }
         self.committed();
-        self.get_session(&new.id)?
-            .ok_or_else(|| StoreError::NotFound(new.id.clone()))
+        // What the row now holds, without reading it back (a statement of its own to prepare,
+        // on every new session's way to its first request).
+        Ok(SessionInfo {
+            id: new.id.clone(),
+            project_root: PathBuf::from(path_text(&new.project_root)),
+            cwd: PathBuf::from(path_text(&new.cwd)),
+            title: new.title.clone(),
+            agent: new.agent.clone(),
+            provider: new.provider.clone(),
+            model: new.model.clone(),
+            level: None,
+            status: SessionStatus::Active,
+            created_at: created,
+            updated_at: created,
+            entries: 0,
+            settings: new.settings.clone(),
+            parent_id: None,
+        })
     }
 
     fn session(&self, id_or_prefix: &str) -> Result<SessionInfo, StoreError> {

@@ -591,14 +591,14 @@ impl SqliteStore {
 /// than keep them in live index pages until a merge: `secure_delete` clears freed pages
 /// only. Set once per database (a row in each index's config table); later opens only read.
 fn secure_fts(conn: &Connection) -> rusqlite::Result<()> {
-    for table in ["learnings_fts", "entries_fts"] {
-        let set: bool = conn
-            .query_row(
-                &format!("SELECT count(*) FROM {table}_config WHERE k = 'secure-delete' AND v = 1"),
-                [],
-                |r| r.get::<_, i64>(0),
-            )
-            .map(|n| n > 0)?;
+    // Both read by one statement: each statement prepared is parsed, at every start.
+    let set: [bool; 2] = conn.query_row(
+        "SELECT EXISTS(SELECT 1 FROM learnings_fts_config WHERE k = 'secure-delete' AND v = 1),
+                EXISTS(SELECT 1 FROM entries_fts_config WHERE k = 'secure-delete' AND v = 1)",
+        [],
+        |r| Ok([r.get(0)?, r.get(1)?]),
+    )?;
+    for (table, set) in ["learnings_fts", "entries_fts"].into_iter().zip(set) {
         if !set {
             conn.execute_batch(&format!(
                 "INSERT INTO {table} ({table}, rank) VALUES ('secure-delete', 1)"

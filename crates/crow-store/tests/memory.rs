@@ -367,3 +367,51 @@ fn has_memory_answers_what_the_listings_would() {
         .unwrap();
     check(true, "/c", None);
 }
+
+#[test]
+fn has_learnings_answers_what_a_listing_of_current_learnings_would() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(dir.path());
+    let check = |root: &str| {
+        let listed = !store
+            .learnings(&LearningFilter {
+                project_root: Some(root.into()),
+                limit: Some(1),
+                ..Default::default()
+            })
+            .unwrap()
+            .is_empty();
+        assert_eq!(
+            store.has_learnings(Path::new(root)).unwrap(),
+            listed,
+            "{root}"
+        );
+        listed
+    };
+    assert!(!check("/a"));
+    session(&store, "s1", "/a");
+    assert!(!check("/a"), "a session is not a learning");
+    let old = store
+        .add_learning(&learning("/a", "convention", "Use tabs."))
+        .unwrap()
+        .id();
+    assert!(check("/a"));
+    assert!(!check("/b"), "another project's learning");
+    store
+        .add_learning(&NewLearning {
+            supersedes: vec![old],
+            ..learning("/a", "convention", "Use spaces.")
+        })
+        .unwrap();
+    assert!(check("/a"), "the newer one is current");
+    store
+        .add_learning(&NewLearning {
+            global: true,
+            ..learning("/b", "preference", "Answer briefly.")
+        })
+        .unwrap();
+    assert!(
+        check("/b") && check("/c"),
+        "a global learning counts everywhere"
+    );
+}

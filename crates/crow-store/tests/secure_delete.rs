@@ -62,3 +62,37 @@ fn a_deleted_session_and_a_forgotten_learning_leave_no_bytes_behind() {
     let store = SqliteStore::open(db(dir.path())).unwrap();
     assert_eq!(store.load_history("keep", "builder").unwrap().len(), 200);
 }
+
+/// Both full-text indexes have `secure-delete` on, from the template and after an open that
+/// finds it turned off (a database an older crow set up).
+#[test]
+fn the_full_text_indexes_drop_deleted_words_in_every_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db(dir.path());
+    let on = |path: &std::path::Path| -> [bool; 2] {
+        let conn = rusqlite::Connection::open(path).unwrap();
+        ["learnings_fts_config", "entries_fts_config"].map(|table| {
+            conn.query_row(
+                &format!("SELECT count(*) FROM {table} WHERE k = 'secure-delete' AND v = 1"),
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+            .unwrap()
+                == 1
+        })
+    };
+    drop(SqliteStore::open(&path).unwrap());
+    assert_eq!(on(&path), [true, true], "a new database");
+    for table in ["learnings_fts_config", "entries_fts_config"] {
+        rusqlite::Connection::open(&path)
+            .unwrap()
+            .execute(
+                &format!("DELETE FROM {table} WHERE k = 'secure-delete'"),
+                [],
+            )
+            .unwrap();
+        assert!(!on(&path).iter().all(|on| *on));
+        drop(SqliteStore::open(&path).unwrap());
+        assert_eq!(on(&path), [true, true], "{table} turned off");
+    }
+}

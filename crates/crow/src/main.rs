@@ -111,19 +111,35 @@ fn runtime_for(command: Option<&Command>) -> tokio::runtime::Builder {
 /// Logs go to stderr (stdout is for the answer or JSON). `CROW_LOG=debug` for more.
 fn init_logging() {
     use std::io::IsTerminal;
-    let filter = tracing_subscriber::EnvFilter::try_from_env("CROW_LOG")
-        // rmcp logs a server's connection troubles as errors; crow reports them itself, once.
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,rmcp=off"));
+    use tracing_subscriber::filter::{LevelFilter, Targets};
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     // Colour is for a person at a terminal; editors show an agent's stderr as plain text.
     let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let format = tracing_subscriber::fmt()
         .with_writer(tui::LogWriter)
         .with_ansi(ansi)
         .fmt_fields(logging::ShortFields)
         .with_target(false)
-        .without_time()
-        .try_init();
+        .without_time();
+    match tracing_subscriber::EnvFilter::try_from_env("CROW_LOG") {
+        Ok(filter) => {
+            let _ = format.with_env_filter(filter).try_init();
+        }
+        // The default, built without parsing directives (at every start): warnings, and
+        // nothing from rmcp, which logs a server's connection troubles as errors that crow
+        // reports itself, once.
+        Err(_) => {
+            let _ = format
+                .finish()
+                .with(
+                    Targets::new()
+                        .with_default(LevelFilter::WARN)
+                        .with_target("rmcp", LevelFilter::OFF),
+                )
+                .try_init();
+        }
+    }
 }
 
 mod logging {

@@ -44,12 +44,7 @@ pub fn recall_note(
         return None;
     }
     // Most projects have none yet: an index lookup, not a full-text query.
-    let any = store.learnings(&crow_store::LearningFilter {
-        project_root: Some(project_root.to_path_buf()),
-        limit: Some(1),
-        ..Default::default()
-    });
-    if any.is_ok_and(|l| l.is_empty()) {
+    if store.has_learnings(project_root).is_ok_and(|any| !any) {
         return None;
     }
     let hits = match store.search_learnings(prompt, Some(project_root), false, max * 2) {
