@@ -92,25 +92,34 @@ pub fn watch_signals(grace: bool) {
                 return;
             }
         };
-        let (tx, rx) = std::sync::mpsc::channel();
         let spawned = std::thread::Builder::new()
             .name("crow-signals".into())
             .spawn(move || {
+                let (tx, rx) = std::sync::mpsc::channel();
+                // The supervisor starts with the first signal: a run that gets none (nearly
+                // every one) does not start a thread for it.
+                let mut supervisor = Some(rx);
                 for signal in signals.forever() {
                     let cause = match signal {
                         SIGINT => Cause::Interrupt,
                         SIGTERM => Cause::Terminate,
                         _ => Cause::Hangup,
                     };
+                    if let Some(rx) = supervisor.take() {
+                        let started = std::thread::Builder::new()
+                            .name("crow-stop".into())
+                            .spawn(move || supervise(&rx, grace.then_some(STOP_GRACE)));
+                        if let Err(e) = started {
+                            // Still heard: the run stops, only without the second-signal exit.
+                            tracing::warn!("cannot watch signals: {e}");
+                            request(cause);
+                            break;
+                        }
+                    }
                     if tx.send(cause).is_err() {
                         break;
                     }
                 }
-            })
-            .and_then(|_| {
-                std::thread::Builder::new()
-                    .name("crow-stop".into())
-                    .spawn(move || supervise(&rx, grace.then_some(STOP_GRACE)))
             });
         if let Err(e) = spawned {
             tracing::warn!("cannot watch signals: {e}");

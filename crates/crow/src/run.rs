@@ -61,6 +61,10 @@ pub async fn run_prompt(spec: RunSpec) -> Result<Finished> {
             spec.prompt.trim()
         );
     }
+    // Ctrl-C, SIGTERM, SIGHUP or a closed stdout/stderr cancel the run alike (crate::stop).
+    // Watched from here, while the store may still be opening: the thread starts in time
+    // the run would spend waiting, and a signal now ends the run as cancelled, saved.
+    crate::stop::watch_signals(true);
     let composer = Arc::clone(&spec.composer);
     let mcp = crate::mcp::start(
         spec.mcp_servers,
@@ -140,8 +144,6 @@ pub async fn run_prompt(spec: RunSpec) -> Result<Finished> {
         // With a typed result, stdout holds that result alone.
         tokio::spawn(render::terminal(render_rx, show_agents, schema.is_some()))
     };
-    // Ctrl-C, SIGTERM, SIGHUP or a closed stdout/stderr cancel the run alike (crate::stop).
-    crate::stop::watch_signals(true);
     let cancel = crate::stop::token().child_token();
     let ran = turn.run(cancel.clone()).await;
     let mut ended = driver.end(ran);

@@ -48,21 +48,23 @@ pub struct SessionLine {
 /// Prints `session` and then every event as one JSON line on stdout.
 pub async fn json_lines(session: SessionLine, mut events: UnboundedReceiver<AgentEvent>) -> Totals {
     let mut totals = Totals::default();
-    if let Ok(line) = serde_json::to_string(&session) {
-        let mut out = crate::stop::stdout();
-        let _ = writeln!(out, "{line}");
-        let _ = out.flush();
-    }
+    print_line(&session);
     while let Some(event) = events.recv().await {
         totals.observe(&event);
-        if let Ok(line) = serde_json::to_string(&event) {
-            // Locked per event: the lock is not Send and must not live across an await.
-            let mut out = crate::stop::stdout();
-            let _ = writeln!(out, "{line}");
-            let _ = out.flush();
-        }
+        print_line(&event);
     }
     totals
+}
+
+/// `value` as one JSON line, in one write (a line and its newline apart were two).
+fn print_line(value: &impl serde::Serialize) {
+    if let Ok(mut line) = serde_json::to_vec(value) {
+        line.push(b'\n');
+        // Locked per line: the lock is not Send and must not live across an await.
+        let mut out = crate::stop::stdout();
+        let _ = out.write_all(&line);
+        let _ = out.flush();
+    }
 }
 
 impl Totals {
