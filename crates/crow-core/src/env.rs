@@ -120,25 +120,34 @@ impl std::fmt::Debug for EnvPolicy {
 }
 
 /// Whether `name` matches `pattern` (`*` matches any run of characters), ignoring case.
+/// Compared byte by byte, nothing allocated: every command's environment passes each of its
+/// variables through the secret patterns (a few hundred calls for each command). Bytes are
+/// as good as characters here: a part of a pattern, itself UTF-8, can only match a name at a
+/// character's start, and only ASCII letters are folded.
 pub fn name_matches(pattern: &str, name: &str) -> bool {
-    let pattern = pattern.to_ascii_uppercase();
-    let name = name.to_ascii_uppercase();
-    let parts: Vec<&str> = pattern.split('*').collect();
-    if parts.len() == 1 {
-        return pattern == name;
-    }
-    let (first, last) = (parts[0], parts[parts.len() - 1]);
-    // Both ends checked before slicing: they are then char boundaries (a name need not be
-    // ASCII, and `rest` would otherwise be cut inside a character).
-    if !name.starts_with(first) || !name.ends_with(last) || name.len() < first.len() + last.len() {
-        return false;
-    }
-    let Some(mut rest) = name.get(first.len()..name.len() - last.len()) else {
-        return false;
+    let name = name.as_bytes();
+    let Some((first, rest)) = pattern.split_once('*') else {
+        return pattern.as_bytes().eq_ignore_ascii_case(name);
     };
-    for part in &parts[1..parts.len() - 1] {
-        match rest.find(part) {
-            Some(i) => rest = &rest[i + part.len()..],
+    let (middle, last) = rest.rsplit_once('*').unwrap_or(("", rest));
+    let (first, last) = (first.as_bytes(), last.as_bytes());
+    if name.len() < first.len() + last.len()
+        || !name[..first.len()].eq_ignore_ascii_case(first)
+        || !name[name.len() - last.len()..].eq_ignore_ascii_case(last)
+    {
+        return false;
+    }
+    let mut between = &name[first.len()..name.len() - last.len()];
+    for part in middle
+        .split('*')
+        .map(str::as_bytes)
+        .filter(|p| !p.is_empty())
+    {
+        match between
+            .windows(part.len())
+            .position(|w| w.eq_ignore_ascii_case(part))
+        {
+            Some(at) => between = &between[at + part.len()..],
             None => return false,
         }
     }
@@ -154,8 +163,11 @@ pub fn looks_secret(name: &str) -> bool {
 /// `DATABASE_URL`, `PIP_EXTRA_INDEX_URL` or a git remote with a token: such a value is a
 /// credential whatever its variable is called. Every URL in the value is looked at.
 pub fn has_url_credentials(value: &str) -> bool {
+    // A byte scan: `str::find` with a string sets up a searcher at each call, and every
+    // variable of every command's environment is looked at.
+    let scheme_end = |text: &str| text.as_bytes().windows(3).position(|w| w == b"://");
     let mut rest = value;
-    while let Some(at) = rest.find("://") {
+    while let Some(at) = scheme_end(rest) {
         let after = &rest[at + 3..];
         // The authority ends at the path, query, fragment or the end of the word.
         let end = after
@@ -303,6 +315,46 @@ mod tests {
         ("MY_LLM", "llm-key"),
         ("EDITOR", "vi"),
     ];
+
+    /// The matcher before it compared bytes: uppercased copies and `str::find`.
+    fn name_matches_by_copies(pattern: &str, name: &str) -> bool {
+        let pattern = pattern.to_ascii_uppercase();
+        let name = name.to_ascii_uppercase();
+        let parts: Vec<&str> = pattern.split('*').collect();
+        if parts.len() == 1 {
+            return pattern == name;
+        }
+        let (first, last) = (parts[0], parts[parts.len() - 1]);
+        if !name.starts_with(first)
+            || !name.ends_with(last)
+            || name.len() < first.len() + last.len()
+        {
+            return false;
+        }
+        let Some(mut rest) = name.get(first.len()..name.len() - last.len()) else {
+            return false;
+        };
+        for part in &parts[1..parts.len() - 1] {
+            match rest.find(part) {
+                Some(i) => rest = &rest[i + part.len()..],
+                None => return false,
+            }
+        }
+        true
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn matching_bytes_agrees_with_matching_copies(
+            pattern in "[aAbB_*É]{0,8}",
+            name in "[aAbB_éÉ]{0,10}",
+        ) {
+            proptest::prop_assert_eq!(
+                name_matches(&pattern, &name),
+                name_matches_by_copies(&pattern, &name)
+            );
+        }
+    }
 
     #[test]
     fn patterns_match_ignoring_case() {
