@@ -1,6 +1,6 @@
 //! Durability of the SQLite store on real files: a locked database drops no entry, entries
-//! still pending at close are recovered, the database file alone holds every session, and
-//! its files are owner-only.
+//! still pending at close are recovered, the database file alone holds every session, its
+//! files are owner-only, and a new session is returned exactly as its row was written.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -310,4 +310,21 @@ fn entries_of_kinds_a_newer_crow_wrote_are_kept_as_unknown_not_corrupt() {
     insert(4, "user", r#"{"kind":"user"}"#);
     let err = store.load_history("s1", "builder").unwrap_err();
     assert!(matches!(err, StoreError::Corrupt(_)), "{err:?}");
+}
+
+/// What `create_session` returns is what reading the row back gives, field by field.
+#[test]
+fn a_created_session_is_returned_as_it_is_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(db(dir.path())).unwrap();
+    let mut new = new_session("s1", "/p");
+    new.settings.base_url = Some("http://127.0.0.1:1/v1".into());
+    new.settings
+        .options
+        .insert("approve".into(), "edits".into());
+    new.prompts = vec![("builder".into(), "You build.".into())];
+    let created = store.create_session(&new).unwrap();
+    assert_eq!(created, store.session("s1").unwrap());
+    assert_eq!(created.entries, 0);
+    assert_eq!(created.settings, new.settings);
 }

@@ -27,6 +27,18 @@ fn session(store: &SqliteStore, id: &str, root: &str) {
         .unwrap();
 }
 
+/// Whether listing `root`'s current learnings finds one.
+fn lists_a_learning(store: &SqliteStore, root: &str) -> bool {
+    !store
+        .learnings(&LearningFilter {
+            project_root: Some(root.into()),
+            limit: Some(1),
+            ..Default::default()
+        })
+        .unwrap()
+        .is_empty()
+}
+
 fn learning(root: &str, kind: &str, text: &str) -> NewLearning {
     NewLearning {
         project_root: root.into(),
@@ -318,15 +330,7 @@ fn has_memory_answers_what_the_listings_would() {
     let store = store(dir.path());
     // What a session's start asked before, with two listings.
     let listed = |root: &str, current: Option<&str>| {
-        let learnt = !store
-            .learnings(&LearningFilter {
-                project_root: Some(root.into()),
-                limit: Some(1),
-                ..Default::default()
-            })
-            .unwrap()
-            .is_empty();
-        learnt
+        lists_a_learning(&store, root)
             || store
                 .list_sessions(&crow_core::SessionFilter {
                     project_root: Some(root.into()),
@@ -373,14 +377,7 @@ fn has_learnings_answers_what_a_listing_of_current_learnings_would() {
     let dir = tempfile::tempdir().unwrap();
     let store = store(dir.path());
     let check = |root: &str| {
-        let listed = !store
-            .learnings(&LearningFilter {
-                project_root: Some(root.into()),
-                limit: Some(1),
-                ..Default::default()
-            })
-            .unwrap()
-            .is_empty();
+        let listed = lists_a_learning(&store, root);
         assert_eq!(
             store.has_learnings(Path::new(root)).unwrap(),
             listed,

@@ -784,20 +784,3 @@ fn a_short_process_leaves_its_log_for_the_next_one_to_read() {
         }
     }
 }
-
-/// What `create_session` returns is what reading the row back gives, field by field.
-#[test]
-fn a_created_session_is_returned_as_it_is_stored() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open(db(dir.path())).unwrap();
-    let mut new = new_session("s1", "/p");
-    new.settings.base_url = Some("http://127.0.0.1:1/v1".into());
-    new.settings
-        .options
-        .insert("approve".into(), "edits".into());
-    new.prompts = vec![("builder".into(), "You build.".into())];
-    let created = store.create_session(&new).unwrap();
-    assert_eq!(created, store.session("s1").unwrap());
-    assert_eq!(created.entries, 0);
-    assert_eq!(created.settings, new.settings);
-}
