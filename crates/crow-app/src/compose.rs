@@ -44,6 +44,8 @@ pub struct Composer {
     /// The project's working-tree snapshots (`undo.rs`), given to the crew's agents (not to
     /// subagents: their changes are the calling turn's).
     pub snapshots: Option<Arc<dyn crow_core::Snapshotter>>,
+    /// The first snapshot was started ahead ([`Composer::snapshot_ahead`]).
+    snapshot_started: std::sync::atomic::AtomicBool,
     pub cwd: PathBuf,
     pub project_root: PathBuf,
     is_git: bool,
@@ -155,11 +157,9 @@ impl Composer {
             )));
         }
         let snapshots = crate::undo::open_snapshots(&config, &project_root);
-        if let Some(snapshots) = &snapshots {
-            crate::undo::prewarm(snapshots);
-        }
         with_subagents(Self {
             snapshots,
+            snapshot_started: std::sync::atomic::AtomicBool::new(false),
             instructions,
             templates,
             template_error,
@@ -210,6 +210,10 @@ impl Composer {
             trusted: self.trusted,
             client: self.client.clone(),
             snapshots: self.snapshots.clone(),
+            snapshot_started: std::sync::atomic::AtomicBool::new(
+                self.snapshot_started
+                    .load(std::sync::atomic::Ordering::Relaxed),
+            ),
             cwd: self.cwd.clone(),
             project_root: self.project_root.clone(),
             is_git: self.is_git,
@@ -242,6 +246,20 @@ impl Composer {
     /// The user's hooks, if any are configured.
     pub fn hooks(&self) -> Option<&Arc<dyn crow_core::Hooks>> {
         self.hooks.as_ref()
+    }
+
+    /// Starts the project's first snapshot on a thread of its own ([`crate::undo::prewarm`]),
+    /// once per composer. The driver calls it once the store is open: started with the
+    /// composer, its walk competed with the store's opening for a small machine's cores, and
+    /// that opening is what the first request waits for.
+    pub fn snapshot_ahead(&self) {
+        if let Some(snapshots) = &self.snapshots
+            && !self
+                .snapshot_started
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            crate::undo::prewarm(snapshots);
+        }
     }
 
     /// The hooks' runner, to tell it the session's composition and transcript.

@@ -217,6 +217,7 @@ impl Driver {
             }
         };
         let crew = Arc::new(crew);
+        composer.snapshot_ahead();
         if let Some(store) = &store {
             composer.set_history_sink(Arc::clone(store) as Arc<dyn HistorySink>);
         }

@@ -12,7 +12,7 @@
 //! and never used to calibrate. `window_from_error` reads the phrasings of OpenAI, vLLM, llama.cpp
 //! and Anthropic. The output reserve is `max_tokens`, else a quarter of the window up to 8,192.
 
-use crate::message::{AssistantPart, ChatRequest, Message, ToolDefinition};
+use crate::message::{AssistantPart, Message, ToolDefinition};
 
 /// Ratio used until a real usage report arrives.
 pub const DEFAULT_CHARS_PER_TOKEN: f64 = 4.0;
@@ -125,11 +125,6 @@ pub const RESULT_SHARE: u64 = 4;
 /// `usable_tokens`, at the calibrated ratio.
 pub fn result_cap_chars(usable_tokens: u64, chars_per_token: f64) -> usize {
     ((usable_tokens / RESULT_SHARE) as f64 * chars_per_token) as usize
-}
-
-/// Characters of the fixed part of every request: system prompt and tool schemas.
-pub fn fixed_chars(request: &ChatRequest<'_>) -> u64 {
-    request.system.len() as u64 + tools_chars(request.tools)
 }
 
 /// Characters of the tool schemas a request advertises (agents count them once per tool

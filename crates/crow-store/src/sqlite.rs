@@ -589,15 +589,10 @@ impl SqliteStore {
 
 /// Full-text indexes drop a deleted row's words at once (FTS5's `secure-delete`), rather
 /// than keep them in live index pages until a merge: `secure_delete` clears freed pages
-/// only. Set once per database (a row in each index's config table); later opens only read.
+/// only. Set once per database (a row in each index's config table; a new database's
+/// template has them); later opens only read.
 fn secure_fts(conn: &Connection) -> rusqlite::Result<()> {
-    // Both read by one statement: each statement prepared is parsed, at every start.
-    let set: [bool; 2] = conn.query_row(
-        "SELECT EXISTS(SELECT 1 FROM learnings_fts_config WHERE k = 'secure-delete' AND v = 1),
-                EXISTS(SELECT 1 FROM entries_fts_config WHERE k = 'secure-delete' AND v = 1)",
-        [],
-        |r| Ok([r.get(0)?, r.get(1)?]),
-    )?;
+    let set = fts_settings(conn)?;
     for (table, set) in ["learnings_fts", "entries_fts"].into_iter().zip(set) {
         if !set {
             conn.execute_batch(&format!(
@@ -606,6 +601,17 @@ fn secure_fts(conn: &Connection) -> rusqlite::Result<()> {
         }
     }
     Ok(())
+}
+
+/// `secure-delete` as each full-text index has it: learnings', entries'.
+fn fts_settings(conn: &Connection) -> rusqlite::Result<[bool; 2]> {
+    // Both read by one statement: each statement prepared is parsed, at every start.
+    conn.query_row(
+        "SELECT EXISTS(SELECT 1 FROM learnings_fts_config WHERE k = 'secure-delete' AND v = 1),
+                EXISTS(SELECT 1 FROM entries_fts_config WHERE k = 'secure-delete' AND v = 1)",
+        [],
+        |r| Ok([r.get(0)?, r.get(1)?]),
+    )
 }
 
 impl Drop for SqliteStore {
@@ -711,11 +717,18 @@ fn enter_wal(conn: &Connection, busy: Duration) -> rusqlite::Result<String> {
     }
 }
 
-/// The migrations alone, for the template's test (which builds the slow way what the
-/// template must equal).
+/// The migrations and the full-text settings an open makes, for the template's test (which
+/// builds the slow way what the template must equal).
 #[cfg(test)]
 pub(crate) fn migrate_for_template(conn: &Connection, path: &Path) {
     assert!(migrate(conn, path).is_ok(), "the migrations failed");
+    assert!(secure_fts(conn).is_ok(), "the full-text settings failed");
+}
+
+/// Whether both full-text indexes have `secure-delete` set (see [`secure_fts`]).
+#[cfg(test)]
+pub(crate) fn fts_secured(conn: &Connection) -> bool {
+    fts_settings(conn).is_ok_and(|set| set == [true, true])
 }
 
 fn migrate(conn: &Connection, path: &Path) -> Result<(), Migrate> {

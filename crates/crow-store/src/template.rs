@@ -121,7 +121,8 @@ mod tests {
         (objects, version, app)
     }
 
-    /// A database made the slow way: an empty file switched to WAL and migrated.
+    /// A database made the slow way: an empty file switched to WAL, migrated, and given the
+    /// full-text settings every open makes.
     fn migrated(path: &Path) -> Connection {
         let conn = Connection::open(path).unwrap();
         conn.query_row("PRAGMA journal_mode = WAL", [], |_| Ok(()))
@@ -160,6 +161,13 @@ mod tests {
         );
         let (_, version, app) = schema(&installed);
         assert_eq!((version, app), (SCHEMA_VERSION, APPLICATION_ID));
+        // The full-text settings an open would write come along: a new store's open writes
+        // nothing but the log's start.
+        assert!(
+            crate::sqlite::fts_secured(&installed),
+            "the store template lacks the full-text settings: run `CROW_WRITE_STORE_TEMPLATE=1 \
+             cargo test -p crow-store template` and commit crates/crow-store/src/template.sqlite3"
+        );
         // The log came along started (a header and one frame), and the first commit appends
         // to it rather than starting it again (its header and salts stay as they were).
         let log = beside(&copy, "-wal");
