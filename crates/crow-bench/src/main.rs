@@ -131,11 +131,19 @@ fn run(args: Args) -> Result<()> {
         .output()
         .with_context(|| format!("cannot run {}", crow.display()))?;
     let version = String::from_utf8_lossy(&version.stdout).trim().to_owned();
-    let profile = if crow.components().any(|c| c.as_os_str() == "debug") {
+    let mut profile = if crow.components().any(|c| c.as_os_str() == "debug") {
         " — a DEBUG build: figures are not representative"
     } else {
         ""
-    };
+    }
+    .to_owned();
+    // Installed, crow starts each command through the small launcher beside it; a crow
+    // copied alone starts them through itself (~1 ms more a command on a small VM).
+    if !crow.with_file_name("crow-sandbox").is_file() {
+        profile.push_str(
+            " — no crow-sandbox beside it: commands start through crow itself, slower than installed",
+        );
+    }
     let started = chrono::Utc::now();
     let header = format!(
         "crow-bench {} · {version} ({}){profile}\nmachine: {}\nruns: {} per session size, {} of --version",
