@@ -3,7 +3,7 @@
 // The harness's job is to print its table.
 #![allow(clippy::print_stdout)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 use anyhow::{Context, Result, bail};
@@ -139,10 +139,14 @@ fn run(args: Args) -> Result<()> {
     .to_owned();
     // Installed, crow starts each command through the small launcher beside it; a crow
     // copied alone starts them through itself (~1 ms more a command on a small VM).
-    if !crow.with_file_name("crow-sandbox").is_file() {
+    let launcher = crow.with_file_name("crow-sandbox");
+    if !launcher.is_file() {
         profile.push_str(
             " — no crow-sandbox beside it: commands start through crow itself, slower than installed",
         );
+    } else if has_interpreter(&launcher) {
+        // The release archives ship it linked statically (release.yml), ~0.4 ms less a command.
+        profile.push_str(" — its crow-sandbox is dynamically linked, unlike the release archives'");
     }
     let started = chrono::Utc::now();
     let header = format!(
@@ -252,7 +256,7 @@ fn build_crow() -> Result<()> {
     let release = std::env::current_exe()
         .ok()
         .is_some_and(|exe| exe.components().any(|c| c.as_os_str() == "release"));
-    let mut cmd = Command::new(cargo);
+    let mut cmd = Command::new(&cargo);
     cmd.args(["build", "--quiet", "-p", "crow"]);
     if release {
         cmd.arg("--release");
@@ -261,5 +265,83 @@ fn build_crow() -> Result<()> {
     if !status.success() {
         bail!("`cargo build -p crow` failed");
     }
+    if release && cfg!(all(target_os = "linux", target_env = "gnu")) {
+        static_launcher(&cargo);
+    }
     Ok(())
+}
+
+/// Whether the ELF executable at `path` names a dynamic loader (a `PT_INTERP` segment).
+fn has_interpreter(path: &Path) -> bool {
+    const PT_INTERP: u32 = 3;
+    let Ok(bytes) = std::fs::read(path) else {
+        return false;
+    };
+    let u16_at = |at: usize| {
+        bytes
+            .get(at..at + 2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]))
+    };
+    let u32_at = |at: usize| {
+        bytes
+            .get(at..at + 4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    };
+    let u64_at = |at: usize| {
+        bytes
+            .get(at..at + 8)
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_le_bytes)
+    };
+    // ELF64, little-endian: what crow-bench measures on (x86_64, aarch64).
+    if bytes.get(..6) != Some(b"\x7fELF\x02\x01".as_slice()) {
+        return false;
+    }
+    let (Some(offset), Some(size), Some(count)) = (u64_at(0x20), u16_at(0x36), u16_at(0x38)) else {
+        return false;
+    };
+    let Ok(offset) = usize::try_from(offset) else {
+        return false;
+    };
+    (0..usize::from(count)).any(|i| u32_at(offset + i * usize::from(size)) == Some(PT_INTERP))
+}
+
+/// Relinks `crow-sandbox` statically, as the release archives ship it (release.yml): the
+/// figures per command are then the shipped ones. Without a static C library (glibc's `libc.a`)
+/// the dynamic launcher stays, and the header says so.
+fn static_launcher(cargo: &str) {
+    let status = Command::new(cargo)
+        .args([
+            "rustc",
+            "--quiet",
+            "--release",
+            "-p",
+            "crow",
+            "--bin",
+            "crow-sandbox",
+        ])
+        .args(["--", "-C", "target-feature=+crt-static"])
+        .stderr(std::process::Stdio::null())
+        .status();
+    if !status.is_ok_and(|s| s.success()) {
+        eprintln!(
+            "crow-bench: crow-sandbox not linked statically (no libc.a?); the dynamic one is measured"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::has_interpreter;
+
+    #[test]
+    fn tells_a_dynamically_linked_executable() {
+        // This test binary is linked dynamically; the package's manifest is no ELF at all.
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        assert!(has_interpreter(&std::env::current_exe().unwrap()));
+        let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
+        assert!(manifest.is_file());
+        assert!(!has_interpreter(&manifest));
+        assert!(!has_interpreter(std::path::Path::new("/no/such/file")));
+    }
 }
