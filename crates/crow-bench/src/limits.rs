@@ -147,8 +147,7 @@ fn cold_start(bench: &Bench) -> Result<Vec<Row>> {
     // Earlier sections leave writes behind (a 50,000-file tree, long sessions' logs); a start
     // measured while the disk flushes them waits for that too, as a user's rarely does.
     let _ = std::process::Command::new("sync").status();
-    // Three pairs first, not counted, as below: a binary's first starts after `sync` (its
-    // pages just written back, a copy's not yet read from disk) are not what a user meets.
+    // Three pairs first, not counted, as for the later starts below.
     let (mut crow, mut floor, mut above, mut cpu) = (vec![], vec![], vec![], vec![]);
     for i in 0..bench.config.cold_runs + 3 {
         let dir = tempfile::tempdir()?;
