@@ -5,6 +5,7 @@
 
 pub mod acp;
 pub mod pty;
+pub mod sandbox;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
