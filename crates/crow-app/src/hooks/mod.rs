@@ -8,6 +8,8 @@
 //! is a guarded key (`trust.rs`), and its `.claude` hooks are part of the trust fingerprint
 //! (`config::hooks::fingerprint_layer`) and are left out, with a note, until then.
 
+#[cfg(test)]
+mod config_tests;
 mod matcher;
 mod run;
 #[cfg(test)]
