@@ -787,7 +787,3 @@ fn last_todo_state(session: &Session) -> String {
 #[cfg(test)]
 #[path = "crew_tests.rs"]
 mod tests;
-
-#[cfg(test)]
-#[path = "crew_handoff_tests.rs"]
-mod handoff_tests;

@@ -433,8 +433,3 @@ pub fn describe(set: &HookSet) -> String {
     }
     out
 }
-
-// Declared last, so no line of the code above moves (the release build's layout names its
-// functions by symbols that hash the code's content).
-#[cfg(test)]
-mod config_tests;
