@@ -39,12 +39,7 @@ async fn the_projects_permission_files_are_read_only_to_commands() {
     cmd.arg("--approve");
     let out = output(cmd).await;
     assert_eq!(out.code, Some(0), "{}", out.stderr);
-    let results: Vec<Value> = out
-        .of_type("tool_call_end")
-        .iter()
-        .filter(|e| e["tool"] == "bash")
-        .map(|e| e["result"].clone())
-        .collect();
+    let results = bash_results(&out);
     assert_eq!(results[0]["status"], "error", "{}", results[0]);
     assert!(
         results[0]["output"].as_str().unwrap().contains("Read-only"),

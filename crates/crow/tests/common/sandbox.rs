@@ -91,12 +91,16 @@ pub async fn run_commands_with(
         out.stderr,
         out.stdout
     );
-    let results: Vec<Value> = out
-        .of_type("tool_call_end")
+    let results = bash_results(&out);
+    assert_eq!(results.len(), commands.len(), "{}", out.stdout);
+    (out, results)
+}
+
+/// The result of each `bash` call of a run, in order.
+pub fn bash_results(out: &Output) -> Vec<Value> {
+    out.of_type("tool_call_end")
         .iter()
         .filter(|e| e["tool"] == "bash")
         .map(|e| e["result"].clone())
-        .collect();
-    assert_eq!(results.len(), commands.len(), "{}", out.stdout);
-    (out, results)
+        .collect()
 }
